@@ -1,0 +1,47 @@
+"""Errors that a user reads.
+
+Every error raised for bad input names *what* is wrong and *where* it came from
+(a file and a field path, a log line, an environment variable), in one paragraph,
+so that the plugin can print it instead of a traceback from deep inside.
+"""
+
+from __future__ import annotations
+
+
+class P2PError(Exception):
+    """Base class: a problem the user can fix, with a message that says how."""
+
+
+class ConfigError(P2PError):
+    """A rig file, option, ini value or environment variable is wrong.
+
+    ``source`` says where the value came from (``rig.yaml``, ``--p2p-rig``,
+    ``PYTEST_P2P_RIG``), ``path`` the field path inside it (``expect.pcie.gen``).
+    """
+
+    def __init__(self, source: str, path: str, message: str) -> None:
+        self.source = source
+        self.path = path
+        self.message = message
+        where = f"{source}: {path}: " if path else f"{source}: "
+        super().__init__(where + message)
+
+
+class SnapshotError(P2PError):
+    """A recorded evidence snapshot is unreadable, of another schema version, or inconsistent."""
+
+
+class EvidenceError(P2PError):
+    """Live evidence could not be gathered (no driver, NVML missing, a GPU that is not there)."""
+
+
+class ProbeError(P2PError):
+    """A probe (all-reduce, P2P copy) failed, hung or produced wrong results."""
+
+
+class ServerError(P2PError):
+    """A server (vLLM or the stand-in) did not start, died, or left processes behind."""
+
+
+class StoreError(P2PError):
+    """The baseline database is corrupt, of a future schema, or cannot be written."""

@@ -1,0 +1,89 @@
+"""Small shared helpers: atomic files, sizes, bus ids.
+
+Atomic writes matter because a campaign can be interrupted at any rep (Ctrl-C, a
+dying server, a CI timeout) and nothing already measured may be lost or half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return target
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?|)\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1000, "KIB": 1024, "M": 1024**2, "MB": 1000**2,
+               "MIB": 1024**2, "G": 1024**3, "GB": 1000**3, "GIB": 1024**3, "T": 1024**4,
+               "TB": 1000**4, "TIB": 1024**4}
+
+
+def parse_size(text: str | int) -> int:
+    """Parse ``8KiB``, ``256M``, ``4`` or ``1GB`` into bytes (K/M/G without B are binary, like nccl-tests)."""
+    if isinstance(text, bool):
+        raise ValueError(f"expected a size like '8KiB', got {text!r}")
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"expected a non-negative size, got {text}")
+        return text
+    m = _SIZE_RE.match(str(text))
+    if not m or m.group(2).upper() not in _SIZE_UNITS:
+        raise ValueError(f"expected a size like '8KiB' or '256MiB', got {text!r}")
+    value = float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
+    if value != int(value):
+        raise ValueError(f"size {text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def format_size(n: int) -> str:
+    """``8192`` -> ``8KiB``; exact binary units only, else bytes."""
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= factor and n % factor == 0:
+            return f"{n // factor}{unit}"
+    return f"{n}B"
+
+
+_BUS_RE = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """Canonical PCI bus id ``0000:0A:00.0`` from NVML's ``00000000:0A:00.0``, torch's lower case, or ``0A:00.0``."""
+    m = _BUS_RE.match(bus_id.strip())
+    if not m:
+        raise ValueError(f"not a PCI bus id: {bus_id!r} (expected e.g. '0000:0A:00.0')")
+    domain = int(m.group(1) or "0", 16)
+    return f"{domain:04X}:{int(m.group(2), 16):02X}:{int(m.group(3), 16):02X}.{m.group(4)}"
+
+
+def is_bus_id(text: str) -> bool:
+    return bool(_BUS_RE.match(text.strip()))
