@@ -1,0 +1,1 @@
+"""Stage 4 — campaign: interleaved reps of arms x concurrencies, telemetry, energy, statistics."""

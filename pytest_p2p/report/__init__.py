@@ -1,0 +1,1 @@
+"""Stage 6 — report: terminal summary, results directory, plots, allure."""

@@ -1,0 +1,1 @@
+"""Stage 5 — verdict: thresholds, fingerprints, baselines and regression attribution."""
