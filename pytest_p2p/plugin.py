@@ -1,0 +1,15 @@
+"""pytest entry point (``pytest11: p2p``). Deliberately thin; see docs/architecture.md."""
+
+from __future__ import annotations
+
+import pytest
+
+MARKERS = (
+    "p2p: GPU-interconnect check (peer access, links, NCCL transport, P2P uplift); select with -m p2p",
+    "gpu: needs a real GPU and driver; skipped with a reason when none is present",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
