@@ -1,0 +1,237 @@
+"""The ``campaign:`` section of the rig file.
+
+Example (every key optional; the values shown are the defaults unless noted)::
+
+    campaign:
+      kind: auto              # model (a server per arm and rep) | probe (NCCL all-reduce only) | auto
+      arms: [p2p_on, p2p_off] # the first is "A", the second "B": uplift is A over B
+      concurrency: [1, 2, 4, 8]
+      sizes: [8KiB, 32KiB, 128KiB, 512KiB]   # probe campaigns: decode-size all-reduces
+      reps: 3
+      schedule: interleaved   # interleaved (AB-AB-AB) | abba | random
+      seed: 0
+      smoke: true             # one tiny request per arm before anything is timed
+      warmup: 4               # warm-up requests per concurrency level, excluded from metrics
+      prompts_per_concurrency: 8
+      input_len: null         # null: the server section's load defaults
+      output_len: null
+      cooldown_s: 5
+      idle_baseline_s: 2
+      vram_free_timeout_s: 120
+      vram_free_mib: 2048
+      scenario_timeout_s: 900
+      telemetry_hz: 2
+      exclude_throttled: true
+      min_uplift: {default: 5%, 8: 8%}
+      uplift_rule: point      # point | ci_lower
+      uplift_metric: output_throughput   # probe default: time_us
+      uplift_direction: null  # higher | lower; null: from the metric's name
+
+Why these knobs: the NCCL env is fixed at process start, so an arm switch costs a
+server start; cooldown and waiting for VRAM to be free keep one rep's leftovers out
+of the next; telemetry decides whether a rep is trustworthy (throttling, link
+downtraining) and ``exclude_throttled`` whether untrustworthy reps are dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import ConfigError
+from ..util import format_size
+from ..validate import boolean, integer, join, mapping, number, sequence, size, string
+from ..verdict.thresholds import RULES, UpliftRule, parse_min_uplift
+from .schedule import MODES
+
+KINDS = ("auto", "model", "probe")
+DEFAULT_SIZES = (8 * 1024, 32 * 1024, 128 * 1024, 512 * 1024)
+
+# Direction of the metrics an uplift may be judged on; "higher" means bigger is better.
+DIRECTIONS: dict[str, str] = {
+    "output_throughput": "higher", "total_token_throughput": "higher", "request_throughput": "higher",
+    "tokens_per_joule": "higher", "busbw_gbs": "higher", "algbw_gbs": "higher",
+    "time_us": "lower", "joules_per_token": "lower", "avg_watts": "lower",
+}
+
+
+def metric_direction(metric: str) -> str | None:
+    """``higher``/``lower`` for known metrics; latency-like names (``*_ms``, ``*_us``) are lower-is-better."""
+    if metric in DIRECTIONS:
+        return DIRECTIONS[metric]
+    if metric.endswith(("_ms", "_us", "_s")):
+        return "lower"
+    if metric.endswith(("throughput", "_gbs")):
+        return "higher"
+    return None
+
+
+_KEYS = (
+    "kind", "arms", "concurrency", "sizes", "reps", "schedule", "seed", "smoke", "warmup",
+    "prompts_per_concurrency", "input_len", "output_len", "cooldown_s", "idle_baseline_s",
+    "vram_free_timeout_s", "vram_free_mib", "scenario_timeout_s", "telemetry_hz", "exclude_throttled",
+    "min_uplift", "uplift_rule", "uplift_metric", "uplift_direction", "request_timeout_s",
+)
+
+
+@dataclass(frozen=True)
+class CampaignConfig:
+    kind: str = "auto"
+    arms: tuple[str, ...] = ("p2p_on", "p2p_off")
+    concurrency: tuple[int, ...] = (1, 2, 4, 8)
+    sizes: tuple[int, ...] = DEFAULT_SIZES
+    reps: int = 3
+    schedule: str = "interleaved"
+    seed: int = 0
+    smoke: bool = True
+    warmup: int = 4
+    prompts_per_concurrency: int = 8
+    input_len: int | None = None
+    output_len: int | None = None
+    cooldown_s: float = 5.0
+    idle_baseline_s: float = 2.0
+    vram_free_timeout_s: float = 120.0
+    vram_free_mib: int = 2048
+    scenario_timeout_s: float = 900.0
+    telemetry_hz: float = 2.0
+    exclude_throttled: bool = True
+    min_uplift_raw: Any = None
+    uplift_rule: str = "point"
+    uplift_metric: str | None = None
+    uplift_direction: str | None = None
+    request_timeout_s: float | None = None
+    source: str = "rig.yaml"
+    explicit: frozenset[str] = field(default_factory=frozenset)  # keys the rig file set
+
+    # -- derived -------------------------------------------------------------------------
+    def resolve_kind(self, has_server: bool) -> str:
+        if self.kind != "auto":
+            return self.kind
+        return "model" if has_server else "probe"
+
+    def points(self, kind: str) -> list[str]:
+        """Point labels: ``c<N>`` for a model campaign, ``s<size>`` for a probe campaign."""
+        if kind == "model":
+            return [f"c{c}" for c in self.concurrency]
+        return [f"s{format_size(s)}" for s in self.sizes]
+
+    def metric(self, kind: str) -> str:
+        return self.uplift_metric or ("output_throughput" if kind == "model" else "time_us")
+
+    def direction(self, kind: str) -> str:
+        metric = self.metric(kind)
+        got = self.uplift_direction or metric_direction(metric)
+        if got is None:
+            raise ConfigError(self.source, "campaign.uplift_direction",
+                              f"metric {metric!r} has no known direction: set uplift_direction: higher|lower")
+        return got
+
+    def uplift_rule_for(self, kind: str) -> UpliftRule:
+        return parse_min_uplift(self.min_uplift_raw, self.uplift_rule, kind, self.source, "campaign.min_uplift")
+
+    @property
+    def arm_a(self) -> str:
+        return self.arms[0]
+
+    @property
+    def arm_b(self) -> str | None:
+        return self.arms[1] if len(self.arms) > 1 else None
+
+    def with_overrides(self, *, reps: int | None = None, arms: list[str] | None = None,
+                       kind: str | None = None) -> CampaignConfig:
+        """Command-line overrides (``--p2p-reps``, ``--p2p-arms``, ``--p2p-campaign``)."""
+        out = self
+        if reps is not None:
+            out = replace(out, reps=reps)
+        if arms:
+            out = replace(out, arms=tuple(arms))
+        if kind is not None:
+            out = replace(out, kind=kind)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in (
+            "kind", "arms", "concurrency", "sizes", "reps", "schedule", "seed", "smoke", "warmup",
+            "prompts_per_concurrency", "input_len", "output_len", "cooldown_s", "idle_baseline_s",
+            "vram_free_timeout_s", "vram_free_mib", "scenario_timeout_s", "telemetry_hz",
+            "exclude_throttled", "uplift_rule", "uplift_metric", "uplift_direction", "request_timeout_s")}
+
+
+def _int_list(value: Any, source: str, path: str) -> tuple[int, ...]:
+    items = [value] if isinstance(value, int) and not isinstance(value, bool) else sequence(value, source, path)
+    out = tuple(integer(v, source, join(path, i), lo=1) for i, v in enumerate(items))
+    if not out:
+        raise ConfigError(source, path, "expected at least one value")
+    if len(set(out)) != len(out):
+        raise ConfigError(source, path, f"values repeat: {list(out)}")
+    return out
+
+
+def parse_campaign(value: Any, source: str, path: str = "campaign") -> CampaignConfig:
+    """Validate the ``campaign:`` section; ``None`` gives the defaults."""
+    m = mapping(value, source, path, allowed=_KEYS)
+    kw: dict[str, Any] = {"source": source, "explicit": frozenset(m)}
+    p = lambda key: join(path, key)  # noqa: E731
+    if "kind" in m:
+        kw["kind"] = string(m["kind"], source, p("kind"), KINDS)
+    if "arms" in m:
+        arms = tuple(string(a, source, join(p("arms"), i)) for i, a in enumerate(sequence(m["arms"], source,
+                                                                                          p("arms"))))
+        if not arms:
+            raise ConfigError(source, p("arms"), "expected at least one arm")
+        if len(set(arms)) != len(arms):
+            raise ConfigError(source, p("arms"), f"arm names repeat: {list(arms)}")
+        kw["arms"] = arms
+    if "concurrency" in m:
+        kw["concurrency"] = _int_list(m["concurrency"], source, p("concurrency"))
+    if "sizes" in m:
+        sizes = tuple(size(v, source, join(p("sizes"), i)) for i, v in enumerate(sequence(m["sizes"], source,
+                                                                                          p("sizes"))))
+        if not sizes or any(s <= 0 for s in sizes):
+            raise ConfigError(source, p("sizes"), "expected a list of positive sizes like [8KiB, 128KiB]")
+        kw["sizes"] = sizes
+    for key, lo in (("reps", 1), ("seed", 0), ("warmup", 0), ("prompts_per_concurrency", 1),
+                    ("vram_free_mib", 0)):
+        if key in m:
+            kw[key] = integer(m[key], source, p(key), lo=lo)
+    for key in ("input_len", "output_len"):
+        if key in m and m[key] is not None:
+            kw[key] = integer(m[key], source, p(key), lo=1)
+    for key in ("cooldown_s", "idle_baseline_s", "vram_free_timeout_s"):
+        if key in m:
+            kw[key] = number(m[key], source, p(key), lo=0)
+    for key in ("scenario_timeout_s", "request_timeout_s"):
+        if key in m and m[key] is not None:
+            kw[key] = number(m[key], source, p(key), lo=0.001)
+    if "telemetry_hz" in m:
+        kw["telemetry_hz"] = number(m["telemetry_hz"], source, p("telemetry_hz"), lo=1, hi=10)
+    for key in ("smoke", "exclude_throttled"):
+        if key in m:
+            kw[key] = boolean(m[key], source, p(key))
+    if "schedule" in m:
+        kw["schedule"] = string(m["schedule"], source, p("schedule"), MODES)
+    if "uplift_rule" in m:
+        kw["uplift_rule"] = string(m["uplift_rule"], source, p("uplift_rule"), RULES)
+    if "uplift_metric" in m and m["uplift_metric"] is not None:
+        kw["uplift_metric"] = string(m["uplift_metric"], source, p("uplift_metric"))
+    if "uplift_direction" in m and m["uplift_direction"] is not None:
+        kw["uplift_direction"] = string(m["uplift_direction"], source, p("uplift_direction"), ("higher", "lower"))
+    if "min_uplift" in m:
+        kw["min_uplift_raw"] = m["min_uplift"]
+    cfg = CampaignConfig(**kw)
+    # Validate the threshold table now (for whichever kinds it could be used with), not mid-campaign.
+    kinds = ("model", "probe") if cfg.kind == "auto" else (cfg.kind,)
+    errors: list[ConfigError] = []
+    for kind in kinds:
+        try:
+            cfg.uplift_rule_for(kind)
+        except ConfigError as exc:
+            errors.append(exc)
+    if len(errors) == len(kinds):
+        raise errors[0]
+    if cfg.uplift_rule == "ci_lower" and cfg.reps < 2:
+        raise ConfigError(source, p("reps"), f"uplift_rule ci_lower needs reps >= 2 (a CI needs spread), got "
+                                             f"{cfg.reps}")
+    if cfg.uplift_metric is not None and cfg.uplift_direction is None:
+        cfg.direction("model")  # raises for an unknown metric without a direction
+    return cfg

@@ -1,0 +1,61 @@
+"""The order in which arms run: interleaved so that drift cancels.
+
+A campaign alternates arms rep by rep (the seed's AB-AB-AB) instead of running all
+of A then all of B, because a GPU that warms up or a host that gets busier over the
+hour would otherwise show up as an arm effect. Rep k of every arm forms a *block*;
+the statistics pair rep k of A with rep k of B. Within a block the order is:
+
+* ``interleaved``: A B | A B | A B (the seed's default);
+* ``abba``: A B | B A | A B — counterbalanced, so a linear drift inside a block
+  favours neither arm;
+* ``random``: each block a seeded shuffle — reproducible from the seed.
+
+A slot is one server start (model) or one probe process group (probe): the NCCL
+environment is fixed at process start, so an arm change always means a new process;
+all points (concurrencies or sizes) of that arm and rep run inside the slot.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+MODES = ("interleaved", "abba", "random")
+
+
+@dataclass(frozen=True)
+class Slot:
+    rep: int  # 1-based
+    arm: str
+    position: int  # 0-based index in the whole schedule
+
+
+def build_schedule(arms: Sequence[str], reps: int, mode: str = "interleaved", seed: int = 0) -> list[Slot]:
+    """The timed slots in run order; every arm appears exactly once per rep."""
+    if not arms:
+        raise ValueError("a schedule needs at least one arm")
+    if len(set(arms)) != len(arms):
+        raise ValueError(f"arm names repeat: {list(arms)}")
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    if mode not in MODES:
+        raise ValueError(f"schedule must be one of {', '.join(MODES)}, got {mode!r}")
+    rng = random.Random(seed)
+    order: list[tuple[int, str]] = []
+    for rep in range(1, reps + 1):
+        block = list(arms)
+        if mode == "abba" and rep % 2 == 0:
+            block.reverse()
+        elif mode == "random":
+            rng.shuffle(block)
+        order.extend((rep, arm) for arm in block)
+    return [Slot(rep=rep, arm=arm, position=i) for i, (rep, arm) in enumerate(order)]
+
+
+def describe(slots: Sequence[Slot]) -> str:
+    """``p2p_on p2p_off | p2p_off p2p_on`` — written into run.json so a reader sees the real order."""
+    blocks: dict[int, list[str]] = {}
+    for slot in slots:
+        blocks.setdefault(slot.rep, []).append(slot.arm)
+    return " | ".join(" ".join(b) for _, b in sorted(blocks.items()))

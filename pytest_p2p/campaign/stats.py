@@ -1,0 +1,215 @@
+"""Statistics across the reps of a campaign, in pure Python.
+
+Why pure Python: scipy and numpy are not dependencies of the plugin, and a campaign
+has a handful of reps per scenario, so speed is irrelevant and correctness is easy to
+check against published tables.
+
+Conventions (stated in every summary so nobody has to guess):
+
+* ``std`` is the **sample** standard deviation (``ddof=1``); ``None`` for one value.
+* ``ci95`` is the two-sided 95 % confidence interval of the mean, Student-t based:
+  ``mean +- t(0.975, n-1) * std / sqrt(n)``; ``None`` for fewer than two values.
+* Uplift of arm A over arm B uses the **pairing** that interleaved scheduling gives:
+  rep k of A ran next to rep k of B, so slow drifts (temperature, background load)
+  cancel in the per-rep ratio ``a_k / b_k``. The estimate is the geometric mean of
+  the paired ratios minus one, and its CI is the t interval of the log ratios mapped
+  back — ratios are multiplicative, so averaging them on a log scale is the honest
+  way to combine them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+STD_KIND = "sample (ddof=1)"
+CI_KIND = "two-sided 95% Student-t interval of the mean"
+UPLIFT_KIND = "paired by rep: geometric mean of a_k/b_k - 1, t interval on log ratios"
+
+
+class StatsError(ValueError):
+    """Input that no statistic can be computed from (empty, NaN, non-positive ratios)."""
+
+
+# --- Student t distribution -------------------------------------------------------------
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lbeta = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+    front = math.exp(lbeta + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
+    if df <= 0:
+        raise StatsError(f"degrees of freedom must be positive, got {df}")
+    x = df / (df + t * t)
+    tail = 0.5 * _betainc(df / 2.0, 0.5, x)
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Inverse of :func:`t_cdf` by bisection (monotone, so it cannot miss); |error| < 1e-10."""
+    if not 0.0 < p < 1.0:
+        raise StatsError(f"probability must be in (0, 1), got {p}")
+    if df <= 0:
+        raise StatsError(f"degrees of freedom must be positive, got {df}")
+    if p == 0.5:
+        return 0.0
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+        if hi > 1e12:
+            return math.inf
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+# --- descriptive statistics -------------------------------------------------------------
+
+
+def _clean(values: Sequence[float], what: str) -> list[float]:
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise StatsError(f"{what}: expected numbers, got {v!r}")
+        if not math.isfinite(v):
+            raise StatsError(f"{what}: non-finite value {v!r}")
+        out.append(float(v))
+    return out
+
+
+def mean(values: Sequence[float]) -> float:
+    xs = _clean(values, "mean")
+    if not xs:
+        raise StatsError("mean of no values")
+    return math.fsum(xs) / len(xs)
+
+
+def sample_std(values: Sequence[float]) -> float | None:
+    """Sample standard deviation (ddof=1); ``None`` for fewer than two values."""
+    xs = _clean(values, "std")
+    if len(xs) < 2:
+        return None
+    m = math.fsum(xs) / len(xs)
+    return math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def median(values: Sequence[float]) -> float:
+    xs = sorted(_clean(values, "median"))
+    if not xs:
+        raise StatsError("median of no values")
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else 0.5 * (xs[mid - 1] + xs[mid])
+
+
+def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
+    """t-based CI of the mean; ``None`` with fewer than two values (no spread to scale by)."""
+    xs = _clean(values, "ci")
+    n = len(xs)
+    if n < 2:
+        return None
+    m = math.fsum(xs) / n
+    s = sample_std(xs) or 0.0
+    half = t_quantile(0.5 + level / 2.0, n - 1) * s / math.sqrt(n)
+    return (m - half, m + half)
+
+
+def summarize(values: Sequence[float]) -> dict[str, Any]:
+    """``{mean, std, median, ci95, n, values}`` — the shape of one metric in ``aggregate.json``."""
+    xs = _clean(values, "summarize")
+    if not xs:
+        return {"mean": None, "std": None, "median": None, "ci95": None, "n": 0, "values": []}
+    ci = mean_ci(xs)
+    return {
+        "mean": mean(xs),
+        "std": sample_std(xs),
+        "median": median(xs),
+        "ci95": list(ci) if ci is not None else None,
+        "n": len(xs),
+        "values": xs,
+    }
+
+
+def paired_uplift(
+    a_values: Sequence[float | None],
+    b_values: Sequence[float | None],
+    *,
+    higher_is_better: bool = True,
+    level: float = 0.95,
+) -> dict[str, Any]:
+    """Uplift of arm A over arm B from reps paired by index (rep k of A with rep k of B).
+
+    A pair where either side is ``None`` (a missing or excluded rep) is dropped, so
+    exclusion never breaks the pairing. ``higher_is_better=False`` (latency, time) turns
+    the ratio around: A is "up" when it is *faster*, ``b_k / a_k - 1``.
+    Returns ``{estimate, ci95, n, ratios, kind}``; ``ci95`` is ``None`` below two pairs.
+    """
+    if len(a_values) != len(b_values):
+        raise StatsError(f"paired uplift needs equal rep counts, got {len(a_values)} and {len(b_values)}")
+    ratios: list[float] = []
+    for a, b in zip(a_values, b_values, strict=True):
+        if a is None or b is None:
+            continue
+        a_f, b_f = _clean([a, b], "paired uplift")
+        if a_f <= 0 or b_f <= 0:
+            raise StatsError(f"paired uplift needs positive values, got {a_f} and {b_f}")
+        ratios.append(a_f / b_f if higher_is_better else b_f / a_f)
+    n = len(ratios)
+    if n == 0:
+        return {"estimate": None, "ci95": None, "n": 0, "ratios": [], "kind": UPLIFT_KIND}
+    logs = [math.log(r) for r in ratios]
+    m = math.fsum(logs) / n
+    ci = mean_ci(logs, level)
+    return {
+        "estimate": math.exp(m) - 1.0,
+        "ci95": [math.exp(ci[0]) - 1.0, math.exp(ci[1]) - 1.0] if ci is not None else None,
+        "n": n,
+        "ratios": ratios,
+        "kind": UPLIFT_KIND,
+    }
