@@ -1,0 +1,317 @@
+"""Per-GPU telemetry during a rep: an NVML sampler thread, or a labelled simulation.
+
+Why: a rep during which a GPU throttled (hot, power-capped) or its PCIe link trained
+down measures the cooling or the cable, not the arm. The sampler records what the
+seed's ``telemetry.csv`` had (link gen/width, temperature, utilisation, memory,
+power, clocks) plus the throttle-reason bitmask and the total-energy counter, one
+row per GPU per tick, and :func:`assess` turns the rows into flags.
+
+With no NVML (the demo rig on a CPU machine) :class:`SimulatedSampler` writes rows
+of the same shape whose ``simulated`` column says ``SIMULATED`` — never numbers that
+could be mistaken for a measurement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..util import atomic_write_text
+
+COLUMNS = (
+    "wall_epoch", "index", "pcie.link.gen.current", "pcie.link.width.current", "temperature.gpu",
+    "utilization.gpu", "utilization.memory", "memory.used", "power.draw", "clocks.current.sm",
+    "clocks.current.memory", "throttle_reasons", "energy_mj", "simulated",
+)
+SIMULATED_MARK = "SIMULATED"
+
+# nvmlClocksEventReasons (formerly ClocksThrottleReasons) bits, from nvml.h.
+REASON_GPU_IDLE = 0x1
+REASON_APP_CLOCKS = 0x2
+REASON_SW_POWER_CAP = 0x4
+REASON_HW_SLOWDOWN = 0x8
+REASON_SYNC_BOOST = 0x10
+REASON_SW_THERMAL = 0x20
+REASON_HW_THERMAL = 0x40
+REASON_HW_POWER_BRAKE = 0x80
+REASON_DISPLAY_CLOCKS = 0x100
+# Only these mean "the GPU ran slower than it could because of heat or power";
+# idle, application-clock and sync-boost bits are normal operation.
+THROTTLE_MASK = (REASON_SW_POWER_CAP | REASON_HW_SLOWDOWN | REASON_SW_THERMAL | REASON_HW_THERMAL
+                 | REASON_HW_POWER_BRAKE)
+REASON_NAMES = {REASON_SW_POWER_CAP: "sw_power_cap", REASON_HW_SLOWDOWN: "hw_slowdown",
+                REASON_SW_THERMAL: "sw_thermal", REASON_HW_THERMAL: "hw_thermal",
+                REASON_HW_POWER_BRAKE: "hw_power_brake"}
+
+Row = dict[str, Any]
+
+
+def throttle_names(mask: int) -> list[str]:
+    return [name for bit, name in REASON_NAMES.items() if mask & bit]
+
+
+def _nvml_read(pynvml: Any, handle: Any, index: int) -> Row:
+    """One row for one GPU; a field the GPU does not report is left empty (never guessed)."""
+
+    def get(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception:  # NVMLError_NotSupported and friends: an empty cell, not a failed rep
+            return None
+
+    util = get(lambda: pynvml.nvmlDeviceGetUtilizationRates(handle))
+    mem = get(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle))
+    power_mw = get(lambda: pynvml.nvmlDeviceGetPowerUsage(handle))
+    reasons = get(lambda: pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
+    if reasons is None:
+        reasons = get(lambda: pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
+    return {
+        "wall_epoch": round(time.time(), 3),
+        "index": index,
+        "pcie.link.gen.current": get(lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
+        "pcie.link.width.current": get(lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle)),
+        "temperature.gpu": get(lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)),
+        "utilization.gpu": None if util is None else util.gpu,
+        "utilization.memory": None if util is None else util.memory,
+        "memory.used": None if mem is None else int(mem.used // (1024 * 1024)),
+        "power.draw": None if power_mw is None else round(power_mw / 1000.0, 3),
+        "clocks.current.sm": get(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+        "clocks.current.memory": get(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
+        "throttle_reasons": reasons,
+        "energy_mj": get(lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)),
+        "simulated": "",
+    }
+
+
+class _Reader:
+    """Reads one row per GPU now; the NVML and the simulated readers share this interface."""
+
+    simulated = False
+
+    def read(self) -> list[Row]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class NvmlReader(_Reader):
+    def __init__(self, gpus: Sequence[int]) -> None:
+        import pynvml  # lazily: only a real GPU run gets here
+
+        pynvml.nvmlInit()
+        self._pynvml = pynvml
+        self._handles = [(g, pynvml.nvmlDeviceGetHandleByIndex(g)) for g in gpus]
+
+    def read(self) -> list[Row]:
+        return [_nvml_read(self._pynvml, h, g) for g, h in self._handles]
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._pynvml.nvmlShutdown()
+
+
+@dataclass
+class SimulatedReader(_Reader):
+    """Plausible-shaped numbers for the demo rig, every row marked ``SIMULATED``.
+
+    Link state comes from the evidence the demo uses (its snapshot), power follows a
+    ``load`` level the runner sets, and the energy counter integrates that power, so the
+    energy path is exercised end to end — as a simulation.
+    """
+
+    gpus: Sequence[int]
+    link: Mapping[int, tuple[int | None, int | None]] = field(default_factory=dict)
+    idle_w: float = 75.0
+    busy_w: float = 450.0
+    load: float = 0.0
+    simulated: bool = True
+    _energy_mj: dict[int, float] = field(default_factory=dict)
+    _last: float | None = None
+
+    def read(self) -> list[Row]:
+        now = time.time()
+        dt = 0.0 if self._last is None else max(0.0, now - self._last)
+        self._last = now
+        rows = []
+        for g in self.gpus:
+            watts = self.idle_w + (self.busy_w - self.idle_w) * self.load + 3.0 * math.sin(now + g)
+            self._energy_mj[g] = self._energy_mj.get(g, 1_000_000.0) + watts * dt * 1000.0
+            gen, width = self.link.get(g, (None, None))
+            rows.append({
+                "wall_epoch": round(now, 3), "index": g, "pcie.link.gen.current": gen,
+                "pcie.link.width.current": width, "temperature.gpu": round(35 + 20 * self.load),
+                "utilization.gpu": round(95 * self.load), "utilization.memory": round(40 * self.load),
+                "memory.used": 120000 if self.load > 0 else 1000, "power.draw": round(watts, 3),
+                "clocks.current.sm": 1980 if self.load > 0 else 345, "clocks.current.memory": 3201,
+                "throttle_reasons": REASON_GPU_IDLE if self.load == 0 else 0,
+                "energy_mj": int(self._energy_mj[g]), "simulated": SIMULATED_MARK,
+            })
+        return rows
+
+
+def rows_to_csv(rows: Sequence[Row]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(COLUMNS), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
+    return buf.getvalue()
+
+
+def read_csv(path: str | Path) -> list[Row]:
+    """Rows back from a telemetry CSV, numbers as numbers, empty cells as ``None``."""
+    out: list[Row] = []
+    with open(path, newline="", encoding="utf-8") as fh:
+        for raw in csv.DictReader(fh):
+            row: Row = {}
+            for k, v in raw.items():
+                if k == "simulated":
+                    row[k] = v
+                elif v in ("", None):
+                    row[k] = None
+                else:
+                    try:
+                        row[k] = int(v)
+                    except ValueError:
+                        row[k] = float(v)
+            out.append(row)
+    return out
+
+
+class Sampler:
+    """Background thread reading ``reader`` at ``hz``; rows kept in memory, CSV written atomically.
+
+    ``mark(name)`` records the wall time of an event (start/end of the timed window) so
+    energy and flags can be computed over exactly that window.
+    """
+
+    def __init__(self, reader: _Reader, hz: float = 2.0) -> None:
+        self.reader = reader
+        self.period = 1.0 / max(0.1, min(hz, 10.0))
+        self.rows: list[Row] = []
+        self.marks: dict[str, float] = {}
+        self.mark_rows: dict[str, list[Row]] = {}
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def simulated(self) -> bool:
+        return bool(getattr(self.reader, "simulated", False))
+
+    def sample_now(self) -> list[Row]:
+        try:
+            rows = self.reader.read()
+        except Exception as exc:  # a flaky read is recorded, never kills the rep
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+            return []
+        with self._lock:
+            self.rows.extend(rows)
+        return rows
+
+    def mark(self, name: str) -> float:
+        """Sample now and remember the samples as the rows *at* this event (energy reads them)."""
+        self.mark_rows[name] = self.sample_now()
+        self.marks[name] = time.time()
+        return self.marks[name]
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period):
+            self.sample_now()
+
+    def start(self) -> Sampler:
+        self.sample_now()
+        self._thread = threading.Thread(target=self._loop, name="p2p-telemetry", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.sample_now()
+
+    def window(self, start: str = "start", end: str = "end") -> list[Row]:
+        """Rows inside the marked window (inclusive: the mark itself took a sample)."""
+        t0 = self.marks.get(start, -math.inf)
+        t1 = self.marks.get(end, math.inf)
+        with self._lock:
+            return [r for r in self.rows if t0 - 0.5 <= r["wall_epoch"] <= t1 + 0.5]
+
+    def write_csv(self, path: str | Path) -> Path:
+        with self._lock:
+            rows = list(self.rows)
+        return atomic_write_text(path, rows_to_csv(rows))
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+@dataclass
+class RepFlags:
+    throttled: bool
+    downtrained: bool
+    reasons: list[str]
+    details: list[str]
+    samples: int
+    simulated: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"throttled": self.throttled, "downtrained": self.downtrained, "reasons": self.reasons,
+                "details": self.details, "samples": self.samples, "simulated": self.simulated}
+
+
+def assess(rows: Sequence[Row], expected_link: Mapping[int, tuple[int | None, int | None]]) -> RepFlags:
+    """Flags for one rep's timed window.
+
+    * throttled: any sample with a thermal/power throttle-reason bit (:data:`THROTTLE_MASK`).
+    * downtrained: a GPU whose link **never** reached the expected generation/width in the
+      window. Judged on the best sample, because an idle-ish GPU legitimately drops its link
+      speed between bursts; a link that trained down cannot reach the expected state at all.
+    """
+    reasons: set[str] = set()
+    details: list[str] = []
+    best: dict[int, tuple[int, int]] = {}
+    for r in rows:
+        idx = r.get("index")
+        mask = r.get("throttle_reasons")
+        if isinstance(mask, int) and mask & THROTTLE_MASK:
+            names = throttle_names(mask)
+            if not set(names) <= reasons:
+                details.append(f"GPU {idx} throttled at {r.get('wall_epoch')}: {', '.join(names)} "
+                               f"({r.get('temperature.gpu')} C, {r.get('power.draw')} W)")
+            reasons.update(names)
+        gen, width = r.get("pcie.link.gen.current"), r.get("pcie.link.width.current")
+        if isinstance(idx, int) and isinstance(gen, int) and isinstance(width, int):
+            g0, w0 = best.get(idx, (0, 0))
+            best[idx] = (max(g0, gen), max(w0, width))
+    downtrained = False
+    for idx, (egen, ewidth) in expected_link.items():
+        if idx not in best:
+            continue
+        bgen, bwidth = best[idx]
+        if (egen is not None and bgen < egen) or (ewidth is not None and bwidth < ewidth):
+            downtrained = True
+            details.append(f"GPU {idx} link reached at most Gen{bgen} x{bwidth} during the rep, "
+                           f"expected Gen{egen} x{ewidth}")
+    simulated = any(r.get("simulated") == SIMULATED_MARK for r in rows)
+    return RepFlags(throttled=bool(reasons), downtrained=downtrained, reasons=sorted(reasons),
+                    details=details, samples=len(rows), simulated=simulated)
+
+
+def make_reader(gpus: Sequence[int], *, simulated: bool,
+                link: Mapping[int, tuple[int | None, int | None]] | None = None) -> _Reader:
+    """NVML when the run is live; the labelled simulation otherwise (or when NVML cannot start)."""
+    if simulated:
+        return SimulatedReader(gpus=list(gpus), link=dict(link or {}))
+    return NvmlReader(gpus)

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_p2p.campaign.lease import GpuLease, LeaseTimeout
+
+
+def _hold(lock_dir: str, gpus: list[int], seconds: float, log: str, tag: str) -> None:
+    lease = GpuLease(Path(lock_dir), poll_s=0.01)
+    with lease.hold(gpus, tag):
+        with open(log, "a") as fh:
+            fh.write(f"{tag} start {time.monotonic()}\n")
+        time.sleep(seconds)
+        with open(log, "a") as fh:
+            fh.write(f"{tag} end {time.monotonic()}\n")
+
+
+def _intervals(log: Path) -> dict[str, tuple[float, float]]:
+    got: dict[str, list[float]] = {}
+    for line in log.read_text().splitlines():
+        tag, _, t = line.split()
+        got.setdefault(tag, []).append(float(t))
+    return {k: (v[0], v[1]) for k, v in got.items()}
+
+
+def test_overlapping_pairs_never_hold_a_gpu_at_once(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_hold, args=(str(tmp_path), g, 0.3, str(log), t))
+             for g, t in (([0, 1], "p01"), ([1, 2], "p12"), ([2, 3], "p23"))]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(10)
+        assert p.exitcode == 0
+    iv = _intervals(log)
+    # p01 and p12 share GPU 1, p12 and p23 share GPU 2: those never overlap.
+    for a, b in (("p01", "p12"), ("p12", "p23")):
+        assert iv[a][1] <= iv[b][0] or iv[b][1] <= iv[a][0], iv
+
+
+def test_timeout_names_the_gpu_and_holder(tmp_path: Path) -> None:
+    ctx = mp.get_context("fork")
+    p = ctx.Process(target=_hold, args=(str(tmp_path), [3], 1.5, str(tmp_path / "log"), "other"))
+    p.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not (tmp_path / "log").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        lease = GpuLease(tmp_path, poll_s=0.01)
+        with pytest.raises(LeaseTimeout, match=r"GPU 3 is still in use by pid \d+: other"), \
+                lease.hold([3], "probe gpu3-gpu4", timeout_s=0.2):
+            pass
+        assert lease.held == []
+    finally:
+        p.join(5)
+
+
+def test_lock_released_on_exit_and_reentrant_sequence(tmp_path: Path) -> None:
+    lease = GpuLease(tmp_path)
+    with lease.hold([1, 0], "x") as waited:
+        assert lease.held == [0, 1] and waited >= 0
+    assert lease.held == []
+    with lease.hold([0], "y", timeout_s=0.1):
+        pass
