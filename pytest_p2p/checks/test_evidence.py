@@ -1,0 +1,58 @@
+"""Built-in evidence checks: what the hardware says about peers and links.
+
+Collected by ``pytest -m p2p --pyargs pytest_p2p``. Each check is parametrised per GPU
+(``p2p_gpu``) or per pair (``p2p_pair``) of the rig and fails with a diagnosis.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_p2p.evidence.diagnose import (
+    Judgement,
+    judge_counters,
+    judge_nvlink,
+    judge_pcie,
+    judge_peer_access,
+    judge_topology,
+)
+
+pytestmark = pytest.mark.p2p
+
+
+def _verdict(j: Judgement) -> None:
+    if j.skipped:
+        pytest.skip(j.skipped)
+    if not j.ok:
+        pytest.fail(j.message(), pytrace=False)
+
+
+def test_peer_access(p2p_session, p2p_evidence, p2p_pair):
+    """Both GPUs of the pair can access each other as peers (CUDA both ways; NVML read/write)."""
+    _verdict(judge_peer_access(p2p_evidence, p2p_evidence.pair(*p2p_pair), p2p_session.resolved.pair_expect[p2p_pair]))
+
+
+def test_topology(p2p_session, p2p_evidence, p2p_pair):
+    """The pair connects through the expected topology class (NV#, PIX, PXB, PHB, NODE, SYS)."""
+    _verdict(judge_topology(p2p_evidence, p2p_evidence.pair(*p2p_pair), p2p_session.resolved.pair_expect[p2p_pair]))
+
+
+def test_pcie_link(p2p_session, p2p_evidence, p2p_gpu):
+    """The PCIe link runs at least the expected generation and width under load."""
+    _verdict(judge_pcie(p2p_evidence.gpu(p2p_gpu), p2p_session.resolved.gpu_expect[p2p_gpu]))
+
+
+def test_nvlink(p2p_session, p2p_evidence, p2p_gpu):
+    """All expected NVLinks are active at the expected version."""
+    _verdict(judge_nvlink(p2p_evidence.gpu(p2p_gpu), p2p_session.resolved.gpu_expect[p2p_gpu]))
+
+
+@pytest.mark.gpu
+def test_error_counters(p2p_session, p2p_evidence, p2p_gpu):
+    """PCIe replay and NVLink CRC counters did not grow during the session (runs last)."""
+    if not p2p_session.live:
+        pytest.skip(f"a replay holds one reading; counter growth needs a live session ({p2p_session.label})")
+    from pytest_p2p.evidence.live import gather_live
+
+    now = gather_live(load=False).gpu(p2p_gpu)
+    _verdict(judge_counters(now, p2p_evidence.gpu(p2p_gpu), p2p_session.resolved.gpu_expect[p2p_gpu]))

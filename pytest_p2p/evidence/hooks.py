@@ -1,0 +1,110 @@
+"""Pytest integration of the evidence stage: core options, report header, GPU/pair parametrisation.
+
+Test functions that ask for ``p2p_gpu`` are parametrised by the rig's GPUs (ids ``gpu1``),
+those that ask for ``p2p_pair`` by its pairs (ids ``gpu1-gpu2``); the built-in checks in
+``pytest_p2p/checks/`` use these, and so can a rig owner's own tests.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from ..errors import P2PError
+from ..options import add_ini_and_option
+from ..session import P2PSession, get_session
+
+_ENV_VARS = ("PYTEST_P2P_RIG", "PYTEST_P2P_SNAPSHOT")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("p2p", "GPU interconnect checks (pytest-p2p)")
+    add_ini_and_option(group, parser, "--p2p-rig", ini="p2p_rig", env="PYTEST_P2P_RIG", metavar="PATH",
+                       help="rig file (YAML) naming the GPUs, pairs and expectations; default: auto-detect")
+    add_ini_and_option(group, parser, "--p2p-snapshot", ini="p2p_snapshot", env="PYTEST_P2P_SNAPSHOT",
+                       metavar="PATH", help="replay evidence recorded by 'python -m pytest_p2p snapshot' "
+                                            "instead of reading NVML live")
+    add_ini_and_option(group, parser, "--p2p-results", ini="p2p_results", env="PYTEST_P2P_RESULTS", metavar="DIR",
+                       help="results directory root (default: ./p2p-results)")
+    group.addoption("--p2p-live", action="store_true", default=False,
+                    help="demand live NVML: fail instead of falling back to the embedded demo rig when no GPU answers")
+
+
+def _requested(config: pytest.Config) -> bool:
+    """Whether this run is about p2p checks (so that plain test runs never touch NVML)."""
+    opts = ("p2p_rig", "p2p_snapshot", "p2p_live")
+    if any(config.getoption(o, default=None) for o in opts) or any(os.environ.get(e) for e in _ENV_VARS):
+        return True
+    if "p2p" in (config.getoption("markexpr", default="") or ""):
+        return True
+    return any("pytest_p2p" in str(a) for a in config.invocation_params.args)
+
+
+def session_or_usage_error(config: pytest.Config) -> P2PSession:
+    """The session, with a bad rig/snapshot/environment turned into one readable usage error."""
+    try:
+        session = get_session(config)
+        _ = session.evidence
+        _ = session.resolved
+    except P2PError as exc:
+        raise pytest.UsageError(f"pytest-p2p: {exc}") from None
+    return session
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if _requested(config) and not hasattr(config, "workerinput"):
+        session_or_usage_error(config)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    if not _requested(config):
+        return None
+    s = session_or_usage_error(config)
+    ev = s.evidence
+    lines = [f"p2p rig: {s.rig.name} ({s.rig.source})", f"p2p evidence: {s.label}"]
+    driver = f"driver {ev.driver_version or '?'}, CUDA driver {ev.cuda_driver_version or '?'}"
+    lines.append(f"p2p versions: {driver}")
+    for idx in s.gpus:
+        g = ev.gpu(idx)
+        nv = f", {len(g.active_nvlinks)}/{len(g.nvlinks)} NVLinks" if g.nvlinks else ""
+        lines.append(f"p2p   gpu{idx}: {g.name} {g.bus_id} PCIe max {g.pcie.max.label()}{nv}")
+    pairs = ", ".join(f"gpu{a}-gpu{b} ({ev.pair(a, b).topology or '?'})" for a, b in s.pairs) or "none"
+    lines.append(f"p2p pairs: {pairs}")
+    for note in ev.notes:
+        lines.append(f"p2p note: {note}")
+    return lines
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    wants_gpu = "p2p_gpu" in metafunc.fixturenames
+    wants_pair = "p2p_pair" in metafunc.fixturenames
+    if not (wants_gpu or wants_pair):
+        return
+    s = session_or_usage_error(metafunc.config)
+    if wants_gpu:
+        metafunc.parametrize("p2p_gpu", s.gpus, ids=[f"gpu{i}" for i in s.gpus], scope="session")
+    if wants_pair:
+        metafunc.parametrize("p2p_pair", s.pairs, ids=[f"gpu{a}-gpu{b}" for a, b in s.pairs], scope="session")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Error-counter checks run last, so "not growing across the session" covers the whole session."""
+    last = [it for it in items if getattr(it, "originalname", "") == "test_error_counters"]
+    if last:
+        rest = [it for it in items if it not in last]
+        items[:] = rest + last
+
+
+@pytest.fixture(scope="session")
+def p2p_session(pytestconfig: pytest.Config) -> P2PSession:
+    """The rig, the evidence and the pairs of this pytest session."""
+    return session_or_usage_error(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def p2p_evidence(p2p_session: P2PSession) -> Iterator[object]:
+    """Evidence with PCIe read under load and CUDA peer access (live machines run the load once)."""
+    yield p2p_session.evidence_under_load()

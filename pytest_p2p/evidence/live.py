@@ -1,0 +1,334 @@
+"""Live evidence from NVML (through ``pynvml`` from nvidia-ml-py), read on the machine itself.
+
+Two traps shape this module:
+
+* An idle GPU trains its PCIe link down (Gen1 at idle, Gen3 under load in the seed's
+  evidence C16 vs C15). A link check must read while the GPU is busy, so
+  :func:`read_under_load` starts a small CUDA workload *in a subprocess* (host<->device
+  copies plus matmuls through torch) and samples NVML meanwhile. A subprocess, not this
+  process: a CUDA context left in the pytest process would itself be a "compute process
+  on the pair" when a later server teardown checks that the GPUs are free.
+* CUDA and NVML number GPUs differently unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; we map
+  CUDA indices to NVML indices by PCI bus id, never by assuming they are equal.
+
+pynvml quirks handled here: ``NVML_P2P_CAPS_INDEX_READ`` is the tuple ``(0,)`` in
+nvidia-ml-py (a trailing comma), so literal indices are used; ``nvmlDeviceGetNvLinkVersion``
+returns the ``nvmlNvlinkVersion_t`` enum, not the version number.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..envs import subprocess_env
+from ..errors import EvidenceError
+from ..util import normalize_bus_id
+from .model import (
+    P2P_STATUS,
+    Evidence,
+    GpuEvidence,
+    NvLinkState,
+    PairEvidence,
+    PcieLink,
+    PcieReading,
+)
+
+T = TypeVar("T")
+
+# nvmlNvlinkVersion_t -> NVLink generation (1.0, 2.0, 2.2, 3.0, 3.1, 4.0, 5.0, 6.0)
+NVLINK_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
+# nvmlGpuTopologyLevel_t -> nvidia-smi topo class
+TOPOLOGY_CLASS = {0: "SELF", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+# P2P caps indices (nvmlGpuP2PCapsIndex_t), literal: pynvml's READ constant is a tuple.
+P2P_CAPS = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
+REMOTE_TYPE = {0: "gpu", 1: "ibmnpu", 2: "switch"}
+MAX_NVLINKS = 18
+
+
+def _nvml() -> Any:
+    try:
+        import pynvml
+    except ImportError:
+        raise EvidenceError("pynvml is not importable: install nvidia-ml-py (pip install nvidia-ml-py)") from None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        raise EvidenceError(f"NVML could not start ({exc}): no NVIDIA driver is loaded on this machine, or it "
+                            f"cannot be reached from here. Use --p2p-snapshot FILE to replay a recording.") from None
+    return pynvml
+
+
+def nvml_available() -> tuple[bool, str]:
+    """Cheap probe used to choose between live evidence and a replay, with the reason."""
+    try:
+        nv = _nvml()
+    except EvidenceError as exc:
+        return False, str(exc)
+    try:
+        count = nv.nvmlDeviceGetCount()
+    finally:
+        nv.nvmlShutdown()
+    if count == 0:
+        return False, "NVML is running but reports no GPU"
+    return True, f"NVML sees {count} GPU(s)"
+
+
+def _try(fn: Callable[[], T]) -> T | None:
+    """NVML getters raise NotSupported & co. on some GPUs; that is 'not reported', not an error."""
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001 - pynvml raises a zoo of NVMLError subclasses and ctypes errors
+        return None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def gather_live(*, load: bool = True, load_seconds: float = 2.0) -> Evidence:
+    """Everything NVML says, plus readings under load and CUDA peer access when ``load``."""
+    nv = _nvml()
+    try:
+        evidence = _gather(nv)
+    finally:
+        nv.nvmlShutdown()
+    if load:
+        read_under_load(evidence, seconds=load_seconds)
+    return evidence
+
+
+def _gather(nv: Any) -> Evidence:
+    count = nv.nvmlDeviceGetCount()
+    handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+    gpus = [_gpu(nv, i, h) for i, h in enumerate(handles)]
+    pairs = []
+    for i in range(count):
+        for j in range(i + 1, count):
+            pairs.append(_pair(nv, gpus[i], gpus[j], handles[i], handles[j]))
+    cuda = _try(nv.nvmlSystemGetCudaDriverVersion)
+    return Evidence(
+        source="live",
+        origin=socket.gethostname(),
+        recorded_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        host=socket.gethostname(),
+        driver_version=_try(lambda: _text(nv.nvmlSystemGetDriverVersion())),
+        nvml_version=_try(lambda: _text(nv.nvmlSystemGetNVMLVersion())),
+        cuda_driver_version=int(cuda) if cuda is not None else None,
+        gpus=gpus,
+        pairs=pairs,
+    )
+
+
+def _gpu(nv: Any, index: int, h: Any) -> GpuEvidence:
+    pci = nv.nvmlDeviceGetPciInfo(h)
+    bus_id = normalize_bus_id(_text(pci.busId))
+    mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(h))
+    power = _try(lambda: nv.nvmlDeviceGetPowerUsage(h))
+    limit = _try(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
+    reasons = _try(lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h))
+    if reasons is None:
+        reasons = _try(lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+    return GpuEvidence(
+        index=index,
+        name=_text(nv.nvmlDeviceGetName(h)),
+        uuid=_try(lambda: _text(nv.nvmlDeviceGetUUID(h))) or "",
+        bus_id=bus_id,
+        pcie=PcieLink(
+            idle=read_pcie(nv, h),
+            loaded=None,
+            max=PcieReading(_try(lambda: nv.nvmlDeviceGetMaxPcieLinkGeneration(h)),
+                            _try(lambda: nv.nvmlDeviceGetMaxPcieLinkWidth(h))),
+            gpu_max=PcieReading(_try(lambda: nv.nvmlDeviceGetGpuMaxPcieLinkGeneration(h)), None),
+            replay_counter=_try(lambda: nv.nvmlDeviceGetPcieReplayCounter(h)),
+        ),
+        nvlinks=_nvlinks(nv, h),
+        memory_total_mib=int(mem.total // 2**20) if mem is not None else None,
+        memory_used_mib=int(mem.used // 2**20) if mem is not None else None,
+        energy_mj=_try(lambda: int(nv.nvmlDeviceGetTotalEnergyConsumption(h))),
+        power_w=power / 1000.0 if power is not None else None,
+        power_limit_w=limit / 1000.0 if limit is not None else None,
+        sm_clock_mhz=_try(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+        mem_clock_mhz=_try(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+        temperature_c=_try(lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+        pstate=_try(lambda: nv.nvmlDeviceGetPerformanceState(h)),
+        throttle_reasons=int(reasons) if reasons is not None else None,
+    )
+
+
+def read_pcie(nv: Any, h: Any) -> PcieReading:
+    return PcieReading(_try(lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(h)),
+                       _try(lambda: nv.nvmlDeviceGetCurrPcieLinkWidth(h)))
+
+
+def _nvlinks(nv: Any, h: Any) -> list[NvLinkState]:
+    links: list[NvLinkState] = []
+    for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", MAX_NVLINKS)):
+        state = _try(lambda link=link: nv.nvmlDeviceGetNvLinkState(h, link))
+        if state is None:
+            continue  # no such link (NotSupported / InvalidArgument)
+        version = _try(lambda link=link: nv.nvmlDeviceGetNvLinkVersion(h, link))
+        remote = _try(lambda link=link: nv.nvmlDeviceGetNvLinkRemotePciInfo(h, link))
+        rtype = _try(lambda link=link: nv.nvmlDeviceGetNvLinkRemoteDeviceType(h, link))
+        crc = [_try(lambda link=link, c=c: nv.nvmlDeviceGetNvLinkErrorCounter(h, link, c))
+               for c in (nv.NVML_NVLINK_ERROR_DL_CRC_FLIT, nv.NVML_NVLINK_ERROR_DL_CRC_DATA)]
+        replay = _try(lambda link=link: nv.nvmlDeviceGetNvLinkErrorCounter(h, link, nv.NVML_NVLINK_ERROR_DL_REPLAY))
+        remote_bus = None
+        if remote is not None:
+            remote_bus = _try(lambda remote=remote: normalize_bus_id(_text(remote.busId)))
+        known_crc = [c for c in crc if c is not None]
+        links.append(NvLinkState(
+            link=link,
+            active=bool(state),
+            version=NVLINK_VERSION.get(int(version)) if version is not None else None,
+            remote_bus_id=remote_bus,
+            remote_type=REMOTE_TYPE.get(int(rtype)) if rtype is not None else None,
+            crc_errors=sum(known_crc) if known_crc else None,
+            replay_errors=replay,
+        ))
+    return links
+
+
+def _pair(nv: Any, a: GpuEvidence, b: GpuEvidence, ha: Any, hb: Any) -> PairEvidence:
+    level = _try(lambda: nv.nvmlDeviceGetTopologyCommonAncestor(ha, hb))
+    status = {}
+    for name, idx in P2P_CAPS.items():
+        code = _try(lambda idx=idx: nv.nvmlDeviceGetP2PStatus(ha, hb, idx))
+        status[name] = P2P_STATUS.get(int(code), "U") if code is not None else None
+    between = nvlinks_between(a, b, status.get("nvlink"))
+    topology = f"NV{between}" if between else (TOPOLOGY_CLASS.get(int(level)) if level is not None else None)
+    return PairEvidence(a=a.index, b=b.index, topology=topology,
+                        nvml_topology_level=int(level) if level is not None else None, nvlinks_between=between,
+                        p2p_read=status["read"], p2p_write=status["write"], p2p_nvlink=status["nvlink"],
+                        p2p_atomics=status["atomics"])
+
+
+def nvlinks_between(a: GpuEvidence, b: GpuEvidence, nvml_nvlink_status: str | None) -> int:
+    """How many active NVLinks join ``a`` and ``b``, as ``nvidia-smi topo -m`` counts them (``NV18``).
+
+    NVML's common-ancestor topology ignores NVLink (it says HOSTBRIDGE for our NVLinked
+    H200 pair), so NV# is derived from the links: links whose remote is ``b`` directly;
+    or, when the links go to an NVSwitch (or the remote is not reported) and NVML says
+    the pair does P2P over NVLink, the smaller of the two GPUs' active link counts.
+    """
+    direct = sum(1 for link in a.active_nvlinks if link.remote_bus_id == b.bus_id)
+    if direct:
+        return direct
+    if nvml_nvlink_status == "OK":
+        def via_switch(g: GpuEvidence) -> int:
+            return sum(1 for link in g.active_nvlinks if link.remote_type in ("switch", None))
+
+        return min(via_switch(a), via_switch(b))
+    return 0
+
+
+# --------------------------------------------------------------------------- under load
+
+_LOAD_SCRIPT = r"""
+import json, sys, time
+import torch
+n = torch.cuda.device_count()
+devs = []
+for i in range(n):
+    p = torch.cuda.get_device_properties(i)
+    bus = "%04X:%02X:%02X.0" % (getattr(p, "pci_domain_id", 0), p.pci_bus_id, p.pci_device_id)
+    devs.append({"cuda_index": i, "bus_id": bus, "name": p.name})
+peer = [[i, j, bool(torch.cuda.can_device_access_peer(i, j))] for i in range(n) for j in range(n) if i != j]
+seconds = float(sys.argv[1])
+work = []
+for i in range(n):
+    torch.cuda.set_device(i)
+    host = torch.empty(64 << 20, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(64 << 20, dtype=torch.uint8, device=i)
+    a = torch.randn(2048, 2048, device=i)
+    work.append((i, host, dev, a, torch.cuda.Stream(i), torch.cuda.Stream(i)))
+print("LOADING", flush=True)
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    for i, host, dev, a, s_copy, s_math in work:
+        with torch.cuda.stream(s_copy):
+            dev.copy_(host, non_blocking=True)
+            host.copy_(dev, non_blocking=True)
+        with torch.cuda.stream(s_math):
+            for _ in range(8):
+                a = torch.tanh(a @ a)
+    for i in range(n):
+        torch.cuda.synchronize(i)
+print("RESULT " + json.dumps({"devices": devs, "peer": peer}), flush=True)
+"""
+
+
+def read_under_load(evidence: Evidence, *, seconds: float = 2.0, python: str | None = None) -> None:
+    """Fill ``pcie.loaded`` (read while a CUDA workload runs) and CUDA peer access, in place.
+
+    Needs torch with CUDA; without it ``loaded`` stays ``None`` and ``load_method`` says
+    why, so the checks judge the max-link fields instead and say that they did.
+    """
+    env = subprocess_env(None, nccl_debug=None)
+    try:
+        proc = subprocess.Popen([python or sys.executable, "-c", _LOAD_SCRIPT, str(seconds)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError as exc:
+        _no_load(evidence, f"could not start the load process: {exc}")
+        return
+    samples: dict[int, list[PcieReading]] = {g.index: [] for g in evidence.gpus}
+    result: dict[str, Any] | None = None
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        if first.strip() == "LOADING":
+            nv = _nvml()
+            try:
+                handles = {g.index: nv.nvmlDeviceGetHandleByIndex(g.index) for g in evidence.gpus}
+                deadline = time.monotonic() + max(0.5, seconds - 0.2)
+                time.sleep(min(0.3, seconds / 4))
+                while time.monotonic() < deadline:
+                    for idx, h in handles.items():
+                        samples[idx].append(read_pcie(nv, h))
+                    time.sleep(0.1)
+            finally:
+                nv.nvmlShutdown()
+            for line in proc.stdout:
+                if line.startswith("RESULT "):
+                    result = json.loads(line[len("RESULT "):])
+        proc.wait(timeout=seconds + 120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    err = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
+    if result is None:
+        why = err[-1] if err else f"exit code {proc.returncode}"
+        _no_load(evidence, f"the CUDA load process failed ({why})")
+        return
+    for g in evidence.gpus:
+        got = [s for s in samples[g.index] if s.gen is not None]
+        if got:
+            best = max(got, key=lambda s: ((s.gen or 0), (s.width or 0)))
+            g.pcie.loaded = best
+            g.pcie.load_method = f"cuda-load ({len(got)} NVML samples during {seconds:.1f}s of copies+matmuls)"
+    by_bus = {g.bus_id: g for g in evidence.gpus}
+    cuda_to_nvml: dict[int, int] = {}
+    for dev in result["devices"]:
+        g = by_bus.get(normalize_bus_id(dev["bus_id"]))
+        if g is not None:
+            g.cuda_index = dev["cuda_index"]
+            cuda_to_nvml[dev["cuda_index"]] = g.index
+    peer = {(cuda_to_nvml.get(i), cuda_to_nvml.get(j)): ok for i, j, ok in result["peer"]}
+    for p in evidence.pairs:
+        p.cuda_peer_ab = peer.get((p.a, p.b))
+        p.cuda_peer_ba = peer.get((p.b, p.a))
+    if os.environ.get("CUDA_VISIBLE_DEVICES"):
+        evidence.notes.append("CUDA_VISIBLE_DEVICES was set: CUDA peer access known only for visible GPUs")
+
+
+def _no_load(evidence: Evidence, why: str) -> None:
+    for g in evidence.gpus:
+        g.pcie.load_method = f"none: {why}"
+    evidence.notes.append(f"PCIe links were not read under load: {why}; checks judge the max-link fields")

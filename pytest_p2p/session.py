@@ -1,0 +1,161 @@
+"""The per-pytest-session view of the rig: which rig, which evidence, which pairs.
+
+Resolution order (stated once, used everywhere):
+
+* **evidence**: ``--p2p-snapshot`` (or ``PYTEST_P2P_SNAPSHOT`` / ini ``p2p_snapshot``) replays
+  a recording; otherwise live NVML when a driver answers; otherwise, unless ``--p2p-live``
+  demands a GPU, the **demo rig**: the embedded snapshot recorded on our 2x H200 NVLink
+  machine, replayed and labelled as such, with the stand-in server for model campaigns.
+* **rig**: ``--p2p-rig`` (or ``PYTEST_P2P_RIG`` / ini ``p2p_rig``); else the demo rig file
+  in demo mode; else auto-detection (every GPU, every pair, links at their maximum).
+
+Cheap things (option parsing, rig and snapshot files) are resolved at configure time so
+that a bad value is a usage error before collection; live NVML is read on first use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .errors import EvidenceError
+from .evidence.model import Evidence
+from .options import Resolved, resolve
+from .rig import ResolvedRig, Rig, auto_rig, load_rig
+from .rig import resolve as resolve_rig
+
+SESSION_KEY = pytest.StashKey["P2PSession"]()
+
+DEMO_SNAPSHOT = "h200x2-nvlink.snapshot.json"
+DEMO_RIG = "rig.yaml"
+
+
+def demo_path(name: str) -> Path:
+    """A file shipped inside the package (works from an installed wheel)."""
+    return Path(str(resources.files("pytest_p2p") / "demo" / name))
+
+
+@dataclass
+class P2PSession:
+    rig: Rig
+    results_root: Path
+    snapshot: Resolved[str | None]
+    require_live: bool
+    demo_reason: str | None = None  # why the demo rig is used (no NVML here: ...)
+    _evidence: Evidence | None = None
+    _resolved: ResolvedRig | None = None
+    _loaded: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def demo(self) -> bool:
+        return self.demo_reason is not None
+
+    @property
+    def live(self) -> bool:
+        return self.evidence.source == "live"
+
+    @property
+    def simulated(self) -> bool:
+        """True when any stage substitutes simulation for hardware (the demo rig's stand-in server)."""
+        server = self.rig.sections.get("server")
+        return self.demo or bool(getattr(server, "simulated", False))
+
+    @property
+    def evidence(self) -> Evidence:
+        if self._evidence is None:
+            self._evidence = self._gather(load=False)
+        return self._evidence
+
+    def evidence_under_load(self) -> Evidence:
+        """Evidence with PCIe read under load and CUDA peer access (live: runs the load once)."""
+        ev = self.evidence
+        if ev.source == "live" and not self._loaded:
+            from .evidence.live import read_under_load
+
+            read_under_load(ev)
+        self._loaded = True
+        return ev
+
+    def _gather(self, *, load: bool) -> Evidence:
+        from .evidence.snapshot import load_snapshot
+
+        if self.snapshot.value is not None:
+            return load_snapshot(self.snapshot.value, origin=self.snapshot.origin)
+        if self.demo:
+            ev = load_snapshot(demo_path(DEMO_SNAPSHOT))
+            ev.notes.insert(0, f"demo rig: replaying the embedded snapshot because {self.demo_reason}")
+            return ev
+        from .evidence.live import gather_live
+
+        return gather_live(load=load)
+
+    @property
+    def resolved(self) -> ResolvedRig:
+        if self._resolved is None:
+            self._resolved = resolve_rig(self.rig, self.evidence)
+        return self._resolved
+
+    @property
+    def pairs(self) -> list[tuple[int, int]]:
+        return self.resolved.pairs
+
+    @property
+    def gpus(self) -> list[int]:
+        return self.resolved.gpus
+
+    @property
+    def label(self) -> str:
+        ev = self.evidence
+        text = ev.label
+        if self.demo:
+            text = f"DEMO — {text}; model campaigns use the SIMULATED stand-in server"
+        return text
+
+    def snapshot_dict(self) -> dict[str, Any]:
+        from .evidence.snapshot import envelope
+
+        return envelope(self.evidence)
+
+
+def _from_config(config: pytest.Config) -> P2PSession:
+    rig_opt = resolve(config, dest="p2p_rig", flag="--p2p-rig", env="PYTEST_P2P_RIG", ini="p2p_rig", default=None)
+    snap = resolve(config, dest="p2p_snapshot", flag="--p2p-snapshot", env="PYTEST_P2P_SNAPSHOT",
+                   ini="p2p_snapshot", default=None)
+    results = resolve(config, dest="p2p_results", flag="--p2p-results", env="PYTEST_P2P_RESULTS",
+                      ini="p2p_results", default="p2p-results")
+    require_live = bool(config.getoption("p2p_live", default=False))
+    if snap.value is not None and require_live:
+        raise pytest.UsageError(f"--p2p-live demands live NVML but {snap.where()} asks for a replay")
+    demo_reason: str | None = None
+    if snap.value is None:
+        from .evidence.live import nvml_available
+
+        ok, why = nvml_available()
+        if not ok:
+            if require_live:
+                raise EvidenceError(f"--p2p-live: {why}")
+            demo_reason = f"no live GPU here ({why})"
+    if rig_opt.value is not None:
+        rig = load_rig(rig_opt.value, origin=rig_opt.origin)
+    elif demo_reason is not None and demo_path(DEMO_RIG).is_file():
+        rig = load_rig(demo_path(DEMO_RIG))
+    else:
+        rig = auto_rig()
+    root = Path(results.value)
+    if not root.is_absolute():
+        root = Path(config.invocation_params.dir) / root
+    return P2PSession(rig=rig, results_root=root, snapshot=snap, require_live=require_live, demo_reason=demo_reason)
+
+
+def get_session(config: pytest.Config) -> P2PSession:
+    """The session's rig/evidence view, created on first use and kept in ``config.stash``."""
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        session = _from_config(config)
+        config.stash[SESSION_KEY] = session
+    return session
