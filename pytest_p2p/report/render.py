@@ -1,0 +1,445 @@
+"""Render ``summary.{json,csv,md}`` and ``plots/`` of a run directory from its files.
+
+The summary is always rebuilt from the per-rep ``run_<k>.json`` files (falling back to
+``aggregate.json`` only for a scenario without any rep file), never from objects held
+in memory by the campaign. That is what makes ``python -m pytest_p2p report DIR`` after
+an interrupted campaign correct: reps 1-2 are summarised, rep 3 is listed as missing.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_p2p.report import terminal
+from pytest_p2p.report.results import ResultsDir, ResultsError, read_json
+from pytest_p2p.util import atomic_write_json, atomic_write_text, parse_size
+
+SUMMARY_SCHEMA = 1
+
+# Metric whose paired uplift is reported, and whether a larger value is better.
+UPLIFT_METRIC = {"model": ("output_throughput", True), "probe": ("time_us", False)}
+ENERGY_KEYS = ("tokens_per_joule", "joules_per_token", "avg_watts")
+
+_MODEL_CSV = (
+    ("output_tok_s", "output_throughput"),
+    ("total_tok_s", "total_token_throughput"),
+    ("request_throughput", "request_throughput"),
+    ("mean_ttft_ms", "mean_ttft_ms"),
+    ("median_ttft_ms", "median_ttft_ms"),
+    ("p99_ttft_ms", "p99_ttft_ms"),
+    ("mean_tpot_ms", "mean_tpot_ms"),
+    ("median_tpot_ms", "median_tpot_ms"),
+    ("p99_tpot_ms", "p99_tpot_ms"),
+    ("mean_itl_ms", "mean_itl_ms"),
+    ("median_itl_ms", "median_itl_ms"),
+    ("p99_itl_ms", "p99_itl_ms"),
+    ("mean_e2el_ms", "mean_e2el_ms"),
+    ("p99_e2el_ms", "p99_e2el_ms"),
+    ("completed", "completed"),
+    ("failed", "failed"),
+)
+_PROBE_CSV = (("time_us", "time_us"), ("busbw_gbs", "busbw_gbs"), ("algbw_gbs", "algbw_gbs"))
+
+
+@dataclass
+class Rendered:
+    """What :func:`render_report` wrote, and what it could not (``notes``)."""
+
+    run_dir: Path
+    summary_json: Path
+    summary_csv: Path
+    summary_md: Path
+    plots: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def paths(self) -> list[Path]:
+        return [self.summary_md, self.summary_csv, self.summary_json, *self.plots]
+
+
+def _stats() -> tuple[Any, Any]:
+    """The campaign stage owns the statistics; the report only calls them."""
+    try:
+        from pytest_p2p.campaign.stats import paired_uplift, summarize
+    except ImportError as exc:  # pragma: no cover - only in a broken install
+        raise ResultsError(f"pytest_p2p.campaign.stats is not importable ({exc}); reinstall pytest-p2p") from None
+    return summarize, paired_uplift
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+def _summarize(values: list[float]) -> dict[str, Any]:
+    summarize, _ = _stats()
+    out = dict(summarize(values))
+    out["values"] = list(values)
+    return out
+
+
+def _aggregate_reps(reps: dict[int, dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """metrics, energy and flags of one scenario from its rep files."""
+    names: list[str] = []
+    for data in reps.values():
+        for k, v in data.items():
+            if _is_number(v) and k not in names:
+                names.append(k)
+    metrics = {}
+    for name in names:
+        vals = [float(d[name]) for d in reps.values() if _is_number(d.get(name))]
+        if vals:
+            metrics[name] = _summarize(vals)
+    energy: dict[str, Any] = {}
+    for key in ENERGY_KEYS:
+        vals = [float(e[key]) for d in reps.values()
+                if isinstance(e := d.get("energy"), dict) and _is_number(e.get(key))]
+        if vals:
+            energy[key] = _summarize(vals)
+    methods = sorted({str(d["energy"].get("method")) for d in reps.values()
+                      if isinstance(d.get("energy"), dict) and d["energy"].get("method")})
+    if methods:
+        energy["method"] = ", ".join(methods)
+    flags = {
+        "throttled_reps": [k for k, d in reps.items() if (d.get("flags") or {}).get("throttled")],
+        "downtrained_reps": [k for k, d in reps.items() if (d.get("flags") or {}).get("downtrained")],
+    }
+    return metrics, energy, flags
+
+
+def _expected(meta: dict[str, Any]) -> tuple[list[str], list[str], int | None]:
+    arms = meta.get("arms") or {}
+    arm_names = list(arms) if isinstance(arms, (dict, list)) else []
+    points = [str(p) for p in meta.get("points") or []]
+    reps = meta.get("reps")
+    return arm_names, points, reps if isinstance(reps, int) and not isinstance(reps, bool) else None
+
+
+def _transport_of(proof: dict[str, Any] | None) -> str | None:
+    if not proof:
+        return None
+    for key in ("transport", "observed", "observed_transport"):
+        if isinstance(proof.get(key), str):
+            return str(proof[key])
+    if proof.get("nccl_used_p2p") is True:
+        return "P2P"
+    if proof.get("nccl_used_shm") is True:
+        return "SHM"
+    return None
+
+
+def _comparisons(arm_names: list[str]) -> list[tuple[str, str]]:
+    """(A, B) pairs: the campaign's first arm over its second (campaign config: "uplift is A over B").
+
+    A third or later arm (e.g. custom all-reduce + P2P) is compared against B too.
+    """
+    if len(arm_names) < 2:
+        return []
+    ref = arm_names[1]
+    return [(a, ref) for a in arm_names if a != ref]
+
+
+def _uplift_settings(meta: dict[str, Any], kind: str) -> tuple[str, bool, Any, bool]:
+    """metric, higher_is_better, the UpliftRule and exclude_throttled, as the campaign recorded them.
+
+    ``run.json`` may carry ``uplift: {metric, direction, rule: UpliftRule.to_dict(),
+    exclude_throttled}``; absent keys fall back to ``campaign: CampaignConfig.to_dict()``
+    and then to the campaign defaults (output_throughput / time_us, 5 %, point rule).
+    """
+    from pytest_p2p.verdict.thresholds import RULES, UpliftRule
+
+    up = meta.get("uplift") if isinstance(meta.get("uplift"), dict) else {}
+    camp = meta.get("campaign") if isinstance(meta.get("campaign"), dict) else {}
+    default_metric, default_higher = UPLIFT_METRIC[kind]
+    metric = str(up.get("metric") or camp.get("uplift_metric") or default_metric)
+    direction = up.get("direction") or camp.get("uplift_direction")
+    if direction in ("higher", "lower"):
+        higher = direction == "higher"
+    elif metric == default_metric:
+        higher = default_higher
+    else:
+        higher = not metric.endswith(("_ms", "_us", "_s", "joules_per_token"))
+    rule_d = up.get("rule") if isinstance(up.get("rule"), dict) else {}
+    rule_name = rule_d.get("rule") or camp.get("uplift_rule") or "point"
+    if rule_name not in RULES:
+        raise ResultsError(f"run.json: uplift.rule.rule is {rule_name!r}, expected one of {', '.join(RULES)}")
+    try:
+        rule = UpliftRule(default=float(rule_d.get("default", 0.05)),
+                          per_point={str(k): float(v) for k, v in (rule_d.get("per_point") or {}).items()},
+                          rule=rule_name)
+    except (TypeError, ValueError, AttributeError):
+        raise ResultsError(f"run.json: uplift.rule {rule_d!r} is not an UpliftRule dict "
+                           "({default, per_point, rule})") from None
+    excl = up.get("exclude_throttled", camp.get("exclude_throttled", True))
+    return metric, higher, rule, bool(excl)
+
+
+def _uplift(meta: dict[str, Any], kind: str, arm_names: list[str],
+            rep_data: dict[tuple[str, str], dict[int, dict[str, Any]]],
+            agg_values: dict[tuple[str, str], dict[str, list[float]]], points: list[str]) -> list[dict[str, Any]]:
+    from pytest_p2p.verdict.thresholds import TooFewRepsError, judge
+
+    _, paired_uplift = _stats()
+    metric, higher, rule, _excl = _uplift_settings(meta, kind)
+    out = []
+    for faster, slower in _comparisons(arm_names):
+        for point in points:
+            fr, sr = rep_data.get((faster, point), {}), rep_data.get((slower, point), {})
+            common = sorted(k for k in fr if k in sr)
+            fv: list[float | None] = [float(fr[k][metric]) if _is_number(fr[k].get(metric)) else None
+                                      for k in common]
+            sv: list[float | None] = [float(sr[k][metric]) if _is_number(sr[k].get(metric)) else None
+                                      for k in common]
+            if not common:  # no paired rep files: pair the aggregate values in order, if both have them
+                fa = agg_values.get((faster, point), {}).get(metric, [])
+                sa = agg_values.get((slower, point), {}).get(metric, [])
+                n = min(len(fa), len(sa))
+                fv, sv = list(fa[:n]), list(sa[:n])
+            if not any(a is not None and b is not None for a, b in zip(fv, sv, strict=True)):
+                continue
+            res = paired_uplift(fv, sv, higher_is_better=higher)
+            entry: dict[str, Any] = {
+                "point": point, "metric": metric, "faster_arm": faster, "slower_arm": slower,
+                "estimate": res.get("estimate"), "ci95": res.get("ci95"), "n": res.get("n", 0),
+                "direction": "higher" if higher else "lower",
+                "threshold": rule.threshold(point), "rule": rule.rule, "passed": None, "message": "",
+            }
+            try:
+                verdict = judge(res, point, rule, metric=metric, faster_arm=faster, slower_arm=slower)
+            except TooFewRepsError as exc:
+                entry["message"] = str(exc)
+            else:
+                entry["passed"] = verdict.passed
+                entry["message"] = verdict.message
+            out.append(entry)
+    return out
+
+
+def build_summary(rd: ResultsDir) -> dict[str, Any]:
+    """The ``summary.json`` dict of a run directory (reads files only, writes nothing)."""
+    meta = rd.read_run_meta()
+    kind = meta.get("kind") if meta.get("kind") in UPLIFT_METRIC else "model"
+    arm_names, points, n_reps = _expected(meta)
+    on_disk = list(rd.scenarios())
+    for arm, point in on_disk:
+        if arm not in arm_names:
+            arm_names.append(arm)
+        if point not in points:
+            points.append(point)
+    points.sort(key=terminal.point_sort_key)
+    _metric, _higher, _rule, excl = _uplift_settings(meta, kind)
+
+    scenarios: list[dict[str, Any]] = []
+    missing: list[str] = []
+    rep_data: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    agg_values: dict[tuple[str, str], dict[str, list[float]]] = {}
+    transports: dict[str, set[str]] = {}
+    for arm in arm_names:
+        for point in points:
+            name = f"{arm}-{point}"
+            reps = rd.reps(arm, point) if (arm, point) in on_disk else {}
+            aggregate = rd.read_scenario_file(arm, point, "aggregate.json") if (arm, point) in on_disk else None
+            proof = rd.read_scenario_file(arm, point, "transport_proof.json") if (arm, point) in on_disk else None
+            excluded: list[int] = (
+                [k for k, d in reps.items() if (d.get("flags") or {}).get("throttled")] if excl else [])
+            used = {k: d for k, d in reps.items() if k not in excluded}
+            rep_data[(arm, point)] = used
+            if n_reps is not None:
+                absent = [k for k in range(1, n_reps + 1) if k not in reps]
+                if len(absent) == n_reps and not aggregate:
+                    missing.append(f"{name}: no rep completed (expected {n_reps})")
+                elif absent and reps:
+                    missing.append(f"{name}: run {', '.join(map(str, absent))} of {n_reps} missing")
+            if reps:
+                metrics, energy, _ = _aggregate_reps(used) if used else ({}, {}, None)
+                _, _, flags = _aggregate_reps(reps)
+                source = "run files"
+            elif aggregate:
+                metrics = aggregate.get("metrics") or {}
+                energy = aggregate.get("energy") or {}
+                flags = aggregate.get("flags") or {"throttled_reps": [], "downtrained_reps": []}
+                source = "aggregate.json"
+                agg_values[(arm, point)] = {k: list(v.get("values") or []) for k, v in metrics.items()
+                                            if isinstance(v, dict)}
+            else:
+                if n_reps is None:
+                    missing.append(f"{name}: no rep completed")
+                continue
+            observed = _transport_of(proof)
+            if observed:
+                transports.setdefault(arm, set()).add(observed)
+            scenarios.append({
+                "arm": arm, "point": point, "reps": sorted(reps), "excluded_reps": excluded,
+                "expected_reps": n_reps, "source": source,
+                "metrics": metrics, "energy": energy, "flags": flags, "transport": observed,
+            })
+    for m in meta.get("missing") or []:
+        text = m if isinstance(m, str) else str(m)
+        if text not in missing:
+            missing.append(text)
+
+    arms_meta = meta.get("arms") if isinstance(meta.get("arms"), dict) else {a: {} for a in arm_names}
+    summary: dict[str, Any] = {
+        "schema": SUMMARY_SCHEMA,
+        "run_id": meta.get("run_id", rd.path.name),
+        "rig": meta.get("rig"),
+        "pair": meta.get("pair") or {},
+        "kind": kind,
+        "simulated": bool(meta.get("simulated")),
+        "status": meta.get("status", "unknown"),
+        "missing": missing,
+        "reps": n_reps,
+        "schedule": meta.get("schedule"),
+        "started_at": meta.get("started_at"),
+        "finished_at": meta.get("finished_at"),
+        "arms": arms_meta,
+        "points": points,
+        "transport": {
+            arm: {"expected": (arms_meta.get(arm) or {}).get("expect_transport"),
+                  "observed": sorted(transports.get(arm, set()))}
+            for arm in arm_names
+        },
+        "scenarios": scenarios,
+        "uplift": _uplift(meta, kind, arm_names, rep_data, agg_values, points),
+        "verdicts": None,
+    }
+    verdicts = rd.path / "verdicts.json"
+    if verdicts.is_file():
+        summary["verdicts"] = read_json(verdicts)
+    return summary
+
+
+def _csv_text(summary: dict[str, Any]) -> str:
+    probe = summary["kind"] == "probe"
+    cols = _PROBE_CSV if probe else _MODEL_CSV
+    header = ["arm", "size_bytes" if probe else "concurrency", "point", "n_reps"]
+    for out_name, _key in cols:
+        header += [out_name, f"{out_name}_std"] if out_name in ("output_tok_s", "total_tok_s") or probe else [out_name]
+    if not probe:
+        header += ["avg_watts", "tokens_per_joule", "joules_per_token"]
+    header += ["throttled_reps", "downtrained_reps", "transport", "simulated"]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for sc in summary["scenarios"]:
+        point = sc["point"]
+        try:
+            pval: Any = parse_size(point[1:]) if probe else int(point[1:])
+        except ValueError:
+            pval = point
+        n = max((v.get("n") or 0) for v in sc["metrics"].values()) if sc["metrics"] else 0
+        row: list[Any] = [sc["arm"], pval, point, n]
+        for out_name, key in cols:
+            st = sc["metrics"].get(key) or {}
+            row.append(_r(st.get("mean")))
+            if out_name in ("output_tok_s", "total_tok_s") or probe:
+                row.append(_r(st.get("std")))
+        if not probe:
+            row += [_r((sc["energy"].get(k) or {}).get("mean")) for k in ("avg_watts", "tokens_per_joule",
+                                                                          "joules_per_token")]
+        row += [" ".join(map(str, sc["flags"].get("throttled_reps") or [])),
+                " ".join(map(str, sc["flags"].get("downtrained_reps") or [])),
+                sc.get("transport") or "", summary["simulated"]]
+        w.writerow(row)
+    return buf.getvalue()
+
+
+def _r(v: Any) -> Any:
+    return "" if v is None else round(float(v), 4)
+
+
+def _md_text(summary: dict[str, Any], plot_paths: list[Path], notes: list[str], run_dir: Path) -> str:
+    sim = summary["simulated"]
+    pair = summary.get("pair") or {}
+    lines = [f"# {terminal.title(summary)}", ""]
+    if sim:
+        lines += ["> **SIMULATED**: produced on the demo rig (recorded snapshot + stand-in server). "
+                  "These numbers exercise the tooling; they measure no real interconnect.", ""]
+    gpus = ", ".join(f"GPU{g.get('index')} {g.get('name', '')} {g.get('bus_id', '')}".strip()
+                     for g in pair.get("gpus") or [])
+    lines += [
+        f"- status: **{summary['status']}**; kind: {summary['kind']}; reps per scenario: {summary.get('reps')}; "
+        f"schedule: {summary.get('schedule') or '-'}",
+        f"- pair: {pair.get('key', '?')}" + (f" ({gpus})" if gpus else ""),
+        f"- started: {summary.get('started_at') or '-'}; finished: {summary.get('finished_at') or '-'}",
+        "",
+        "## Results at a glance",
+        "",
+    ]
+    headers, rows = terminal.glance_rows(summary)
+    lines += [terminal.markdown_table(headers, rows) if rows else "_no scenario has any completed rep_", ""]
+    lines += [terminal.uplift_line(summary), ""]
+    if summary["uplift"]:
+        lines += ["## Uplift per point", "",
+                  "| Point | Faster arm | Slower arm | Metric | Uplift | 95% CI | n | Threshold | Passed |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for u in summary["uplift"]:
+            ci = u.get("ci95")
+            ci_txt = f"{ci[0] * 100:+.1f} % .. {ci[1] * 100:+.1f} %" if ci and None not in ci else "-"
+            est = f"{u['estimate'] * 100:+.1f} %" if u.get("estimate") is not None else "-"
+            thr = f"{u['threshold'] * 100:+.1f} %" if u.get("threshold") is not None else "-"
+            ok = {True: "yes", False: "**no**", None: "-"}[u.get("passed")]
+            lines.append(f"| {u['point']} | {u['faster_arm']} | {u['slower_arm']} | {u['metric']} | {est} | "
+                         f"{ci_txt} | {u.get('n')} | {thr} | {ok} |")
+        lines.append("")
+    lines += ["## Transport per arm", "", "| Arm | Expected | Observed (transport_proof.json) |", "|---|---|---|"]
+    for arm, t in summary["transport"].items():
+        lines.append(f"| {arm} | {t.get('expected') or '-'} | {', '.join(t.get('observed') or []) or 'no proof'} |")
+    lines += ["", "## Flags", ""]
+    flagged = False
+    for sc in summary["scenarios"]:
+        for key, label in (("throttled_reps", "throttled"), ("downtrained_reps", "PCIe link downtrained")):
+            if sc["flags"].get(key):
+                flagged = True
+                lines.append(f"- {sc['arm']}-{sc['point']}: {label} in run "
+                             f"{', '.join(map(str, sc['flags'][key]))}")
+    if not flagged:
+        lines.append("- none (no rep throttled, no link downtrained)")
+    lines += ["", "## Missing", ""]
+    lines += [f"- {m}" for m in summary["missing"]] or ["- nothing: every expected rep is on disk"]
+    if summary.get("verdicts") is not None:
+        lines += ["", "## Verdicts", "", "See `verdicts.json`."]
+        v = summary["verdicts"]
+        items = v.get("verdicts") if isinstance(v, dict) else v
+        if isinstance(items, list):
+            for item in items:
+                if isinstance(item, dict):
+                    lines.append(f"- {item.get('name', item.get('check', '?'))}: "
+                                 f"{item.get('status', item.get('passed', '?'))} {item.get('message', '')}".rstrip())
+    if plot_paths or notes:
+        lines += ["", "## Plots", ""]
+        lines += [f"![{p.stem}]({p.relative_to(run_dir).as_posix()})" for p in plot_paths]
+        lines += [f"- note: {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def render_report(run_dir: str | Path, *, plots: bool = True) -> Rendered:
+    """Rebuild ``summary.{json,csv,md}`` (and ``plots/`` unless ``plots=False``) of one run dir.
+
+    Safe to call at any time, including on a run dir whose campaign died mid-way: the
+    summary's ``missing`` list says which reps and scenarios are absent.
+    """
+    rd = ResultsDir.open(run_dir)
+    summary = build_summary(rd)
+    plot_paths: list[Path] = []
+    notes: list[str] = []
+    if plots:
+        from pytest_p2p.report.plots import render_plots
+
+        plot_paths, notes = render_plots(summary, rd)
+    base = rd.path
+    rendered = Rendered(
+        run_dir=base,
+        summary_json=atomic_write_json(base / "summary.json", summary),
+        summary_csv=atomic_write_text(base / "summary.csv", _csv_text(summary)),
+        summary_md=atomic_write_text(base / "summary.md", _md_text(summary, plot_paths, notes, base)),
+        plots=plot_paths,
+        notes=notes,
+        summary=summary,
+    )
+    return rendered

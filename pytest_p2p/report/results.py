@@ -1,0 +1,269 @@
+"""The results directory: the on-disk contract between campaign, verdict and report.
+
+One campaign (one GPU pair) is one run directory. The campaign writes into it rep by
+rep through :class:`ResultsDir`; the verdict and report stages read it back later,
+possibly in another process or on another machine (``python -m pytest_p2p report DIR``
+needs no GPU). Every file goes through ``util.atomic_write_*`` so that a campaign cut
+off at rep 3 leaves reps 1-2 whole and readable, never a half-written JSON file.
+
+Layout (see docs/results.md for every key)::
+
+    <root>/<run-id>/run.json
+                   env/<name>
+                   scenarios/<arm>-<point>/scenario.json, run_<k>.json, aggregate.json,
+                                           transport_proof.json, telemetry_run<k>.csv,
+                                           server_run<k>.log
+                   summary.{md,csv,json}, plots/*.png
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pytest_p2p.errors import P2PError
+from pytest_p2p.util import atomic_write_json, atomic_write_text
+
+RUN_META = "run.json"
+SCENARIOS = "scenarios"
+ENV = "env"
+PLOTS = "plots"
+KINDS = ("model", "probe")
+
+_SAFE_RE = re.compile(r"[^A-Za-z0-9._-]+")
+_ARM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
+_POINT_RE = re.compile(r"^(?:c[0-9]+|s[0-9A-Za-z.]+)$")
+_REP_RE = re.compile(r"^run_([0-9]+)\.json$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class ResultsError(P2PError):
+    """A results directory is missing, not a results directory, or holds a corrupt file."""
+
+
+def safe_component(text: str) -> str:
+    """Squash ``text`` to the characters we allow in a run id (letters, digits, ``._-``)."""
+    cleaned = _SAFE_RE.sub("-", str(text)).strip("-.")
+    return cleaned or "unnamed"
+
+
+def make_run_id(rig: str, pair_key: str, now: datetime | None = None) -> str:
+    """``<UTC yyyymmdd-HHMMSS>_<rig>_<pair>``: sorts by time, says what was measured."""
+    stamp = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}_{safe_component(rig)}_{safe_component(pair_key)}"
+
+
+def _check_arm(arm: str) -> str:
+    if not isinstance(arm, str) or not _ARM_RE.match(arm):
+        raise ResultsError(
+            f"arm name {arm!r} cannot name a scenario directory: use letters, digits, '_' and '.' "
+            "(no '-', which separates arm and point in '<arm>-<point>')"
+        )
+    return arm
+
+
+def _check_point(point: str) -> str:
+    if not isinstance(point, str) or not _POINT_RE.match(point):
+        raise ResultsError(
+            f"point {point!r} is not a campaign point: expected 'c<N>' (model concurrency) "
+            "or 's<size>' (probe message size, e.g. 's8KiB')"
+        )
+    return point
+
+
+def _check_rep(rep: int) -> int:
+    if isinstance(rep, bool) or not isinstance(rep, int) or rep < 1:
+        raise ResultsError(f"rep number must be an integer >= 1 (reps count from 1), got {rep!r}")
+    return rep
+
+
+def read_json(path: Path) -> Any:
+    """Load one JSON file of a results dir; a corrupt or unreadable one is named in the error."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultsError(
+            f"{path}: corrupt JSON at line {exc.lineno} column {exc.colno} ({exc.msg}); "
+            "delete or restore this file and re-run 'python -m pytest_p2p report'"
+        ) from None
+
+
+def _read_object(path: Path) -> dict[str, Any]:
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ResultsError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+class ResultsDir:
+    """One run directory. Create it with :meth:`create`, reopen it with :meth:`open`."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = Path(path)
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls, root: str | Path, rig: str, pair_key: str, kind: str, run_id: str | None = None
+    ) -> ResultsDir:
+        """Make ``<root>/<run-id>/`` with a first ``run.json`` (status ``running``).
+
+        An automatic run id that collides (two campaigns in the same second) gets a
+        ``-2``, ``-3`` suffix; an explicit ``run_id`` that already exists is refused so
+        that nothing measured earlier is overwritten.
+        """
+        if kind not in KINDS:
+            raise ResultsError(f"results kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        root = Path(root)
+        if run_id is not None:
+            if safe_component(run_id) != run_id:
+                raise ResultsError(
+                    f"run id {run_id!r} has characters that are unsafe in a directory name; "
+                    "use letters, digits, '.', '_' and '-'"
+                )
+            path = root / run_id
+            if path.exists() and any(path.iterdir()):
+                raise ResultsError(f"{path}: a results directory with this run id already exists")
+        else:
+            base = make_run_id(rig, pair_key)
+            path, n = root / base, 1
+            while path.exists():
+                n += 1
+                path = root / f"{base}-{n}"
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ResultsError(f"{path}: cannot create the results directory ({exc.strerror or exc})") from None
+        rd = cls(path)
+        rd.write_run_meta(
+            {
+                "run_id": path.name,
+                "rig": rig,
+                "kind": kind,
+                "pair": {"key": pair_key},
+                "status": "running",
+                "missing": [],
+                "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "finished_at": None,
+            }
+        )
+        return rd
+
+    @classmethod
+    def open(cls, path: str | Path) -> ResultsDir:
+        """Reopen an existing run directory; refuses anything without a readable ``run.json``."""
+        p = Path(path)
+        if not p.is_dir():
+            raise ResultsError(f"{p}: no such results directory")
+        meta = p / RUN_META
+        if not meta.is_file():
+            raise ResultsError(
+                f"{p}: not a pytest-p2p results directory (no {RUN_META}); "
+                "pass the run directory '<results>/<run-id>/'"
+            )
+        _read_object(meta)
+        return cls(p)
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def __repr__(self) -> str:
+        return f"ResultsDir({str(self._path)!r})"
+
+    # -- run meta and environment -------------------------------------------------------
+    def write_run_meta(self, meta: dict[str, Any]) -> Path:
+        """Merge ``meta`` into ``run.json`` (top-level keys replace), so status updates are one call."""
+        target = self._path / RUN_META
+        current = _read_object(target) if target.is_file() else {}
+        current.update(meta)
+        return atomic_write_json(target, current)
+
+    def read_run_meta(self) -> dict[str, Any]:
+        return _read_object(self._path / RUN_META)
+
+    def write_env(self, name: str, content: str | dict[str, Any] | list[Any]) -> Path:
+        """``env/<name>``: a dict or list is written as JSON, a string as text, as given."""
+        if not _ENV_NAME_RE.match(name or ""):
+            raise ResultsError(f"env file name {name!r} must be a plain file name like 'doctor.json'")
+        target = self._path / ENV / name
+        if isinstance(content, str):
+            return atomic_write_text(target, content)
+        return atomic_write_json(target, content)
+
+    # -- scenarios ----------------------------------------------------------------------
+    def scenario_dir(self, arm: str, point: str) -> Path:
+        """``scenarios/<arm>-<point>/``, created on first use."""
+        d = self._path / SCENARIOS / f"{_check_arm(arm)}-{_check_point(point)}"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def write_scenario(self, arm: str, point: str, data: dict[str, Any]) -> Path:
+        body = {"arm": arm, "point": point, **data}
+        return atomic_write_json(self.scenario_dir(arm, point) / "scenario.json", body)
+
+    def write_rep(self, arm: str, point: str, rep: int, data: dict[str, Any]) -> Path:
+        return atomic_write_json(self.scenario_dir(arm, point) / f"run_{_check_rep(rep)}.json", data)
+
+    def write_aggregate(self, arm: str, point: str, data: dict[str, Any]) -> Path:
+        body = {"arm": arm, "point": point, **data}
+        return atomic_write_json(self.scenario_dir(arm, point) / "aggregate.json", body)
+
+    def write_proof(self, arm: str, point: str, data: dict[str, Any]) -> Path:
+        return atomic_write_json(self.scenario_dir(arm, point) / "transport_proof.json", data)
+
+    def telemetry_path(self, arm: str, point: str, rep: int) -> Path:
+        return self.scenario_dir(arm, point) / f"telemetry_run{_check_rep(rep)}.csv"
+
+    def server_log_path(self, arm: str, point: str, rep: int) -> Path:
+        return self.scenario_dir(arm, point) / f"server_run{_check_rep(rep)}.log"
+
+    # -- reading back -------------------------------------------------------------------
+    def scenarios(self) -> Iterator[tuple[str, str]]:
+        """``(arm, point)`` of every scenario directory on disk, in name order."""
+        base = self._path / SCENARIOS
+        if not base.is_dir():
+            return
+        for d in sorted(base.iterdir()):
+            if not d.is_dir() or "-" not in d.name:
+                continue
+            arm, point = d.name.rsplit("-", 1)
+            if _ARM_RE.match(arm) and _POINT_RE.match(point):
+                yield arm, point
+
+    def reps(self, arm: str, point: str) -> dict[int, dict[str, Any]]:
+        """``{k: run_<k>.json}`` for the reps on disk, by rep number; corrupt files raise."""
+        d = self._path / SCENARIOS / f"{_check_arm(arm)}-{_check_point(point)}"
+        if not d.is_dir():
+            return {}
+        found: dict[int, dict[str, Any]] = {}
+        for f in d.iterdir():
+            m = _REP_RE.match(f.name)
+            if m:
+                found[int(m.group(1))] = _read_object(f)
+        return dict(sorted(found.items()))
+
+    def read_scenario_file(self, arm: str, point: str, name: str) -> dict[str, Any] | None:
+        """One JSON file of a scenario (``scenario.json``, ``aggregate.json``, ...) or ``None`` if absent."""
+        f = self._path / SCENARIOS / f"{_check_arm(arm)}-{_check_point(point)}" / name
+        return _read_object(f) if f.is_file() else None
+
+    def telemetry_files(self, arm: str, point: str) -> dict[int, Path]:
+        d = self._path / SCENARIOS / f"{_check_arm(arm)}-{_check_point(point)}"
+        out: dict[int, Path] = {}
+        if d.is_dir():
+            for f in d.glob("telemetry_run*.csv"):
+                m = re.match(r"^telemetry_run([0-9]+)\.csv$", f.name)
+                if m:
+                    out[int(m.group(1))] = f
+        return dict(sorted(out.items()))

@@ -1,0 +1,170 @@
+"""The "results at a glance" table and the uplift line, from a ``summary.json`` dict.
+
+The same rows feed the terminal summary (plain aligned text) and ``summary.md``
+(a markdown table), so the two can never disagree. Columns follow the seed report:
+a reader who knows that report recognises the table at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pytest_p2p.util import format_size, parse_size
+
+SIMULATED_TAG = "SIMULATED"
+
+# (header, metric key, where ("metrics" or "energy"), digits, show std)
+_MODEL_COLUMNS: tuple[tuple[str, str, str, int, bool], ...] = (
+    ("Output tok/s", "output_throughput", "metrics", 1, True),
+    ("Total tok/s", "total_token_throughput", "metrics", 1, False),
+    ("mean TTFT (ms)", "mean_ttft_ms", "metrics", 0, False),
+    ("mean TPOT (ms)", "mean_tpot_ms", "metrics", 1, False),
+    ("p99 TPOT (ms)", "p99_tpot_ms", "metrics", 1, False),
+    ("mean ITL (ms)", "mean_itl_ms", "metrics", 1, False),
+    ("Avg power (W)", "avg_watts", "energy", 0, False),
+    ("tok/J", "tokens_per_joule", "energy", 3, False),
+)
+_PROBE_COLUMNS: tuple[tuple[str, str, str, int, bool], ...] = (
+    ("time (us)", "time_us", "metrics", 2, True),
+    ("busbw (GB/s)", "busbw_gbs", "metrics", 2, True),
+)
+
+
+def point_sort_key(point: str) -> tuple[int, float, str]:
+    """``c2`` before ``c10``; ``s8KiB`` before ``s1MiB``; anything else last, by name."""
+    try:
+        if point.startswith("c"):
+            return (0, float(int(point[1:])), point)
+        if point.startswith("s"):
+            return (1, float(parse_size(point[1:])), point)
+    except ValueError:
+        pass
+    return (2, 0.0, point)
+
+
+def point_label(point: str) -> str:
+    """``c8`` -> ``8`` (concurrency), ``s8KiB`` -> ``8KiB`` (message size)."""
+    if point.startswith("c") and point[1:].isdigit():
+        return point[1:]
+    if point.startswith("s"):
+        try:
+            return format_size(parse_size(point[1:]))
+        except ValueError:
+            return point[1:]
+    return point
+
+
+def _fmt(value: float | None, digits: int) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def _cell(stat: dict[str, Any] | None, digits: int, with_std: bool) -> str:
+    if not stat or stat.get("mean") is None:
+        return "-"
+    text = _fmt(float(stat["mean"]), digits)
+    std = stat.get("std")
+    if with_std and std is not None and (stat.get("n") or 0) >= 2:
+        text += f" ±{float(std):.{digits}f}"
+    return text
+
+
+def _ordered_scenarios(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    arm_order = {name: i for i, name in enumerate(summary.get("arms") or {})}
+    return sorted(
+        summary.get("scenarios") or [],
+        key=lambda s: (point_sort_key(s["point"]), arm_order.get(s["arm"], len(arm_order)), s["arm"]),
+    )
+
+
+def glance_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the glance table; one row per scenario, ordered by point then arm."""
+    probe = summary.get("kind") == "probe"
+    columns = _PROBE_COLUMNS if probe else _MODEL_COLUMNS
+    headers = ["Size" if probe else "Concurrency", "Arm"] + [c[0] for c in columns]
+    rows: list[list[str]] = []
+    for sc in _ordered_scenarios(summary):
+        row = [point_label(sc["point"]), sc["arm"]]
+        for _header, key, where, digits, with_std in columns:
+            row.append(_cell((sc.get(where) or {}).get(key), digits, with_std))
+        rows.append(row)
+    return headers, rows
+
+
+def title(summary: dict[str, Any]) -> str:
+    """One line naming the run; starts with SIMULATED for demo data so nobody quotes it."""
+    sim = f"{SIMULATED_TAG} — " if summary.get("simulated") else ""
+    pair = (summary.get("pair") or {}).get("key", "?")
+    status = summary.get("status", "?")
+    status_note = "" if status == "complete" else f" [{status}]"
+    return f"{sim}p2p results at a glance: {summary.get('rig', '?')} {pair} ({summary.get('run_id', '?')}){status_note}"
+
+
+def _text_table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    align: Callable[[str, int, int], str] = lambda s, w, i: s.ljust(w) if i < 2 else s.rjust(w)  # noqa: E731
+    line = lambda cells: " | ".join(align(c, widths[i], i) for i, c in enumerate(cells))  # noqa: E731
+    out = [line(headers), "-+-".join("-" * w for w in widths)]
+    out.extend(line(r) for r in rows)
+    return "\n".join(out)
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join(["---"] * len(headers)) + "|"]
+    out.extend("| " + " | ".join(r) + " |" for r in rows)
+    return "\n".join(out)
+
+
+def glance_table(summary: dict[str, Any]) -> str:
+    """The terminal table: a title line (SIMULATED first when simulated), then aligned rows."""
+    headers, rows = glance_rows(summary)
+    if not rows:
+        return title(summary) + "\n(no scenario has any completed rep)"
+    return title(summary) + "\n" + _text_table(headers, rows)
+
+
+def _uplift_label(summary: dict[str, Any], faster: str, slower: str, multi: bool) -> str:
+    arms = summary.get("arms") or {}
+    probe = summary.get("kind") == "probe"
+    what = "latency uplift" if probe else "output-throughput uplift"
+    expect = str((arms.get(faster) or {}).get("expect_transport") or "")
+    if not multi and expect.upper().startswith("P2P"):
+        return f"P2P {what}"
+    return f"{faster} vs {slower} {what}"
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:+.1f} %"
+
+
+def uplift_line(summary: dict[str, Any]) -> str:
+    """``P2P output-throughput uplift: c1 +9.0 % · c2 +12.6 %`` (one line per compared arm pair).
+
+    For probe campaigns the uplift is in time (``slower/faster - 1`` of ``time_us``), so a
+    P2P copy that takes a twentieth of the SHM time reads ``+1900.0 %``. A point whose
+    uplift missed its threshold is marked ``(FAIL < +x %)``.
+    """
+    entries = summary.get("uplift") or []
+    if not entries:
+        return "uplift: not computed (needs two arms with at least one paired rep at some point)"
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for e in entries:
+        groups.setdefault((e["faster_arm"], e["slower_arm"]), []).append(e)
+    lines = []
+    for (faster, slower), items in groups.items():
+        parts = []
+        for e in sorted(items, key=lambda e: point_sort_key(e["point"])):
+            if e.get("estimate") is None:
+                parts.append(f"{e['point']} n/a")
+                continue
+            part = f"{e['point']} {_pct(float(e['estimate']))}"
+            if e.get("passed") is False and e.get("threshold") is not None:
+                part += f" (FAIL < {_pct(float(e['threshold']))})"
+            parts.append(part)
+        label = _uplift_label(summary, faster, slower, len(groups) > 1)
+        lines.append(f"{label}: " + " · ".join(parts))
+    if summary.get("simulated"):
+        lines = [f"{SIMULATED_TAG} — {line}" for line in lines]
+    return "\n".join(lines)
