@@ -62,7 +62,8 @@ def _nvml() -> Any:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
         raise EvidenceError(f"NVML could not start ({exc}): no NVIDIA driver is loaded on this machine, or it "
-                            f"cannot be reached from here. Use --p2p-snapshot FILE to replay a recording.") from None
+                            f"cannot be reached from here. Replay a recording instead: --p2p-snapshot FILE (pytest) "
+                            f"or --snapshot FILE (python -m pytest_p2p).") from None
     return pynvml
 
 
