@@ -1,0 +1,186 @@
+"""The rig file's ``server`` section: which server to launch, how, and how to load it.
+
+The command is a list so that it can be any argv prefix (``vllm serve``, or
+``/opt/venv/bin/python3 -m vllm.entrypoints.cli.main serve`` where the ``vllm``
+script is not on ``PATH``). The model is appended after it, then the constant
+``args``/``flags``, then the arm's flags, then the per-run ``--host --port --api-key``
+that only the launcher knows.
+
+The literal first word ``python`` means *the interpreter running pytest*
+(``sys.executable``), so the demo rig's ``[python, -m, pytest_p2p.serve.standin]``
+works from an installed wheel in any virtual environment.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import validate as v
+from ..errors import ConfigError
+
+STANDIN_MODULE = "pytest_p2p.serve.standin"
+
+_KEYS = (
+    "command", "model", "served_model_name", "args", "flags", "env", "startup_timeout_s",
+    "request_timeout_s", "teardown_timeout_s", "idle_memory_tolerance_mib", "simulated", "load",
+)
+_LOAD_KEYS = ("input_len", "output_len", "num_prompts", "warmup", "seed", "endpoint")
+# Flags the launcher owns: a rig that sets them would fight the per-run values.
+_RESERVED = ("host", "port", "api-key")
+
+
+@dataclass(frozen=True)
+class LoadDefaults:
+    """Default load shape for the ``load`` fixture and campaigns (vLLM ``random`` dataset style)."""
+
+    input_len: int = 128
+    output_len: int = 128
+    num_prompts: int = 64
+    warmup: int = 2
+    seed: int = 0
+    endpoint: str = "completions"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    command: tuple[str, ...] = ("vllm", "serve")
+    model: str = ""
+    served_model_name: str | None = None
+    args: Mapping[str, Any] = field(default_factory=dict)
+    flags: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    startup_timeout_s: float = 900.0
+    request_timeout_s: float = 300.0
+    teardown_timeout_s: float = 60.0
+    idle_memory_tolerance_mib: int = 1024
+    simulated: bool = False
+    load: LoadDefaults = field(default_factory=LoadDefaults)
+
+    @property
+    def model_name(self) -> str:
+        """The name clients send in ``model`` (vLLM's ``--served-model-name`` wins over the path)."""
+        return self.served_model_name or self.model
+
+    def executable_argv(self) -> list[str]:
+        """The command with a leading ``python`` resolved to the current interpreter."""
+        argv = list(self.command)
+        if argv and argv[0] == "python":
+            argv[0] = sys.executable
+        return argv
+
+    def argv(self, arm_flags: list[str] | tuple[str, ...] = (), *, host: str, port: int,
+             api_key: str) -> list[str]:
+        """Full argv for one launch: command, model, rig args/flags, the arm's flags, per-run flags."""
+        out = self.executable_argv()
+        if self.model:
+            out.append(self.model)
+        for key, value in self.args.items():
+            out.extend(_arg(key, value))
+        out.extend(_flag(f) for f in self.flags)
+        out.extend(arm_flags)
+        if self.served_model_name:
+            out += ["--served-model-name", self.served_model_name]
+        out += ["--host", host, "--port", str(port), "--api-key", api_key]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "command": list(self.command), "model": self.model,
+            "served_model_name": self.served_model_name, "args": dict(self.args),
+            "flags": list(self.flags), "env": dict(self.env),
+            "startup_timeout_s": self.startup_timeout_s, "request_timeout_s": self.request_timeout_s,
+            "teardown_timeout_s": self.teardown_timeout_s,
+            "idle_memory_tolerance_mib": self.idle_memory_tolerance_mib, "simulated": self.simulated,
+            "load": self.load.__dict__.copy(),
+        }
+
+
+def _flag(name: str) -> str:
+    return name if name.startswith("-") else f"--{name}"
+
+
+def _arg(key: str, value: Any) -> list[str]:
+    """``{max-model-len: 2048}`` -> ``--max-model-len 2048``; true -> bare flag; false/null -> omitted."""
+    if value is None or value is False:
+        return []
+    if value is True:
+        return [_flag(key)]
+    if isinstance(value, (list, tuple)):
+        return [_flag(key), *(str(x) for x in value)]
+    return [_flag(key), str(value)]
+
+
+def is_standin(command: tuple[str, ...] | list[str]) -> bool:
+    """True when the command runs our stand-in (module form or the file itself)."""
+    return any(w == STANDIN_MODULE or w.endswith("pytest_p2p/serve/standin.py") for w in command)
+
+
+def parse_server(value: Any, source: str, path: str = "server") -> ServerConfig:
+    """Parse the rig file's ``server`` section (``None``: vLLM defaults, model still required to launch)."""
+    data = v.mapping(value, source, path, allowed=_KEYS)
+    default = ServerConfig()
+    command: tuple[str, ...] = default.command
+    if "command" in data:
+        raw = data["command"]
+        if isinstance(raw, str):
+            try:
+                words = shlex.split(raw)
+            except ValueError as exc:
+                raise ConfigError(source, v.join(path, "command"), f"cannot split {v.show(raw)}: {exc}") from None
+        else:
+            words = v.sequence(raw, source, v.join(path, "command"))
+        if not words:
+            raise ConfigError(source, v.join(path, "command"), "expected a non-empty command")
+        command = tuple(v.string(w, source, v.join(v.join(path, "command"), i)) if not isinstance(w, (int, float))
+                        else str(w) for i, w in enumerate(words))
+    model = v.string(data["model"], source, v.join(path, "model")) if "model" in data else ""
+    served = (v.string(data["served_model_name"], source, v.join(path, "served_model_name"))
+              if data.get("served_model_name") is not None else None)
+    args = dict(v.mapping(data.get("args"), source, v.join(path, "args")))
+    for key, val in args.items():
+        where = v.join(v.join(path, "args"), key)
+        if key.lstrip("-") in _RESERVED or key.lstrip("-") == "served-model-name":
+            raise ConfigError(source, where, "is set by the launcher (per-run host, free port, API key, "
+                                             "served_model_name key); remove it")
+        if isinstance(val, Mapping):
+            raise ConfigError(source, where, f"expected a scalar or list, got {v.show(val)}")
+    flags = tuple(v.string(f, source, v.join(v.join(path, "flags"), i))
+                  for i, f in enumerate(v.sequence(data.get("flags") or [], source, v.join(path, "flags"))))
+    env = v.env_mapping(data.get("env"), source, v.join(path, "env"))
+
+    def num(key: str, dflt: float, lo: float = 0.001) -> float:
+        return v.number(data[key], source, v.join(path, key), lo=lo) if key in data else dflt
+
+    simulated = (v.boolean(data["simulated"], source, v.join(path, "simulated"))
+                 if "simulated" in data else is_standin(command))
+    return ServerConfig(
+        command=command, model=model, served_model_name=served, args=args, flags=flags, env=env,
+        startup_timeout_s=num("startup_timeout_s", default.startup_timeout_s),
+        request_timeout_s=num("request_timeout_s", default.request_timeout_s),
+        teardown_timeout_s=num("teardown_timeout_s", default.teardown_timeout_s),
+        idle_memory_tolerance_mib=(v.integer(data["idle_memory_tolerance_mib"], source,
+                                             v.join(path, "idle_memory_tolerance_mib"), lo=0)
+                                   if "idle_memory_tolerance_mib" in data else default.idle_memory_tolerance_mib),
+        simulated=simulated,
+        load=parse_load(data.get("load"), source, v.join(path, "load")),
+    )
+
+
+def parse_load(value: Any, source: str, path: str) -> LoadDefaults:
+    data = v.mapping(value, source, path, allowed=_LOAD_KEYS)
+    d = LoadDefaults()
+
+    def integer(key: str, dflt: int, lo: int) -> int:
+        return v.integer(data[key], source, v.join(path, key), lo=lo) if key in data else dflt
+
+    endpoint = (v.string(data["endpoint"], source, v.join(path, "endpoint"), choices=("completions", "chat"))
+                if "endpoint" in data else d.endpoint)
+    return LoadDefaults(
+        input_len=integer("input_len", d.input_len, 1), output_len=integer("output_len", d.output_len, 1),
+        num_prompts=integer("num_prompts", d.num_prompts, 1), warmup=integer("warmup", d.warmup, 0),
+        seed=integer("seed", d.seed, 0), endpoint=endpoint,
+    )

@@ -1,0 +1,107 @@
+"""Serving metrics with ``vllm bench serve``'s definitions and JSON key names.
+
+Pure arithmetic on per-request records, so that every number a campaign reports can be
+checked by hand (tests/test_metrics.py does). Definitions (see docs/metrics.md):
+
+* ``ttft``  first content chunk time - request send time.
+* ``itl``   gaps between consecutive content chunks of a request (all requests pooled).
+* ``tpot``  per request ``(e2el - ttft) / (output_tokens - 1)``, requests with >1 token.
+* ``e2el``  last content chunk time - request send time (vLLM's ``latency``).
+* throughput: ``completed / duration``, ``sum(output_tokens) / duration``,
+  ``(sum(input_tokens) + sum(output_tokens)) / duration`` over *successful* requests.
+
+Statistics match numpy's defaults, which vLLM uses: population standard deviation
+(``ddof=0``) and linearly interpolated percentiles; an empty list gives 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
+METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+@dataclass
+class RequestRecord:
+    """One request as the load generator saw it (times in seconds, ``perf_counter`` clock)."""
+
+    success: bool = False
+    prompt_len: int = 0
+    output_tokens: int = 0
+    ttft: float = 0.0
+    itl: list[float] = field(default_factory=list)
+    latency: float = 0.0
+    start_time: float = 0.0
+    error: str = ""
+    chunk_times: list[float] | None = None  # absolute chunk arrival times, only when asked for
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """numpy.percentile's default ("linear") method; 0.0 for an empty list like vLLM's ``or 0``."""
+    if not values:
+        return 0.0
+    xs = sorted(values)
+    rank = (len(xs) - 1) * p / 100.0
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (rank - lo)
+
+
+def mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values) if values else 0.0
+
+
+def std(values: Sequence[float]) -> float:
+    """Population standard deviation (numpy's default ``ddof=0``)."""
+    if not values:
+        return 0.0
+    m = mean(values)
+    return math.sqrt(math.fsum((x - m) ** 2 for x in values) / len(values))
+
+
+def _pword(p: float) -> str:
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def summarize(name: str, values_s: Sequence[float], percentiles: Iterable[float] = PERCENTILES) -> dict[str, float]:
+    """``mean_<name>_ms``, ``median_<name>_ms``, ``std_<name>_ms``, ``p<P>_<name>_ms`` from seconds."""
+    out = {
+        f"mean_{name}_ms": mean(values_s) * 1000.0,
+        f"median_{name}_ms": percentile(values_s, 50.0) * 1000.0,
+        f"std_{name}_ms": std(values_s) * 1000.0,
+    }
+    for p in percentiles:
+        out[f"p{_pword(p)}_{name}_ms"] = percentile(values_s, p) * 1000.0
+    return out
+
+
+def compute_metrics(records: Sequence[RequestRecord], duration: float,
+                    percentiles: Iterable[float] = PERCENTILES) -> dict[str, Any]:
+    """The ``vllm bench serve`` result keys for measured (non-warm-up) requests over ``duration`` s."""
+    if duration <= 0:
+        raise ValueError(f"benchmark duration must be positive, got {duration}")
+    pcts = tuple(percentiles)
+    ok = [r for r in records if r.success]
+    ttfts = [r.ttft for r in ok]
+    e2els = [r.latency for r in ok]
+    itls = [gap for r in ok for gap in r.itl]
+    tpots = [(r.latency - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
+    total_in = sum(r.prompt_len for r in ok)
+    total_out = sum(r.output_tokens for r in ok)
+    result: dict[str, Any] = {
+        "duration": duration,
+        "completed": len(ok),
+        "failed": len(records) - len(ok),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": len(ok) / duration,
+        "output_throughput": total_out / duration,
+        "total_token_throughput": (total_in + total_out) / duration,
+    }
+    for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
+        result.update(summarize(name, values, pcts))
+    return result
