@@ -1,0 +1,157 @@
+"""Built-in probe checks: what NCCL and the copy engines actually do on each pair.
+
+Collected by ``pytest -m p2p --pyargs pytest_p2p``. The per-arm checks are parametrised
+by (pair, arm) (``gpu0-gpu1-p2p_on``), the comparisons by pair. Probes run once per
+session on a live machine, or are replayed from a recording (``--p2p-probe-replay``);
+without either they skip, saying so. The in-process pytest-benchmark measurements at
+the end need a real GPU (marked ``gpu``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pytest_p2p.probes.allreduce import Row, busbw_factor
+from pytest_p2p.probes.hooks import busbw_problems, cuda_indices, latency_problems, uplift_table
+
+pytestmark = pytest.mark.p2p
+
+
+def _via_lines(result, limit: int = 6) -> str:
+    """The log's channel-connection lines, the raw proof behind the transport claim."""
+    if result.log_path is None:
+        return "(no NCCL log recorded)"
+    lines = [ln.strip() for ln in result.log_path.read_text(errors="replace").splitlines() if " via " in ln]
+    shown = "\n    ".join(lines[:limit]) or "(no 'via' lines: was NCCL_DEBUG=INFO set?)"
+    more = f"\n    ... {len(lines) - limit} more" if len(lines) > limit else ""
+    return f"{result.log_path}:\n    {shown}{more}"
+
+
+def test_transport(p2p_probe_case, p2p_allreduce):
+    """NCCL used the transport the arm expects (P2P/CUMEM for p2p_on, SHM for p2p_off, ...)."""
+    arm = p2p_probe_case.arm
+    if p2p_allreduce.proof is None:
+        pytest.fail(f"arm {arm.name}: no NCCL log to prove the transport from", pytrace=False)
+    ok, msg = p2p_allreduce.proof.satisfies(arm.expect_transport)
+    if not ok:
+        pytest.fail(f"arm {arm.name} expects {arm.expect_transport}: {msg}\nproof lines: "
+                    f"{_via_lines(p2p_allreduce)}", pytrace=False)
+
+
+def test_allreduce_correct(p2p_probe_case, p2p_allreduce):
+    """The all-reduce sums exactly, at an LL-protocol size and a Simple-protocol size (eager and graph)."""
+    if not p2p_allreduce.correct:
+        bad = [c for c in p2p_allreduce.checks if c.get("wrong")] or p2p_allreduce.checks
+        pytest.fail(f"arm {p2p_probe_case.arm.name}: wrong all-reduce results: {bad}", pytrace=False)
+
+
+def test_busbw(p2p_probe_state, p2p_probe_case, p2p_allreduce):
+    """Bus bandwidth at the rig's named sizes is at least its threshold (nccl-tests' busbw, GB/s)."""
+    th = p2p_probe_state.cfg.thresholds_for(p2p_probe_case.arm.name)
+    if not th.busbw_min_gbs:
+        pytest.skip(f"no busbw_min_gbs threshold for arm {p2p_probe_case.arm.name} (rig probe.thresholds)")
+    problems = busbw_problems(p2p_allreduce, th)
+    if problems:
+        pytest.fail(f"arm {p2p_probe_case.arm.name}: " + "; ".join(problems), pytrace=False)
+
+
+def test_latency(p2p_probe_state, p2p_probe_case, p2p_allreduce):
+    """Time per all-reduce at the rig's named sizes is at most its threshold (us)."""
+    th = p2p_probe_state.cfg.thresholds_for(p2p_probe_case.arm.name)
+    if not th.latency_max_us:
+        pytest.skip(f"no latency_max_us threshold for arm {p2p_probe_case.arm.name} (rig probe.thresholds)")
+    problems = latency_problems(p2p_allreduce, th)
+    if problems:
+        pytest.fail(f"arm {p2p_probe_case.arm.name}: " + "; ".join(problems), pytrace=False)
+
+
+def test_uplift(p2p_probe_state, p2p_pair):
+    """The faster arm (p2p_on) beats the slower (p2p_off) at decode sizes by at least the rig's margin."""
+    cfg, arms = p2p_probe_state.cfg, p2p_probe_state.arms
+    up = cfg.uplift
+    selected = cfg.select_arms(arms)
+    missing = [a for a in (up.faster, up.slower) if a not in selected]
+    if missing:
+        pytest.skip(f"uplift compares {up.faster} and {up.slower}; not probed: {', '.join(missing)}")
+    pair = tuple(p2p_pair)
+    faster = p2p_probe_state.allreduce(pair, arms[up.faster])
+    slower = p2p_probe_state.allreduce(pair, arms[up.slower])
+    lines, problems = uplift_table(faster, slower, cfg.uplift_sizes, up.min)
+    if problems:
+        pytest.fail("uplift below the rig's margin:\n  " + "\n  ".join(problems) + "\nall sizes:\n  "
+                    + "\n  ".join(lines), pytrace=False)
+
+
+def test_p2p_copy(p2p_copy):
+    """With peer access, a direct peer copy is faster than the same copy staged through host memory."""
+    if not p2p_copy.peer_access:
+        pytest.skip(f"CUDA reports no peer access for this pair ({p2p_copy.can_access_peer}); nothing to compare")
+    peer, staged = p2p_copy.unidir_gbs("peer"), p2p_copy.unidir_gbs("host_staged")
+    if peer <= staged:
+        pytest.fail(f"peer copy {peer:.1f} GB/s is not faster than host-staged {staged:.1f} GB/s "
+                    f"({p2p_copy.bytes} B, slower direction): peer access is enabled but not paying off",
+                    pytrace=False)
+
+
+# -- in-process latency measurements through pytest-benchmark (need a real GPU) ----------------------
+def _torch_or_skip(p2p_session):
+    if not p2p_session.live:
+        pytest.skip(f"needs a real GPU: the session's evidence is {p2p_session.label}")
+    return pytest.importorskip("torch", reason="needs torch with CUDA")
+
+
+@pytest.mark.gpu
+def test_benchmark_p2p_copy_small(p2p_session, p2p_pair, request):
+    """4-byte device-to-device copy, synchronised inside the timed call (latency, not bandwidth)."""
+    torch = _torch_or_skip(p2p_session)
+    p2p_benchmark = request.getfixturevalue("p2p_benchmark")
+    d0, d1 = cuda_indices(p2p_session.evidence, tuple(p2p_pair))
+    src = torch.ones(1, dtype=torch.float32, device=f"cuda:{d0}")
+    dst = torch.zeros(1, dtype=torch.float32, device=f"cuda:{d1}")
+
+    def copy():
+        dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize(d1)
+
+    p2p_benchmark.pedantic(copy, rounds=200, iterations=1, warmup_rounds=20)
+    p2p_benchmark.extra_info.update({
+        "bytes": 4, "direction": f"gpu{p2p_pair[0]}->gpu{p2p_pair[1]}",
+        "peer_access": bool(torch.cuda.can_device_access_peer(d0, d1)),
+        "method": "torch copy_ + device synchronize per call (includes launch and sync overhead)",
+    })
+
+
+@pytest.mark.gpu
+def test_benchmark_decode_allreduce(p2p_session, p2p_pair, p2p_decode_size, request):
+    """Decode-size all-reduce over both GPUs, synchronised inside the timed call."""
+    torch = _torch_or_skip(p2p_session)
+    p2p_benchmark = request.getfixturevalue("p2p_benchmark")
+    import torch.cuda.nccl as nccl
+
+    devs = cuda_indices(p2p_session.evidence, tuple(p2p_pair))
+    n = p2p_decode_size // 4
+    bufs = [torch.zeros(n, dtype=torch.float32, device=f"cuda:{d}") for d in devs]
+
+    def all_reduce():
+        nccl.all_reduce(bufs)
+        for d in devs:
+            torch.cuda.synchronize(d)
+
+    p2p_benchmark.pedantic(all_reduce, rounds=100, iterations=1, warmup_rounds=10)
+    info = {
+        "bytes": p2p_decode_size,
+        "transport": "single-process torch.cuda.nccl.all_reduce over both GPUs: NCCL 'direct pointer' P2P "
+                     "within one process, not the per-process CUMEM/IPC path of the probe and vLLM",
+        "arm_env": "none applied: inherits pytest's environment "
+                   f"(NCCL_P2P_DISABLE={os.environ.get('NCCL_P2P_DISABLE', 'unset')})",
+    }
+    try:
+        mean_s = float(p2p_benchmark.stats.stats.mean)
+        row = Row.from_time(p2p_decode_size, mean_s * 1e6, 2)
+        info.update(time_us=row.time_us, algbw_gbs=row.algbw_gbs, busbw_gbs=row.busbw_gbs,
+                    busbw_factor=busbw_factor("all_reduce", 2))
+    except (AttributeError, TypeError, ValueError):
+        pass
+    p2p_benchmark.extra_info.update(info)

@@ -1,0 +1,156 @@
+"""One rank of the all-reduce probe: ``python -m pytest_p2p.probes._allreduce_worker SPEC.json``.
+
+One process per GPU, as vLLM runs, so NCCL picks the inter-process transport
+(P2P/CUMEM, P2P/IPC, SHM, NET) that serving will use, not the single-process
+"direct pointer" path. The launcher sets the arm's environment, ``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``; both GPUs of the pair are visible
+and rank r drives CUDA device r.
+
+Timing measures the link, not Python: per size, ``iters`` all-reduces are captured in
+one CUDA graph (after eager warm-up on a side stream, as torch requires for NCCL
+capture) and the graph is replayed ``graph_launches`` times between a barrier and a
+device synchronisation; the time per all-reduce is averaged over ranks, as nccl-tests
+does by default (``-a 1``). Progress lines start with ``[p2p-probe]`` so that a hang
+can be located from the last line of the log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+
+def say(msg: str) -> None:
+    print(f"[p2p-probe] rank {os.environ.get('RANK', '?')}: {msg}", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0], encoding="utf-8") as fh:
+        spec = json.load(fh)
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = torch.device("cuda", rank)
+    torch.cuda.set_device(device)
+    say(f"init torch {torch.__version__} device {torch.cuda.get_device_name(device)}")
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
+    try:
+        nccl_version = ".".join(str(x) for x in torch.cuda.nccl.version())
+    except Exception:  # noqa: BLE001 - informational only
+        nccl_version = None
+    max_bytes = max(spec["sizes"] + spec["check_sizes"])
+    buf = torch.zeros(max_bytes // 4, dtype=torch.float32, device=device)
+
+    checks = [_check(dist, torch, buf, n, rank, world, graph=False) for n in spec["check_sizes"]]
+    if spec["graph"]:
+        checks += [_check(dist, torch, buf, n, rank, world, graph=True) for n in spec["check_sizes"]]
+    buf.zero_()  # timing adds zeros: values stay finite however often the graph replays
+
+    rows = []
+    for nbytes in spec["sizes"]:
+        t = _time_size(dist, torch, buf[: nbytes // 4], spec)
+        times = torch.tensor([t], dtype=torch.float64, device=device)
+        dist.all_reduce(times)
+        mean_us = times.item() / world * 1e6
+        rows.append({"bytes": nbytes, "time_us": mean_us, "rank_time_us": t * 1e6})
+        say(f"size {nbytes} B time {mean_us:.2f} us")
+    if rank == 0:
+        from pytest_p2p.util import atomic_write_json
+
+        atomic_write_json(spec["out"], {
+            "rows": rows,
+            "checks": checks,
+            "world_size": world,
+            "graph": spec["graph"],
+            "iters": spec["iters"],
+            "warmup": spec["warmup"],
+            "graph_launches": spec["graph_launches"],
+            "torch_version": torch.__version__,
+            "nccl_version": nccl_version,
+            "device_names": [torch.cuda.get_device_name(i) for i in range(world)],
+        })
+    dist.barrier()
+    dist.destroy_process_group()
+    say("done")
+    return 0
+
+
+def _check(dist: Any, torch: Any, buf: Any, nbytes: int, rank: int, world: int, graph: bool) -> dict[str, Any]:
+    """Exact-value check: rank r contributes (r+1) * (i % 251); the sum is (i % 251) * n(n+1)/2.
+
+    All values are small integers, exact in float32, so any wrong element is a real error.
+    """
+    n = nbytes // 4
+    x = buf[:n]
+    pattern = torch.arange(n, device=x.device, dtype=torch.int64).remainder(251).to(torch.float32)
+    x.copy_(pattern * (rank + 1))
+    if graph:
+        g = _capture(dist, torch, x, 1, warmup=1, reset=lambda: x.copy_(pattern * (rank + 1)))
+        g.replay()
+    else:
+        dist.all_reduce(x)
+    torch.cuda.synchronize()
+    expected = pattern * (world * (world + 1) / 2)
+    bad = int((x != expected).sum().item())
+    first_bad = None
+    if bad:
+        idx = int((x != expected).nonzero()[0].item())
+        first_bad = {"index": idx, "got": float(x[idx].item()), "expected": float(expected[idx].item())}
+    say(f"check {nbytes} B graph={graph}: {'ok' if not bad else f'{bad} wrong elements'}")
+    return {"bytes": nbytes, "graph": graph, "wrong": bad, "first_wrong": first_bad}
+
+
+def _capture(dist: Any, torch: Any, x: Any, count: int, warmup: int, reset: Any = None) -> Any:
+    """Capture ``count`` in-place all-reduces of ``x`` in a CUDA graph (warm-up on a side stream first)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(max(1, warmup)):
+            dist.all_reduce(x)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    if reset is not None:
+        reset()
+        torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(count):
+            dist.all_reduce(x)
+    torch.cuda.synchronize()
+    return g
+
+
+def _time_size(dist: Any, torch: Any, x: Any, spec: dict[str, Any]) -> float:
+    """Seconds per all-reduce of ``x`` on this rank."""
+    iters, launches = spec["iters"], spec["graph_launches"]
+    if spec["graph"]:
+        g = _capture(dist, torch, x, iters, spec["warmup"])
+        g.replay()  # first launch uploads the graph; not timed
+        torch.cuda.synchronize()
+        dist.barrier()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(launches):
+            g.replay()
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+        del g
+        return elapsed / (iters * launches)
+    for _ in range(spec["warmup"]):
+        dist.all_reduce(x)
+    torch.cuda.synchronize()
+    dist.barrier()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters * launches):
+        dist.all_reduce(x)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / (iters * launches)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

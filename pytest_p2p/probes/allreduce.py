@@ -1,0 +1,291 @@
+"""The NCCL all-reduce probe: launch one worker per GPU of a pair under an arm's environment.
+
+The launcher owns everything that can be tested without a GPU: the environment (only
+through :func:`pytest_p2p.envs.subprocess_env`), process control (each rank in its own
+process group, killed as a group on timeout, failure or Ctrl-C so that no NCCL rank
+is left spinning on a GPU), the NCCL log that feeds the transport proof, and the
+bandwidth arithmetic, which follows nccl-tests (decimal GB/s; all-reduce bus bandwidth
+= algbw x 2(n-1)/n, the traffic each link carries in a ring).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..envs import subprocess_env
+from ..errors import ProbeError
+from ..util import atomic_write_json, atomic_write_text, format_size
+from .arms import Arm
+from .config import ProbeConfig
+
+SCHEMA = 1
+WORKER_MODULE = "pytest_p2p.probes._allreduce_worker"
+CHECK_SIZES = (4096, 64 * 1024**2)  # LL protocol at 4 KiB, Simple at 64 MiB
+
+
+def algbw_gbs(nbytes: int, time_us: float) -> float:
+    """nccl-tests' algorithm bandwidth: bytes / time, decimal GB/s."""
+    return nbytes / (time_us * 1e-6) / 1e9 if time_us > 0 else 0.0
+
+
+def busbw_factor(op: str, nranks: int) -> float:
+    """nccl-tests' bus-bandwidth factor (``doc/PERFORMANCE.md``)."""
+    if op == "all_reduce":
+        return 2 * (nranks - 1) / nranks
+    if op in ("all_gather", "reduce_scatter"):
+        return (nranks - 1) / nranks
+    return 1.0
+
+
+@dataclass
+class Row:
+    bytes: int
+    time_us: float
+    algbw_gbs: float
+    busbw_gbs: float
+
+    @classmethod
+    def from_time(cls, nbytes: int, time_us: float, nranks: int) -> Row:
+        alg = algbw_gbs(nbytes, time_us)
+        return cls(nbytes, time_us, alg, alg * busbw_factor("all_reduce", nranks))
+
+
+@dataclass
+class AllReduceResult:
+    """One (pair, arm) run. ``proof`` is re-parsed from the log, also when replayed."""
+
+    pair: tuple[int, int]
+    arm: str
+    rows: list[Row]
+    correct: bool
+    checks: list[dict[str, Any]]
+    log_path: Path | None
+    proof: Any = None  # probes.transport.TransportProof
+    meta: dict[str, Any] = field(default_factory=dict)
+    nccl_tests: dict[str, Any] | None = None
+
+    @property
+    def pair_key(self) -> str:
+        return f"gpu{self.pair[0]}-gpu{self.pair[1]}"
+
+    def row(self, nbytes: int) -> Row | None:
+        for r in self.rows:
+            if r.bytes == nbytes:
+                return r
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "probe": "allreduce",
+            "pair": list(self.pair),
+            "arm": self.arm,
+            "rows": [vars(r) | {"size": format_size(r.bytes)} for r in self.rows],
+            "correct": self.correct,
+            "checks": self.checks,
+            "log": self.log_path.name if self.log_path else None,
+            "transport": getattr(self.proof, "transport", None),
+            "meta": self.meta,
+            "nccl_tests": self.nccl_tests,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], log_path: Path | None, source: str) -> AllReduceResult:
+        """Read a result written by :meth:`to_dict` (a replay); errors name ``source``."""
+        try:
+            if d.get("schema") != SCHEMA or d.get("probe") != "allreduce":
+                raise ValueError(f"not an all-reduce probe result of schema {SCHEMA}")
+            pair = (int(d["pair"][0]), int(d["pair"][1]))
+            rows = [Row(int(r["bytes"]), float(r["time_us"]), float(r["algbw_gbs"]), float(r["busbw_gbs"]))
+                    for r in d["rows"]]
+            return cls(pair, str(d["arm"]), rows, bool(d["correct"]), list(d.get("checks", [])), log_path,
+                       None, dict(d.get("meta", {})), d.get("nccl_tests"))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise ProbeError(f"{source}: unreadable all-reduce probe result ({type(exc).__name__}: {exc})") from None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def last_line(paths: Sequence[Path]) -> str:
+    """The last non-empty line of the newest-written log, to say where a hang or crash stopped."""
+    best: tuple[float, str] = (-1.0, "(no log output)")
+    for p in paths:
+        try:
+            lines = [ln for ln in p.read_text(errors="replace").splitlines() if ln.strip()]
+            mtime = p.stat().st_mtime
+        except OSError:
+            continue
+        if lines and mtime >= best[0]:
+            best = (mtime, f"{p.name}: {lines[-1].strip()}")
+    return best[1]
+
+
+def kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """SIGTERM the process group of ``proc`` (it leads its own session), then SIGKILL what is left."""
+    if proc.poll() is not None:
+        _kill_pg(proc.pid, signal.SIGKILL)  # reap stragglers the leader may have left
+        return
+    _kill_pg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    _kill_pg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+
+
+def _kill_pg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def run_ranks(
+    commands: Sequence[Sequence[str]],
+    envs: Sequence[Mapping[str, str]],
+    logs: Sequence[Path],
+    timeout_s: float,
+    what: str,
+) -> None:
+    """Run one process per rank; each in its own session with stdout+stderr to its log.
+
+    Returns when all exit 0. A timeout, a failing rank (the others are then killed: they
+    would wait for it forever) or KeyboardInterrupt kills every group and raises
+    :class:`ProbeError` naming ``what`` and the last log line.
+    """
+    procs: list[subprocess.Popen[bytes]] = []
+    handles = []
+    try:
+        for cmd, env, log in zip(commands, envs, logs, strict=True):
+            log.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(log, "wb")  # noqa: SIM115 - closed in finally
+            handles.append(fh)
+            procs.append(subprocess.Popen(list(cmd), env=dict(env), stdout=fh, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                i, code = failed[0]
+                raise ProbeError(f"{what}: rank {i} exited with status {code}; last log line: {last_line(logs)} "
+                                 f"(logs: {', '.join(str(p) for p in logs)})")
+            if all(c == 0 for c in codes):
+                return
+            if time.monotonic() > deadline:
+                raise ProbeError(f"{what}: timed out after {timeout_s:g} s (a hung NCCL rank?); process groups "
+                                 f"killed; last log line: {last_line(logs)}")
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        for p in procs:
+            kill_group(p)
+        raise
+    finally:
+        for p in procs:
+            kill_group(p)
+        for fh in handles:
+            fh.close()
+
+
+def run_allreduce(
+    pair: tuple[int, int],
+    arm: Arm,
+    cfg: ProbeConfig,
+    rig_env: Mapping[str, str] | None,
+    out_dir: str | os.PathLike[str],
+    python: str = sys.executable,
+    worker: Sequence[str] | None = None,
+) -> AllReduceResult:
+    """Run the all-reduce probe for one pair and arm; write ``allreduce.json``, ``nccl.log``, ``transport_proof.json``.
+
+    ``worker`` replaces ``[python, "-m", WORKER_MODULE]`` (tests use a fake worker).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    what = f"all-reduce probe, arm {arm.name}, pair gpu{pair[0]}-gpu{pair[1]}"
+    spec_path, raw_path = out / "allreduce_spec.json", out / "allreduce_raw.json"
+    if raw_path.exists():
+        raw_path.unlink()
+    check_sizes = [s for s in CHECK_SIZES if s <= max(cfg.sizes)] or [min(cfg.sizes)]
+    atomic_write_json(spec_path, {
+        "sizes": list(cfg.sizes), "check_sizes": check_sizes, "iters": cfg.iters, "warmup": cfg.warmup,
+        "graph": cfg.graph, "graph_launches": cfg.graph_launches, "out": str(raw_path),
+    })
+    port = free_port()
+    base = subprocess_env(pair, rig_env, arm.env)
+    envs, logs = [], []
+    for rank in range(2):
+        env = dict(base)
+        env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONUNBUFFERED": "1"})
+        envs.append(env)
+        logs.append(out / f"rank{rank}.log")
+    cmd = [*(worker or [python, "-m", WORKER_MODULE]), str(spec_path)]
+    try:
+        run_ranks([cmd, cmd], envs, logs, cfg.timeout_s, what)
+    finally:
+        log_path = merge_logs(logs, out / "nccl.log")
+    try:
+        raw = json.loads(raw_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ProbeError(f"{what}: the workers exited without a readable result {raw_path} ({exc}); "
+                         f"last log line: {last_line(logs)}") from None
+    result = result_from_raw(pair, arm, raw, log_path, str(raw_path))
+    result.meta["env"] = {k: base[k] for k in sorted(base) if k.startswith(("NCCL_", "CUDA_", "TORCH_NCCL"))}
+    result.meta["arm"] = arm.to_dict()
+    result.proof = proof_from_log(log_path)
+    write_result(result, out)
+    return result
+
+
+def result_from_raw(pair: tuple[int, int], arm: Arm, raw: Mapping[str, Any], log_path: Path | None,
+                    source: str) -> AllReduceResult:
+    """Turn the worker's times into rows (bandwidths computed here, where they are tested)."""
+    try:
+        n = int(raw["world_size"])
+        rows = [Row.from_time(int(r["bytes"]), float(r["time_us"]), n) for r in raw["rows"]]
+        checks = list(raw["checks"])
+        correct = bool(checks) and all(int(c["wrong"]) == 0 for c in checks)
+        meta = {k: raw.get(k) for k in ("world_size", "graph", "iters", "warmup", "graph_launches",
+                                        "torch_version", "nccl_version", "device_names")}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProbeError(f"{source}: malformed worker result ({type(exc).__name__}: {exc})") from None
+    meta["timing"] = (f"CUDA graph of {raw.get('iters')} all-reduces x {raw.get('graph_launches')} replays, "
+                      "mean over ranks" if raw.get("graph") else "eager loop, mean over ranks")
+    return AllReduceResult(pair, arm.name, rows, correct, checks, log_path, None, meta)
+
+
+def merge_logs(logs: Sequence[Path], target: Path) -> Path:
+    parts = []
+    for p in logs:
+        try:
+            parts.append(p.read_text(errors="replace"))
+        except OSError:
+            continue
+    atomic_write_text(target, "".join(t if t.endswith("\n") or not t else t + "\n" for t in parts))
+    return target
+
+
+def proof_from_log(log_path: Path) -> Any:
+    from .transport import parse_nccl_log
+
+    return parse_nccl_log(log_path.read_text(errors="replace"), str(log_path))
+
+
+def write_result(result: AllReduceResult, out: Path) -> None:
+    atomic_write_json(out / "allreduce.json", result.to_dict())
+    if result.proof is not None:
+        atomic_write_json(out / "transport_proof.json", result.proof.to_dict())

@@ -1,0 +1,189 @@
+"""The rig file's ``probe:`` section: what the all-reduce and P2P copy probes measure and check.
+
+Sizes span nccl-tests' usual sweep (4 B to 256 MiB, x4 steps) plus the *decode sizes*
+of a model: the messages tensor parallelism all-reduces on every decode step, which is
+where P2P on/off shows up in serving latency (the seed's Qwen trace: 8-512 KiB).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import validate as v
+from ..errors import ConfigError
+from ..util import format_size
+
+PROBE_KEYS = ("sizes", "decode_sizes", "decode", "iters", "warmup", "graph", "graph_launches", "timeout_s",
+              "thresholds", "uplift", "arms", "copy_bytes", "copy_reps", "nccl_tests")
+THRESHOLD_KINDS = ("busbw_min_gbs", "latency_max_us")
+DECODE_KEYS = ("hidden", "tp", "batches", "dtype_bytes")
+UPLIFT_KEYS = ("faster", "slower", "at", "min")
+
+DEFAULT_SIZES = tuple(4 * 4**k for k in range(14))  # 4 B .. 256 MiB
+DEFAULT_DECODE_SIZES = (8 * 1024, 32 * 1024, 128 * 1024, 512 * 1024)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Per-size limits: ``busbw_min_gbs`` (decimal GB/s) and ``latency_max_us`` (time per all-reduce)."""
+
+    busbw_min_gbs: Mapping[int, float] = field(default_factory=dict)
+    latency_max_us: Mapping[int, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: {format_size(s): x for s, x in getattr(self, k).items()} for k in THRESHOLD_KINDS}
+
+
+@dataclass(frozen=True)
+class Uplift:
+    """``faster`` must beat ``slower`` by at least ``min`` (a fraction) at each size of ``at``."""
+
+    faster: str = "p2p_on"
+    slower: str = "p2p_off"
+    at: tuple[int, ...] | None = None  # None: the decode sizes
+    min: float = 0.05
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    sizes: tuple[int, ...] = tuple(sorted(set(DEFAULT_SIZES) | set(DEFAULT_DECODE_SIZES)))
+    decode_sizes: tuple[int, ...] = DEFAULT_DECODE_SIZES
+    iters: int = 20  # all-reduces per timed batch (per captured graph)
+    warmup: int = 5  # eager all-reduces per size before capture (and before timing)
+    graph: bool = True  # capture the batch in a CUDA graph and replay it, like nccl-tests -G
+    graph_launches: int = 5  # timed replays of the captured batch
+    timeout_s: float = 300.0  # whole probe, per arm and pair
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    per_arm_thresholds: Mapping[str, Thresholds] = field(default_factory=dict)
+    uplift: Uplift = field(default_factory=Uplift)
+    arms: tuple[str, ...] | None = None  # None: every arm the rig defines
+    copy_bytes: int = 64 * 1024**2
+    copy_reps: int = 20
+    nccl_tests: bool = True  # also run nccl-tests' all_reduce_perf when it is on PATH
+
+    @property
+    def uplift_sizes(self) -> tuple[int, ...]:
+        return self.uplift.at if self.uplift.at is not None else self.decode_sizes
+
+    def thresholds_for(self, arm: str) -> Thresholds:
+        """The rig-wide thresholds with the arm's own (``per_arm``) overriding them size by size."""
+        own = self.per_arm_thresholds.get(arm)
+        if own is None:
+            return self.thresholds
+        return Thresholds(
+            {**self.thresholds.busbw_min_gbs, **own.busbw_min_gbs},
+            {**self.thresholds.latency_max_us, **own.latency_max_us},
+        )
+
+    def select_arms(self, defined: Mapping[str, Any], source: str = "rig", path: str = "probe.arms") -> list[str]:
+        if self.arms is None:
+            return list(defined)
+        for i, name in enumerate(self.arms):
+            if name not in defined:
+                raise ConfigError(source, v.join(path, i),
+                                  f"arm {name!r} is not defined; defined arms: {', '.join(defined)}")
+        return list(self.arms)
+
+
+def parse_probe(value: Any, source: str, path: str) -> ProbeConfig:
+    body = v.mapping(value, source, path, allowed=PROBE_KEYS)
+    kw: dict[str, Any] = {}
+    if "decode_sizes" in body and "decode" in body:
+        raise ConfigError(source, v.join(path, "decode"), "give decode_sizes or decode, not both")
+    decode = DEFAULT_DECODE_SIZES
+    if "decode_sizes" in body:
+        decode = _sizes(body["decode_sizes"], source, v.join(path, "decode_sizes"))
+    elif "decode" in body:
+        decode = _decode_sizes(body["decode"], source, v.join(path, "decode"))
+    kw["decode_sizes"] = decode
+    base = _sizes(body["sizes"], source, v.join(path, "sizes")) if "sizes" in body else DEFAULT_SIZES
+    kw["sizes"] = tuple(sorted(set(base) | set(decode)))
+    for key, lo in (("iters", 1), ("warmup", 0), ("graph_launches", 1), ("copy_reps", 1)):
+        if key in body:
+            kw[key] = v.integer(body[key], source, v.join(path, key), lo=lo)
+    for key in ("graph", "nccl_tests"):
+        if key in body:
+            kw[key] = v.boolean(body[key], source, v.join(path, key))
+    if "timeout_s" in body:
+        kw["timeout_s"] = v.number(body["timeout_s"], source, v.join(path, "timeout_s"), lo=1)
+    if "copy_bytes" in body:
+        kw["copy_bytes"] = v.size(body["copy_bytes"], source, v.join(path, "copy_bytes"))
+        if kw["copy_bytes"] < 4:
+            raise ConfigError(source, v.join(path, "copy_bytes"), "must be at least 4 bytes")
+    if "thresholds" in body:
+        kw["thresholds"], kw["per_arm_thresholds"] = _thresholds(body["thresholds"], source,
+                                                                 v.join(path, "thresholds"))
+    if "uplift" in body:
+        kw["uplift"] = _uplift(body["uplift"], source, v.join(path, "uplift"))
+    if "arms" in body:
+        names = v.sequence(body["arms"], source, v.join(path, "arms"))
+        kw["arms"] = tuple(v.string(n, source, v.join(v.join(path, "arms"), i)) for i, n in enumerate(names))
+    return ProbeConfig(**kw)
+
+
+def _sizes(value: Any, source: str, path: str) -> tuple[int, ...]:
+    items = v.sequence(value, source, path)
+    if not items:
+        raise ConfigError(source, path, "expected at least one size")
+    out = []
+    for i, item in enumerate(items):
+        n = v.size(item, source, v.join(path, i))
+        if n < 4 or n % 4:
+            raise ConfigError(source, v.join(path, i), f"all-reduce sizes are float32 buffers: a multiple "
+                                                       f"of 4 bytes, at least 4, got {n}")
+        out.append(n)
+    return tuple(sorted(set(out)))
+
+
+def _decode_sizes(value: Any, source: str, path: str) -> tuple[int, ...]:
+    """``batch x hidden / tp x dtype_bytes`` for each batch, rounded down to whole float32 words."""
+    body = v.mapping(value, source, path, allowed=DECODE_KEYS)
+    for key in ("hidden", "batches"):
+        if key not in body:
+            raise ConfigError(source, path, f"missing key {key!r} (needs hidden, batches; optional tp, dtype_bytes)")
+    hidden = v.integer(body["hidden"], source, v.join(path, "hidden"), lo=1)
+    tp = v.integer(body.get("tp", 1), source, v.join(path, "tp"), lo=1)
+    dtype_bytes = v.integer(body.get("dtype_bytes", 2), source, v.join(path, "dtype_bytes"), lo=1)
+    batches = v.sequence(body["batches"], source, v.join(path, "batches"))
+    out = set()
+    for i, b in enumerate(batches):
+        batch = v.integer(b, source, v.join(v.join(path, "batches"), i), lo=1)
+        n = batch * hidden // tp * dtype_bytes
+        out.add(max(4, n - n % 4))
+    if not out:
+        raise ConfigError(source, v.join(path, "batches"), "expected at least one batch size")
+    return tuple(sorted(out))
+
+
+def _size_map(value: Any, source: str, path: str) -> dict[int, float]:
+    return {v.size(k, source, v.join(path, k)): v.number(x, source, v.join(path, k), lo=0)
+            for k, x in v.mapping(value, source, path).items()}
+
+
+def _thresholds(value: Any, source: str, path: str) -> tuple[Thresholds, dict[str, Thresholds]]:
+    body = v.mapping(value, source, path, allowed=(*THRESHOLD_KINDS, "per_arm"))
+    common = Thresholds(*(_size_map(body.get(k), source, v.join(path, k)) for k in THRESHOLD_KINDS))
+    per_arm = {}
+    for arm, spec in v.mapping(body.get("per_arm"), source, v.join(path, "per_arm")).items():
+        where = v.join(v.join(path, "per_arm"), arm)
+        inner = v.mapping(spec, source, where, allowed=THRESHOLD_KINDS)
+        per_arm[arm] = Thresholds(*(_size_map(inner.get(k), source, v.join(where, k)) for k in THRESHOLD_KINDS))
+    return common, per_arm
+
+
+def _uplift(value: Any, source: str, path: str) -> Uplift:
+    body = v.mapping(value, source, path, allowed=UPLIFT_KEYS)
+    kw: dict[str, Any] = {}
+    for key in ("faster", "slower"):
+        if key in body:
+            kw[key] = v.string(body[key], source, v.join(path, key))
+    if "at" in body and body["at"] != "decode":
+        kw["at"] = _sizes(body["at"], source, v.join(path, "at"))
+    if "min" in body:
+        kw["min"] = v.percent(body["min"], source, v.join(path, "min"))
+    up = Uplift(**kw)
+    if up.faster == up.slower:
+        raise ConfigError(source, path, f"faster and slower name the same arm {up.faster!r}")
+    return up

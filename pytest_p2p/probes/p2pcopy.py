@@ -1,0 +1,101 @@
+"""The P2P copy probe: peer vs host-staged copy bandwidth and latency for one GPU pair.
+
+The copy probe does not depend on NCCL, so it runs once per pair, not per arm. It runs
+in a subprocess (its own CUDA context, the pair made visible through
+:func:`pytest_p2p.envs.subprocess_env`) so that a wedged copy is killed with its
+process group instead of hanging pytest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..envs import subprocess_env
+from ..errors import ProbeError
+from ..util import atomic_write_json
+from .allreduce import last_line, run_ranks
+from .config import ProbeConfig
+
+SCHEMA = 1
+WORKER_MODULE = "pytest_p2p.probes._p2pcopy_worker"
+MODES = ("peer", "host_staged")
+
+
+@dataclass
+class P2PCopyResult:
+    pair: tuple[int, int]
+    bytes: int
+    can_access_peer: dict[str, bool]
+    modes: dict[str, dict[str, Any]]  # mode -> unidir_gbs{dir}, bidir_gbs, latency_us{dir}, method
+    meta: dict[str, Any] = field(default_factory=dict)
+    log_path: Path | None = None
+
+    @property
+    def peer_access(self) -> bool:
+        return bool(self.can_access_peer) and all(self.can_access_peer.values())
+
+    def unidir_gbs(self, mode: str) -> float:
+        """The slower direction: a pair is as good as its worse way."""
+        return min(self.modes[mode]["unidir_gbs"].values())
+
+    def latency_us(self, mode: str) -> float:
+        return max(self.modes[mode]["latency_us"].values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "probe": "p2pcopy", "pair": list(self.pair), "bytes": self.bytes,
+                "can_access_peer": self.can_access_peer, "modes": self.modes, "meta": self.meta,
+                "log": self.log_path.name if self.log_path else None}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str, log_path: Path | None = None) -> P2PCopyResult:
+        try:
+            if d.get("schema") != SCHEMA or d.get("probe") != "p2pcopy":
+                raise ValueError(f"not a P2P copy probe result of schema {SCHEMA}")
+            modes = {m: dict(d["modes"][m]) for m in MODES}
+            for m in modes.values():
+                m["unidir_gbs"] = {k: float(x) for k, x in m["unidir_gbs"].items()}
+                m["latency_us"] = {k: float(x) for k, x in m["latency_us"].items()}
+                m["bidir_gbs"] = float(m["bidir_gbs"])
+            return cls((int(d["pair"][0]), int(d["pair"][1])), int(d["bytes"]),
+                       {k: bool(x) for k, x in d["can_access_peer"].items()}, modes, dict(d.get("meta", {})),
+                       log_path)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise ProbeError(f"{source}: unreadable P2P copy probe result ({type(exc).__name__}: {exc})") from None
+
+
+def run_p2p_copy(
+    pair: tuple[int, int],
+    cfg: ProbeConfig,
+    out_dir: str | os.PathLike[str],
+    rig_env: Mapping[str, str] | None = None,
+    python: str = sys.executable,
+    worker: Sequence[str] | None = None,
+) -> P2PCopyResult:
+    """Run the copy probe for ``pair``; writes ``p2pcopy.json`` and ``p2pcopy.log`` into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    what = f"P2P copy probe, pair gpu{pair[0]}-gpu{pair[1]}"
+    spec_path, raw_path, log = out / "p2pcopy_spec.json", out / "p2pcopy_raw.json", out / "p2pcopy.log"
+    if raw_path.exists():
+        raw_path.unlink()
+    atomic_write_json(spec_path, {"bytes": cfg.copy_bytes - cfg.copy_bytes % 4, "reps": cfg.copy_reps,
+                                  "latency_reps": 100, "out": str(raw_path)})
+    env = subprocess_env(pair, rig_env, nccl_debug=None)
+    cmd = [*(worker or [python, "-m", WORKER_MODULE]), str(spec_path)]
+    run_ranks([cmd], [env], [log], cfg.timeout_s, what)
+    try:
+        raw = json.loads(raw_path.read_text())
+        raw.update({"schema": SCHEMA, "probe": "p2pcopy", "pair": list(pair)})
+        meta = {k: raw.pop(k) for k in ("reps", "device_names", "torch_version") if k in raw}
+        raw["meta"] = meta
+    except (OSError, ValueError) as exc:
+        raise ProbeError(f"{what}: no readable result {raw_path} ({exc}); last log line: {last_line([log])}") from None
+    result = P2PCopyResult.from_dict(raw, str(raw_path), log)
+    atomic_write_json(out / "p2pcopy.json", result.to_dict())
+    return result
