@@ -1,0 +1,38 @@
+"""Built-in check: no campaign scenario regressed against the chosen baseline.
+
+Parametrised by the campaign stage (``p2p_pair`` x ``p2p_scenario``, ids like
+``gpu0-gpu1-p2p_on-c8``); it runs only with ``--p2p-compare[=NAME]`` and skips, with
+the reason, when there is no baseline yet or the baseline is not comparable (another
+model or arm definition). A regression fails with ``PerformanceRegression`` (an
+AssertionError, so allure files it as a product defect) naming the likely causes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+def scenario_parts(scenario: Any) -> tuple[str, str]:
+    """``(arm, point)`` from the campaign's scenario object or its id ``p2p_on-c8``."""
+    arm, point = getattr(scenario, "arm", None), getattr(scenario, "point", None)
+    if arm is not None and point is not None:
+        return str(getattr(arm, "name", arm)), str(point)
+    text = str(getattr(scenario, "id", None) or getattr(scenario, "name", None) or scenario)
+    arm_name, sep, pt = text.rpartition("-")
+    if not sep:
+        raise ValueError(f"cannot read arm and point from scenario {scenario!r} (expected e.g. 'p2p_on-c8')")
+    return arm_name, pt
+
+
+@pytest.mark.p2p
+def test_no_regression(p2p_campaign: Any, p2p_scenario: Any, p2p_baseline: Any, request: pytest.FixtureRequest) -> None:
+    arm, point = scenario_parts(p2p_scenario)
+    p2p_baseline.check_scenario(p2p_campaign.run_dir, arm, point, node=request.node)
+
+
+@pytest.mark.p2p
+def test_links_not_downtrained(p2p_campaign: Any, p2p_baseline: Any) -> None:
+    """The pair's PCIe generation/width and NVLink count did not drop since the newest baseline run."""
+    p2p_baseline.check_links(p2p_campaign.run_dir)

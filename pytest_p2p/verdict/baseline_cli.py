@@ -1,0 +1,136 @@
+"""``python -m pytest_p2p baseline ...``: inspect and curate the baseline store.
+
+    list [--name N]           runs in history (or in baseline N), with their baselines
+    show RUN                  one run: fingerprint and metrics
+    accept RUN [--name N]     accept a stored run into baseline N (default 'accepted')
+    reject RUN [--name N]     take it out again (history is kept)
+    save RUN_DIR [--accept N] store a results directory (e.g. from another machine)
+    diff A B                  judge run B against run A alone, with fingerprint changes
+    export [--out FILE]       everything as JSON
+
+The database is ``--db PATH``, else ``PYTEST_P2P_DB``, else ``.p2p/history.db``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from ..errors import P2PError
+from .config import DEFAULT_DB, DEFAULT_NAME, BaselineConfig, check_name
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pytest_p2p baseline", description=__doc__.split("\n\n")[0])
+    p.add_argument("--db", default=None, help=f"SQLite store (env PYTEST_P2P_DB, default {DEFAULT_DB})")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    ls = sub.add_parser("list", help="list stored runs")
+    ls.add_argument("--name", default=None, help="only runs accepted under this baseline")
+    sh = sub.add_parser("show", help="show one run")
+    sh.add_argument("run")
+    ac = sub.add_parser("accept", help="accept a run into a named baseline")
+    ac.add_argument("run")
+    ac.add_argument("--name", default=DEFAULT_NAME)
+    ac.add_argument("--note", default=None)
+    rj = sub.add_parser("reject", help="remove a run from a named baseline (history is kept)")
+    rj.add_argument("run")
+    rj.add_argument("--name", default=DEFAULT_NAME)
+    sv = sub.add_parser("save", help="store a campaign results directory")
+    sv.add_argument("run_dir")
+    sv.add_argument("--accept", default=None, metavar="NAME")
+    df = sub.add_parser("diff", help="judge run B against run A")
+    df.add_argument("a")
+    df.add_argument("b")
+    ex = sub.add_parser("export", help="dump the store as JSON")
+    ex.add_argument("--out", default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    db = args.db or os.environ.get("PYTEST_P2P_DB") or DEFAULT_DB
+    from .store import Store
+
+    try:
+        with Store(db, create=args.cmd == "save") as store:
+            return _run(args, store)
+    except P2PError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, store: Any) -> int:
+    out = sys.stdout
+    if args.cmd == "list":
+        if args.name is None and store.baseline_names():
+            out.write("baselines: " + ", ".join(f"{n} ({c} runs)" for n, c in store.baseline_names()) + "\n")
+        for rec in store.runs(name=args.name):
+            sim = " [simulated]" if rec.simulated else ""
+            names = ",".join(rec.baselines) or "-"
+            out.write(f"{rec.run_id}  {rec.rig}  {rec.pair_key} ({rec.pair_ident})  {rec.kind}  "
+                      f"{rec.started_at}  baselines: {names}{sim}\n")
+        return 0
+    if args.cmd == "show":
+        rec = store.run(args.run)
+        out.write(json.dumps({"run_id": rec.run_id, "baselines": list(rec.baselines), "saved_at": rec.saved_at,
+                              "source_dir": rec.source_dir, "fingerprint": rec.fingerprint}, indent=2) + "\n")
+        for m in store.metrics(rec.run_id):
+            out.write(f"{m.arm}-{m.point}  {m.metric}  mean {m.mean}  std {m.std}  n {m.n}\n")
+        return 0
+    if args.cmd in ("accept", "reject"):
+        name = check_name(args.name, "--name")
+        rec = store.run(args.run)
+        if args.cmd == "accept":
+            store.accept(rec.run_id, name, args.note)
+            out.write(f"accepted {rec.run_id} into baseline {name!r}\n")
+        elif store.reject(rec.run_id, name):
+            out.write(f"removed {rec.run_id} from baseline {name!r}\n")
+        else:
+            out.write(f"{rec.run_id} was not in baseline {name!r}\n")
+            return 1
+        return 0
+    if args.cmd == "save":
+        run_id = store.save_run_dir(args.run_dir)
+        if args.accept:
+            store.accept(run_id, check_name(args.accept, "--accept"))
+        out.write(f"saved {run_id}" + (f", accepted into {args.accept!r}" if args.accept else "") + "\n")
+        return 0
+    if args.cmd == "diff":
+        return _diff(store, store.run(args.a), store.run(args.b))
+    if args.cmd == "export":
+        text = json.dumps(store.export(), indent=2, default=str) + "\n"
+        if args.out:
+            from ..util import atomic_write_text
+
+            atomic_write_text(args.out, text)
+        else:
+            out.write(text)
+        return 0
+    raise AssertionError(args.cmd)
+
+
+def _diff(store: Any, a: Any, b: Any) -> int:
+    """Every metric of B judged against A as a one-run baseline, then what changed."""
+    from .attribution import fingerprint_changes
+    from .compare import REGRESSION, Sample, describe, direction, judge
+
+    cfg = BaselineConfig()
+    base = {(m.arm, m.point, m.metric): m for m in store.metrics(a.run_id)}
+    worst = 0
+    for m in store.metrics(b.run_id):
+        ref = base.get((m.arm, m.point, m.metric))
+        if ref is None:
+            print(f"{'only in B':>14}: {m.metric} {m.point} {m.arm}")
+            continue
+        j = judge([Sample.of(ref.values, ref.mean, ref.std, ref.n)], Sample.of(m.values, m.mean, m.std, m.n),
+                  direction(m.metric), cfg.tolerance(m.metric), cfg)
+        worst = 1 if j.verdict == REGRESSION else worst
+        print(f"{j.verdict:>14}: {describe(m.metric, m.arm, m.point, j)}")
+    changes = fingerprint_changes(a.fingerprint, b.fingerprint)
+    print("fingerprint changes:" if changes else "fingerprint: no changes")
+    for ch in changes:
+        print(f"  {ch.text}")
+    return worst

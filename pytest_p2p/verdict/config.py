@@ -1,0 +1,124 @@
+"""The ``baseline:`` section of the rig file: where history lives and how strictly to judge.
+
+Defaults come from ``benchmarks/verdict_power.py`` (see docs/baselines.md): a 5 %
+practical tolerance, a one-sided 0.5 % significance level per direction and the 20
+most recent accepted runs as the baseline keep false alarms under 1 % at per-rep
+CV 2-8 % while catching a 10 % drop with 3 reps at CV <= 3 %.
+
+```yaml
+baseline:
+  db: .p2p/history.db        # relative to the rootdir
+  name: accepted             # default baseline for --p2p-compare
+  depth: 20                  # most recent accepted runs used per key
+  rule: noise                # noise (t interval + tolerance) | fixed (tolerance only)
+  alpha: 0.005               # one-sided significance per direction
+  min_reps: 2
+  tolerance:
+    default: 5%
+    mean_ttft_ms: {rel: 10%, abs: 2.0}
+  directions: {my_metric: higher}
+```
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import validate as v
+from ..errors import ConfigError
+
+DEFAULT_DB = ".p2p/history.db"
+DEFAULT_NAME = "accepted"
+RULES = ("noise", "fixed")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """A change smaller than ``max(rel * |baseline|, abs)`` is not worth failing CI for."""
+
+    rel: float = 0.05
+    abs: float = 0.0
+
+    def threshold(self, baseline: float) -> float:
+        return max(self.rel * abs(baseline), self.abs)
+
+
+@dataclass(frozen=True)
+class BaselineConfig:
+    db: str | None = None  # None: DEFAULT_DB under the rootdir
+    name: str = DEFAULT_NAME
+    depth: int = 20
+    rule: str = "noise"
+    alpha: float = 0.005
+    min_reps: int = 2
+    default_tolerance: Tolerance = Tolerance()
+    tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
+    directions: Mapping[str, str] = field(default_factory=dict)  # metric -> "higher" | "lower"
+
+    def tolerance(self, metric: str) -> Tolerance:
+        return self.tolerances.get(metric, self.default_tolerance)
+
+
+def check_name(name: str, source: str, path: str = "") -> str:
+    """Baseline names are short identifiers (so that ``--p2p-compare tests/`` is caught, not used)."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ConfigError(source, path, f"a baseline name is letters, digits, '.', '_' or '-' "
+                                        f"(at most 64, e.g. 'accepted', 'pre-driver-upgrade'), got {name!r}")
+    return name
+
+
+def _tolerance(value: Any, source: str, path: str) -> Tolerance:
+    if isinstance(value, Mapping):
+        m = v.mapping(value, source, path, allowed=("rel", "abs"))
+        rel = v.percent(m["rel"], source, v.join(path, "rel")) if "rel" in m else 0.0
+        ab = v.number(m["abs"], source, v.join(path, "abs"), lo=0.0) if "abs" in m else 0.0
+        tol = Tolerance(rel=rel, abs=ab)
+    else:
+        tol = Tolerance(rel=v.percent(value, source, path), abs=0.0)
+    if tol.rel < 0 or tol.rel >= 1:
+        raise ConfigError(source, path, f"a relative tolerance must be in [0 %, 100 %), got {tol.rel:.1%}")
+    return tol
+
+
+def parse_baseline(value: Any, source: str, path: str) -> BaselineConfig:
+    """Parse the ``baseline`` section (``None``: defaults)."""
+    m = v.mapping(value, source, path, allowed=(
+        "db", "name", "depth", "rule", "alpha", "min_reps", "tolerance", "directions"))
+    kw: dict[str, Any] = {}
+    if "db" in m:
+        kw["db"] = v.string(m["db"], source, v.join(path, "db"))
+    if "name" in m:
+        kw["name"] = check_name(m["name"], source, v.join(path, "name"))
+    if "depth" in m:
+        kw["depth"] = v.integer(m["depth"], source, v.join(path, "depth"), lo=1, hi=1000)
+    if "rule" in m:
+        kw["rule"] = v.string(m["rule"], source, v.join(path, "rule"), choices=RULES)
+    if "alpha" in m:
+        kw["alpha"] = v.number(m["alpha"], source, v.join(path, "alpha"), lo=1e-6, hi=0.2)
+    if "min_reps" in m:
+        kw["min_reps"] = v.integer(m["min_reps"], source, v.join(path, "min_reps"), lo=1, hi=1000)
+    if "tolerance" in m:
+        tpath = v.join(path, "tolerance")
+        tols: dict[str, Tolerance] = {}
+        raw = m["tolerance"]
+        if not isinstance(raw, Mapping):
+            kw["default_tolerance"] = _tolerance(raw, source, tpath)
+        else:
+            for metric, tv in v.mapping(raw, source, tpath).items():
+                tol = _tolerance(tv, source, v.join(tpath, metric))
+                if metric == "default":
+                    kw["default_tolerance"] = tol
+                else:
+                    tols[metric] = tol
+        kw["tolerances"] = tols
+    if "directions" in m:
+        dpath = v.join(path, "directions")
+        kw["directions"] = {
+            k: v.string(d, source, v.join(dpath, k), choices=("higher", "lower"))
+            for k, d in v.mapping(m["directions"], source, dpath).items()
+        }
+    return BaselineConfig(**kw)

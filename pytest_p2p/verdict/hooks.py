@@ -1,0 +1,253 @@
+"""Pytest integration of the verdict stage: options, the ``p2p_baseline`` fixture, saving runs.
+
+* ``--p2p-compare[=NAME]`` judges each scenario against the runs accepted under NAME
+  (default ``accepted``) in ``test_no_regression``.
+* ``--p2p-save-baseline[=NAME]`` stores the session's campaign runs at session end and
+  accepts them under NAME. With ``--p2p-compare`` alone, runs are kept as history only.
+* ``--p2p-fail-on=regression|never``: ``never`` reports regressions without failing.
+* ``--p2p-db PATH`` (ini ``p2p_db``, env ``PYTEST_P2P_DB``): the SQLite store.
+
+Campaign runs are found through the ``p2p_campaign`` fixture of the tests that ran.
+Every process that ran a campaign (xdist workers included) writes its own runs to the
+shared SQLite store, which serialises writers; nothing else shared is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..errors import ConfigError, P2PError
+from ..options import Resolved, add_ini_and_option, resolve
+from .config import DEFAULT_DB, BaselineConfig, check_name
+
+#: The rig loader may put the rig file's ``baseline:`` section (a BaselineConfig) here.
+BASELINE_CONFIG_KEY = pytest.StashKey[BaselineConfig]()
+SESSION_KEY = pytest.StashKey["BaselineSession"]()
+FAIL_ON = ("regression", "never")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("p2p", "GPU interconnect checks (pytest-p2p)")
+    group.addoption("--p2p-compare", action="store", nargs="?", const="accepted", default=None, metavar="NAME",
+                    help="compare campaign results with the named baseline (default 'accepted'); "
+                         "write it as --p2p-compare=NAME")
+    group.addoption("--p2p-save-baseline", action="store", nargs="?", const="accepted", default=None,
+                    metavar="NAME", help="store this session's campaign runs and accept them under NAME "
+                                         "(default 'accepted')")
+    add_ini_and_option(group, parser, "--p2p-fail-on", ini="p2p_fail_on", env="PYTEST_P2P_FAIL_ON",
+                       metavar="regression|never",
+                       help="fail tests on a regression verdict (default) or only report it")
+    add_ini_and_option(group, parser, "--p2p-db", ini="p2p_db", env="PYTEST_P2P_DB", metavar="PATH",
+                       help=f"baseline/history SQLite database (default {DEFAULT_DB} under the rootdir)")
+
+
+@dataclass
+class BaselineSession:
+    """What this session does with baselines; the ``p2p_baseline`` fixture."""
+
+    config: BaselineConfig
+    db_path: Resolved[Path]
+    compare_name: str | None
+    save_name: str | None
+    fail_on: str
+    run_dirs: dict[str, Path] = field(default_factory=dict)  # run dirs this process saw
+    _store: Any = None
+
+    @property
+    def saving(self) -> bool:
+        return self.save_name is not None or self.compare_name is not None or self.db_path.origin != "default"
+
+    def store(self, create: bool = True) -> Any:
+        from .store import Store
+
+        if self._store is None:
+            self._store = Store(self.db_path.value, create=create)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def check_scenario(self, run_dir: Path, arm: str, point: str, node: Any = None) -> Any:
+        """The body of ``test_no_regression``: skip, pass, or raise PerformanceRegression."""
+        from .compare import (
+            INCONCLUSIVE,
+            NO_BASELINE,
+            NOT_COMPARABLE,
+            REGRESSION,
+            PerformanceRegression,
+            compare_scenario,
+        )
+
+        if self.compare_name is None:
+            pytest.skip("baseline comparison not requested (use --p2p-compare[=NAME])")
+        if not (Path(run_dir) / "scenarios" / f"{arm}-{point}" / "aggregate.json").exists():
+            pytest.skip(f"scenario {arm}-{point} has no aggregate.json in {run_dir} (missing from the campaign)")
+        if not Path(self.db_path.value).exists():
+            pytest.skip(f"no baseline database yet at {self.db_path.value} ({self.db_path.origin}); "
+                        f"save one with --p2p-save-baseline={self.compare_name}")
+        try:
+            result = compare_scenario(self.store(create=False), run_dir, arm, point, self.config,
+                                      self.compare_name)
+        except P2PError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        if node is not None:
+            node.user_properties.append(("p2p_verdict", f"{arm}-{point}: {result.verdict}"))
+            for line in result.lines():
+                node.user_properties.append(("p2p_verdict_line", line))
+        if result.verdict in (NO_BASELINE, NOT_COMPARABLE):
+            pytest.skip(result.message)
+        if result.verdict == REGRESSION and self.fail_on == "regression":
+            raise PerformanceRegression(result.message)
+        if result.verdict == INCONCLUSIVE and node is not None:
+            reasons = [f"{m}: {j.reason}" for m, j in result.metrics.items() if j.verdict == INCONCLUSIVE]
+            node.user_properties.append(("p2p_verdict_line", f"inconclusive {arm}-{point}: " + "; ".join(reasons)))
+        return result
+
+    def check_links(self, run_dir: Path) -> list[tuple[str, str, str]]:
+        """Link facts against the newest comparable baseline run; a drop is a regression."""
+        from .compare import REGRESSION, PerformanceRegression, compare_links
+        from .fingerprint import build_fingerprint
+
+        if self.compare_name is None:
+            pytest.skip("baseline comparison not requested (use --p2p-compare[=NAME])")
+        if not Path(self.db_path.value).exists():
+            pytest.skip(f"no baseline database yet at {self.db_path.value} ({self.db_path.origin})")
+        try:
+            fp = build_fingerprint(run_dir)
+            runs = self.store(create=False).baseline_runs(self.compare_name, fp["rig"], fp["pair"]["ident"],
+                                                          fp.get("kind"), 1, exclude=fp["run_id"])
+        except P2PError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        if not runs:
+            pytest.skip(f"no run of this rig and pair accepted under baseline {self.compare_name!r} yet")
+        facts = compare_links(runs[0].fingerprint, fp)
+        if not facts:
+            pytest.skip("no link facts recorded in the baseline run or this run")
+        worse = [text for _, v, text in facts if v == REGRESSION]
+        if worse and self.fail_on == "regression":
+            since = (runs[0].started_at or runs[0].saved_at)[:10]
+            raise PerformanceRegression(f"link state dropped since baseline {since} ({runs[0].run_id}): "
+                                        + "; ".join(worse))
+        return facts
+
+    def save_runs(self) -> list[str]:
+        saved = []
+        if not self.run_dirs or not self.saving:
+            return saved
+        store = self.store()
+        for run_dir in self.run_dirs.values():
+            run_id = store.save_run_dir(run_dir)
+            if self.save_name is not None:
+                store.accept(run_id, self.save_name)
+            saved.append(run_id)
+        return saved
+
+
+def _db_path(config: pytest.Config, cfg: BaselineConfig) -> Resolved[Path]:
+    got = resolve(config, dest="p2p_db", flag="--p2p-db", env="PYTEST_P2P_DB", ini="p2p_db", default=None)
+    if got.value is None:
+        base = config.rootpath
+        raw, origin = (cfg.db, "rig baseline.db") if cfg.db else (DEFAULT_DB, "default")
+    else:
+        raw, origin = str(got.value), got.origin
+        base = config.rootpath if origin.startswith("ini") else config.invocation_params.dir
+    path = Path(raw).expanduser()
+    return Resolved(path if path.is_absolute() else base / path, origin)
+
+
+def _session(config: pytest.Config) -> BaselineSession:
+    if SESSION_KEY in config.stash:
+        return config.stash[SESSION_KEY]
+    cfg = config.stash.get(BASELINE_CONFIG_KEY, BaselineConfig())
+    fail_on = resolve(config, dest="p2p_fail_on", flag="--p2p-fail-on", env="PYTEST_P2P_FAIL_ON",
+                      ini="p2p_fail_on", default="regression")
+    if fail_on.value not in FAIL_ON:
+        raise ConfigError(fail_on.origin, "", f"expected one of {', '.join(FAIL_ON)}, got {fail_on.value!r}")
+    compare = config.getoption("p2p_compare", default=None)
+    save = config.getoption("p2p_save_baseline", default=None)
+    if compare is not None:
+        check_name(compare, "--p2p-compare")
+    if save is not None:
+        check_name(save, "--p2p-save-baseline")
+    sess = BaselineSession(cfg, _db_path(config, cfg), compare, save, fail_on.value)
+    config.stash[SESSION_KEY] = sess
+    return sess
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        _session(config)
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.fixture(scope="session")
+def p2p_baseline(pytestconfig: pytest.Config) -> BaselineSession:
+    """This session's baseline settings and store (see :class:`BaselineSession`)."""
+    return _session(pytestconfig)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    result = yield
+    campaign = getattr(item, "funcargs", {}).get("p2p_campaign")
+    run_dir = getattr(campaign, "run_dir", None)
+    if run_dir is not None:
+        sess = _session(item.config)
+        sess.run_dirs[str(Path(run_dir).resolve())] = Path(run_dir)
+    return result
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "call" and not (report.when == "setup" and report.skipped):
+        return
+    lines = [str(v) for k, v in report.user_properties if k == "p2p_verdict_line"]
+    _ALL_LINES.extend(lines)
+
+
+_ALL_LINES: list[str] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _ALL_LINES.clear()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    sess = session.config.stash.get(SESSION_KEY, None)
+    if sess is None:
+        return
+    try:
+        saved = sess.save_runs()
+    except P2PError as exc:
+        tr = session.config.pluginmanager.getplugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(f"pytest-p2p: campaign runs NOT saved to the baseline store: {exc}", red=True)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        saved = []
+    finally:
+        sess.close()
+    if saved:
+        what = f"accepted as baseline {sess.save_name!r}" if sess.save_name else "kept as history"
+        session.config.stash[_SAVED_KEY] = f"{len(saved)} run(s) saved to {sess.db_path.value}, {what}: " \
+                                           + ", ".join(saved)
+
+
+_SAVED_KEY = pytest.StashKey[str]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if _ALL_LINES:
+        terminalreporter.section("p2p baseline verdicts")
+        for line in _ALL_LINES:
+            terminalreporter.write_line(line)
+    saved = config.stash.get(_SAVED_KEY, None)
+    if saved:
+        terminalreporter.write_line(f"pytest-p2p: {saved}")
