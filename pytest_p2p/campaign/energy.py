@@ -93,6 +93,7 @@ def window_energy(
         notes.append("no energy for every GPU of the pair: tokens per joule not computed")
     simulated = any(r.get("simulated") == SIMULATED_MARK for r in [*start_rows, *end_rows, *window_rows])
     if simulated:
+        method = f"SIMULATED {method}"
         notes.append("SIMULATED telemetry: these joules are a simulation, not a measurement")
     idle = idle_watts(idle_rows)
     idle_known = [w for w in idle.values() if w is not None]

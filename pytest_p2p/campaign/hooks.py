@@ -1,0 +1,291 @@
+"""Pytest integration of the campaign stage: options, parametrisation, the ``p2p_campaign`` fixture, xdist.
+
+* Tests that request ``p2p_scenario`` are parametrised by the campaign's arms x points
+  (ids ``p2p_on-c8``), ``p2p_point`` by its points (``c8``, ``s8KiB``) and
+  ``p2p_campaign_arm`` by its arms; ``p2p_pair`` (ids ``gpu0-gpu1``) comes from the
+  evidence stage. This hook runs last so the pair comes first in ids: ``test_uplift[gpu0-gpu1-c8]``.
+* ``p2p_campaign`` (session scope, per pair) runs the whole campaign once per pair and
+  returns a :class:`~pytest_p2p.campaign.runner.CampaignResult`; the result (or the error)
+  is cached per pair, so a test order that revisits a pair never re-runs it.
+* **xdist**: every test of a pair gets ``xdist_group(<pair>)``; with ``-n N --dist loadgroup``
+  each worker takes whole pairs. Whatever the scheduling, the GPU lease (file locks in a
+  host-wide directory) keeps two servers or probes off one GPU. The controller hands its
+  run stamp to workers through ``workerinput`` (as pytest-randomly hands its seed), so all
+  run ids of one session share it; workers return their run directories through
+  ``workeroutput`` and only the controller records them for the terminal summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from ..errors import ConfigError, P2PError
+from ..options import add_ini_and_option, resolve
+
+MODES = ("auto", "probe", "model", "off")
+STAMP_KEY = pytest.StashKey[str]()
+PLAN_KEY = pytest.StashKey["Plan"]()
+RESULTS_KEY = pytest.StashKey[dict]()
+WORKER_STAMP = "p2p_run_stamp"
+WORKER_RUN_DIRS = "p2p_run_dirs"
+
+
+class Scenario(str):
+    """``"p2p_on-c8"`` that also knows its ``.arm`` and ``.point``."""
+
+    arm: str
+    point: str
+
+    def __new__(cls, arm: str, point: str) -> Scenario:
+        obj = super().__new__(cls, f"{arm}-{point}")
+        obj.arm = arm
+        obj.point = point
+        return obj
+
+
+@dataclass
+class Plan:
+    """What this session's campaigns will run (resolved once, at collection)."""
+
+    kind: str  # model | probe | off
+    config: Any  # CampaignConfig
+    arms: list[str]
+    points: list[str]
+    skip_reason: str | None
+    origin: str
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("p2p", "GPU interconnect checks (pytest-p2p)")
+    add_ini_and_option(group, parser, "--p2p-campaign", ini="p2p_campaign", env="PYTEST_P2P_CAMPAIGN",
+                       help="campaign kind: auto (the rig's; model if it has a server), probe (NCCL all-reduce "
+                            "only, quick), model (a server per arm and rep) or off", metavar="auto|probe|model|off")
+    add_ini_and_option(group, parser, "--p2p-reps", ini="p2p_reps", env="PYTEST_P2P_REPS",
+                       help="timed repetitions per arm and point (overrides campaign.reps)", metavar="N")
+    add_ini_and_option(group, parser, "--p2p-arms", ini="p2p_arms", env="PYTEST_P2P_ARMS",
+                       help="comma-separated arms to compare, first over second (overrides campaign.arms)",
+                       metavar="A,B")
+
+
+def _mode(text: str) -> str:
+    if text not in MODES:
+        raise ValueError(f"expected one of {', '.join(MODES)}")
+    return text
+
+
+def _reps(text: str | int) -> int:
+    n = int(text)
+    if n < 1:
+        raise ValueError("expected an integer >= 1")
+    return n
+
+
+def _arms(text: str) -> list[str]:
+    arms = [a.strip() for a in str(text).split(",") if a.strip()]
+    if len(arms) < 2:
+        raise ValueError("expected at least two comma-separated arms, e.g. p2p_on,p2p_off")
+    return arms
+
+
+def _resolved(config: pytest.Config, name: str, convert: Any) -> tuple[Any, str]:
+    r = resolve(config, dest=f"p2p_{name}", flag=f"--p2p-{name}", env=f"PYTEST_P2P_{name.upper()}",
+                ini=f"p2p_{name}", default=None, convert=convert)
+    value = r.value
+    if value is not None and r.origin.startswith("--"):  # the command line gives text: convert it too
+        try:
+            value = convert(value)
+        except ValueError as exc:
+            raise ConfigError(r.origin, "", f"bad value {r.value!r}: {exc}") from None
+    return value, r.where()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and WORKER_STAMP in workerinput:
+        config.stash[STAMP_KEY] = str(workerinput[WORKER_STAMP])
+    else:
+        config.stash[STAMP_KEY] = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    config.stash[RESULTS_KEY] = {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist controller -> worker: one run stamp for the whole session."""
+    node.workerinput[WORKER_STAMP] = node.config.stash[STAMP_KEY]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist worker -> controller: the run directories it finished, recorded by the controller only."""
+    dirs = (getattr(node, "workeroutput", None) or {}).get(WORKER_RUN_DIRS) or []
+    for d in dirs:
+        _record(node.config, d)
+
+
+def _record(config: pytest.Config, path: Any) -> None:
+    try:
+        from ..report.hooks import record_run_dir
+    except ImportError:  # report stage absent: the run dir is still on disk
+        return
+    record_run_dir(config, path)
+
+
+def plan(config: pytest.Config) -> Plan:
+    """Resolve kind, arms and points from the rig file and ``--p2p-campaign/--p2p-reps/--p2p-arms``."""
+    got = config.stash.get(PLAN_KEY, None)
+    if got is not None:
+        return got
+    from ..session import get_session
+
+    mode, mode_origin = _resolved(config, "campaign", _mode)
+    reps, _ = _resolved(config, "reps", _reps)
+    arms, _ = _resolved(config, "arms", _arms)
+    session = get_session(config)
+    rig = session.rig
+    cfg = rig.campaign.with_overrides(reps=reps, arms=arms)
+    server = rig.server
+    has_server = server is not None and bool(getattr(server, "model", ""))
+    mode = mode or "auto"
+    kind = cfg.resolve_kind(has_server) if mode == "auto" else mode
+    if cfg.uplift_rule == "ci_lower" and cfg.reps < 2:
+        raise ConfigError(mode_origin if reps is None else "--p2p-reps", "",
+                          f"uplift_rule ci_lower needs reps >= 2, got {cfg.reps}")
+    skip: str | None = None
+    if kind == "off":
+        skip = f"campaign turned off ({mode_origin})"
+        points = cfg.points("model" if has_server else "probe")
+    else:
+        points = cfg.points(kind)
+        if kind == "model" and not has_server:
+            raise ConfigError(rig.source, "server.model", "a model campaign needs the rig's server section "
+                                                          "(server.model); or run --p2p-campaign=probe")
+        live = _live(session)
+        if kind == "probe" and not live:
+            skip = f"probe campaign needs a real GPU: this session uses {session.label}"
+        elif kind == "model" and not live and not getattr(server, "simulated", False):
+            skip = f"model campaign with a real server needs a real GPU: this session uses {session.label}"
+    missing = [a for a in cfg.arms if a not in rig.arms]
+    if missing:
+        raise ConfigError(rig.source, "campaign.arms", f"names {', '.join(missing)}, which the rig does not "
+                                                       f"define (defined: {', '.join(rig.arms)})")
+    p = Plan(kind=kind if kind != "off" else "off", config=cfg, arms=list(cfg.arms),
+             points=points, skip_reason=skip, origin=mode_origin)
+    config.stash[PLAN_KEY] = p
+    return p
+
+
+def _live(session: Any) -> bool:
+    try:
+        return bool(session.live)
+    except P2PError:
+        return False
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    names = metafunc.fixturenames
+    wanted = [n for n in ("p2p_point", "p2p_campaign_arm", "p2p_scenario") if n in names]
+    if not wanted and "p2p_campaign" not in names:
+        return
+    try:
+        p = plan(metafunc.config)
+    except P2PError as exc:
+        raise pytest.UsageError(f"pytest-p2p: {exc}") from None
+    if "p2p_pair" in names and not any("p2p_pair" in c.params for c in getattr(metafunc, "_calls", [])):
+        # normally the evidence stage parametrises p2p_pair; this covers a plugin set without it
+        from ..session import get_session
+
+        pairs = get_session(metafunc.config).pairs
+        metafunc.parametrize("p2p_pair", pairs, ids=[f"gpu{a}-gpu{b}" for a, b in pairs], scope="session")
+    if "p2p_campaign_arm" in names:
+        metafunc.parametrize("p2p_campaign_arm", p.arms, ids=p.arms)
+    if "p2p_point" in names:
+        metafunc.parametrize("p2p_point", p.points, ids=p.points)
+    if "p2p_scenario" in names:
+        scen = [Scenario(a, pt) for pt in p.points for a in p.arms]
+        metafunc.parametrize("p2p_scenario", scen, ids=[str(s) for s in scen])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """One xdist group per pair (before xdist's own hook reads the marks)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        pair = (getattr(callspec, "params", None) or {}).get("p2p_pair")
+        if pair is not None:
+            item.add_marker(pytest.mark.xdist_group(name=f"gpu{pair[0]}-gpu{pair[1]}"))
+
+
+def _run_id(config: pytest.Config, rig_name: str, pair_key: str, root: Any) -> str | None:
+    from ..report.results import safe_component
+
+    run_id = f"{config.stash[STAMP_KEY]}_{safe_component(rig_name)}_{safe_component(pair_key)}"
+    return None if (root / run_id).exists() else run_id
+
+
+def run_campaign(config: pytest.Config, pair: tuple[int, int]) -> Any:
+    """Run (once per pair and session) and return the :class:`CampaignResult`; errors are cached too."""
+    cache: dict[tuple[int, int], Any] = config.stash[RESULTS_KEY]
+    if pair in cache:
+        got = cache[pair]
+        if isinstance(got, BaseException):
+            raise got
+        return got
+    p = plan(config)
+    if p.skip_reason:
+        pytest.skip(p.skip_reason)
+    from ..session import get_session
+    from .progress import Progress
+    from .runner import from_session
+
+    session = get_session(config)
+    pair_key = f"gpu{pair[0]}-gpu{pair[1]}"
+    n_points = len(p.points) * len(p.arms) * p.config.reps
+    progress = Progress.for_config(config, f"{p.kind} campaign {pair_key}"
+                                           f"{' (SIMULATED)' if session.simulated else ''}", n_points)
+    try:
+        runner = from_session(session, tuple(pair), p.config, p.kind, progress=progress,
+                              run_id=_run_id(config, session.rig.name, pair_key, session.results_root))
+        result = runner.run()
+    except P2PError as exc:
+        cache[pair] = exc
+        raise
+    cache[pair] = result
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput.setdefault(WORKER_RUN_DIRS, []).append(str(result.run_dir))
+    else:
+        _record(config, result.run_dir)
+    return result
+
+
+@pytest.fixture(scope="session")
+def p2p_campaign(request: pytest.FixtureRequest, p2p_pair: tuple[int, int]) -> Any:
+    """The pair's campaign (arms x points x reps), run once per session; see ``CampaignResult``."""
+    try:
+        return run_campaign(request.config, tuple(p2p_pair))
+    except P2PError as exc:
+        pytest.fail(f"p2p campaign on gpu{p2p_pair[0]}-gpu{p2p_pair[1]} did not run: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def p2p_campaign_plan(pytestconfig: pytest.Config) -> Plan:
+    """The resolved campaign plan (kind, arms, points, skip reason) of this session."""
+    return plan(pytestconfig)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    if config.getoption("verbose", 0) < 1:
+        return None
+    try:
+        p = plan(config)
+    except Exception:  # the header never breaks a run; collection reports the real error
+        return None
+    c = p.config
+    state = p.skip_reason or "will run"
+    return [f"p2p campaign: {p.kind}, arms {' over '.join(p.arms[:2])}, points {' '.join(p.points)}, "
+            f"{c.reps} reps {c.schedule} ({state})"]
