@@ -158,7 +158,9 @@ def load_rig(path: str | Path, origin: str | None = None) -> Rig:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(label, "", f"not valid YAML: {where}{problem}") from None
-    return parse_rig(data, source=str(p), text=text)
+    rig = parse_rig(data, source=label, text=text)
+    rig.source = str(p)
+    return rig
 
 
 def parse_rig(data: Any, source: str = "rig.yaml", text: str | None = None) -> Rig:
@@ -399,7 +401,8 @@ def resolve(rig: Rig, evidence: Evidence) -> ResolvedRig:
 
 def _pair_has_peer_access(evidence: Evidence, pair: tuple[int, int]) -> bool:
     try:
-        return bool(evidence.pair(*pair).peer_access)
+        # unknown (a recording without the P2P status) is kept: the peer-access check then says so
+        return evidence.pair(*pair).peer_access is not False
     except KeyError:
         return False
 

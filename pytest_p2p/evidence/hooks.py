@@ -84,10 +84,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not (wants_gpu or wants_pair):
         return
     s = session_or_usage_error(metafunc.config)
-    if wants_gpu:
-        metafunc.parametrize("p2p_gpu", s.gpus, ids=[f"gpu{i}" for i in s.gpus], scope="session")
     if wants_pair:
         metafunc.parametrize("p2p_pair", s.pairs, ids=[f"gpu{a}-gpu{b}" for a, b in s.pairs], scope="session")
+    if wants_gpu:
+        metafunc.parametrize("p2p_gpu", s.gpus, ids=[f"gpu{i}" for i in s.gpus], scope="session")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -135,9 +135,10 @@ class PairEvidence:
         """Peer access both ways: CUDA's answer where known, else NVML's read+write status."""
         if self.cuda_peer_ab is not None and self.cuda_peer_ba is not None:
             return self.cuda_peer_ab and self.cuda_peer_ba
-        if self.p2p_read is None and self.p2p_write is None:
-            return None
-        return self.p2p_read == "OK" and self.p2p_write == "OK"
+        known = [s for s in (self.p2p_read, self.p2p_write) if s is not None]
+        if any(s != "OK" for s in known):
+            return False
+        return True if len(known) == 2 else None
 
 
 @dataclass

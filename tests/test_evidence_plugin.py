@@ -1,0 +1,123 @@
+"""Plugin behaviour through pytester: options, precedence, header, built-in evidence checks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+CHECKS = "pytest_p2p.checks.test_evidence"
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("-p", "no:cacheprovider", *args)
+
+
+def test_markers_are_registered(pytester):
+    out = run(pytester, "--markers").stdout.str()
+    assert "@pytest.mark.p2p: GPU-interconnect check" in out
+    assert "@pytest.mark.gpu: needs a real GPU" in out
+
+
+def test_help_imports_nothing_heavy():
+    code = ("import sys, pytest, contextlib, io\n"
+            "with contextlib.redirect_stdout(io.StringIO()): pytest.main(['-p', 'no:allure_pytest', '--help'])\n"
+            "heavy = [m for m in ('torch', 'vllm', 'pynvml', 'openai', 'httpx', 'matplotlib', 'allure', 'numpy', "
+            "'yaml') if m in sys.modules]\n"
+            "print('HEAVY', heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert "HEAVY []" in out, out
+
+
+def test_seed_rig_passes_against_seed_snapshot(pytester, snapshot_5060ti, rig_5060ti):
+    r = run(pytester, "-m", "p2p", "--pyargs", CHECKS, f"--p2p-snapshot={snapshot_5060ti}", f"--p2p-rig={rig_5060ti}")
+    r.assert_outcomes(passed=6, skipped=2)
+    out = r.stdout.str()
+    assert "p2p rig: 5060ti-budget" in out and "p2p pairs: gpu1-gpu2 (PHB)" in out
+    assert "replay of" in out
+
+
+def test_gen4_expectation_fails_with_diagnosis(pytester, snapshot_5060ti, rig_5060ti):
+    rig = pytester.path / "gen4.yaml"
+    rig.write_text(rig_5060ti.read_text().replace("pcie: {gen: 3, width: 4}", "pcie: {gen: 4, width: 4}"))
+    r = run(pytester, "-m", "p2p", "--pyargs", CHECKS, f"--p2p-snapshot={snapshot_5060ti}", f"--p2p-rig={rig}")
+    r.assert_outcomes(passed=4, failed=2, skipped=2)
+    r.stdout.fnmatch_lines(["*test_pcie_link[[]gpu2[]]*",
+                            "GPU 2 (0000:0A:00.0, NVIDIA GeForce RTX 5060 Ti) runs PCIe Gen3 x4 under load; the rig "
+                            "expects at least Gen4 x4 — a link that trains down points at the cable or a missing "
+                            "retimer*"])
+    assert "Traceback" not in r.stdout.str()
+
+
+def test_nv12_and_gen6_fail_on_h200_snapshot(pytester, snapshot_h200):
+    rig = pytester.path / "wrong.yaml"
+    rig.write_text("rig: wrong\nexpect:\n  topology: NV12\n  pcie: {gen: 6}\n")
+    r = run(pytester, "-m", "p2p", "--pyargs", CHECKS, f"--p2p-snapshot={snapshot_h200}", f"--p2p-rig={rig}")
+    r.assert_outcomes(failed=3, skipped=5)
+    out = r.stdout.str()
+    assert "connect through NV18" in out and "expects NV12" in out and "Gen6" in out
+
+
+def test_bad_rig_is_a_usage_error_naming_field(pytester, snapshot_5060ti):
+    rig = pytester.path / "bad.yaml"
+    rig.write_text("rig: bad\nexpect:\n  pcie: {gen: four}\n")
+    r = run(pytester, "--pyargs", CHECKS, f"--p2p-snapshot={snapshot_5060ti}", f"--p2p-rig={rig}")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines([f"*pytest-p2p: {rig} (from --p2p-rig): expect.pcie.gen: expected an integer 1..6, "
+                            f"got 'four'*"])
+
+
+def test_env_var_is_used_and_named_and_cli_wins(pytester, monkeypatch, snapshot_5060ti, rig_5060ti):
+    monkeypatch.setenv("PYTEST_P2P_RIG", str(pytester.path / "missing.yaml"))
+    r = run(pytester, "--pyargs", CHECKS, f"--p2p-snapshot={snapshot_5060ti}")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["*missing.yaml (from PYTEST_P2P_RIG): no such rig file*"])
+    r = run(pytester, "-m", "p2p", "--pyargs", CHECKS, f"--p2p-snapshot={snapshot_5060ti}", f"--p2p-rig={rig_5060ti}")
+    r.assert_outcomes(passed=6, skipped=2)
+
+
+def test_ini_value_is_used(pytester, snapshot_5060ti, rig_5060ti):
+    pytester.makeini(f"[pytest]\np2p_rig = {rig_5060ti}\np2p_snapshot = {snapshot_5060ti}\n")
+    r = run(pytester, "-m", "p2p", "--pyargs", CHECKS)
+    r.assert_outcomes(passed=6, skipped=2)
+
+
+def test_bad_snapshot_is_a_usage_error(pytester):
+    snap = pytester.path / "s.json"
+    snap.write_text('{"schema": "pytest-p2p/snapshot", "version": 99}')
+    r = run(pytester, "--pyargs", CHECKS, f"--p2p-snapshot={snap}")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert "newer than this pytest-p2p" in r.stderr.str()
+
+
+def test_no_gpu_falls_back_to_labelled_demo(pytester):
+    r = run(pytester, "-m", "p2p", "--pyargs", CHECKS)
+    out = r.stdout.str()
+    assert "p2p evidence: DEMO — replay of" in out and "SIMULATED" in out
+    assert "no live GPU here" in out
+    assert r.ret == pytest.ExitCode.OK
+
+
+def test_p2p_live_demands_a_gpu(pytester):
+    r = run(pytester, "--p2p-live", "--pyargs", CHECKS)
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--p2p-live" in r.stderr.str() and "NVML could not start" in r.stderr.str()
+
+
+def test_user_tests_get_pairs_and_gpus(pytester, snapshot_5060ti, rig_5060ti):
+    pytester.makepyfile("""
+        def test_mine(p2p_pair, p2p_gpu, p2p_session):
+            assert p2p_pair == (1, 2) and p2p_gpu in (1, 2)
+            assert p2p_session.rig.name == "5060ti-budget"
+    """)
+    r = run(pytester, f"--p2p-snapshot={snapshot_5060ti}", f"--p2p-rig={rig_5060ti}", "-v")
+    r.assert_outcomes(passed=2)
+    r.stdout.fnmatch_lines(["*test_mine[[]gpu1-gpu2-gpu1[]]*", "*test_mine[[]gpu1-gpu2-gpu2[]]*"])
+
+
+def test_plain_runs_never_touch_nvml(pytester):
+    pytester.makepyfile("def test_x():\n    import sys\n    assert 'pynvml' not in sys.modules\n")
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    r.assert_outcomes(passed=1)
+    assert "p2p rig" not in r.stdout.str()
