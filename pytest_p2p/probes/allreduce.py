@@ -181,8 +181,8 @@ def run_ranks(
             failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
             if failed:
                 i, code = failed[0]
-                raise ProbeError(f"{what}: rank {i} exited with status {code}; last log line: {last_line(logs)} "
-                                 f"(logs: {', '.join(str(p) for p in logs)})")
+                raise ProbeError(f"{what}: rank {i} exited with status {code}; its last log line: "
+                                 f"{last_line([logs[i]])} (logs: {', '.join(str(p) for p in logs)})")
             if all(c == 0 for c in codes):
                 return
             if time.monotonic() > deadline:

@@ -21,7 +21,8 @@ THRESHOLD_KINDS = ("busbw_min_gbs", "latency_max_us")
 DECODE_KEYS = ("hidden", "tp", "batches", "dtype_bytes")
 UPLIFT_KEYS = ("faster", "slower", "at", "min")
 
-DEFAULT_SIZES = tuple(4 * 4**k for k in range(14))  # 4 B .. 256 MiB
+# nccl-tests' -b 4 -e 256M -f 4 sweep, plus 128 MiB: the size large-message busbw is usually quoted at.
+DEFAULT_SIZES = tuple(sorted({4 * 4**k for k in range(14)} | {128 * 1024**2}))
 DEFAULT_DECODE_SIZES = (8 * 1024, 32 * 1024, 128 * 1024, 512 * 1024)
 
 

@@ -1,0 +1,155 @@
+"""The all-reduce launcher without a GPU: a fake worker stands in for the torch ranks.
+
+What is real here: the environment each rank gets, process-group control (a hang or a
+dying rank kills every group, grandchildren included, and the error names the arm,
+the pair and the last log line), the result parsing, nccl-tests' bandwidth formulas,
+and the transport proof parsed from a real NCCL log the fake rank echoes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pytest_p2p.errors import ProbeError
+from pytest_p2p.probes.allreduce import AllReduceResult, Row, algbw_gbs, busbw_factor, run_allreduce
+from pytest_p2p.probes.arms import PRESETS
+from pytest_p2p.probes.config import ProbeConfig
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
+
+FAKE_WORKER = r'''
+import json, os, subprocess, sys, time
+spec = json.load(open(sys.argv[1]))
+rank = int(os.environ["RANK"])
+mode = os.environ.get("FAKE_MODE", "ok")
+out = os.path.dirname(spec["out"])
+json.dump(dict(os.environ), open(os.path.join(out, f"env_rank{rank}.json"), "w"))
+print(f"[fake] rank {rank} up", flush=True)
+if rank == 0 and os.environ.get("FAKE_LOG"):
+    sys.stdout.write(open(os.environ["FAKE_LOG"]).read())
+    sys.stdout.flush()
+if mode == "hang":
+    if rank == 1:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        open(os.path.join(out, "grandchild.pid"), "w").write(str(child.pid))
+    print(f"[p2p-probe] rank {rank}: size 8192 B capture", flush=True)
+    time.sleep(600)
+if mode == "fail":
+    if rank == 1:
+        print("NCCL WARN Cuda failure 'peer access is not supported'", flush=True)
+        sys.exit(7)
+    time.sleep(600)
+if mode == "noresult":
+    sys.exit(0)
+if rank == 0:
+    rows = [{"bytes": b, "time_us": 10.0 + b / 150e3, "rank_time_us": 10.0} for b in spec["sizes"]]
+    wrong = int(os.environ.get("FAKE_WRONG", "0"))
+    checks = [{"bytes": b, "graph": g, "wrong": wrong, "first_wrong": None}
+              for g in (False, True) for b in spec["check_sizes"]]
+    json.dump({"rows": rows, "checks": checks, "world_size": 2, "graph": spec["graph"], "iters": spec["iters"],
+               "warmup": spec["warmup"], "graph_launches": spec["graph_launches"], "torch_version": "fake",
+               "nccl_version": "2.28.9", "device_names": ["fake", "fake"]}, open(spec["out"], "w"))
+'''
+
+
+@pytest.fixture
+def fake_worker(tmp_path):
+    path = tmp_path / "fake_worker.py"
+    path.write_text(FAKE_WORKER)
+    return [sys.executable, str(path)]
+
+
+CFG = ProbeConfig(sizes=(8192, 128 * 1024**2), timeout_s=20.0)
+
+
+def test_busbw_formula_is_nccl_tests():
+    assert busbw_factor("all_reduce", 2) == 1.0
+    assert busbw_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert busbw_factor("all_gather", 4) == pytest.approx(0.75)
+    assert algbw_gbs(128 * 1024**2, 469.3) == pytest.approx(286.0, rel=1e-3)  # decimal GB/s
+    row = Row.from_time(8192, 10.2, 8)
+    assert row.algbw_gbs == pytest.approx(0.803, rel=1e-3) and row.busbw_gbs == pytest.approx(row.algbw_gbs * 1.75)
+
+
+def test_run_parses_result_env_and_proof(tmp_path, fake_worker):
+    pytest.importorskip("pytest_p2p.probes.transport")
+    rig_env = {"FAKE_LOG": str(FIXTURES / "h200x2_nccl-2.28.9_p2p_on.log"), "NCCL_SOCKET_IFNAME": "lo"}
+    out = tmp_path / "probes" / "gpu2-gpu5" / "p2p_on"
+    res = run_allreduce((2, 5), PRESETS["p2p_on"], CFG, rig_env, out, worker=fake_worker)
+    assert [r.bytes for r in res.rows] == [8192, 128 * 1024**2]
+    big = res.row(128 * 1024**2)
+    assert big is not None and big.busbw_gbs == pytest.approx(algbw_gbs(big.bytes, big.time_us))
+    assert res.correct and len(res.checks) == 2 * 2
+    assert res.proof.transport == "P2P/CUMEM" and res.proof.satisfies("P2P/CUMEM")[0]
+    for rank in (0, 1):
+        env = json.loads((out / f"env_rank{rank}.json").read_text())
+        assert env["CUDA_VISIBLE_DEVICES"] == "2,5" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+        assert env["NCCL_NVLS_ENABLE"] == "0" and env["NCCL_DEBUG"] == "INFO"
+        assert env["NCCL_P2P_DISABLE"] == "0" and env["NCCL_CUMEM_ENABLE"] == "1"
+        assert env["NCCL_SOCKET_IFNAME"] == "lo"
+        assert (env["RANK"], env["WORLD_SIZE"]) == (str(rank), "2")
+    written = json.loads((out / "allreduce.json").read_text())
+    assert written["transport"] == "P2P/CUMEM" and written["pair"] == [2, 5] and written["arm"] == "p2p_on"
+    assert json.loads((out / "transport_proof.json").read_text())["transport"] == "P2P/CUMEM"
+    assert "via P2P/CUMEM" in (out / "nccl.log").read_text()
+    back = AllReduceResult.from_dict(written, out / "nccl.log", "allreduce.json")
+    assert back.rows == res.rows and back.correct
+
+
+def test_wrong_values_make_the_result_incorrect(tmp_path, fake_worker):
+    res = run_allreduce((0, 1), PRESETS["p2p_off"], CFG, {"FAKE_WRONG": "3"}, tmp_path, worker=fake_worker)
+    assert not res.correct
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_hang_kills_the_process_groups_and_names_arm_pair_and_last_line(tmp_path, fake_worker):
+    cfg = replace(CFG, timeout_s=2.0)
+    t0 = time.monotonic()
+    with pytest.raises(ProbeError) as info:
+        run_allreduce((0, 1), PRESETS["ipc"], cfg, {"FAKE_MODE": "hang"}, tmp_path, worker=fake_worker)
+    assert time.monotonic() - t0 < 15
+    msg = str(info.value)
+    assert "arm ipc" in msg and "gpu0-gpu1" in msg and "timed out after 2 s" in msg
+    assert "size 8192 B capture" in msg
+    pid = int((tmp_path / "grandchild.pid").read_text())
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid), "the rank's child survived the process-group kill"
+    assert "[fake] rank 0 up" in (tmp_path / "nccl.log").read_text()  # logs kept for the post-mortem
+
+
+def test_a_dying_rank_fails_fast_and_its_peer_is_killed(tmp_path, fake_worker):
+    t0 = time.monotonic()
+    with pytest.raises(ProbeError) as info:
+        run_allreduce((0, 1), PRESETS["p2p_on"], CFG, {"FAKE_MODE": "fail"}, tmp_path, worker=fake_worker)
+    assert time.monotonic() - t0 < 10  # did not wait for the 20 s timeout
+    msg = str(info.value)
+    assert "rank 1 exited with status 7" in msg and "peer access is not supported" in msg and "p2p_on" in msg
+
+
+def test_workers_without_a_result_are_an_error(tmp_path, fake_worker):
+    with pytest.raises(ProbeError, match="without a readable result"):
+        run_allreduce((0, 1), PRESETS["p2p_on"], CFG, {"FAKE_MODE": "noresult"}, tmp_path, worker=fake_worker)
+
+
+def test_replayed_result_errors_name_the_file():
+    with pytest.raises(ProbeError, match="x.json: unreadable"):
+        AllReduceResult.from_dict({"schema": 1, "probe": "allreduce", "pair": [0]}, None, "x.json")

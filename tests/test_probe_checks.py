@@ -1,0 +1,106 @@
+"""The built-in probe checks, run through pytester against a replayed probe directory.
+
+``tests/data/probes`` holds real NCCL logs with hand-modelled numbers (see its README);
+the transport proof is re-parsed from those logs by the real parser in every run.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_p2p.probes.allreduce import AllReduceResult, Row
+from pytest_p2p.probes.config import Thresholds
+from pytest_p2p.probes.hooks import busbw_problems, latency_problems, replay_index, uplift_table
+
+pytest.importorskip("pytest_p2p.probes.transport")
+pytest.importorskip("pytest_p2p.session")
+
+ROOT = Path(__file__).resolve().parent.parent
+REPLAY = Path(__file__).resolve().parent / "data" / "probes"
+SNAPSHOT = ROOT / "fixtures" / "snapshots" / "h200x2-nvlink.snapshot.json"
+RIG = (ROOT / "fixtures" / "rigs" / "h200x2-nvlink.yaml").read_text()
+PROBE = """
+probe:
+  thresholds:
+    busbw_min_gbs: {"128MiB": %(busbw)s}
+    latency_max_us: {"8KiB": 20}
+    per_arm:
+      p2p_off: {busbw_min_gbs: {"128MiB": 20}}
+"""
+
+
+def run(pytester: pytest.Pytester, *args: str, busbw: int = 200, replay: Path | None = REPLAY):
+    rig = pytester.makefile(".yaml", rig=RIG + PROBE % {"busbw": busbw})
+    argv = ["-p", "pytest_p2p.probes.hooks", "--pyargs", "pytest_p2p.checks.test_probes", "-p", "no:cacheprovider",
+            "-rs", "--p2p-rig", str(rig), "--p2p-snapshot", str(SNAPSHOT), "-p", "no:randomly", *args]
+    if replay is not None:
+        argv += ["--p2p-probe-replay", str(replay)]
+    return pytester.runpytest(*argv)
+
+
+def test_replay_passes_and_says_so(pytester):
+    result = run(pytester, "-v")
+    result.assert_outcomes(passed=10, skipped=5)  # 5 in-process benchmarks need a live GPU
+    result.stdout.fnmatch_lines(["*p2p probes: replay of *data/probes*"])
+    result.stdout.fnmatch_lines(["*test_transport?gpu0-gpu1-p2p_on? PASSED*",
+                                 "*test_transport?gpu0-gpu1-p2p_off? PASSED*",
+                                 "*test_uplift?gpu0-gpu1? PASSED*",
+                                 "*test_p2p_copy?gpu0-gpu1? PASSED*"], consecutive=False)
+    result.stdout.fnmatch_lines(["*needs a real GPU*"])
+
+
+def test_busbw_threshold_failure_names_size_and_value(pytester):
+    result = run(pytester, "-k", "busbw", busbw=300)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*arm p2p_on: 128MiB: busbw 2*.* GB/s < 300 GB/s*"])
+
+
+def test_wrong_transport_prints_the_proof_lines(pytester, tmp_path):
+    bad = tmp_path / "replay"
+    shutil.copytree(REPLAY, bad)
+    arm_dir = bad / "probes" / "gpu0-gpu1"
+    shutil.copy(arm_dir / "p2p_on" / "nccl.log", arm_dir / "p2p_off" / "nccl.log")  # "off" arm ran with P2P
+    result = run(pytester, "-k", "transport", replay=bad)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*arm p2p_off expects SHM*P2P/CUMEM*", "*proof lines*", "*via P2P/CUMEM*"])
+
+
+def test_without_gpu_or_replay_the_checks_skip_with_the_reason(pytester):
+    result = run(pytester, "-k", "not benchmark", replay=None)
+    result.assert_outcomes(skipped=10)
+    result.stdout.fnmatch_lines(["*needs a real GPU*--p2p-probe-replay DIR*"])
+
+
+def test_replay_from_env_variable_and_missing_arm_skips(pytester, monkeypatch, tmp_path):
+    partial = tmp_path / "partial"
+    shutil.copytree(REPLAY / "probes", partial)  # the probes/ dir itself is accepted too
+    shutil.rmtree(partial / "gpu0-gpu1" / "p2p_off")
+    monkeypatch.setenv("PYTEST_P2P_PROBE_REPLAY", str(partial))
+    result = run(pytester, "-k", "not benchmark", replay=None)
+    result.assert_outcomes(passed=5, skipped=5)
+    result.stdout.fnmatch_lines(["*no all-reduce recording for gpu0-gpu1 arm p2p_off*"])
+
+
+def test_missing_replay_directory_is_a_usage_error(pytester, tmp_path):
+    result = run(pytester, replay=tmp_path / "nope")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--p2p-probe-replay=*nope: no such directory*"])
+
+
+def _res(arm: str, times: dict[int, float]) -> AllReduceResult:
+    return AllReduceResult((0, 1), arm, [Row.from_time(b, t, 2) for b, t in times.items()], True, [], None)
+
+
+def test_judgements():
+    on = _res("p2p_on", {8192: 10.0, 1 << 27: 470.0})
+    off = _res("p2p_off", {8192: 10.4})
+    th = Thresholds({1 << 27: 200.0, 1 << 20: 1.0}, {8192: 9.5})
+    assert busbw_problems(on, th) == ["1MiB: not measured (add it to probe.sizes)"]
+    assert latency_problems(on, th) == ["8KiB: 10.0 us > 9.5 us"]
+    lines, problems = uplift_table(on, off, (8192,), 0.05)
+    assert lines == problems and "uplift +4.0% (min 5%)" in problems[0]
+    assert uplift_table(on, off, (8192,), 0.03)[1] == []
+    assert replay_index(REPLAY) == {"gpu0-gpu1": ["p2p_off", "p2p_on"]}
