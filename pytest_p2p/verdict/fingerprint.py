@@ -210,7 +210,11 @@ def build_fingerprint(run_dir: str | Path) -> dict[str, Any]:
 
 
 def comparability(fp: Mapping[str, Any], arm: str) -> dict[str, Any]:
-    """What must be equal for a scenario of ``arm`` to be compared at all (model, args, arm definition)."""
+    """What must be equal for a scenario of ``arm`` to be compared at all (model, args, arm definition).
+
+    The arm's *environment* is deliberately not here: an env change (``NCCL_P2P_LEVEL=LOC``
+    under the same arm name) is a candidate cause that attribution reports, not a new arm.
+    """
     server = fp.get("server") or {}
     arm_def = (fp.get("arms") or {}).get(arm) or {}
     return {
@@ -218,7 +222,6 @@ def comparability(fp: Mapping[str, Any], arm: str) -> dict[str, Any]:
         "simulated": bool(fp.get("simulated")),
         "model": server.get("model"),
         "server args": server.get("args"),
-        "arm env": arm_def.get("env"),
         "arm expect_transport": arm_def.get("expect_transport"),
         "arm custom_all_reduce": arm_def.get("custom_all_reduce"),
     }

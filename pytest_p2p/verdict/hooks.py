@@ -91,11 +91,14 @@ class BaselineSession:
         if not Path(self.db_path.value).exists():
             pytest.skip(f"no baseline database yet at {self.db_path.value} ({self.db_path.origin}); "
                         f"save one with --p2p-save-baseline={self.compare_name}")
+        problem = None
         try:
             result = compare_scenario(self.store(create=False), run_dir, arm, point, self.config,
                                       self.compare_name)
         except P2PError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            problem = str(exc)
+        if problem is not None:
+            pytest.fail(problem, pytrace=False)
         if node is not None:
             node.user_properties.append(("p2p_verdict", f"{arm}-{point}: {result.verdict}"))
             for line in result.lines():
@@ -118,12 +121,15 @@ class BaselineSession:
             pytest.skip("baseline comparison not requested (use --p2p-compare[=NAME])")
         if not Path(self.db_path.value).exists():
             pytest.skip(f"no baseline database yet at {self.db_path.value} ({self.db_path.origin})")
+        problem = None
         try:
             fp = build_fingerprint(run_dir)
             runs = self.store(create=False).baseline_runs(self.compare_name, fp["rig"], fp["pair"]["ident"],
                                                           fp.get("kind"), 1, exclude=fp["run_id"])
         except P2PError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            problem = str(exc)
+        if problem is not None:
+            pytest.fail(problem, pytrace=False)
         if not runs:
             pytest.skip(f"no run of this rig and pair accepted under baseline {self.compare_name!r} yet")
         facts = compare_links(runs[0].fingerprint, fp)

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from verdict_rundir import baseline_runs, write_run
+
+from pytest_p2p.verdict.attribution import explain, fingerprint_changes
+from pytest_p2p.verdict.compare import REGRESSION, compare_scenario
+from pytest_p2p.verdict.config import BaselineConfig
+from pytest_p2p.verdict.fingerprint import build_fingerprint
+from pytest_p2p.verdict.store import Store
+
+
+def test_cable_downtrain_is_flagged_with_the_link_first(tmp_path):
+    st = Store(tmp_path / "h.db")
+    for d in baseline_runs(tmp_path / "base"):
+        st.accept(st.save_run_dir(d), "accepted")
+    cur = write_run(tmp_path / "cur", "now", started_at="2026-06-25T10:00:00Z", seed=1, gen=(4, 3),
+                    nccl="2.28.9", scale={"output_throughput": 0.89})
+    r = compare_scenario(st, cur, "p2p_on", "c8", BaselineConfig())
+    assert r.verdict == REGRESSION
+    msg = r.message
+    assert msg.startswith("output_throughput c8 p2p_on ")
+    assert "GPU 2 (0000:0A:00.0) link under load Gen4 x4 -> Gen3 x4 since baseline 2026-06-19" in msg
+    assert "driver 595.71.05 unchanged" in msg
+    assert msg.index("link under load") < msg.index("driver 595.71.05 unchanged")
+    st.close()
+
+
+def test_ranking_puts_links_before_versions_before_kernel(tmp_path):
+    a = build_fingerprint(write_run(tmp_path, "a"))
+    b_dir = write_run(tmp_path, "b", gen=(3, 4), driver="600.1", throttled={"p2p_on-c8": [1, 3]})
+    (b_dir / "env" / "kernel_cmdline.txt").write_text("BOOT_IMAGE=/vmlinuz iommu=on\n")
+    b = build_fingerprint(b_dir)
+    changes = fingerprint_changes(a, b, arm="p2p_on", scenario="p2p_on-c8")
+    ranks = [c.rank for c in changes]
+    assert ranks == sorted(ranks)
+    texts = [c.text for c in changes]
+    assert texts[0].startswith("GPU 1 (0000:09:00.0) link under load Gen4 x4 -> Gen3 x4")
+    assert any(t.startswith("driver 595.71.05 -> 600.1") for t in texts)
+    assert "throttling during the run: reps [1, 3]" in texts
+    assert any(t.startswith("kernel command line") for t in texts)
+    assert texts.index("throttling during the run: reps [1, 3]") > 1
+
+
+def test_other_arms_are_left_out_and_env_changes_named(tmp_path):
+    a = build_fingerprint(write_run(tmp_path, "a"))
+    arms = {"p2p_on": {"env": {"NCCL_P2P_DISABLE": "0", "NCCL_P2P_LEVEL": "LOC"}, "expect_transport": "P2P/CUMEM",
+                       "custom_all_reduce": True},
+            "p2p_off": {"env": {"NCCL_P2P_DISABLE": "1", "X": "1"}, "expect_transport": "SHM",
+                        "custom_all_reduce": False}}
+    b = build_fingerprint(write_run(tmp_path, "b", arms=arms, transport={"p2p_on": "SHM"}))
+    texts = [c.text for c in fingerprint_changes(a, b, arm="p2p_on")]
+    assert "arm p2p_on NCCL transport P2P/CUMEM -> SHM" in texts
+    assert "arm p2p_on env.NCCL_P2P_LEVEL unset -> LOC" in texts
+    assert not any("p2p_off" in t for t in texts)
+
+
+def test_no_change_says_so(tmp_path):
+    a = build_fingerprint(write_run(tmp_path, "a"))
+    text = explain("x dropped", a, a)
+    assert "no fingerprint change" in text and "driver 595.71.05 unchanged" in text

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from verdict_rundir import write_run
+
+from pytest_p2p.verdict.fingerprint import ResultsError, build_fingerprint, comparability, flatten
+
+
+def test_fingerprint_reads_the_results_dir(tmp_path):
+    run = write_run(tmp_path, "r1", gen=(4, 3), transport={"p2p_on": "P2P/IPC"}, throttled={"p2p_on-c8": [2]})
+    fp = build_fingerprint(run)
+    assert fp["pair"]["ident"] == "0000:09:00.0+0000:0A:00.0"
+    assert fp["links"]["0000:0A:00.0"]["loaded"] == "Gen3 x4"
+    assert fp["links"]["0000:09:00.0"]["max_gen"] == 4
+    assert fp["versions"]["driver"] == "595.71.05" and fp["versions"]["nccl"] == "2.28.9"
+    assert fp["transport"]["p2p_on"]["transport"] == "P2P/IPC"
+    assert fp["arms"]["p2p_off"]["env"] == {"NCCL_P2P_DISABLE": "1"}
+    assert fp["pair_facts"]["topology"] == "PHB"
+    assert fp["throttled"] == {"p2p_on-c8": [2]}
+    assert fp["kernel_cmdline"].startswith("BOOT_IMAGE")
+    assert fp["server"]["model"] == "Qwen/Qwen3-0.6B"
+    json.dumps(fp)  # persisted as JSON
+
+
+def test_comparability_is_per_arm_and_ignores_env(tmp_path):
+    a = build_fingerprint(write_run(tmp_path, "a"))
+    arms = {"p2p_on": {"env": {"NCCL_P2P_LEVEL": "LOC"}, "expect_transport": "P2P/CUMEM", "custom_all_reduce": True},
+            "p2p_off": {"env": {}, "expect_transport": "SHM", "custom_all_reduce": False}}
+    b = build_fingerprint(write_run(tmp_path, "b", arms=arms))
+    assert comparability(a, "p2p_on") == comparability(b, "p2p_on")  # env change is a cause, not a redefinition
+    c = build_fingerprint(write_run(tmp_path, "c", model="other/model"))
+    assert comparability(a, "p2p_on")["model"] != comparability(c, "p2p_on")["model"]
+
+
+def test_missing_and_bad_files_are_named(tmp_path):
+    with pytest.raises(ResultsError, match="run.json is missing"):
+        build_fingerprint(tmp_path)
+    run = write_run(tmp_path, "r")
+    (run / "run.json").write_text("{nope")
+    with pytest.raises(ResultsError, match="run.json is not readable JSON"):
+        build_fingerprint(run)
+
+
+def test_flatten():
+    assert flatten({"a": {"b": 1, "c": {}}, "d": [1]}) == {"a.b": 1, "a.c": {}, "d": [1]}

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import pytest
+from verdict_rundir import baseline_runs, write_run
+
+from pytest_p2p.verdict.store import Store
+
+FAKE = '''
+import os, pathlib, types, pytest
+
+@pytest.fixture(scope="session")
+def p2p_campaign():
+    return types.SimpleNamespace(run_dir=pathlib.Path(os.environ["FAKE_RUN_DIR"]), pair_key="gpu1-gpu2")
+
+@pytest.fixture(params=["p2p_on-c8", "p2p_off-c8"])
+def p2p_scenario(request):
+    return request.param
+'''
+
+
+@pytest.fixture
+def run_p(pytester, monkeypatch):
+    pytester.makepyfile(fakecampaign=FAKE)
+    pytester.syspathinsert()
+    monkeypatch.delenv("PYTEST_P2P_DB", raising=False)
+
+    def run(run_dir, *args):
+        monkeypatch.setenv("FAKE_RUN_DIR", str(run_dir))
+        return pytester.runpytest("-p", "pytest_p2p.verdict.hooks", "-p", "fakecampaign", "--pyargs",
+                                  "pytest_p2p.checks.test_baseline", "-p", "no:cacheprovider", "-rs", *args)
+    return run
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "h.db"
+    with Store(path) as st:
+        for d in baseline_runs(tmp_path / "base"):
+            st.accept(st.save_run_dir(d), "accepted")
+    return path
+
+
+def test_without_compare_everything_skips(run_p, tmp_path):
+    res = run_p(write_run(tmp_path, "now"))
+    res.assert_outcomes(skipped=3)
+    res.stdout.fnmatch_lines(["*baseline comparison not requested*"])
+
+
+def test_unchanged_rerun_passes_and_is_kept_as_history(run_p, tmp_path, db):
+    res = run_p(write_run(tmp_path, "now", seed=77, started_at="2026-06-25T10:00:00Z"), "--p2p-compare",
+                f"--p2p-db={db}")
+    res.assert_outcomes(passed=3)
+    res.stdout.fnmatch_lines(["*p2p baseline verdicts*", "*unchanged: output_throughput c8 p2p_on*",
+                              "*1 run(s) saved to*kept as history: now*"])
+    with Store(db) as st:
+        assert st.run("now").baselines == ()
+
+
+def test_cable_downtrain_fails_with_attribution(run_p, tmp_path, db):
+    cur = write_run(tmp_path, "now", seed=77, started_at="2026-06-25T10:00:00Z", gen=(4, 3),
+                    scale={"output_throughput": 0.88})
+    res = run_p(cur, "--p2p-compare=accepted", f"--p2p-db={db}")
+    res.assert_outcomes(failed=3)
+    res.stdout.fnmatch_lines([
+        "*PerformanceRegression: output_throughput c8 p2p_on * -> * tok/s (-1*"
+        "GPU 2 (0000:0A:00.0) link under load Gen4 x4 -> Gen3 x4 since baseline 2026-06-19*driver 595.71.05 unchanged*",
+        "*PerformanceRegression: link state dropped since baseline 2026-06-19*loaded gen 4 -> 3*",
+    ])
+    res = run_p(cur, "--p2p-compare", f"--p2p-db={db}", "--p2p-fail-on=never")
+    res.assert_outcomes(passed=3)
+
+
+def test_slower_server_fails_without_fingerprint_change(run_p, tmp_path, db):
+    res = run_p(write_run(tmp_path, "now", seed=77, scale={"output_throughput": 0.85}), "--p2p-compare",
+                f"--p2p-db={db}")
+    res.assert_outcomes(failed=2, passed=1)
+    res.stdout.fnmatch_lines(["*no fingerprint change since the baseline*"])
+
+
+def test_save_baseline_accepts_and_env_db(run_p, tmp_path, monkeypatch):
+    path = tmp_path / "env.db"
+    monkeypatch.setenv("PYTEST_P2P_DB", str(path))
+    res = run_p(write_run(tmp_path, "first"), "--p2p-save-baseline=pre-driver-upgrade")
+    res.stdout.fnmatch_lines(["*saved to*accepted as baseline 'pre-driver-upgrade': first*"])
+    with Store(path) as st:
+        assert st.run("first").baselines == ("pre-driver-upgrade",)
+    res = run_p(write_run(tmp_path, "second", seed=3), "--p2p-compare=pre-driver-upgrade")
+    res.assert_outcomes(passed=3)
+
+
+def test_corrupt_db_fails_clearly_and_is_not_overwritten(run_p, tmp_path):
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"not sqlite" * 50)
+    res = run_p(write_run(tmp_path, "now"), "--p2p-compare", f"--p2p-db={bad}")
+    res.assert_outcomes(failed=3)
+    res.stdout.fnmatch_lines(["*campaign runs NOT saved*"])
+    res.stdout.fnmatch_lines(["*is not an SQLite file*left untouched*"])
+    assert "During handling" not in res.stdout.str()
+    assert bad.read_bytes() == b"not sqlite" * 50
+    assert res.ret != 0
+
+
+def test_bad_options_are_usage_errors(run_p, tmp_path):
+    res = run_p(write_run(tmp_path, "now"), "--p2p-fail-on=sometimes")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--p2p-fail-on*expected one of regression, never*"])
