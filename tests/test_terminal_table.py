@@ -176,3 +176,45 @@ def test_point_label(point: str, label: str) -> None:
     from pytest_p2p.report.terminal import point_label
 
     assert point_label(point) == label
+
+
+SESSION_TESTS = """
+from pytest_p2p.report.hooks import record_run_dir
+from pytest_p2p.report.results import ResultsDir
+
+def test_campaign(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp("results")
+    rd = ResultsDir.create(root, "demo-h200", "gpu0-gpu1", "model", run_id="sim-run")
+    rd.write_run_meta({"arms": {"p2p_on": {"expect_transport": "P2P/CUMEM"}, "p2p_off": {"expect_transport": "SHM"}},
+                       "points": ["c4"], "reps": 2, "simulated": True, "status": "interrupted"})
+    rd.write_rep("p2p_on", "c4", 1, {"output_throughput": 110.0})
+    rd.write_rep("p2p_off", "c4", 1, {"output_throughput": 100.0})
+    record_run_dir(request.config, rd.path)
+    record_run_dir(request.config, rd.path)  # recorded once
+    record_run_dir(request.config, root / "not-a-run")
+"""
+
+
+def test_terminal_summary_prints_each_recorded_campaign(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SESSION_TESTS)
+    result = pytester.runpytest("-p", "pytest_p2p.report.hooks", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*= p2p results at a glance =*",
+        "SIMULATED — p2p results at a glance: demo-h200 gpu0-gpu1 (sim-run) [interrupted]",
+        "Concurrency | Arm     | Output tok/s | Total tok/s | mean TTFT (ms) |*",
+        "4           | p2p_on  |        110.0 |           - |              - |*",
+        "SIMULATED — P2P output-throughput uplift: c4 +10.0 %",
+        "missing: p2p_on-c4: run 2 of 2 missing",
+        "missing: p2p_off-c4: run 2 of 2 missing",
+        "results: */sim-run/summary.md",
+        "",
+        "*not-a-run: no summary: *not-a-run: no such results directory",
+    ])
+    assert result.stdout.str().count("(sim-run)") == 1
+
+
+def test_no_campaign_no_section(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("-p", "pytest_p2p.report.hooks", "-p", "no:cacheprovider")
+    assert "p2p results at a glance" not in result.stdout.str()

@@ -121,7 +121,8 @@ def _uplift_plot(summary: dict[str, Any], path: Path, what: str) -> Path | None:
                 lo.append(0.0)
                 hi.append(0.0)
         bars = ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=4, label=f"{faster} vs {slower}")
-        ax.bar_label(bars, labels=[f"{y:+.1f} %" for y in ys], fontsize=8, padding=2)
+        ax.bar_label(bars, labels=[f"{y:+.1f} %" for y in ys], fontsize=9, label_type="center", color="white",
+                     fontweight="bold")
         thresholds = [by_point[p].get("threshold") for p in points if p in by_point]
         if thresholds and thresholds[0] is not None and len(set(thresholds)) == 1:
             ax.axhline(float(thresholds[0]) * 100, color="grey", linestyle="--", linewidth=1,
@@ -225,7 +226,7 @@ def render_plots(summary: dict[str, Any], rd: ResultsDir) -> tuple[list[Path], l
         if tpj:
             fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
             _arm_plot(axes[0], tpj, "tokens per joule (tok/J)", xlabel, True)
-            _arm_plot(axes[1], _series(summary, "energy", "avg_watts"), "average power, both GPUs (W)", xlabel,
+            _arm_plot(axes[1], _series(summary, "energy", "avg_watts"), "average power of the pair (W)", xlabel,
                       True)
             for ax in axes:
                 _ticks(ax, summary)

@@ -153,8 +153,8 @@ def _uplift_settings(meta: dict[str, Any], kind: str) -> tuple[str, bool, Any, b
     """
     from pytest_p2p.verdict.thresholds import RULES, UpliftRule
 
-    up = meta.get("uplift") if isinstance(meta.get("uplift"), dict) else {}
-    camp = meta.get("campaign") if isinstance(meta.get("campaign"), dict) else {}
+    up: dict[str, Any] = meta["uplift"] if isinstance(meta.get("uplift"), dict) else {}
+    camp: dict[str, Any] = meta["campaign"] if isinstance(meta.get("campaign"), dict) else {}
     default_metric, default_higher = UPLIFT_METRIC[kind]
     metric = str(up.get("metric") or camp.get("uplift_metric") or default_metric)
     direction = up.get("direction") or camp.get("uplift_direction")
@@ -164,7 +164,7 @@ def _uplift_settings(meta: dict[str, Any], kind: str) -> tuple[str, bool, Any, b
         higher = default_higher
     else:
         higher = not metric.endswith(("_ms", "_us", "_s", "joules_per_token"))
-    rule_d = up.get("rule") if isinstance(up.get("rule"), dict) else {}
+    rule_d: dict[str, Any] = up["rule"] if isinstance(up.get("rule"), dict) else {}
     rule_name = rule_d.get("rule") or camp.get("uplift_rule") or "point"
     if rule_name not in RULES:
         raise ResultsError(f"run.json: uplift.rule.rule is {rule_name!r}, expected one of {', '.join(RULES)}")
@@ -223,7 +223,7 @@ def _uplift(meta: dict[str, Any], kind: str, arm_names: list[str],
 def build_summary(rd: ResultsDir) -> dict[str, Any]:
     """The ``summary.json`` dict of a run directory (reads files only, writes nothing)."""
     meta = rd.read_run_meta()
-    kind = meta.get("kind") if meta.get("kind") in UPLIFT_METRIC else "model"
+    kind = str(meta["kind"]) if meta.get("kind") in UPLIFT_METRIC else "model"
     arm_names, points, n_reps = _expected(meta)
     on_disk = list(rd.scenarios())
     for arm, point in on_disk:
@@ -283,7 +283,7 @@ def build_summary(rd: ResultsDir) -> dict[str, Any]:
         if text not in missing:
             missing.append(text)
 
-    arms_meta = meta.get("arms") if isinstance(meta.get("arms"), dict) else {a: {} for a in arm_names}
+    arms_meta: dict[str, Any] = meta["arms"] if isinstance(meta.get("arms"), dict) else {a: {} for a in arm_names}
     summary: dict[str, Any] = {
         "schema": SUMMARY_SCHEMA,
         "run_id": meta.get("run_id", rd.path.name),
@@ -373,6 +373,8 @@ def _md_text(summary: dict[str, Any], plot_paths: list[Path], notes: list[str], 
     ]
     headers, rows = terminal.glance_rows(summary)
     lines += [terminal.markdown_table(headers, rows) if rows else "_no scenario has any completed rep_", ""]
+    lines += ["Cells are means over the reps on disk; ± is the sample standard deviation (ddof=1). "
+              "Uplift is paired by rep: geometric mean of the per-rep ratios − 1.", ""]
     lines += [terminal.uplift_line(summary), ""]
     if summary["uplift"]:
         lines += ["## Uplift per point", "",

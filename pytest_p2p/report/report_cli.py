@@ -1,0 +1,55 @@
+"""``python -m pytest_p2p report DIR [--no-plots]``: re-render a results directory, no GPU needed.
+
+DIR is one run directory (it holds ``run.json``) or a results root holding several;
+each run's summary files and plots are rebuilt from its rep files and its glance
+table is printed. A bad directory or a corrupt file raises a ``P2PError`` naming the
+file, which ``cli.py`` turns into exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .results import RUN_META, ResultsError
+
+
+def _run_dirs(path: Path) -> list[Path]:
+    if (path / RUN_META).is_file():
+        return [path]
+    if path.is_dir():
+        found = sorted(d for d in path.iterdir() if d.is_dir() and (d / RUN_META).is_file())
+        if found:
+            return found
+    if not path.exists():
+        raise ResultsError(f"{path}: no such results directory")
+    raise ResultsError(f"{path}: neither a run directory (no {RUN_META}) nor a results root holding run directories")
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m pytest_p2p report",
+        description="Re-render summary.{md,csv,json} and plots/ of a results directory from its files.",
+    )
+    p.add_argument("dir", metavar="DIR", help="a run directory <results>/<run-id>/, or a results root")
+    p.add_argument("--no-plots", action="store_true", help="write the summary files only")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the paths written")
+    args = p.parse_args(argv)
+
+    from .render import render_report
+    from .terminal import glance_table, uplift_line
+
+    for i, run_dir in enumerate(_run_dirs(Path(args.dir))):
+        rendered = render_report(run_dir, plots=not args.no_plots)
+        if i:
+            print()
+        if not args.quiet:
+            print(glance_table(rendered.summary))
+            print(uplift_line(rendered.summary))
+            for m in rendered.summary.get("missing") or []:
+                print(f"missing: {m}")
+        for note in rendered.notes:
+            print(f"note: {note}")
+        for path in rendered.paths:
+            print(f"wrote {path}")
+    return 0
