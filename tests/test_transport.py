@@ -225,3 +225,37 @@ def test_evidence_is_capped_but_counted():
     claim = proof.claims["used_p2p"]
     assert claim.count == 48 and len(claim.lines) == 8
     assert proof.claims["used_shm"].value is False and proof.claims["used_shm"].lines  # absence shows what was used
+
+
+# -- the `transport` CLI --------------------------------------------------------------------
+
+from pytest_p2p.probes.transport_cli import main  # noqa: E402
+
+
+def test_cli_table_and_expect(capsys):
+    on = str(LOGS / "h200x2_nccl-2.28.9_p2p_on.log")
+    assert main([on]) == 0
+    out = capsys.readouterr().out
+    assert "P2P/CUMEM" in out and "line 422:" in out and "NCCL_NVLS_ENABLE" in out
+    assert main([on, "--expect", "SHM"]) == 1
+    assert "FAIL:" in capsys.readouterr().out
+
+
+def test_cli_json_several_logs_and_no_info(capsys):
+    on, warn = str(LOGS / "h200x2_nccl-2.28.9_p2p_on.log"), str(LOGS / "warn_only.log")
+    assert main([on, warn, "--json"]) == 1  # one log had no INFO lines
+    docs = json.loads(capsys.readouterr().out)
+    assert [d["transport"] for d in docs] == ["P2P/CUMEM", "none"]
+    assert docs[1]["problem"].startswith(NO_INFO_PROBLEM)
+    assert main([str(LOGS / "seed000_nccl_p2p_off_excerpt.log"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["used_shm"] is True
+
+
+def test_cli_usage_and_unreadable(capsys, tmp_path):
+    assert main([]) == 2
+    assert main([str(tmp_path / "missing.log")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    assert main([str(empty)]) == 1
+    assert "set NCCL_DEBUG=INFO" in capsys.readouterr().out

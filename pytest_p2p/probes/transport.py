@@ -601,11 +601,10 @@ def parse_nccl_log(text: str, source: str = "<log>") -> TransportProof:
             continue
         m = _NET_DEVS_RE.match(t)
         if m:
-            for d in _NET_DEV_ITEM_RE.finditer(m.group("devs")):
-                name = f"{m.group('plugin')}:{d.group('name')}"
-                if name not in proof.net_devices:
-                    proof.net_devices.append(name)
-            ev.add("net_devices", msg)
+            found = [f"{m.group('plugin')}:{d.group('name')}" for d in _NET_DEV_ITEM_RE.finditer(m.group("devs"))]
+            proof.net_devices.extend(n for n in found if n not in proof.net_devices)
+            if found:  # "NET/IB : Using [RO]; OOB eth0" names no device
+                ev.add("net_devices", msg)
             continue
 
     if any(c.transport == "COLLNET" for c in proof.connections):
