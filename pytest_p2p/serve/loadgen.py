@@ -39,13 +39,13 @@ from .metrics import PERCENTILES, RequestRecord, compute_metrics
 # reported ``total_input_tokens`` still comes from the server's usage, not from this.
 _VOCAB = (  # noqa: SIM905 - one readable string, not 130 quoted words
     " the of and to in is that for it as with on was be by at this from are or an have not "
-          "but which one all were they there can when more been has would what if will about up out "
-          "so them some time these two may other then do first any like now my over such our man "
-          "me even most made after also did many before must through back years where much your way "
-          "well down should because each just those people how too little state good very make world "
-          "still own see men work long get here between both life being under never day same another "
-          "know while last might us great old year off come since against go came right used take "
-          "three").split()
+    "but which one all were they there can when more been has would what if will about up out "
+    "so them some time these two may other then do first any like now my over such our man "
+    "me even most made after also did many before must through back years where much your way "
+    "well down should because each just those people how too little state good very make world "
+    "still own see men work long get here between both life being under never day same another "
+    "know while last might us great old year off come since against go came right used take "
+    "three").split()
 
 
 def make_prompts(n: int, input_len: int, seed: int) -> list[str]:

@@ -323,7 +323,7 @@ def _wait_ready(srv: RunningServer, deadline: float, request_timeout_s: float) -
                 f"{last or 'none'}); likely cause: {likely_cause(text)}; raise server.startup_timeout_s "
                 f"if the model is just slow to load; log {srv.log_path}, last lines:\n{tail(srv.log_path)}")
         try:
-            t = min(5.0, max(0.5, remaining))
+            t = min(1.0 if srv.simulated else 3.0, max(0.2, remaining))
             status, body = _http("GET", srv.base_url + "/health", srv.api_key, None, t)
             if status != 200:
                 last = f"/health -> HTTP {status}"
@@ -371,7 +371,8 @@ def launch(config: ServerConfig, arm: ArmLike, pair: Sequence[int], rig_env: Map
     token = uuid.uuid4().hex
     api_key = "p2p-" + secrets.token_urlsafe(18)
     port = port or free_port(host)
-    env = subprocess_env(pair, rig_env, config.env, arm.env, extra_env, {TOKEN_ENV: token})
+    arm_vllm_env = arm.vllm_env() if hasattr(arm, "vllm_env") else None  # e.g. symmetric-memory all-reduce
+    env = subprocess_env(pair, rig_env, config.env, arm.env, arm_vllm_env, extra_env, {TOKEN_ENV: token})
     argv = config.argv(list(arm.vllm_flags()), host=host, port=port, api_key=api_key)
     idle = gpu_usage(pair)
     with open(log, "ab") as fh:

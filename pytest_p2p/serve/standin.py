@@ -163,9 +163,17 @@ def _chunk(data: bytes) -> bytes:
 class Server:
     def __init__(self, state: State) -> None:
         self.state = state
+        self.writers: set[asyncio.StreamWriter] = set()
+
+    def close_all(self) -> None:
+        """Drop idle keep-alive connections so shutdown does not wait for clients (Python >= 3.12)."""
+        for w in list(self.writers):
+            with contextlib.suppress(Exception):
+                w.close()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("?", 0)
+        self.writers.add(writer)
         try:
             while True:
                 try:
@@ -189,6 +197,7 @@ class Server:
         except (ConnectionError, asyncio.IncompleteReadError):
             return
         finally:
+            self.writers.discard(writer)
             with contextlib.suppress(Exception):  # a peer that went away is not our problem
                 writer.close()
 
@@ -454,12 +463,15 @@ async def _serve(host: str, port: int, state: State) -> None:
             loop.add_signal_handler(sig, stop.set)
     if state.model.timestamp_log:
         state.ts_file = open(state.model.timestamp_log, "a", encoding="ascii")  # noqa: SIM115
-    server = await asyncio.start_server(Server(state).handle, host, port, backlog=1024)
+    handler = Server(state)
+    server = await asyncio.start_server(handler.handle, host, port, backlog=1024)
     print(f"INFO:     Started server process [{os.getpid()}]", flush=True)
     print("INFO:     Application startup complete.", flush=True)
     print(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)", flush=True)
     async with server:
         await stop.wait()
+        server.close()
+        handler.close_all()
     _log("APIServer", "[shutdown] SIMULATED stand-in: signal received, shutting down")
     if state.ts_file is not None:
         state.ts_file.close()

@@ -1,0 +1,167 @@
+"""pytest integration of the serve stage: ``vllm_server``, ``openai_client`` and ``load`` fixtures.
+
+``vllm_server`` is parametrised over every (pair, arm) of the rig with ids like
+``gpu0-gpu1-p2p_on`` and is session-scoped: pytest groups the tests by parameter, so
+each arm's server starts once, serves every test that asks for it, and is torn down
+(with the leftover-process and GPU-memory checks of :mod:`.server`) before the next
+arm's server starts -- also after failures and on Ctrl-C (pytest tears session fixtures
+down on interrupt; an ``atexit`` hook in :mod:`.server` is the last resort).
+
+Where the pairs, arms and server config come from is a :class:`ServerPlan`, built from
+the rig session by default; tests and embedding tools can install their own with
+:func:`set_server_plan` in ``pytest_configure``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ..errors import P2PError, ServerError
+from ..util import atomic_write_json
+
+if TYPE_CHECKING:
+    from .config import ServerConfig
+    from .server import RunningServer
+
+PLAN_KEY = pytest.StashKey["ServerPlan"]()
+
+
+@dataclass
+class ServerPlan:
+    """Everything the fixtures need to launch servers: config, pairs, arms, rig env, where logs go."""
+
+    server: ServerConfig
+    pairs: list[tuple[int, ...]]
+    arms: Mapping[str, Any]
+    rig_env: Mapping[str, str] = field(default_factory=dict)
+    results_root: Path = Path("p2p-results") / "servers"
+
+
+def set_server_plan(config: pytest.Config, plan: ServerPlan) -> None:
+    config.stash[PLAN_KEY] = plan
+
+
+def server_plan(config: pytest.Config) -> ServerPlan:
+    """The installed plan, or one built from the rig session (``pytest_p2p.session``)."""
+    plan = config.stash.get(PLAN_KEY, None)
+    if plan is None:
+        from ..session import get_session
+        from .config import parse_server
+
+        session = get_session(config)
+        rig = session.rig
+        server = rig.sections.get("server") or parse_server(None, "rig", "server")
+        plan = ServerPlan(server=server, pairs=[tuple(p) for p in session.pairs], arms=rig.sections.get("arms") or {},
+                          rig_env=dict(rig.env), results_root=Path(session.results_root) / "servers")
+        config.stash[PLAN_KEY] = plan
+    return plan
+
+
+def server_id(pair: tuple[int, ...], arm: str) -> str:
+    return "-".join(f"gpu{g}" for g in pair) + f"-{arm}"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "vllm_server" not in metafunc.fixturenames:
+        return
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        if "vllm_server" in marker.args[0]:
+            return  # the test chose its own (pair, arm) params
+    try:
+        plan = server_plan(metafunc.config)
+    except P2PError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    params = [(tuple(pair), arm) for pair in plan.pairs for arm in plan.arms]
+    metafunc.parametrize("vllm_server", params, indirect=True, scope="session",
+                         ids=[server_id(p, a) for p, a in params])
+
+
+@pytest.fixture(scope="session")
+def vllm_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
+    """A ready server (vLLM or the SIMULATED stand-in) for one (pair, arm); torn down and verified at the end."""
+    from .server import launch
+
+    param = getattr(request, "param", None)
+    if param is None:
+        pytest.fail("vllm_server has no (pair, arm): the rig has no pairs or arms, or the test is not "
+                    "parametrised by pytest-p2p", pytrace=False)
+    pair, arm_name = param
+    plan = server_plan(request.config)
+    if arm_name not in plan.arms:
+        pytest.fail(f"vllm_server: no arm named {arm_name!r} in the rig; arms: {', '.join(plan.arms)}", pytrace=False)
+    if not plan.server.model:
+        pytest.fail("vllm_server: the rig file's server section names no model (server.model)", pytrace=False)
+    log = plan.results_root / server_id(tuple(pair), arm_name) / "server.log"
+    try:
+        with launch(plan.server, plan.arms[arm_name], pair, plan.rig_env, log) as srv:
+            yield srv
+    except P2PError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture
+def openai_client(vllm_server: RunningServer) -> Iterator[Any]:
+    """A synchronous ``openai.OpenAI`` bound to the server: no retries, no proxy, explicit timeouts."""
+    import httpx
+    import openai
+
+    timeout = httpx.Timeout(vllm_server.config.request_timeout_s, connect=10.0)
+    http = httpx.Client(trust_env=False, timeout=timeout)
+    client = openai.OpenAI(base_url=vllm_server.openai_base_url, api_key=vllm_server.api_key, max_retries=0,
+                           timeout=timeout, http_client=http)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+class LoadRunner:
+    """``load(concurrency, **overrides) -> dict``: run the load generator against the fixture's server.
+
+    Defaults come from the rig's ``server.load``. Every result is written (atomically) next
+    to the server log before anything else can fail, then the server is checked to still
+    be alive: a server that died under load fails the test *after* its numbers are saved.
+    """
+
+    def __init__(self, server: RunningServer, name: str) -> None:
+        self.server = server
+        self.name = name
+        self.results: list[dict[str, Any]] = []
+
+    def __call__(self, concurrency: int, *, num_prompts: int | None = None, input_len: int | None = None,
+                 output_len: int | None = None, warmup: int | None = None, seed: int | None = None,
+                 endpoint: str | None = None) -> dict[str, Any]:
+        from .loadgen import run_load
+
+        srv = self.server
+        d = srv.config.load
+        srv.check_alive()
+        result = run_load(
+            srv.base_url, srv.api_key, srv.model, concurrency=concurrency,
+            num_prompts=num_prompts or d.num_prompts, input_len=input_len or d.input_len,
+            output_len=output_len or d.output_len, warmup=d.warmup if warmup is None else warmup,
+            seed=d.seed if seed is None else seed, endpoint=endpoint or d.endpoint,
+            request_timeout_s=srv.config.request_timeout_s)
+        result["simulated"] = srv.simulated
+        result["arm"] = srv.arm
+        result["pair"] = list(srv.pair)
+        self.results.append(result)
+        path = srv.log_path.parent / f"load-{self.name}-c{concurrency}-{len(self.results)}.json"
+        atomic_write_json(path, result)
+        if not srv.alive():
+            try:
+                srv.check_alive()
+            except ServerError as exc:
+                raise ServerError(f"{exc} (the load results were saved to {path})") from None
+        return result
+
+
+@pytest.fixture
+def load(vllm_server: RunningServer, request: pytest.FixtureRequest) -> LoadRunner:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in request.node.name)[:80]
+    return LoadRunner(vllm_server, safe)

@@ -1,0 +1,258 @@
+"""Server lifecycle on the stand-in: config, launch -> ready -> load -> teardown, every fault, leftovers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_p2p.errors import ConfigError, ServerError
+from pytest_p2p.probes.arms import PRESETS
+from pytest_p2p.serve import server as server_mod
+from pytest_p2p.serve.config import ServerConfig, parse_server
+from pytest_p2p.serve.loadgen import run_load
+from pytest_p2p.serve.server import (
+    TOKEN_ENV,
+    GpuUse,
+    find_leftovers,
+    kill_tree,
+    launch,
+    likely_cause,
+)
+
+STANDIN = ["python", "-m", "pytest_p2p.serve.standin"]
+
+
+def cfg(*, fault: str = "", fault_after: int = 0, startup: float = 20, **extra: Any) -> ServerConfig:
+    args: dict[str, Any] = {"ttft-ms": 1, "tpot-ms": 0.5, "tensor-parallel-size": 2}
+    if fault:
+        args["fault"] = fault
+        args["fault-after"] = fault_after
+    args.update(extra.pop("args", {}))
+    return parse_server({"command": STANDIN, "model": "tiny-model", "args": args, "startup_timeout_s": startup,
+                         "request_timeout_s": 3, "teardown_timeout_s": 2, **extra}, "rig.yaml")
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def test_parse_server_defaults_and_argv() -> None:
+    c = parse_server(None, "rig.yaml")
+    assert c.command == ("vllm", "serve") and not c.simulated and c.load.output_len == 128
+    c = parse_server({"command": "/opt/venv/bin/python3 -m vllm.entrypoints.cli.main serve", "model": "/m",
+                      "served_model_name": "tiny", "args": {"max-model-len": 2048, "enforce-eager": True,
+                                                            "kv-cache-dtype": None, "x": [1, 2]},
+                      "flags": ["disable-log-requests"], "env": {"HF_HUB_OFFLINE": 1}}, "rig.yaml")
+    argv = c.argv(["--disable-custom-all-reduce"], host="127.0.0.1", port=8011, api_key="k")
+    assert argv == ["/opt/venv/bin/python3", "-m", "vllm.entrypoints.cli.main", "serve", "/m",
+                    "--max-model-len", "2048", "--enforce-eager", "--x", "1", "2", "--disable-log-requests",
+                    "--disable-custom-all-reduce", "--served-model-name", "tiny",
+                    "--host", "127.0.0.1", "--port", "8011", "--api-key", "k"]
+    assert c.env == {"HF_HUB_OFFLINE": "1"} and c.model_name == "tiny"
+
+
+def test_python_means_current_interpreter_and_standin_is_simulated() -> None:
+    c = parse_server({"command": STANDIN, "model": "m"}, "rig.yaml")
+    assert c.simulated and c.executable_argv()[0] == sys.executable
+    assert parse_server({"command": STANDIN, "model": "m", "simulated": False}, "r").simulated is False
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ({"comand": ["x"]}, "server.comand: unknown key (did you mean 'command'?)"),
+    ({"command": []}, "server.command: expected a non-empty command"),
+    ({"args": {"port": 1}}, "server.args.port: is set by the launcher"),
+    ({"startup_timeout_s": -1}, "server.startup_timeout_s: expected a number"),
+    ({"load": {"endpoint": "embeddings"}}, "server.load.endpoint: expected one of completions, chat"),
+    ({"load": {"output_len": 0}}, "server.load.output_len: expected an integer >= 1"),
+])
+def test_parse_server_errors_name_the_field(value: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_server(value, "rig.yaml")
+    assert str(exc.value).startswith("rig.yaml: ") and message in str(exc.value)
+
+
+@pytest.mark.parametrize(("text", "cause"), [
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "out of GPU memory"),
+    ("ValueError: No available memory for the cache blocks.", "out of GPU memory"),
+    ("OSError: [Errno 98] error while attempting to bind: address already in use", "port in use"),
+    ("vm:1:1 [0] NCCL WARN Cuda failure 'peer access'\nRuntimeError: NCCL error: unhandled", "NCCL error"),
+    ("OSError: /m does not appear to have a file named config.json", "missing model"),
+    ("ModuleNotFoundError: No module named 'vllm'", "missing Python module"),
+    ("RuntimeError: No CUDA GPUs are available", "no GPU visible"),
+    ("serve: error: unrecognized arguments: --bogus", "bad command-line arguments"),
+])
+def test_likely_cause(text: str, cause: str) -> None:
+    assert likely_cause("INFO starting\n" + text).startswith(cause)
+
+
+def test_likely_cause_signal() -> None:
+    assert "SIGKILL" in likely_cause("nothing useful", -9) and likely_cause("x", 1).startswith("unknown")
+
+
+# ----------------------------------------------------------------------------- the full path
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+@pytest.mark.parametrize("arm_name", ["p2p_on", "p2p_off"])
+def test_launch_ready_load_teardown(arm_name: str, tmp_path: Path) -> None:
+    from pytest_p2p.serve.attest import parse_server_log
+
+    arm = PRESETS[arm_name]
+    c = cfg(env={"SERVER_ONLY": "s"})
+    with launch(c, arm, (0, 1), {"RIG_ONLY": "r", "SERVER_ONLY": "rig"}, tmp_path / "server.log") as srv:
+        env = _environ(srv.pid)
+        assert env["CUDA_VISIBLE_DEVICES"] == "0,1" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+        assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_NVLS_ENABLE"] == "0"
+        assert env["RIG_ONLY"] == "r" and env["SERVER_ONLY"] == "s"  # server env over rig env
+        assert env["NCCL_P2P_DISABLE"] == arm.env["NCCL_P2P_DISABLE"] and env[TOKEN_ENV] == srv.token
+        assert srv.simulated and srv.base_url.startswith("http://127.0.0.1:") and srv.model == "tiny-model"
+        assert "--disable-custom-all-reduce" in srv.argv and srv.api_key in srv.argv
+        assert srv.api_key not in str(srv.to_dict())
+        result = run_load(srv.base_url, srv.api_key, srv.model, concurrency=4, num_prompts=8, input_len=8,
+                          output_len=8, warmup=1, request_timeout_s=5)
+        assert result["completed"] == 8 and result["failed"] == 0 and result["total_output_tokens"] == 64
+        att = parse_server_log(srv.log_text(), str(srv.log_path))
+        assert att.problems(arm.expect_transport) == []
+        assert srv.attestation().to_dict() == att.to_dict()
+        pid, token = srv.pid, srv.token
+    assert srv.process.returncode is not None and find_leftovers(token, pid) == []
+    assert any("NVML not available" in n for n in srv.notes)
+    assert "teardown of arm" in (tmp_path / "server.log").read_text()
+
+
+def _assert_clean(tmp_path: Path) -> None:
+    token_lines = [ln for ln in (tmp_path / "server.log").read_text().splitlines() if "leftover pids" in ln]
+    assert token_lines and token_lines[-1].endswith("leftover pids none")
+
+
+@pytest.mark.parametrize(("kind", "cause"), [("oom", "out of GPU memory"), ("nccl", "NCCL error"),
+                                             ("model", "missing model")])
+def test_fail_start_is_server_error_with_cause_and_tail(kind: str, cause: str, tmp_path: Path) -> None:
+    with pytest.raises(ServerError) as exc, launch(cfg(fault=f"fail-start={kind}"), PRESETS["p2p_on"], (0, 1),
+                                                   None, tmp_path / "server.log"):
+        pytest.fail("must not become ready")
+    msg = str(exc.value)
+    assert f"likely cause: {cause}" in msg and "exited with code 1" in msg and "SIMULATED fault" in msg
+    assert "gpu0-gpu1" in msg and "<api-key>" in msg
+    _assert_clean(tmp_path)
+
+
+def test_port_in_use(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        with pytest.raises(ServerError, match="likely cause: port in use"), \
+                launch(cfg(), PRESETS["p2p_on"], (0, 1), None, tmp_path / "server.log", port=s.getsockname()[1]):
+            pass
+
+
+def test_missing_command(tmp_path: Path) -> None:
+    c = parse_server({"command": ["/nonexistent/vllm", "serve"], "model": "m"}, "rig.yaml")
+    with pytest.raises(ServerError, match="cannot start the server.*server.command"), \
+            launch(c, PRESETS["p2p_on"], (0, 1), None, tmp_path / "server.log"):
+        pass
+
+
+def test_hang_at_startup_times_out_and_is_killed(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(ServerError, match="not ready within the startup timeout"), \
+            launch(cfg(fault="hang", startup=1.5), PRESETS["p2p_on"], (0, 1), None, tmp_path / "server.log"):
+        pass
+    assert time.monotonic() - t0 < 15  # SIGTERM is ignored by the hung server: SIGKILL after the grace
+    _assert_clean(tmp_path)
+
+
+def test_http_500_on_first_completion(tmp_path: Path) -> None:
+    with pytest.raises(ServerError, match="first completion failed: completion -> HTTP 500"), \
+            launch(cfg(fault="http-500"), PRESETS["p2p_on"], (0, 1), None, tmp_path / "server.log"):
+        pass
+
+
+@pytest.mark.parametrize(("fault", "error"), [
+    ("http-500", "HTTP 500"), ("cut-stream", "stream cut short"), ("hang", "timeout"),
+])
+def test_faults_under_load_are_counted_failures(fault: str, error: str, tmp_path: Path) -> None:
+    with launch(cfg(fault=fault, fault_after=1), PRESETS["p2p_on"], (0, 1), None, tmp_path / "server.log") as srv:
+        t0 = time.monotonic()
+        result = run_load(srv.base_url, srv.api_key, srv.model, concurrency=2, num_prompts=2, input_len=4,
+                          output_len=6, warmup=0, request_timeout_s=1.0)
+        assert time.monotonic() - t0 < 10
+        assert result["completed"] == 0 and result["failed"] == 2
+        assert error in result["errors"][0]["error"]
+    _assert_clean(tmp_path)
+
+
+def test_die_after_n_keeps_measured_results(tmp_path: Path) -> None:
+    with launch(cfg(fault="die-after=3"), PRESETS["p2p_off"], (0, 1), None, tmp_path / "server.log") as srv:
+        result = run_load(srv.base_url, srv.api_key, srv.model, concurrency=1, num_prompts=5, input_len=4,
+                          output_len=4, warmup=0, request_timeout_s=2)
+        assert result["completed"] == 2 and result["failed"] == 3  # 1 readiness + 2 served, then death
+        assert all("connection error" in e["error"] for e in result["errors"])
+        with pytest.raises(ServerError, match="exited with code 70 while in use"):
+            srv.check_alive()
+    _assert_clean(tmp_path)
+
+
+def test_orphaned_engine_core_is_found_by_marker_and_killed(tmp_path: Path) -> None:
+    with launch(cfg(args={"orphan-child": True}), PRESETS["p2p_on"], (0, 1), None, tmp_path / "server.log") as srv:
+        token = srv.token
+        marked = find_leftovers(token)
+        assert len(marked) == 2  # the server and the child that left its session
+        child = next(p for p in marked if p != srv.pid)
+        os.kill(srv.pid, signal.SIGKILL)  # the API server dies hard, like vLLM issue #55510
+        srv.process.wait(5)
+        assert find_leftovers(token) == [child]
+    assert find_leftovers(token) == []
+    _assert_clean(tmp_path)
+
+
+def test_ctrl_c_inside_launch_still_tears_down(tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt), \
+            launch(cfg(), PRESETS["p2p_on"], (0, 1), None, tmp_path / "server.log") as srv:
+        raise KeyboardInterrupt
+    assert srv.process.returncode is not None and find_leftovers(srv.token, srv.pid) == []
+
+
+def test_kill_tree_escalates_to_sigkill() -> None:
+    token = uuid.uuid4().hex
+    proc = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                             "signal.SIG_IGN); print('up', flush=True); time.sleep(60)"],
+                            env={**os.environ, TOKEN_ENV: token}, start_new_session=True, stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+    assert find_leftovers(token) == [proc.pid]
+    assert kill_tree(proc.pid, token, grace_s=0.3, proc=proc) == []
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_leftover_process_is_server_error_naming_pid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_mod, "kill_tree", lambda *a, **k: [424242])
+    with pytest.raises(ServerError, match="left processes alive after SIGKILL: pids 424242"), \
+            launch(cfg(), PRESETS["p2p_on"], (0, 1), None, tmp_path / "server.log") as srv:
+        pass
+    srv.process.kill()
+    srv.process.wait()
+
+
+def test_gpu_not_released_is_server_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readings = iter([[GpuUse(0, 500, []), GpuUse(1, 500, [])]])
+    monkeypatch.setattr(server_mod, "gpu_usage",
+                        lambda idx: next(readings, [GpuUse(0, 40_000, [4711]), GpuUse(1, 520, [])]))
+    monkeypatch.setattr(server_mod.check_gpus_released, "__defaults__", (0.2,))
+    with pytest.raises(ServerError) as exc, \
+            launch(cfg(), PRESETS["p2p_on"], (0, 1), None, tmp_path / "server.log"):
+        pass
+    msg = str(exc.value)
+    assert "gpu0 still runs compute pids [4711]" in msg and "gpu0 uses 40000 MiB, idle was 500 MiB" in msg
+    assert "gpu1 uses" not in msg  # 20 MiB above idle is within tolerance
