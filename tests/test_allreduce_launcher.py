@@ -153,3 +153,62 @@ def test_workers_without_a_result_are_an_error(tmp_path, fake_worker):
 def test_replayed_result_errors_name_the_file():
     with pytest.raises(ProbeError, match="x.json: unreadable"):
         AllReduceResult.from_dict({"schema": 1, "probe": "allreduce", "pair": [0]}, None, "x.json")
+
+
+# -- the P2P copy launcher and the nccl-tests runner, with fakes ----------------------------------
+FAKE_COPY = r'''
+import json, os, sys
+spec = json.load(open(sys.argv[1]))
+assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,3", os.environ["CUDA_VISIBLE_DEVICES"]
+mode = {"unidir_gbs": {"0->1": 50.0, "1->0": 40.0}, "bidir_gbs": 80.0, "latency_us": {"0->1": 2.0, "1->0": 3.0},
+        "latency_timing": "cuda-graph"}
+json.dump({"bytes": spec["bytes"], "reps": spec["reps"], "can_access_peer": {"0->1": True, "1->0": True},
+           "modes": {"peer": mode, "host_staged": dict(mode, bidir_gbs=20.0)}, "torch_version": "fake"},
+          open(spec["out"], "w"))
+'''
+
+
+def test_copy_probe_result_and_file(tmp_path):
+    from pytest_p2p.probes.p2pcopy import P2PCopyResult, run_p2p_copy
+
+    worker = tmp_path / "copy.py"
+    worker.write_text(FAKE_COPY)
+    res = run_p2p_copy((0, 3), ProbeConfig(copy_bytes=1 << 20), tmp_path / "out", worker=[sys.executable, str(worker)])
+    assert res.peer_access and res.unidir_gbs("peer") == 40.0 and res.latency_us("peer") == 3.0
+    assert res.meta == {"reps": 20, "torch_version": "fake"}
+    written = json.loads((tmp_path / "out" / "p2pcopy.json").read_text())
+    assert P2PCopyResult.from_dict(written, "p2pcopy.json").modes == res.modes
+    with pytest.raises(ProbeError, match="bad.json: unreadable P2P copy"):
+        P2PCopyResult.from_dict({"schema": 1, "probe": "p2pcopy", "modes": {}}, "bad.json")
+
+
+def test_nccl_tests_runner_single_process(tmp_path):
+    pytest.importorskip("pytest_p2p.probes.nccltests")
+    from pytest_p2p.probes.nccltests_runner import run_nccl_tests
+
+    table = FIXTURES / "synth_nccl-tests-2.17_all_reduce_perf.txt"
+    fake = tmp_path / "all_reduce_perf"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/args\necho $NCCL_P2P_DISABLE $CUDA_VISIBLE_DEVICES "
+                    f"> {tmp_path}/env\ncat {table}\n")
+    fake.chmod(0o755)
+    got = run_nccl_tests((0, 1), PRESETS["p2p_off"], None, tmp_path / "out", binary=str(fake))
+    assert got is not None and not got["mpi"] and "direct pointer" in got["transport_note"]
+    assert got["parsed"]["rows"], "parser returned no rows"
+    assert (tmp_path / "args").read_text().split()[-2:] == ["-g", "2"]
+    assert (tmp_path / "env").read_text().split() == ["1", "0,1"]
+    from pytest_p2p.probes.nccltests_runner import find_all_reduce_perf
+
+    assert find_all_reduce_perf({"NCCL_TESTS_BIN": str(tmp_path)}) == str(fake)
+    assert find_all_reduce_perf({"PATH": str(tmp_path)}) == str(fake)
+    assert find_all_reduce_perf({"PATH": str(tmp_path / "out")}) is None
+
+
+def test_nccl_tests_runner_failure_names_the_arm(tmp_path):
+    pytest.importorskip("pytest_p2p.probes.nccltests")
+    from pytest_p2p.probes.nccltests_runner import run_nccl_tests
+
+    fake = tmp_path / "all_reduce_perf"
+    fake.write_text("#!/bin/sh\necho 'NCCL failure common.cu:1 unhandled system error'\nexit 3\n")
+    fake.chmod(0o755)
+    with pytest.raises(ProbeError, match="arm socket.*status 3.*unhandled system error"):
+        run_nccl_tests((0, 1), PRESETS["socket"], None, tmp_path, binary=str(fake))

@@ -3,7 +3,11 @@
 A second, independent measurement of the same link from the reference tool. Without
 MPI it runs as one process driving both GPUs (``-g 2``), so NCCL connects the ranks
 by "direct pointer" within the process, not by CUMEM/IPC as our one-process-per-GPU
-probe and vLLM do: its transport is reported as such and not used as proof.
+probe and vLLM do: its transport is reported as such and not used as proof. With
+``mpi=True`` (and ``mpirun`` on PATH) it runs one process per GPU (``-np 2 ... -g 1``),
+the configuration the reference numbers in docs/performance.md were taken with.
+NCCL's INFO output goes to its own files (``NCCL_DEBUG_FILE``) so that stdout stays the
+table the parser reads.
 """
 
 from __future__ import annotations
@@ -21,8 +25,29 @@ from .allreduce import kill_group
 from .arms import Arm
 
 BINARY = "all_reduce_perf"
-DEFAULT_ARGS = ("-b", "4", "-e", "256M", "-f", "4", "-g", "2", "-n", "20", "-w", "5")
-TRANSPORT_NOTE = "single process, -g 2: NCCL 'direct pointer' P2P within one process (not CUMEM/IPC)"
+DEFAULT_ARGS = ("-b", "4", "-e", "256M", "-f", "4", "-n", "20", "-w", "5")
+TRANSPORT_NOTE = {
+    False: "single process, -g 2: NCCL 'direct pointer' P2P within one process (not CUMEM/IPC)",
+    True: "mpirun -np 2, -g 1: one process per GPU (CUMEM/IPC/SHM as the arm selects)",
+}
+
+
+def mpirun_prefix(env: Mapping[str, str], nprocs: int = 2) -> list[str] | None:
+    """``mpirun -np N`` forwarding the NCCL/CUDA variables (Open MPI needs ``-x``; Hydra forwards all)."""
+    exe = shutil.which("mpirun", path=env.get("PATH"))
+    if exe is None:
+        return None
+    try:
+        version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        version = ""
+    prefix = [exe, "-np", str(nprocs)]
+    if "Open MPI" in version or "OpenRTE" in version:
+        prefix += ["--allow-run-as-root", "--bind-to", "none"]
+        for key in sorted(env):
+            if key.startswith(("NCCL_", "CUDA_", "LD_LIBRARY_PATH", "PATH")):
+                prefix += ["-x", key]
+    return prefix
 
 
 def find_all_reduce_perf(env: Mapping[str, str] | None = None) -> str | None:
@@ -43,11 +68,13 @@ def run_nccl_tests(
     timeout_s: float = 300.0,
     args: Sequence[str] = DEFAULT_ARGS,
     binary: str | None = None,
+    mpi: bool = False,
 ) -> dict[str, Any] | None:
-    """Run ``all_reduce_perf`` under the arm's env; ``None`` when it is not installed.
+    """Run ``all_reduce_perf`` under the arm's env; ``None`` when it (or, with ``mpi``, mpirun) is missing.
 
-    Writes ``nccl_tests.log``; returns ``{"command", "transport_note", "parsed", "log"}``
-    where ``parsed`` is the nccl-tests parser's ``to_dict()`` (or its return value).
+    Writes ``nccl_tests.log`` (its stdout) and ``nccl_tests.nccl.<pid>.log`` (NCCL INFO);
+    returns ``{"command", "mpi", "transport_note", "parsed", "log"}`` where ``parsed`` is
+    the nccl-tests parser's ``to_dict()``.
     """
     exe = binary or find_all_reduce_perf()
     if exe is None:
@@ -55,8 +82,14 @@ def run_nccl_tests(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = out / "nccl_tests.log"
-    cmd = [exe, *args]
-    env = subprocess_env(pair, rig_env, arm.env)
+    env = subprocess_env(pair, rig_env, arm.env, {"NCCL_DEBUG_FILE": str(out / "nccl_tests.nccl.%p.log")})
+    if mpi:
+        prefix = mpirun_prefix(env)
+        if prefix is None:
+            return None
+        cmd = [*prefix, exe, *args, "-g", "1"]
+    else:
+        cmd = [exe, *args, "-g", "2"]
     what = f"nccl-tests {' '.join(cmd)} (arm {arm.name}, pair gpu{pair[0]}-gpu{pair[1]})"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -76,4 +109,4 @@ def run_nccl_tests(
 
     parsed = parse_all_reduce_perf(text, str(log))
     as_dict = parsed.to_dict() if hasattr(parsed, "to_dict") else parsed
-    return {"command": cmd, "transport_note": TRANSPORT_NOTE, "parsed": as_dict, "log": log.name}
+    return {"command": cmd, "mpi": mpi, "transport_note": TRANSPORT_NOTE[mpi], "parsed": as_dict, "log": log.name}
