@@ -10,7 +10,12 @@ from __future__ import annotations
 import pytest
 
 pytest_plugins = [
-    "pytest_p2p.evidence.hooks",
+    "pytest_p2p.evidence.hooks",  # core options, header, p2p_gpu / p2p_pair parametrisation
+    "pytest_p2p.probes.hooks",  # all-reduce / P2P-copy probes, replay, probe checks
+    "pytest_p2p.serve.hooks",  # vllm_server, openai_client, load
+    "pytest_p2p.campaign.hooks",  # p2p_campaign, scenarios, GPU lease, xdist hand-off
+    "pytest_p2p.verdict.hooks",  # baselines: --p2p-compare, --p2p-save-baseline, --p2p-fail-on
+    "pytest_p2p.report.hooks",  # terminal glance table, allure labels
 ]
 
 MARKERS = (

@@ -78,6 +78,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     return lines
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     wants_gpu = "p2p_gpu" in metafunc.fixturenames
     wants_pair = "p2p_pair" in metafunc.fixturenames
