@@ -104,3 +104,16 @@ def test_judgements():
     assert lines == problems and "uplift +4.0% (min 5%)" in problems[0]
     assert uplift_table(on, off, (8192,), 0.03)[1] == []
     assert replay_index(REPLAY) == {"gpu0-gpu1": ["p2p_off", "p2p_on"]}
+
+
+def test_demo_session_replays_the_embedded_probe_recording(pytester, monkeypatch):
+    import pytest_p2p.session as session_mod
+
+    real = session_mod.demo_path
+    monkeypatch.setattr(session_mod, "demo_path", lambda name: REPLAY if name == "probes" else real(name))
+    monkeypatch.delenv("PYTEST_P2P_PROBE_REPLAY", raising=False)
+    argv = ["-p", "pytest_p2p.probes.hooks", "--pyargs", "pytest_p2p.checks.test_probes", "-p", "no:cacheprovider",
+            "--p2p-snapshot", str(real(session_mod.DEMO_SNAPSHOT)), "-k", "transport or correct"]
+    result = pytester.runpytest(*argv)
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*p2p probes: replay of *data/probes (the embedded demo recording)*"])

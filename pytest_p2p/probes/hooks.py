@@ -123,7 +123,10 @@ class ProbeState:
         if self.cfg.nccl_tests:
             from .nccltests_runner import run_nccl_tests
 
-            result.nccl_tests = run_nccl_tests(pair, arm, self.session.rig.env, out, self.cfg.timeout_s)
+            try:  # a second opinion: its failure must not discard our measurement
+                result.nccl_tests = run_nccl_tests(pair, arm, self.session.rig.env, out, self.cfg.timeout_s)
+            except P2PError as exc:
+                result.nccl_tests = {"error": str(exc)}
             write_result(result, out)
         return result
 
@@ -233,6 +236,21 @@ def _get_session(config: pytest.Config) -> Any:
     return session_or_usage_error(config)
 
 
+def _on_demo_snapshot(session: Any) -> bool:
+    """The session replays the embedded demo snapshot (demo mode, or that file named explicitly)."""
+    if getattr(session, "demo", False):
+        return True
+    snap = getattr(getattr(session, "snapshot", None), "value", None)
+    if snap is None:
+        return False
+    from ..session import DEMO_SNAPSHOT, demo_path
+
+    try:
+        return Path(str(snap)).resolve() == demo_path(DEMO_SNAPSHOT).resolve()
+    except OSError:
+        return False
+
+
 def probe_state(config: pytest.Config) -> ProbeState:
     """The session's probe state, created on first use (a bad replay directory is a usage error)."""
     state = config.stash.get(_STATE, None)
@@ -248,7 +266,7 @@ def probe_state(config: pytest.Config) -> ProbeState:
             if not replay.is_dir():
                 raise pytest.UsageError(f"pytest-p2p: {opt.where()}: no such directory")
             origin = opt.origin
-        elif getattr(session, "demo", False):
+        elif _on_demo_snapshot(session):
             from ..session import demo_path
 
             demo = demo_path(DEMO_PROBES)
