@@ -157,7 +157,7 @@ class LoadRunner:
             try:
                 srv.check_alive()
             except ServerError as exc:
-                raise ServerError(f"{exc} (the load results were saved to {path})") from None
+                pytest.fail(f"load results were saved to {path}, but then: {exc}", pytrace=False)
         return result
 
 

@@ -1,0 +1,109 @@
+"""Load generator against the stand-in: counts from server usage, warm-up excluded, failures counted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_p2p.probes.arms import PRESETS
+from pytest_p2p.serve.config import parse_server
+from pytest_p2p.serve.loadgen import make_prompts, run_load, run_load_async
+from pytest_p2p.serve.metrics import RequestRecord
+from pytest_p2p.serve.server import RunningServer, launch
+
+
+def _launch(tmp: Path, arm: str = "p2p_on", args: dict[str, object] | None = None) -> object:
+    c = parse_server({"command": ["python", "-m", "pytest_p2p.serve.standin"], "model": "tiny",
+                      "args": {"ttft-ms": 2, "tpot-ms": 0.5, "jitter": 0, **(args or {})}, "startup_timeout_s": 20,
+                      "teardown_timeout_s": 2}, "rig.yaml")
+    return launch(c, PRESETS[arm], (0, 1), None, tmp / "server.log")
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    with _launch(tmp_path_factory.mktemp("lg")) as s:  # type: ignore[attr-defined]
+        yield s
+
+
+def _served(srv: RunningServer) -> int:
+    text = urllib.request.urlopen(srv.base_url + "/metrics", timeout=5).read().decode()
+    return int(next(ln for ln in text.splitlines() if ln.startswith("vllm:request_success_total")).split()[-1])
+
+
+def test_prompts_deterministic_distinct_and_sized() -> None:
+    a, b = make_prompts(5, 12, seed=7), make_prompts(5, 12, seed=7)
+    assert a == b and len(set(a)) == 5 and all(len(p.split()) == 12 for p in a)
+    assert make_prompts(5, 12, seed=8) != a
+
+
+def test_closed_loop_counts_from_usage_and_excludes_warmup(srv: RunningServer) -> None:
+    before = _served(srv)
+    records: list[RequestRecord] = []
+    r = run_load(srv.base_url, srv.api_key, srv.model, concurrency=3, num_prompts=7, input_len=9, output_len=5,
+                 warmup=2, seed=1, records_out=records, keep_chunk_times=True)
+    assert _served(srv) - before == 9  # 2 warm-up + 7 measured reached the server
+    assert r["completed"] == 7 and r["failed"] == 0 and r["warmup_failed"] == 0
+    assert r["total_input_tokens"] == 63 and r["total_output_tokens"] == 35  # the server's usage counts
+    assert r["max_concurrency"] == 3 and r["output_lens"] == [5] * 7
+    assert all(len(rec.itl) == 4 and len(rec.chunk_times or []) == 5 for rec in records)
+    assert r["mean_ttft_ms"] >= 2.0 and r["mean_e2el_ms"] >= r["mean_ttft_ms"]
+    rec = records[0]
+    assert rec.latency == pytest.approx(rec.ttft + sum(rec.itl))
+    assert r["output_throughput"] == pytest.approx(35 / r["duration"])
+    json.dumps(r)  # the result is plain JSON
+
+
+def test_chat_endpoint(srv: RunningServer) -> None:
+    r = run_load(srv.base_url, srv.api_key, srv.model, concurrency=2, num_prompts=3, input_len=4, output_len=3,
+                 warmup=0, endpoint="chat")
+    assert r["completed"] == 3 and r["total_output_tokens"] == 9 and r["endpoint"] == "chat"
+
+
+def test_bad_api_key_is_counted_not_raised(srv: RunningServer) -> None:
+    r = run_load(srv.base_url, "wrong", srv.model, concurrency=2, num_prompts=2, input_len=2, output_len=2,
+                 warmup=0)
+    assert r["completed"] == 0 and r["failed"] == 2 and r["errors"][0]["error"].startswith("HTTP 401")
+
+
+def test_refused_connection_fails_fast() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = run_load(f"http://127.0.0.1:{port}", "k", "m", concurrency=2, num_prompts=3, input_len=2, output_len=2,
+                 warmup=1, request_timeout_s=5)
+    assert r["failed"] == 3 and r["warmup_failed"] == 1 and "connection error" in r["errors"][0]["error"]
+    assert r["duration"] < 5
+
+
+def test_works_inside_a_running_event_loop(srv: RunningServer) -> None:
+    async def inner() -> dict:
+        return run_load(srv.base_url, srv.api_key, srv.model, concurrency=1, num_prompts=1, input_len=2,
+                        output_len=2, warmup=0)
+
+    assert asyncio.run(inner())["completed"] == 1
+
+
+def test_rejects_nonsense_shape(srv: RunningServer) -> None:
+    with pytest.raises(ValueError, match="concurrency"):
+        asyncio.run(run_load_async(srv.base_url, srv.api_key, srv.model, concurrency=0, num_prompts=1,
+                                   input_len=1, output_len=1))
+    with pytest.raises(ValueError, match="endpoint"):
+        run_load(srv.base_url, srv.api_key, srv.model, concurrency=1, num_prompts=1, input_len=1, output_len=1,
+                 endpoint="embeddings")
+
+
+def test_injected_slowdown_is_visible_in_tpot(tmp_path: Path) -> None:
+    """The baseline tests inject a slower server with PYTEST_P2P_STANDIN_SLOWDOWN; the metrics must see it."""
+    shape = dict(concurrency=1, num_prompts=3, input_len=4, output_len=30, warmup=1)
+    with _launch(tmp_path, args={"tpot-ms": 3}) as fast:  # type: ignore[attr-defined]
+        base = run_load(fast.base_url, fast.api_key, fast.model, **shape)
+    with _launch(tmp_path, args={"tpot-ms": 3, "slowdown": 3.0}) as slow:  # type: ignore[attr-defined]
+        slowed = run_load(slow.base_url, slow.api_key, slow.model, **shape)
+    assert slowed["mean_tpot_ms"] > 2.0 * base["mean_tpot_ms"]
+    assert slowed["output_throughput"] < base["output_throughput"]

@@ -1,0 +1,90 @@
+"""The vllm_server / openai_client / load fixtures, end to end in a pytester session on the stand-in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+CONFTEST = """
+from pathlib import Path
+import pytest
+from pytest_p2p.probes.arms import PRESETS
+from pytest_p2p.serve.config import parse_server
+from pytest_p2p.serve.hooks import ServerPlan, set_server_plan
+
+pytest_plugins = ["pytest_p2p.serve.hooks"]
+
+def pytest_configure(config):
+    server = parse_server({{"command": ["python", "-m", "pytest_p2p.serve.standin"], "model": "tiny",
+                           "args": {{"ttft-ms": 1, "tpot-ms": 0.5, "tensor-parallel-size": 2{extra}}},
+                           "startup_timeout_s": 20, "teardown_timeout_s": 2,
+                           "load": {{"input_len": 4, "output_len": 4, "num_prompts": 4, "warmup": 1}}}}, "rig.yaml")
+    set_server_plan(config, ServerPlan(server=server, pairs=[(0, 1)],
+                                       arms={{"p2p_on": PRESETS["p2p_on"], "p2p_off": PRESETS["p2p_off"]}},
+                                       results_root=Path(str(config.rootpath)) / "results"))
+"""
+
+TESTS = """
+import os
+
+def test_load(load, vllm_server):
+    r = load(2)
+    assert r["completed"] == 4 and r["arm"] == vllm_server.arm and r["simulated"] is True
+
+def test_client(openai_client, vllm_server):
+    out = openai_client.completions.create(model=vllm_server.model, prompt="a b", max_tokens=3)
+    assert out.usage.completion_tokens == 3
+
+def test_attestation(vllm_server):
+    att = vllm_server.attestation()
+    expected = {"p2p_on": "P2P/CUMEM", "p2p_off": "SHM"}[vllm_server.arm]
+    assert att.problems(expected) == []
+
+def test_fails_but_server_survives(vllm_server):
+    assert vllm_server.arm == "never"
+"""
+
+
+def _launches(root: Path) -> dict[str, int]:
+    out = {}
+    for log in sorted((root / "results").glob("*/server.log")):
+        text = log.read_text()
+        out[log.parent.name] = text.count("# pytest-p2p: launching")
+        assert text.count("leftover pids none") == out[log.parent.name], text[-2000:]
+    return out
+
+
+def test_session_servers_parametrised_reused_and_torn_down(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST.format(extra=""))
+    pytester.makepyfile(test_serve=TESTS)
+    result = pytester.runpytest("-v", "-p", "no:randomly", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=6, failed=2)
+    result.stdout.fnmatch_lines(["*test_load?gpu0-gpu1-p2p_on? PASSED*", "*test_load?gpu0-gpu1-p2p_off? PASSED*"])
+    # one server per arm for the whole session, each torn down cleanly even though a test failed
+    assert _launches(pytester.path) == {"gpu0-gpu1-p2p_on": 1, "gpu0-gpu1-p2p_off": 1}
+    saved = list((pytester.path / "results").glob("*/load-*.json"))
+    assert len(saved) == 2 and all(json.loads(p.read_text())["completed"] == 4 for p in saved)
+
+
+def test_server_that_cannot_start_fails_its_tests_with_the_cause(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST.format(extra=', "fault": "fail-start=oom"'))
+    pytester.makepyfile(test_serve="def test_x(vllm_server):\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*likely cause: out of GPU memory*"])
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+def test_server_dying_under_load_keeps_results(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST.format(extra=', "fault": "die-after=3"'))
+    pytester.makepyfile(test_serve="def test_x(load):\n    load(1)\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-k", "p2p_on")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*load results were saved to *, but then: server for arm p2p_on on gpu0-gpu1 "
+                                 "exited with code 70 while in use*"])
+    result.stdout.no_fnmatch_line("*Traceback*")
+    (saved,) = (pytester.path / "results").glob("*/load-*.json")
+    data = json.loads(saved.read_text())
+    assert data["completed"] == 1 and data["failed"] == 3  # readiness + warm-up + 1 measured, then death
