@@ -259,3 +259,14 @@ def test_cli_usage_and_unreadable(capsys, tmp_path):
     empty.write_text("")
     assert main([str(empty)]) == 1
     assert "set NCCL_DEBUG=INFO" in capsys.readouterr().out
+
+
+def test_seed_002_p2p_levels():
+    sys_level = load("synth_nccl-2.28.9_p2p_level_sys_seed002.log")
+    assert sys_level.p2p_level == "SYS" and sys_level.to_dict()["summary"]["p2p_level"] == "SYS"
+    assert sys_level.env_overrides["NCCL_PROTO"] == "LL"
+    assert sys_level.transport == "P2P/CUMEM"
+    pxb = load("synth_nccl-2.28.9_p2p_level_2_is_pxb_seed002.log")  # NCCL_P2P_LEVEL=2 is echoed as PXB
+    assert pxb.p2p_level == "PXB" and pxb.transport == "SHM"
+    ok, why = pxb.satisfies("P2P")
+    assert not ok and "NCCL_P2P_LEVEL=PXB" in why

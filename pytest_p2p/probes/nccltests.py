@@ -242,7 +242,7 @@ def _parse_json(text: str, source: str) -> NcclTestsResult:
         ) from None
     if not isinstance(doc, dict) or "results" not in doc:
         raise ProbeError(f"{source}: not nccl-tests -J output (no 'results' list)")
-    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    config: dict[str, Any] = doc["config"] if isinstance(doc.get("config"), dict) else {}
     res = NcclTestsResult(rows=[], format="json")
     res.nccl_version = _nccl_code(doc["nccl_version"]) if isinstance(doc.get("nccl_version"), int) else None
     # doc["version"] is the JSON file format version, not the nccl-tests release: the JSON does not carry that.
@@ -250,6 +250,8 @@ def _parse_json(text: str, source: str) -> NcclTestsResult:
     if args and isinstance(args[0], str):
         res.program = args[0].rsplit("/", 1)[-1]
     for d in config.get("devices") or doc.get("devices") or []:
+        if not isinstance(d, dict):
+            continue
         res.devices.append({"rank": d.get("rank"), "host": d.get("hostname"), "device": d.get("device"),
                             "bus_id": d.get("device_hex"), "name": d.get("device_info"), "pid": d.get("pid")})
     for i, r in enumerate(doc["results"] or []):

@@ -253,6 +253,11 @@ class TransportProof:
         )
 
     @property
+    def p2p_level(self) -> str | None:
+        """``NCCL_P2P_LEVEL`` as NCCL echoed it: always a path name (``PXB``, ``SYS``), also when set as a number."""
+        return self.env_overrides.get("NCCL_P2P_LEVEL")
+
+    @property
     def transport(self) -> str:
         """The dominant label: ``P2P/CUMEM``, ``SHM``, ``NET/IB/GDRDMA``, ``mixed: A (n) + B (m)`` or ``none``."""
         counts = Counter(c.label for c in self.connections)
@@ -315,6 +320,7 @@ class TransportProof:
             "p2p_read": self.p2p_read, "p2p_ce": self.p2p_ce, "shm_modes": self.shm_modes,
             "net_plugin": self.net_plugin, "net_devices": list(self.net_devices), "net_gdrdma": self.net_gdrdma,
             "nvls_channels": self.nvls_channels, "nvls_supported": self.nvls_supported, "mnnvl": self.mnnvl,
+            "p2p_level": self.p2p_level,
             "n_connections": len(self.connections),
         }
 
