@@ -117,10 +117,16 @@ def _capture(dist: Any, torch: Any, x: Any, count: int, warmup: int, reset: Any 
         reset()
         torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(count):
-            dist.all_reduce(x)
-    torch.cuda.synchronize()
+    try:
+        # thread_local: the NCCL watchdog thread's event queries must not invalidate our capture
+        with torch.cuda.graph(g, capture_error_mode="thread_local"):
+            for _ in range(count):
+                dist.all_reduce(x)
+        torch.cuda.synchronize()
+    except Exception as exc:
+        say(f"CUDA-graph capture of all_reduce failed: {type(exc).__name__}: {exc}; "
+            "set 'probe: {graph: false}' in the rig file to time an eager loop instead")
+        raise
     return g
 
 

@@ -99,11 +99,12 @@ def _latency(torch: Any, mode: str, reps: int) -> tuple[dict[str, float], str]:
         b = torch.zeros(1, dtype=torch.float32, device=ddst)
         h = torch.zeros(1, dtype=torch.float32, pin_memory=True)
 
-        def once(a: Any = a, b: Any = b, h: Any = h) -> None:
+        def once(a: Any = a, b: Any = b, h: Any = h, dsrc: Any = dsrc, ddst: Any = ddst) -> None:
             if mode == "peer":
                 b.copy_(a, non_blocking=True)
-            else:
+            else:  # the H2D half must wait for the D2H half: order the two devices' streams
                 h.copy_(a, non_blocking=True)
+                torch.cuda.current_stream(ddst).wait_stream(torch.cuda.current_stream(dsrc))
                 b.copy_(h, non_blocking=True)
 
         with torch.cuda.device(dsrc):
@@ -115,9 +116,12 @@ def _latency(torch: Any, mode: str, reps: int) -> tuple[dict[str, float], str]:
                         once()
                     torch.cuda.synchronize(dsrc)
                     g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g, stream=stream):
+                    with torch.cuda.graph(g, stream=stream, capture_error_mode="thread_local"):
                         for _ in range(reps):
                             once()
+                    g.replay()
+                    torch.cuda.synchronize(dsrc)
+                    torch.cuda.synchronize(ddst)
                     runner = g.replay
                 except Exception as exc:  # noqa: BLE001 - capture is an optimisation, say why it was skipped
                     print(f"[p2p-probe] copy latency: graph capture failed ({exc}); eager loop", flush=True)
