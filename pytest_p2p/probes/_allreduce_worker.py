@@ -95,13 +95,16 @@ def _check(dist: Any, torch: Any, buf: Any, nbytes: int, rank: int, world: int, 
         dist.all_reduce(x)
     torch.cuda.synchronize()
     expected = pattern * (world * (world + 1) / 2)
-    bad = int((x != expected).sum().item())
+    local_bad = int((x != expected).sum().item())
+    total = torch.tensor([local_bad], dtype=torch.int64, device=x.device)
+    dist.all_reduce(total)  # wrong elements on any rank count
+    bad = int(total.item())
     first_bad = None
-    if bad:
+    if local_bad:
         idx = int((x != expected).nonzero()[0].item())
         first_bad = {"index": idx, "got": float(x[idx].item()), "expected": float(expected[idx].item())}
     say(f"check {nbytes} B graph={graph}: {'ok' if not bad else f'{bad} wrong elements'}")
-    return {"bytes": nbytes, "graph": graph, "wrong": bad, "first_wrong": first_bad}
+    return {"bytes": nbytes, "graph": graph, "wrong": bad, "first_wrong": first_bad}  # first_wrong: rank 0's
 
 
 def _capture(dist: Any, torch: Any, x: Any, count: int, warmup: int, reset: Any = None) -> Any:
