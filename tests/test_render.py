@@ -217,3 +217,31 @@ def test_rerender_is_stable(tmp_path: Path) -> None:
     rd = _campaign(tmp_path)
     first = render_report(rd.path, plots=False).summary_json.read_text()
     assert render_report(rd.path, plots=False).summary_json.read_text() == first
+
+
+def test_campaign_uplift_meta_is_honoured(tmp_path: Path) -> None:
+    """run.json as campaign/runner.py writes it: uplift arms, rule, exclusion; its own missing list."""
+    rd = _campaign(tmp_path, reps_done=2, status="interrupted")
+    rd.write_rep("p2p_off", "c4", 2, {**_rep(OFF[1]), "flags": {"throttled": False, "downtrained": True}})
+    rd.write_run_meta({
+        "uplift": {"metric": "output_throughput", "direction": "higher", "exclude_throttled": True,
+                   "rule": {"default": 0.05, "per_point": {"c4": 0.5}, "rule": "point"},
+                   "faster_arm": "p2p_off", "slower_arm": "p2p_on"},
+        "missing": ["p2p_off-c1 rep 3", "p2p_off-c4 rep 3", "p2p_on-c1 rep 3", "p2p_on-c4 rep 3",
+                    "env: snapshot not recorded"],
+    })
+    s = render_report(rd.path, plots=False).summary
+    assert {(u["faster_arm"], u["slower_arm"]) for u in s["uplift"]} == {("p2p_off", "p2p_on")}
+    c4 = next(u for u in s["uplift"] if u["point"] == "c4")
+    assert c4["threshold"] == 0.5 and c4["passed"] is False and c4["n"] == 1  # downtrained rep 2 dropped
+    off_c4 = next(x for x in s["scenarios"] if (x["arm"], x["point"]) == ("p2p_off", "c4"))
+    assert off_c4["excluded_reps"] == [2] and off_c4["flags"]["downtrained_reps"] == [2]
+    assert s["missing"] == [f"{a}-{p}: run 3 of 3 missing" for a in ("p2p_on", "p2p_off") for p in ("c1", "c4")] + [
+        "env: snapshot not recorded"]
+    assert "p2p_off-c4: run 2 excluded from means and uplift" in (rd.path / "summary.md").read_text()
+
+
+def test_no_second_arm_no_uplift(tmp_path: Path) -> None:
+    rd = _campaign(tmp_path)
+    rd.write_run_meta({"uplift": {"faster_arm": "p2p_on", "slower_arm": None}})
+    assert render_report(rd.path, plots=False).summary["uplift"] == []

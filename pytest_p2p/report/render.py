@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,15 @@ def _aggregate_reps(reps: dict[int, dict[str, Any]]) -> tuple[dict[str, Any], di
     return metrics, energy, flags
 
 
+def _untrustworthy(rep: dict[str, Any]) -> bool:
+    """A rep the campaign's ``exclude_throttled`` drops: throttled, or its PCIe link downtrained."""
+    flags = rep.get("flags") or {}
+    return bool(flags.get("throttled") or flags.get("downtrained"))
+
+
+_META_MISSING_RE = re.compile(r"^(?P<scenario>\S+-\S+) rep (?P<rep>[0-9]+)$")
+
+
 def _expected(meta: dict[str, Any]) -> tuple[list[str], list[str], int | None]:
     arms = meta.get("arms") or {}
     arm_names = list(arms) if isinstance(arms, (dict, list)) else []
@@ -133,11 +143,18 @@ def _transport_of(proof: dict[str, Any] | None) -> str | None:
     return None
 
 
-def _comparisons(arm_names: list[str]) -> list[tuple[str, str]]:
-    """(A, B) pairs: the campaign's first arm over its second (campaign config: "uplift is A over B").
+def _comparisons(meta: dict[str, Any], arm_names: list[str]) -> list[tuple[str, str]]:
+    """(A, B) pairs: ``run.json``'s ``uplift.faster_arm``/``slower_arm`` when the campaign wrote them,
+    else its first arm over its second (campaign config: "uplift is A over B").
 
     A third or later arm (e.g. custom all-reduce + P2P) is compared against B too.
     """
+    up = meta.get("uplift") if isinstance(meta.get("uplift"), dict) else None
+    if up is not None and "slower_arm" in up:
+        a, b = up.get("faster_arm"), up.get("slower_arm")
+        if not b or a not in arm_names or b not in arm_names:
+            return []
+        return [(str(a), str(b))] + [(x, str(b)) for x in arm_names if x not in (a, b)]
     if len(arm_names) < 2:
         return []
     ref = arm_names[1]
@@ -187,7 +204,7 @@ def _uplift(meta: dict[str, Any], kind: str, arm_names: list[str],
     _, paired_uplift = _stats()
     metric, higher, rule, _excl = _uplift_settings(meta, kind)
     out = []
-    for faster, slower in _comparisons(arm_names):
+    for faster, slower in _comparisons(meta, arm_names):
         for point in points:
             fr, sr = rep_data.get((faster, point), {}), rep_data.get((slower, point), {})
             common = sorted(k for k in fr if k in sr)
@@ -245,8 +262,7 @@ def build_summary(rd: ResultsDir) -> dict[str, Any]:
             reps = rd.reps(arm, point) if (arm, point) in on_disk else {}
             aggregate = rd.read_scenario_file(arm, point, "aggregate.json") if (arm, point) in on_disk else None
             proof = rd.read_scenario_file(arm, point, "transport_proof.json") if (arm, point) in on_disk else None
-            excluded: list[int] = (
-                [k for k, d in reps.items() if (d.get("flags") or {}).get("throttled")] if excl else [])
+            excluded: list[int] = [k for k, d in reps.items() if excl and _untrustworthy(d)]
             used = {k: d for k, d in reps.items() if k not in excluded}
             rep_data[(arm, point)] = used
             if n_reps is not None:
@@ -278,8 +294,12 @@ def build_summary(rd: ResultsDir) -> dict[str, Any]:
                 "expected_reps": n_reps, "source": source,
                 "metrics": metrics, "energy": energy, "flags": flags, "transport": observed,
             })
+    derived = {m.split(":", 1)[0] for m in missing}
     for m in meta.get("missing") or []:
         text = m if isinstance(m, str) else str(m)
+        hit = _META_MISSING_RE.match(text)
+        if hit and hit.group("scenario") in derived:
+            continue  # the campaign's "<arm>-<point> rep <k>", already said above from the files
         if text not in missing:
             missing.append(text)
 
@@ -400,6 +420,10 @@ def _md_text(summary: dict[str, Any], plot_paths: list[Path], notes: list[str], 
                 flagged = True
                 lines.append(f"- {sc['arm']}-{sc['point']}: {label} in run "
                              f"{', '.join(map(str, sc['flags'][key]))}")
+        if sc.get("excluded_reps"):
+            flagged = True
+            lines.append(f"- {sc['arm']}-{sc['point']}: run {', '.join(map(str, sc['excluded_reps']))} excluded "
+                         "from means and uplift (exclude_throttled)")
     if not flagged:
         lines.append("- none (no rep throttled, no link downtrained)")
     lines += ["", "## Missing", ""]
