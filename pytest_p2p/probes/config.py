@@ -93,7 +93,7 @@ def parse_probe(value: Any, source: str, path: str) -> ProbeConfig:
     kw: dict[str, Any] = {}
     if "decode_sizes" in body and "decode" in body:
         raise ConfigError(source, v.join(path, "decode"), "give decode_sizes or decode, not both")
-    decode = DEFAULT_DECODE_SIZES
+    decode: tuple[int, ...] = DEFAULT_DECODE_SIZES
     if "decode_sizes" in body:
         decode = _sizes(body["decode_sizes"], source, v.join(path, "decode_sizes"))
     elif "decode" in body:

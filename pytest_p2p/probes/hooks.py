@@ -307,7 +307,7 @@ def p2p_allreduce(p2p_probe_state: ProbeState, p2p_probe_case: ProbeCase, record
 def p2p_copy(p2p_probe_state: ProbeState, p2p_pair: tuple[int, int], record_property: Any) -> P2PCopyResult:
     """The P2P copy probe result for this pair."""
     record_property("p2p_probe_source", p2p_probe_state.label)
-    return p2p_probe_state.copy(tuple(p2p_pair))
+    return p2p_probe_state.copy((p2p_pair[0], p2p_pair[1]))
 
 
 @pytest.fixture
