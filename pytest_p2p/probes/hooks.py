@@ -290,6 +290,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("p2p_decode_size", sizes, ids=[format_size(s) for s in sizes])
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``xdist --dist loadgroup``, keep every probe check of a pair on one worker.
+
+    The probe cache is per process: without grouping, two workers would each run the
+    same pair's probes, at the same time, on the same GPUs.
+    """
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        case, pair = params.get("p2p_probe_case"), None
+        if isinstance(case, ProbeCase):
+            pair = case.pair
+        elif "p2p_pair" in params and {"p2p_copy", "p2p_probe_state"} & set(getattr(item, "fixturenames", ())):
+            pair = params["p2p_pair"]
+        if pair is not None:
+            item.add_marker(pytest.mark.xdist_group(f"p2p-probes-gpu{pair[0]}-gpu{pair[1]}"))
+
+
 @pytest.fixture(scope="session")
 def p2p_probe_state(pytestconfig: pytest.Config) -> ProbeState:
     """Where probe results come from (live, replay) and the results of each probe, run once."""
