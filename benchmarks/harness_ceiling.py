@@ -1,0 +1,144 @@
+"""How fast can the load generator ingest streamed tokens, and how exact are its timestamps?
+
+Why: a P2P on/off difference of 8-14 % is only meaningful if the client is not the
+bottleneck and its TTFT/ITL timestamps are far below the effects measured. This runs
+the load generator (pinned to one core) against the SIMULATED stand-in (pinned to
+another core when there is one) at concurrency 1...256 and reports:
+
+* ``output_tok_s``: streamed tokens/s actually ingested;
+* ``client_cpu_s`` / ``client_ceiling_tok_s``: the load generator's own CPU time and the
+  rate one core could sustain at that cost (tokens / CPU-seconds) -- the ceiling;
+* ``ttft_err_*`` / ``itl_err_*``: receive time minus the stand-in's send time per token
+  (``--timestamp-log``; both sides use ``time.perf_counter``, i.e. CLOCK_MONOTONIC on
+  Linux, so the clocks are the same clock), p50/p99/max in ms. ITL error is the error of
+  each inter-chunk gap: (recv_k - recv_k-1) - (send_k - send_k-1).
+
+Usage: ``python benchmarks/harness_ceiling.py [--concurrency 1 4 16 64 256] [--tpot-ms 2]
+[--output-len 128] [--json out.json]``. Results and method: docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_p2p.serve.config import parse_server
+from pytest_p2p.serve.loadgen import run_load
+from pytest_p2p.serve.metrics import RequestRecord, percentile
+from pytest_p2p.serve.server import launch
+
+
+@dataclass
+class _Arm:
+    name: str = "bench"
+    env: dict[str, str] = field(default_factory=dict)
+
+    def vllm_flags(self) -> list[str]:
+        return []
+
+
+def _cpu_s(pid: int) -> float:
+    rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pin(pid: int, cpu: int) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) > 1:
+        os.sched_setaffinity(pid, {cpus[cpu % len(cpus)]})
+
+
+def _errors(records: list[RequestRecord], sends: dict[str, list[float]]) -> dict[str, float]:
+    first, gaps = [], []
+    for i, rec in enumerate(records):
+        sent = sends.get(f"req-{i}")
+        got = rec.chunk_times or []
+        if not rec.success or not sent or len(sent) != len(got):
+            continue
+        first.append(got[0] - sent[0])
+        gaps.extend((got[k] - got[k - 1]) - (sent[k] - sent[k - 1]) for k in range(1, len(got)))
+    abs_gaps = [abs(g) for g in gaps]
+    return {
+        "ttft_err_p50_ms": percentile(first, 50) * 1e3, "ttft_err_p99_ms": percentile(first, 99) * 1e3,
+        "ttft_err_max_ms": max(first, default=0.0) * 1e3,
+        "itl_err_p50_ms": percentile(abs_gaps, 50) * 1e3, "itl_err_p99_ms": percentile(abs_gaps, 99) * 1e3,
+        "itl_err_max_ms": max(abs_gaps, default=0.0) * 1e3,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64, 256])
+    p.add_argument("--tpot-ms", type=float, default=2.0)
+    p.add_argument("--ttft-ms", type=float, default=5.0)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--input-len", type=int, default=32)
+    p.add_argument("--requests-per-stream", type=int, default=3)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="harness-ceiling-"))
+    ts_log = tmp / "sends.log"
+    cfg = parse_server({"command": ["python", "-m", "pytest_p2p.serve.standin"], "model": "bench",
+                        "args": {"ttft-ms": args.ttft_ms, "tpot-ms": args.tpot_ms, "jitter": 0, "batch-coef": 0,
+                                 "timestamp-log": str(ts_log)},
+                        "startup_timeout_s": 30, "request_timeout_s": 120, "teardown_timeout_s": 5}, "bench")
+    import httpx  # noqa: F401 - import cost is paid once per process, not per token: keep it out of the numbers
+    import openai  # noqa: F401
+
+    rows = []
+    _pin(0, 0)
+    with launch(cfg, _Arm(), (0,), None, tmp / "server.log") as srv:
+        _pin(srv.pid, 1)
+        for c in args.concurrency:
+            ts_log.write_text("")
+            records: list[RequestRecord] = []
+            cpu0, srv0, wall0 = time.process_time(), _cpu_s(srv.pid), time.perf_counter()
+            r = run_load(srv.base_url, srv.api_key, srv.model, concurrency=c,
+                         num_prompts=c * args.requests_per_stream, input_len=args.input_len,
+                         output_len=args.output_len, warmup=min(c, 8), keep_chunk_times=True, records_out=records,
+                         request_timeout_s=120)
+            cpu = time.process_time() - cpu0
+            srv_cpu = _cpu_s(srv.pid) - srv0
+            wall = time.perf_counter() - wall0
+            time.sleep(0.2)  # the stand-in flushes its send log at the end of each request
+            sends: dict[str, list[float]] = defaultdict(list)
+            for line in ts_log.read_text().splitlines():
+                rid, _, t = line.split()
+                sends[rid].append(float(t))
+            tokens = r["total_output_tokens"]
+            row = {
+                "concurrency": c, "completed": r["completed"], "failed": r["failed"],
+                "output_tok_s": r["output_throughput"],
+                "offered_tok_s": c * 1000.0 / args.tpot_ms if args.tpot_ms else float("inf"),
+                "client_cpu_s": cpu, "client_cpu_util": cpu / wall,
+                # warm-up tokens cost client CPU too, so they count towards the ceiling
+                "client_ceiling_tok_s": (tokens + (min(c, 8) - r["warmup_failed"]) * args.output_len) / cpu
+                if cpu else float("inf"),
+                "standin_cpu_util": srv_cpu / wall,
+                "mean_itl_ms": r["mean_itl_ms"], "p99_itl_ms": r["p99_itl_ms"],
+                **_errors(records, sends),
+            }
+            rows.append(row)
+            print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+    head = ("| C | tok/s ingested | client CPU | client ceiling tok/s (1 core) | stand-in CPU | "
+            "TTFT err p99 ms | ITL err p99 ms | ITL err max ms |")
+    print("\n" + head + "\n|" + "---|" * 8)
+    for row in rows:
+        print(f"| {row['concurrency']} | {row['output_tok_s']:.0f} | {row['client_cpu_util'] * 100:.0f} % | "
+              f"{row['client_ceiling_tok_s']:.0f} | {row['standin_cpu_util'] * 100:.0f} % | "
+              f"{row['ttft_err_p99_ms']:.3f} | {row['itl_err_p99_ms']:.3f} | {row['itl_err_max_ms']:.3f} |")
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
+                                         "cpus": len(os.sched_getaffinity(0)), "python": sys.version}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
