@@ -87,6 +87,11 @@ class Attestation:
     transport: TransportProof = field(default_factory=TransportProof)
 
     @property
+    def proof(self) -> TransportProof:
+        """The embedded NCCL transport proof (alias of :attr:`transport`)."""
+        return self.transport
+
+    @property
     def backends_in_use(self) -> list[str]:
         """Every backend any group dispatches to, in first-seen order."""
         seen: list[str] = []
