@@ -108,15 +108,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not ok:
                 status = 1
             lines.append(("ok: " if ok else "FAIL: ") + why)
-    if args.json:
-        docs = [p.to_dict() for p in proofs]
-        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
-        for line in lines:
-            print(line, file=sys.stderr)
-    else:
-        print("\n\n".join(render(p) for p in proofs))
-        for line in lines:
-            print(line)
+    try:
+        if args.json:
+            docs = [p.to_dict() for p in proofs]
+            print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
+            for line in lines:
+                print(line, file=sys.stderr)
+        else:
+            print("\n\n".join(render(p) for p in proofs))
+            for line in lines:
+                print(line)
+    except BrokenPipeError:  # `... | head`: the reader left; the status still stands
+        sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
     return status
 
 
