@@ -26,7 +26,8 @@ def run_p(pytester, monkeypatch):
 
     def run(run_dir, *args):
         monkeypatch.setenv("FAKE_RUN_DIR", str(run_dir))
-        return pytester.runpytest("-p", "pytest_p2p.verdict.hooks", "-p", "fakecampaign", "--pyargs",
+        # the real campaign stage is blocked: its parametrisation is replaced by the fake's
+        return pytester.runpytest("-p", "no:pytest_p2p.campaign.hooks", "-p", "fakecampaign", "--pyargs",
                                   "pytest_p2p.checks.test_baseline", "-p", "no:cacheprovider", "-rs", *args)
     return run
 

@@ -8,8 +8,9 @@ The method (validated by ``benchmarks/verdict_power.py``; figures in docs/baseli
   (spread of the baseline run means beyond what sigma^2/n explains).
 * The change d = mean(current reps) - mean(baseline run means) has standard error
   SE^2 = Var(baseline mean) + tau^2 + s_cur^2/n, with Satterthwaite degrees of freedom;
-  s_cur^2 is the larger of the pooled and the current run's own variance, so a noisier
-  current run widens its own interval rather than raising false alarms.
+  s_cur^2 is the pooled variance, or the current run's own when an F screen says it is
+  clearly larger, so a noisier current run widens its own interval instead of raising
+  false alarms; Var(baseline mean) is floored by what the reps alone allow.
 * Decision with the tolerance as the practical threshold (equivalence-style):
   **regression** when the degradation is significant at one-sided ``alpha`` *and* at
   least the tolerance; **improvement** likewise in the good direction; **unchanged** when
@@ -130,6 +131,13 @@ def _log_stats(s: Sample) -> tuple[float, float | None, int] | None:
     return math.log(s.mean), var, n
 
 
+def _chi2_quantile(p: float, k: int) -> float:
+    """Wilson-Hilferty approximation of the chi-square quantile (ample for a variance screen)."""
+    z = z_quantile(p)
+    c = 2.0 / (9.0 * k)
+    return k * max(1.0 - c + z * math.sqrt(c), 0.0) ** 3
+
+
 def _tq(p: float, df: float) -> float:
     return t_quantile(p, max(1.0, round(df, 1)))
 
@@ -185,12 +193,19 @@ def judge(baseline: Sequence[Sample], current: Sample, metric_direction: str | N
         j.needed_reps = max(cfg.min_reps, 3)
         return j
     sw2 = num / df_w
-    s_cur2 = max(sw2, cvar) if cvar is not None else sw2
+    # The current run's own spread replaces the pooled one only when it is clearly larger
+    # (an F test at 1 %): a noisier run (throttling, a neighbour's job) then widens its own
+    # interval, while the usual luck of 3 reps does not cost power.
+    s_cur2, df_cur = sw2, float(df_w)
+    if cvar is not None and n > 1 and cvar > sw2 * _chi2_quantile(0.99, n - 1) / (n - 1):
+        s_cur2, df_cur = cvar, float(n - 1)
     mean_inv_n = sum(1.0 / nb for _, _, nb in base_stats) / k
     if k >= 2:
         sm2 = sum((m - base_m) ** 2 for m in means) / (k - 1)
         tau2 = max(0.0, sm2 - sw2 * mean_inv_n)
-        var_base = sm2 / k
+        # floor: the baseline mean is never known better than its reps allow, even when a
+        # few baseline runs happen to agree closely (K = 3 gives sm2 only 2 degrees of freedom)
+        var_base = max(sm2, sw2 * mean_inv_n) / k
         df_base = float(k - 1)
     else:
         sm2, tau2 = sw2 * mean_inv_n, 0.0
@@ -198,7 +213,7 @@ def judge(baseline: Sequence[Sample], current: Sample, metric_direction: str | N
         df_base = float(df_w)
 
     def se_df(reps: int) -> tuple[float, float]:
-        parts = [(var_base, df_base), (tau2, float(max(k - 1, 1))), (s_cur2 / reps, float(df_w))]
+        parts = [(var_base, df_base), (tau2, float(max(k - 1, 1))), (s_cur2 / reps, df_cur)]
         v = sum(p for p, _ in parts)
         den = sum(p * p / dd for p, dd in parts if p > 0)
         return math.sqrt(v), (v * v / den if den > 0 else float(df_w))
