@@ -155,6 +155,11 @@ def test_banner_and_latency_model_in_log(server: tuple[int, Path], tmp_path: Pat
     assert text.startswith(standin.BANNER)
     assert "transport=SHM/direct/direct factor=1.221" in text  # 1.10 link slowdown x 1.11 P2P-off penalty
     assert "'--gpu-memory-utilization', '0.3'" in text  # unknown vLLM flags are accepted and shown
+    from pytest_p2p.serve.attest import parse_server_log
+
+    att = parse_server_log(text, str(log)).to_dict()
+    assert att["vllm_version"] == "SIMULATED" and att["tensor_parallel_size"] == 2
+    assert att["disable_custom_all_reduce"] is False
 
 
 @pytest.mark.parametrize(("kind", "message"), [

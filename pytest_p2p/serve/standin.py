@@ -442,6 +442,10 @@ def main(argv: list[str] | None = None) -> int:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
                                  start_new_session=True, stdin=subprocess.DEVNULL)
         _log("EngineCore", f"SIMULATED engine core pid {child.pid} in its own session (orphans on SIGKILL)")
+    # the engine line vLLM prints, with the version honestly reading SIMULATED
+    _log("EngineCore", f"Initializing a V1 LLM engine (vSIMULATED) with config: model={name!r}, "
+                       f"tensor_parallel_size={max(1, args.tensor_parallel_size)}, "
+                       f"disable_custom_all_reduce={bool(args.disable_custom_all_reduce)}")
     print_nccl_lines(max(1, args.tensor_parallel_size), transport, not args.disable_custom_all_reduce)
     try:
         asyncio.run(_serve(args.host, args.port, State(model=model, api_key=args.api_key)))
