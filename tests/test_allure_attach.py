@@ -110,6 +110,12 @@ def test_uplift(arm, concurrency, tmp_path):
 
 def test_plain():
     pass
+
+@pytest.mark.p2p
+@pytest.mark.parametrize("pair", [(0, 1)])
+@pytest.mark.parametrize("scenario", ["p2p_off-s8KiB"])
+def test_scenario(pair, scenario):
+    pass
 """
 
 
@@ -119,7 +125,7 @@ def test_hooks_label_p2p_tests_in_real_allure_results(pytester: pytest.Pytester)
     out_dir = pytester.path / "allure-results"
     result = pytester.runpytest_subprocess("-p", "pytest_p2p.report.hooks", f"--alluredir={out_dir}",
                                            "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
     results = [json.loads(p.read_text()) for p in out_dir.glob("*-result.json")]
     by_name = {r["name"]: r for r in results}
     labelled = [r for name, r in by_name.items() if name.startswith("test_uplift")]
@@ -129,6 +135,10 @@ def test_hooks_label_p2p_tests_in_real_allure_results(pytester: pytest.Pytester)
         assert labels["rig"] == "demo-h200" and labels["concurrency"] == "8"
         assert labels["arm"] in ("p2p_on", "p2p_off")
         assert [a["name"] for a in r["attachments"]] == ["transport_proof.json"]
+    scen_result = next(r for name, r in by_name.items() if name.startswith("test_scenario"))
+    scen = {lab["name"]: lab["value"] for lab in scen_result["labels"]}
+    assert {k: scen.get(k) for k in ("pair", "arm", "point", "size")} == {
+        "pair": "gpu0-gpu1", "arm": "p2p_off", "point": "s8KiB", "size": "8KiB"}
     plain = {lab["name"] for lab in by_name["test_plain"]["labels"]}
     assert not plain & {"rig", "arm", "concurrency"}
 
@@ -139,4 +149,4 @@ def test_tests_pass_without_allure_installed(pytester: pytest.Pytester) -> None:
     pytester.makeconftest("import sys\nsys.modules['allure'] = None\n")
     result = pytester.runpytest_subprocess("-p", "pytest_p2p.report.hooks", "-p", "no:allure_pytest",
                                            "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)

@@ -8,6 +8,7 @@ not get that far). Nothing heavy is imported at module load.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ def record_run_dir(config: pytest.Config, path: str | Path) -> None:
 def _label_value(value: Any) -> str | None:
     if value is None:
         return None
+    if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return f"gpu{value[0]}-gpu{value[1]}"  # a pair of NVML indices, as in test ids
     for attr in ("key", "name"):
         v = getattr(value, attr, None)
         if isinstance(v, str):
@@ -39,24 +42,71 @@ def _label_value(value: Any) -> str | None:
 
 
 def labels_for_item(item: pytest.Item) -> dict[str, str]:
-    """rig / pair / arm / concurrency labels of a p2p test, from its ``p2p`` marker and its parameters.
+    """rig / pair / arm / concurrency (or size) labels of a p2p test.
 
-    ``@pytest.mark.p2p(arm="p2p_on")`` and parameters named ``pair``/``p2p_pair``,
-    ``arm``/``p2p_arm``, ``concurrency``... all count; marker keywords win.
+    Sources, strongest first: ``@pytest.mark.p2p(arm="p2p_on", ...)`` keywords; parameters
+    named ``pair``/``p2p_pair``, ``arm``/``p2p_arm``/``p2p_campaign_arm``, ``point``/``p2p_point``,
+    ``p2p_scenario``/``scenario`` (``"p2p_on-c8"``, or with ``.arm``/``.point``); the session's rig name.
+    A point ``c8`` also gives ``concurrency=8``, ``s8KiB`` gives ``size=8KiB``.
     """
     out: dict[str, str] = {}
-    callspec = getattr(item, "callspec", None)
-    params = dict(getattr(callspec, "params", {}) or {})
-    for key in _PARAM_KEYS:
-        for name in (key, f"p2p_{key}"):
-            if name in params and (v := _label_value(params[name])) is not None:
-                out[key] = v
-                break
     for marker in item.iter_markers("p2p"):
         for key, value in marker.kwargs.items():
             if key in _PARAM_KEYS and (v := _label_value(value)) is not None:
                 out.setdefault(key, v)  # closest marker first
+    callspec = getattr(item, "callspec", None)
+    params = dict(getattr(callspec, "params", {}) or {})
+    names: dict[str, tuple[str, ...]] = {key: (key, f"p2p_{key}") for key in _PARAM_KEYS}
+    names["arm"] = ("arm", "p2p_arm", "p2p_campaign_arm")
+    for key, candidates in names.items():
+        for name in candidates:
+            if name in params and (v := _label_value(params[name])) is not None:
+                out.setdefault(key, v)
+                break
+    scenario = params.get("p2p_scenario", params.get("scenario"))
+    if scenario is not None:
+        arm, point = getattr(scenario, "arm", None), getattr(scenario, "point", None)
+        if arm is None and isinstance(scenario, str) and "-" in scenario:
+            arm, point = scenario.rsplit("-", 1)
+        if arm:
+            out.setdefault("arm", str(arm))
+        if point:
+            out.setdefault("point", str(point))
+    point = out.get("point", "")
+    if point[:1] == "c" and point[1:].isdigit():
+        out.setdefault("concurrency", point[1:])
+    elif point[:1] == "s" and len(point) > 1:
+        out.setdefault("size", point[1:])
+    if "rig" not in out:
+        from ..session import SESSION_KEY
+
+        session = item.config.stash.get(SESSION_KEY, None)
+        rig = getattr(getattr(session, "rig", None), "name", None)
+        if isinstance(rig, str):
+            out["rig"] = rig
     return out
+
+
+def _attach_evidence(item: pytest.Item, found: dict[str, str]) -> None:
+    """Attach the files a campaign check is about: its scenario, its arm's proofs, or the summary."""
+    from .allure_attach import attach_file, attach_run_dir, attach_scenario
+
+    funcargs = getattr(item, "funcargs", {}) or {}
+    run_dir = getattr(funcargs.get("p2p_campaign"), "run_dir", None)
+    if run_dir is None:
+        return
+    run_dir = Path(run_dir)
+    arm, point = found.get("arm"), found.get("point")
+    if arm and point:
+        attach_scenario(run_dir, arm, point)
+    elif arm:
+        for proof in sorted((run_dir / "scenarios").glob(f"{arm}-*/transport_proof.json")):
+            attach_file(proof, f"{proof.parent.name}/{proof.name}")
+    elif point:
+        attach_file(run_dir / "plots" / "uplift.png", "plots/uplift.png")
+        attach_file(run_dir / "summary.md")
+    else:
+        attach_run_dir(run_dir)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -65,10 +115,13 @@ def pytest_runtest_call(item: pytest.Item) -> None:
         return
     from .allure_attach import available, labels
 
-    if available():
-        found = labels_for_item(item)
-        if found:
-            labels(**found)
+    if not available():
+        return
+    found = labels_for_item(item)
+    if found:
+        labels(**found)
+    with contextlib.suppress(OSError):  # an attachment is a convenience; never fail a check over it
+        _attach_evidence(item, found)
 
 
 def _load_summary(run_dir: Path) -> dict[str, Any]:
