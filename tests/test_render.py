@@ -245,3 +245,12 @@ def test_no_second_arm_no_uplift(tmp_path: Path) -> None:
     rd = _campaign(tmp_path)
     rd.write_run_meta({"uplift": {"faster_arm": "p2p_on", "slower_arm": None}})
     assert render_report(rd.path, plots=False).summary["uplift"] == []
+
+
+def test_zero_throughput_rep_gives_no_uplift_not_a_crash(tmp_path: Path) -> None:
+    rd = _campaign(tmp_path)
+    rd.write_rep("p2p_off", "c4", 1, {**_rep(1.0), "output_throughput": 0.0, "failed": 8, "completed": 0})
+    s = render_report(rd.path, plots=False).summary
+    c4 = next(u for u in s["uplift"] if u["point"] == "c4")
+    assert c4["estimate"] is None and c4["passed"] is None and "positive values" in c4["message"]
+    assert "c4 n/a" in (rd.path / "summary.md").read_text()

@@ -219,7 +219,14 @@ def _uplift(meta: dict[str, Any], kind: str, arm_names: list[str],
                 fv, sv = list(fa[:n]), list(sa[:n])
             if not any(a is not None and b is not None for a, b in zip(fv, sv, strict=True)):
                 continue
-            res = paired_uplift(fv, sv, higher_is_better=higher)
+            try:
+                res = paired_uplift(fv, sv, higher_is_better=higher)
+            except ValueError as exc:  # StatsError: e.g. a rep with 0 tok/s cannot form a ratio
+                out.append({"point": point, "metric": metric, "faster_arm": faster, "slower_arm": slower,
+                            "estimate": None, "ci95": None, "n": 0, "direction": "higher" if higher else "lower",
+                            "threshold": rule.threshold(point), "rule": rule.rule, "passed": None,
+                            "message": f"uplift not computable at {point}: {exc}"})
+                continue
             entry: dict[str, Any] = {
                 "point": point, "metric": metric, "faster_arm": faster, "slower_arm": slower,
                 "estimate": res.get("estimate"), "ci95": res.get("ci95"), "n": res.get("n", 0),
