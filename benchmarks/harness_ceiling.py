@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input-len", type=int, default=32)
     p.add_argument("--requests-per-stream", type=int, default=3)
     p.add_argument("--json", type=Path)
+    p.add_argument("--no-pin", action="store_true", help="do not pin client and stand-in to separate cores")
     args = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="harness-ceiling-"))
     ts_log = tmp / "sends.log"
@@ -93,9 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     import openai  # noqa: F401
 
     rows = []
-    _pin(0, 0)
+    cpus = len(os.sched_getaffinity(0))
+    if not args.no_pin:
+        _pin(0, 0)
     with launch(cfg, _Arm(), (0,), None, tmp / "server.log") as srv:
-        _pin(srv.pid, 1)
+        if not args.no_pin:
+            _pin(srv.pid, 1)
         for c in args.concurrency:
             ts_log.write_text("")
             records: list[RequestRecord] = []
@@ -136,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['ttft_err_p99_ms']:.3f} | {row['itl_err_p99_ms']:.3f} | {row['itl_err_max_ms']:.3f} |")
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
-                                         "cpus": len(os.sched_getaffinity(0)), "python": sys.version}, indent=2))
+                                         "cpus": cpus, "loadavg": os.getloadavg(), "python": sys.version}, indent=2))
     return 0
 
 
