@@ -359,6 +359,7 @@ class CampaignRunner:
     progress: Progress | None = None
     reader_factory: Callable[[Sequence[int]], _Reader] | None = None
     sleep: Callable[[float], None] = time.sleep
+    render_plots: bool = True
 
     @property
     def pair_key(self) -> str:
@@ -591,7 +592,7 @@ class CampaignRunner:
         try:
             from ..report.render import render_report
 
-            render_report(rd.path)
+            render_report(rd.path, plots=self.render_plots)
         except P2PError as exc:
             result.notes.append(f"report not rendered: {exc}")
         except ImportError as exc:  # report stage absent in a partial install

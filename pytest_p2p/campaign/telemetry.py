@@ -200,6 +200,7 @@ class Sampler:
         self.rows: list[Row] = []
         self.marks: dict[str, float] = {}
         self.mark_rows: dict[str, list[Row]] = {}
+        self.mark_index: dict[str, tuple[int, int]] = {}
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -220,8 +221,21 @@ class Sampler:
         return rows
 
     def mark(self, name: str) -> float:
-        """Sample now and remember the samples as the rows *at* this event (energy reads them)."""
-        self.mark_rows[name] = self.sample_now()
+        """Sample now and remember the samples as the rows *at* this event (energy reads them).
+
+        The read and its position in ``rows`` are taken under the lock, so the window between
+        two marks is exact: no sample from before ``start`` or after ``end`` slips in.
+        """
+        with self._lock:
+            first = len(self.rows)
+            try:
+                rows = self.reader.read()
+            except Exception as exc:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                rows = []
+            self.rows.extend(rows)
+            self.mark_index[name] = (first, len(self.rows))
+        self.mark_rows[name] = rows
         self.marks[name] = time.time()
         return self.marks[name]
 
@@ -242,11 +256,11 @@ class Sampler:
         self.sample_now()
 
     def window(self, start: str = "start", end: str = "end") -> list[Row]:
-        """Rows inside the marked window (inclusive: the mark itself took a sample)."""
-        t0 = self.marks.get(start, -math.inf)
-        t1 = self.marks.get(end, math.inf)
+        """Rows from the sample taken at the ``start`` mark to the one taken at ``end`` (inclusive)."""
         with self._lock:
-            return [r for r in self.rows if t0 - 0.5 <= r["wall_epoch"] <= t1 + 0.5]
+            lo = self.mark_index.get(start, (0, 0))[0]
+            hi = self.mark_index.get(end, (len(self.rows), len(self.rows)))[1]
+            return list(self.rows[lo:hi])
 
     def write_csv(self, path: str | Path) -> Path:
         with self._lock:
