@@ -110,6 +110,13 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         config.stash[STAMP_KEY] = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     config.stash[RESULTS_KEY] = {}
+    # Option values are checked now (a usage error before collection); what depends on the rig
+    # and the evidence waits for collection, so that ``pytest --help`` never touches NVML.
+    try:
+        for name, convert in (("campaign", _mode), ("reps", _reps), ("arms", _arms)):
+            _resolved(config, name, convert)
+    except P2PError as exc:
+        raise pytest.UsageError(f"pytest-p2p: {exc}") from None
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -143,7 +150,7 @@ def plan(config: pytest.Config) -> Plan:
 
     mode, mode_origin = _resolved(config, "campaign", _mode)
     reps, _ = _resolved(config, "reps", _reps)
-    arms, _ = _resolved(config, "arms", _arms)
+    arms, arms_origin = _resolved(config, "arms", _arms)
     session = get_session(config)
     rig = session.rig
     cfg = rig.campaign.with_overrides(reps=reps, arms=arms)
@@ -170,8 +177,9 @@ def plan(config: pytest.Config) -> Plan:
             skip = f"model campaign with a real server needs a real GPU: this session uses {session.label}"
     missing = [a for a in cfg.arms if a not in rig.arms]
     if missing:
-        raise ConfigError(rig.source, "campaign.arms", f"names {', '.join(missing)}, which the rig does not "
-                                                       f"define (defined: {', '.join(rig.arms)})")
+        src, path = (arms_origin, "") if arms else (rig.source, "campaign.arms")
+        raise ConfigError(src, path, f"names {', '.join(missing)}, which the rig {rig.source} does not define "
+                                     f"(defined: {', '.join(rig.arms)})")
     p = Plan(kind=kind if kind != "off" else "off", config=cfg, arms=list(cfg.arms),
              points=points, skip_reason=skip, origin=mode_origin)
     config.stash[PLAN_KEY] = p
