@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input-len", type=int, default=32)
     p.add_argument("--requests-per-stream", type=int, default=3)
     p.add_argument("--json", type=Path)
+    p.add_argument("--client-processes", type=int, default=1,
+                   help="shard the client (the one-core ceiling is measured with 1)")
     p.add_argument("--no-pin", action="store_true", help="do not pin client and stand-in to separate cores")
     args = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="harness-ceiling-"))
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             r = run_load(srv.base_url, srv.api_key, srv.model, concurrency=c,
                          num_prompts=c * args.requests_per_stream, input_len=args.input_len,
                          output_len=args.output_len, warmup=min(c, 8), keep_chunk_times=True, records_out=records,
-                         request_timeout_s=120)
+                         request_timeout_s=120, client_processes=args.client_processes)
             cpu = time.process_time() - cpu0
             srv_cpu = _cpu_s(srv.pid) - srv0
             wall = time.perf_counter() - wall0

@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arms", nargs="+", default=["p2p_on", "p2p_off"])
     p.add_argument("--results", type=Path, default=Path("vllm-smoke-results"))
     p.add_argument("--startup-timeout", type=float, default=600)
+    p.add_argument("--client-processes", type=int, default=1)
     p.add_argument("--skip-sigkill", action="store_true")
     p.add_argument("--standin", action="store_true",
                    help="dry run on a CPU box: the SIMULATED stand-in instead of vLLM (same code path)")
@@ -87,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                 for c in args.concurrency:
                     r = run_load(srv.base_url, srv.api_key, srv.model, concurrency=c, num_prompts=args.num_prompts,
                                  input_len=args.input_len, output_len=args.output_len, warmup=2,
-                                 request_timeout_s=cfg.request_timeout_s)
+                                 request_timeout_s=cfg.request_timeout_s,
+                                 client_processes=args.client_processes)
                     atomic_write_json(log.parent / f"load-c{c}.json", r)
                     summary[arm_name][c] = r
                     ok &= r["failed"] == 0

@@ -107,3 +107,22 @@ def test_injected_slowdown_is_visible_in_tpot(tmp_path: Path) -> None:
         slowed = run_load(slow.base_url, slow.api_key, slow.model, **shape)
     assert slowed["mean_tpot_ms"] > 2.0 * base["mean_tpot_ms"]
     assert slowed["output_throughput"] < base["output_throughput"]
+
+
+def test_sharded_over_client_processes_matches_single_loop(srv: RunningServer) -> None:
+    records: list[RequestRecord] = []
+    r = run_load(srv.base_url, srv.api_key, srv.model, concurrency=4, num_prompts=6, input_len=3, output_len=4,
+                 warmup=1, client_processes=2, records_out=records, keep_chunk_times=True)
+    assert r["client_processes"] == 2 and r["completed"] == 6 and r["total_output_tokens"] == 24
+    assert r["total_input_tokens"] == 18 and r["max_concurrency"] == 4 and r["warmup_failed"] == 0
+    starts = sorted(rec.start_time for rec in records)
+    assert r["duration"] >= max(rec.start_time + rec.latency for rec in records) - starts[0] - 1e-6
+
+
+def test_sharded_run_reports_failures_too() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = run_load(f"http://127.0.0.1:{port}", "k", "m", concurrency=2, num_prompts=2, input_len=2, output_len=2,
+                 warmup=0, client_processes=2, request_timeout_s=5)
+    assert r["failed"] == 2 and "connection error" in r["errors"][0]["error"]

@@ -28,7 +28,7 @@ _KEYS = (
     "command", "model", "served_model_name", "args", "flags", "env", "startup_timeout_s",
     "request_timeout_s", "teardown_timeout_s", "idle_memory_tolerance_mib", "simulated", "load",
 )
-_LOAD_KEYS = ("input_len", "output_len", "num_prompts", "warmup", "seed", "endpoint")
+_LOAD_KEYS = ("input_len", "output_len", "num_prompts", "warmup", "seed", "endpoint", "client_processes")
 # Flags the launcher owns: a rig that sets them would fight the per-run values.
 _RESERVED = ("host", "port", "api-key")
 
@@ -43,6 +43,7 @@ class LoadDefaults:
     warmup: int = 2
     seed: int = 0
     endpoint: str = "completions"
+    client_processes: int = 1  # >1 shards the closed loop over processes (beyond one core's ceiling)
 
 
 @dataclass(frozen=True)
@@ -183,4 +184,5 @@ def parse_load(value: Any, source: str, path: str) -> LoadDefaults:
         input_len=integer("input_len", d.input_len, 1), output_len=integer("output_len", d.output_len, 1),
         num_prompts=integer("num_prompts", d.num_prompts, 1), warmup=integer("warmup", d.warmup, 0),
         seed=integer("seed", d.seed, 0), endpoint=endpoint,
+        client_processes=integer("client_processes", d.client_processes, 1),
     )

@@ -135,7 +135,7 @@ class LoadRunner:
 
     def __call__(self, concurrency: int, *, num_prompts: int | None = None, input_len: int | None = None,
                  output_len: int | None = None, warmup: int | None = None, seed: int | None = None,
-                 endpoint: str | None = None) -> dict[str, Any]:
+                 endpoint: str | None = None, client_processes: int | None = None) -> dict[str, Any]:
         from .loadgen import run_load
 
         srv = self.server
@@ -146,7 +146,8 @@ class LoadRunner:
             num_prompts=num_prompts or d.num_prompts, input_len=input_len or d.input_len,
             output_len=output_len or d.output_len, warmup=d.warmup if warmup is None else warmup,
             seed=d.seed if seed is None else seed, endpoint=endpoint or d.endpoint,
-            request_timeout_s=srv.config.request_timeout_s)
+            request_timeout_s=srv.config.request_timeout_s,
+            client_processes=client_processes or d.client_processes)
         result["simulated"] = srv.simulated
         result["arm"] = srv.arm
         result["pair"] = list(srv.pair)

@@ -26,6 +26,7 @@ or a dropped connection is a counted failure with its reason, never an exception
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import time
@@ -154,23 +155,26 @@ async def _request(client: Any, *, chat: bool, model: str, prompt: str, output_l
     return rec
 
 
-async def run_load_async(base_url: str, api_key: str, model: str, *, concurrency: int, num_prompts: int,
-                         input_len: int, output_len: int, seed: int = 0, warmup: int = 1,
-                         request_timeout_s: float = 300.0, endpoint: str = "completions",
-                         continuous_usage: bool = True, percentiles: Sequence[float] = PERCENTILES,
-                         keep_chunk_times: bool = False,
-                         records_out: list[RequestRecord] | None = None) -> dict[str, Any]:
-    """Run ``warmup`` unmeasured requests, then ``num_prompts`` at closed-loop ``concurrency``."""
-    import httpx
-    import openai
-
+def _check_shape(concurrency: int, num_prompts: int, input_len: int, output_len: int, warmup: int,
+                 endpoint: str) -> None:
     if concurrency < 1 or num_prompts < 1 or input_len < 1 or output_len < 1 or warmup < 0:
         raise ValueError("concurrency, num_prompts, input_len, output_len must be >= 1 and warmup >= 0; got "
                          f"{concurrency}, {num_prompts}, {input_len}, {output_len}, {warmup}")
     if endpoint not in ("completions", "chat"):
         raise ValueError(f"endpoint must be 'completions' or 'chat', got {endpoint!r}")
-    chat = endpoint == "chat"
-    prompts = make_prompts(warmup + num_prompts, input_len, seed)
+
+
+async def _drive(base_url: str, api_key: str, model: str, prompts: Sequence[str], warm_ids: Sequence[int],
+                 ids: Sequence[int], offset: int, *, concurrency: int, output_len: int, request_timeout_s: float,
+                 chat: bool, continuous_usage: bool, keep_chunk_times: bool, gate: Any = None,
+                 ) -> tuple[list[RequestRecord], dict[int, RequestRecord], float, float]:
+    """Warm up, pass the ``gate`` (other client processes), then run ``ids`` closed-loop at ``concurrency``.
+
+    Measured request ``i`` sends ``prompts[offset + i]`` with request id ``req-<i>``.
+    """
+    import httpx
+    import openai
+
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
     timeout = httpx.Timeout(request_timeout_s, connect=min(10.0, request_timeout_s))
     http = httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
@@ -179,41 +183,41 @@ async def run_load_async(base_url: str, api_key: str, model: str, *, concurrency
     common = dict(chat=chat, model=model, output_len=output_len, timeout_s=request_timeout_s,
                   continuous_usage=continuous_usage)
     async with http:
-        warm: list[RequestRecord] = []
-        if warmup:
-            sem = asyncio.Semaphore(concurrency)
+        sem = asyncio.Semaphore(concurrency)
 
-            async def warm_one(i: int) -> RequestRecord:
-                async with sem:
-                    return await _request(client, prompt=prompts[i], rid=f"warmup-{i}", keep_chunk_times=False,
-                                          **common)  # type: ignore[arg-type]
+        async def warm_one(i: int) -> RequestRecord:
+            async with sem:
+                return await _request(client, prompt=prompts[i], rid=f"warmup-{i}", keep_chunk_times=False,
+                                      **common)  # type: ignore[arg-type]
 
-            warm = list(await asyncio.gather(*(warm_one(i) for i in range(warmup))))
-        records: list[RequestRecord | None] = [None] * num_prompts
-        next_index = 0
+        warm = list(await asyncio.gather(*(warm_one(i) for i in warm_ids)))
+        if gate is not None:
+            gate()
+        records: dict[int, RequestRecord] = {}
+        queue = list(ids)
+        queue.reverse()
 
         async def worker() -> None:
-            nonlocal next_index
-            while next_index < num_prompts:
-                i = next_index
-                next_index += 1
-                records[i] = await _request(client, prompt=prompts[warmup + i], rid=f"req-{i}",
+            while queue:
+                i = queue.pop()
+                records[i] = await _request(client, prompt=prompts[offset + i], rid=f"req-{i}",
                                             keep_chunk_times=keep_chunk_times, **common)  # type: ignore[arg-type]
 
         t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, num_prompts))))
-        duration = time.perf_counter() - t0
-    done = [r for r in records if r is not None]
-    if records_out is not None:
-        records_out.extend(done)
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(ids)))))
+        t1 = time.perf_counter()
+    return warm, records, t0, t1
+
+
+def _result(warm: Sequence[RequestRecord], done: Sequence[RequestRecord], duration: float,
+            percentiles: Sequence[float], **shape: Any) -> dict[str, Any]:
     result = compute_metrics(done, duration, percentiles)
     errors: dict[str, int] = {}
     for r in done:
         if not r.success:
             errors[r.error] = errors.get(r.error, 0) + 1
+    result.update(shape)
     result.update({
-        "endpoint": endpoint, "max_concurrency": concurrency, "num_prompts": num_prompts,
-        "input_len": input_len, "output_len": output_len, "seed": seed, "warmup": warmup,
         "warmup_failed": sum(1 for r in warm if not r.success),
         "errors": [{"error": e, "count": n} for e, n in sorted(errors.items(), key=lambda kv: -kv[1])][:10],
         "input_lens": [r.prompt_len for r in done], "output_lens": [r.output_tokens for r in done],
@@ -222,13 +226,118 @@ async def run_load_async(base_url: str, api_key: str, model: str, *, concurrency
     return result
 
 
+async def run_load_async(base_url: str, api_key: str, model: str, *, concurrency: int, num_prompts: int,
+                         input_len: int, output_len: int, seed: int = 0, warmup: int = 1,
+                         request_timeout_s: float = 300.0, endpoint: str = "completions",
+                         continuous_usage: bool = True, percentiles: Sequence[float] = PERCENTILES,
+                         keep_chunk_times: bool = False,
+                         records_out: list[RequestRecord] | None = None) -> dict[str, Any]:
+    """Run ``warmup`` unmeasured requests, then ``num_prompts`` at closed-loop ``concurrency`` (one event loop)."""
+    _check_shape(concurrency, num_prompts, input_len, output_len, warmup, endpoint)
+    prompts = make_prompts(warmup + num_prompts, input_len, seed)
+    warm, recs, t0, t1 = await _drive(
+        base_url, api_key, model, prompts, list(range(warmup)), list(range(num_prompts)), warmup,
+        concurrency=concurrency,
+        output_len=output_len, request_timeout_s=request_timeout_s, chat=endpoint == "chat",
+        continuous_usage=continuous_usage, keep_chunk_times=keep_chunk_times)
+    done = [recs[i] for i in range(num_prompts)]
+    if records_out is not None:
+        records_out.extend(done)
+    return _result(warm, done, t1 - t0, percentiles, endpoint=endpoint, max_concurrency=concurrency,
+                   num_prompts=num_prompts, input_len=input_len, output_len=output_len, seed=seed, warmup=warmup,
+                   client_processes=1)
+
+
+def _shard_main(conn: Any, barrier: Any, base_url: str, api_key: str, model: str, prompts: list[str],
+                warm_ids: list[int], ids: list[int], offset: int, kwargs: dict[str, Any]) -> None:
+    """One client process of a sharded run: its own event loop, client and connection pool."""
+    try:
+        conn.send(("ok", asyncio.run(_drive(base_url, api_key, model, prompts, warm_ids, ids, offset,
+                                            gate=lambda: barrier.wait(kwargs["request_timeout_s"] + 60),
+                                            **kwargs))))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises
+        with contextlib.suppress(Exception):
+            barrier.abort()
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def _run_sharded(base_url: str, api_key: str, model: str, *, processes: int, concurrency: int, num_prompts: int,
+                 input_len: int, output_len: int, seed: int, warmup: int, request_timeout_s: float,
+                 endpoint: str, continuous_usage: bool = True, percentiles: Sequence[float] = PERCENTILES,
+                 keep_chunk_times: bool = False, records_out: list[RequestRecord] | None = None) -> dict[str, Any]:
+    """The closed loop split over ``processes`` client processes that start measuring together.
+
+    Concurrency and requests are dealt round-robin; every process warms up, then all wait
+    at one barrier, so ``duration`` spans the first measured send to the last finish.
+    ``perf_counter`` is CLOCK_MONOTONIC on Linux, one clock for all processes.
+    """
+    import multiprocessing
+
+    _check_shape(concurrency, num_prompts, input_len, output_len, warmup, endpoint)
+    processes = max(1, min(processes, concurrency, num_prompts))
+    prompts = make_prompts(warmup + num_prompts, input_len, seed)
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads or an event loop
+    barrier = ctx.Barrier(processes)
+    kwargs = dict(output_len=output_len, request_timeout_s=request_timeout_s, chat=endpoint == "chat",
+                  continuous_usage=continuous_usage, keep_chunk_times=keep_chunk_times)
+    children, pipes = [], []
+    for w in range(processes):
+        parent, child = ctx.Pipe(duplex=False)
+        share = concurrency // processes + (1 if w < concurrency % processes else 0)
+        proc = ctx.Process(target=_shard_main, daemon=True, args=(
+            child, barrier, base_url, api_key, model, prompts, list(range(w, warmup, processes)),
+            list(range(w, num_prompts, processes)), warmup, {**kwargs, "concurrency": share}))
+        proc.start()
+        child.close()
+        children.append(proc)
+        pipes.append(parent)
+    warm: list[RequestRecord] = []
+    recs: dict[int, RequestRecord] = {}
+    starts, ends, problems = [], [], []
+    try:
+        for pipe in pipes:
+            try:
+                status, payload = pipe.recv()
+            except EOFError:
+                status, payload = "error", "client process died"
+            if status != "ok":
+                problems.append(payload)
+                continue
+            w_warm, w_recs, t0, t1 = payload
+            warm.extend(w_warm)
+            recs.update(w_recs)
+            starts.append(t0)
+            ends.append(t1)
+    finally:
+        for proc in children:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+    if problems:
+        raise RuntimeError(f"load generator client process failed: {'; '.join(problems)}")
+    done = [recs[i] for i in range(num_prompts)]
+    if records_out is not None:
+        records_out.extend(done)
+    return _result(warm, done, max(ends) - min(starts), percentiles, endpoint=endpoint,
+                   max_concurrency=concurrency, num_prompts=num_prompts, input_len=input_len,
+                   output_len=output_len, seed=seed, warmup=warmup, client_processes=processes)
+
+
 def run_load(base_url: str, api_key: str, model: str, *, concurrency: int, num_prompts: int, input_len: int,
              output_len: int, seed: int = 0, warmup: int = 1, request_timeout_s: float = 300.0,
-             endpoint: str = "completions", **kwargs: Any) -> dict[str, Any]:
-    """Synchronous wrapper around :func:`run_load_async` (runs its own event loop, in a thread if needed)."""
+             endpoint: str = "completions", client_processes: int = 1, **kwargs: Any) -> dict[str, Any]:
+    """Synchronous entry point: one event loop (in a thread if one is already running), or sharded.
+
+    ``client_processes > 1`` splits the closed loop over that many client processes, for
+    token rates beyond one core's ceiling (docs/performance.md).
+    """
     coro_kwargs = dict(concurrency=concurrency, num_prompts=num_prompts, input_len=input_len,
                        output_len=output_len, seed=seed, warmup=warmup, request_timeout_s=request_timeout_s,
                        endpoint=endpoint, **kwargs)
+    if client_processes > 1:
+        return _run_sharded(base_url, api_key, model, processes=client_processes, **coro_kwargs)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
