@@ -153,3 +153,14 @@ def test_link_facts_compared_like_metrics(tmp_path):
     facts = {f: v for f, v, _ in compare_links(a, b)}
     assert facts["0000:0A:00.0.loaded_gen"] == REGRESSION
     assert facts["0000:09:00.0.loaded_gen"] == UNCHANGED
+
+
+def test_one_baseline_run_does_not_turn_run_to_run_drift_into_a_regression():
+    # one baseline run of 2 tight reps; the next run sits 12 % lower with the same tight reps:
+    # run-to-run spread is unknown with K=1, so this must not be called a regression ...
+    base = [Sample.of([1452.0, 1470.0])]
+    j = judge(base, Sample.of([1280.0, 1290.0]), "higher", Tolerance())
+    assert j.verdict == INCONCLUSIVE and "baseline's 1 run(s)" in j.reason
+    # ... while a transport change (busbw 350 -> 20 GB/s) is a regression even against one run
+    j = judge([Sample.of([351.0, 349.0, 352.0])], Sample.of([20.5, 20.1, 20.3]), "higher", Tolerance())
+    assert j.verdict == REGRESSION

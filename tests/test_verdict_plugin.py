@@ -51,7 +51,8 @@ def test_unchanged_rerun_passes_and_is_kept_as_history(run_p, tmp_path, db):
     res = run_p(write_run(tmp_path, "now", seed=77, started_at="2026-06-25T10:00:00Z"), "--p2p-compare",
                 f"--p2p-db={db}")
     res.assert_outcomes(passed=3)
-    res.stdout.fnmatch_lines(["*p2p baseline verdicts*", "*unchanged: output_throughput c8 p2p_on*",
+    res.stdout.fnmatch_lines(["*p2p baseline verdicts*",
+                              "p2p_on-c8: unchanged vs baseline 'accepted' (10 run(s)): 3 unchanged, 1 unjudged",
                               "*1 run(s) saved to*kept as history: now*"])
     with Store(db) as st:
         assert st.run("now").baselines == ()

@@ -44,8 +44,10 @@ _EXACT = {
     # Power alone is neither good nor bad (a faster run may draw more); efficiency is judged
     # through tokens_per_joule / joules_per_token instead.
     "avg_watts": "info", "completed": "info", "total_input_tokens": "info", "total_output_tokens": "info",
-    "max_concurrent_requests": "info", "num_prompts": "info",
+    "max_concurrent_requests": "info", "num_prompts": "info", "failed": "info", "warmup_failed": "info",
 }
+# Spread statistics (std_ttft_ms, ...) describe noise, not speed: reported, not judged.
+_INFO_PREFIXES = ("std_",)
 _PATTERNS = ((re.compile(r"_(ms|us|s)$"), "lower"), (re.compile(r"(throughput|_gbs|_per_s|per_joule)$"), "higher"))
 _UNITS = (("output_throughput", "tok/s"), ("total_token_throughput", "tok/s"), ("request_throughput", "req/s"),
           ("_per_s", "tok/s"), ("_gbs", "GB/s"), ("_ms", "ms"), ("_us", "us"), ("tokens_per_joule", "tok/J"),
@@ -58,6 +60,8 @@ def direction(metric: str, overrides: Mapping[str, str] | None = None) -> str | 
         return overrides[metric]
     if metric in _EXACT:
         return _EXACT[metric]
+    if metric.startswith(_INFO_PREFIXES):
+        return "info"
     for rx, d in _PATTERNS:
         if rx.search(metric):
             return d
@@ -211,9 +215,15 @@ def judge(baseline: Sequence[Sample], current: Sample, metric_direction: str | N
         sm2, tau2 = sw2 * mean_inv_n, 0.0
         var_base = sm2
         df_base = float(df_w)
+    df_tau = float(max(k - 1, 1))
+    if k < 3:
+        # With fewer than 3 baseline runs the run-to-run spread cannot be estimated; assume it
+        # is as large as the per-rep spread rather than zero, so that one lucky baseline run
+        # does not turn ordinary run-to-run variation into a "regression".
+        tau2, df_tau = max(tau2, sw2), float(df_w)
 
     def se_df(reps: int) -> tuple[float, float]:
-        parts = [(var_base, df_base), (tau2, float(max(k - 1, 1))), (s_cur2 / reps, df_cur)]
+        parts = [(var_base, df_base), (tau2, df_tau), (s_cur2 / reps, df_cur)]
         v = sum(p for p, _ in parts)
         den = sum(p * p / dd for p, dd in parts if p > 0)
         return math.sqrt(v), (v * v / den if den > 0 else float(df_w))
@@ -244,9 +254,9 @@ def judge(baseline: Sequence[Sample], current: Sample, metric_direction: str | N
         j.verdict = INCONCLUSIVE
         j.needed_reps = reps_for_power(se_df, thr_bad, detect, cfg.alpha)
         more = (f"about {j.needed_reps} reps would give 95 % power against a {r_bad * 2:.0%} change"
-                if j.needed_reps else "more reps alone cannot decide: run-to-run spread dominates "
-                "(accept more baseline runs or reduce noise)")
-        j.reason = f"too noisy to decide (SE {se:.1%}); {more}"
+                if j.needed_reps else f"more reps of this run alone cannot decide: the baseline's {k} run(s) "
+                "and the run-to-run spread dominate (accept more baseline runs or reduce noise)")
+        j.reason = f"too noisy to decide; {more}"
     return j
 
 
@@ -304,8 +314,18 @@ class ScenarioComparison:
     def regressions(self) -> dict[str, Judgement]:
         return {m: j for m, j in self.metrics.items() if j.verdict == REGRESSION}
 
-    def lines(self) -> list[str]:
-        return [f"{j.verdict:>14}: {describe(m, self.arm, self.point, j)}" for m, j in sorted(self.metrics.items())]
+    def lines(self, verdicts: Sequence[str] | None = None) -> list[str]:
+        """One line per metric (only those with a verdict in ``verdicts`` when given)."""
+        return [f"{j.verdict:>14}: {describe(m, self.arm, self.point, j)}" for m, j in sorted(self.metrics.items())
+                if verdicts is None or j.verdict in verdicts]
+
+    def summary(self) -> str:
+        counts: dict[str, int] = {}
+        for j in self.metrics.values():
+            counts[j.verdict] = counts.get(j.verdict, 0) + 1
+        parts = ", ".join(f"{c} {v}" for v, c in sorted(counts.items()))
+        return f"{self.arm}-{self.point}: {self.verdict} vs baseline {self.baseline_name!r} " \
+               f"({len(self.baseline_runs)} run(s)): {parts}"
 
 
 def _overall(verdicts: Sequence[str]) -> str:

@@ -45,20 +45,36 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                        help=f"baseline/history SQLite database (default {DEFAULT_DB} under the rootdir)")
 
 
-@dataclass
+@dataclass(eq=False)
 class BaselineSession:
     """What this session does with baselines; the ``p2p_baseline`` fixture."""
 
-    config: BaselineConfig
-    db_path: Resolved[Path]
+    pytest_config: pytest.Config
     compare_name: str | None
     save_name: str | None
     fail_on: str
     run_dirs: dict[str, Path] = field(default_factory=dict)  # run dirs this process saw
     _store: Any = None
+    verdict_lines: list[str] = field(default_factory=list)  # for the terminal summary
+    _config: BaselineConfig | None = None
+    _db_path: Resolved[Path] | None = None
+
+    @property
+    def config(self) -> BaselineConfig:
+        """The rig file's ``baseline:`` section, resolved on first use (the rig is loaded by then)."""
+        if self._config is None:
+            self._config = _rig_config(self.pytest_config)
+        return self._config
+
+    @property
+    def db_path(self) -> Resolved[Path]:
+        if self._db_path is None:
+            self._db_path = _db_path(self.pytest_config, self.config)
+        return self._db_path
 
     @property
     def saving(self) -> bool:
+        """Runs go to the store when a baseline option is given or the database is set explicitly."""
         return self.save_name is not None or self.compare_name is not None or self.db_path.origin != "default"
 
     def store(self, create: bool = True) -> Any:
@@ -76,6 +92,7 @@ class BaselineSession:
     def check_scenario(self, run_dir: Path, arm: str, point: str, node: Any = None) -> Any:
         """The body of ``test_no_regression``: skip, pass, or raise PerformanceRegression."""
         from .compare import (
+            IMPROVEMENT,
             INCONCLUSIVE,
             NO_BASELINE,
             NOT_COMPARABLE,
@@ -100,16 +117,17 @@ class BaselineSession:
         if problem is not None:
             pytest.fail(problem, pytrace=False)
         if node is not None:
-            node.user_properties.append(("p2p_verdict", f"{arm}-{point}: {result.verdict}"))
-            for line in result.lines():
-                node.user_properties.append(("p2p_verdict_line", line))
+            node.user_properties.append(("p2p_verdict", result.summary()))
+            node.user_properties.append(("p2p_verdict_line", result.summary()))
+            for line in result.lines((REGRESSION, IMPROVEMENT, INCONCLUSIVE)):
+                node.user_properties.append(("p2p_verdict_line", "  " + line.strip()))
+            reasons = sorted({j.reason for j in result.metrics.values() if j.verdict == INCONCLUSIVE})
+            for reason in reasons:
+                node.user_properties.append(("p2p_verdict_line", f"  inconclusive because: {reason}"))
         if result.verdict in (NO_BASELINE, NOT_COMPARABLE):
             pytest.skip(result.message)
         if result.verdict == REGRESSION and self.fail_on == "regression":
             raise PerformanceRegression(result.message)
-        if result.verdict == INCONCLUSIVE and node is not None:
-            reasons = [f"{m}: {j.reason}" for m, j in result.metrics.items() if j.verdict == INCONCLUSIVE]
-            node.user_properties.append(("p2p_verdict_line", f"inconclusive {arm}-{point}: " + "; ".join(reasons)))
         return result
 
     def check_links(self, run_dir: Path) -> list[tuple[str, str, str]]:
@@ -142,6 +160,11 @@ class BaselineSession:
                                         + "; ".join(worse))
         return facts
 
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Collect verdict lines from reports (also those xdist workers send to the controller)."""
+        if report.when == "call" or (report.when == "setup" and report.skipped):
+            self.verdict_lines.extend(str(v) for k, v in report.user_properties if k == "p2p_verdict_line")
+
     def save_runs(self) -> list[str]:
         saved = []
         if not self.run_dirs or not self.saving:
@@ -167,10 +190,27 @@ def _db_path(config: pytest.Config, cfg: BaselineConfig) -> Resolved[Path]:
     return Resolved(path if path.is_absolute() else base / path, origin)
 
 
+def _rig_config(config: pytest.Config) -> BaselineConfig:
+    """An explicit BASELINE_CONFIG_KEY, else the loaded rig's ``baseline`` section, else defaults.
+
+    The p2p session (rig + evidence) is only read if another stage already created it:
+    the verdict stage never triggers evidence gathering on its own.
+    """
+    if BASELINE_CONFIG_KEY in config.stash:
+        return config.stash[BASELINE_CONFIG_KEY]
+    try:
+        from ..session import SESSION_KEY as P2P_SESSION_KEY
+
+        p2p = config.stash.get(P2P_SESSION_KEY, None)
+        got = getattr(getattr(p2p, "rig", None), "baseline", None)
+    except (ImportError, P2PError, KeyError, AttributeError):
+        got = None
+    return got if isinstance(got, BaselineConfig) else BaselineConfig()
+
+
 def _session(config: pytest.Config) -> BaselineSession:
     if SESSION_KEY in config.stash:
         return config.stash[SESSION_KEY]
-    cfg = config.stash.get(BASELINE_CONFIG_KEY, BaselineConfig())
     fail_on = resolve(config, dest="p2p_fail_on", flag="--p2p-fail-on", env="PYTEST_P2P_FAIL_ON",
                       ini="p2p_fail_on", default="regression")
     if fail_on.value not in FAIL_ON:
@@ -181,8 +221,9 @@ def _session(config: pytest.Config) -> BaselineSession:
         check_name(compare, "--p2p-compare")
     if save is not None:
         check_name(save, "--p2p-save-baseline")
-    sess = BaselineSession(cfg, _db_path(config, cfg), compare, save, fail_on.value)
+    sess = BaselineSession(config, compare, save, fail_on.value)
     config.stash[SESSION_KEY] = sess
+    config.pluginmanager.register(sess, "p2p-verdict-session")
     return sess
 
 
@@ -211,20 +252,6 @@ def pytest_runtest_setup(item: pytest.Item) -> Any:
     return result
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when != "call" and not (report.when == "setup" and report.skipped):
-        return
-    lines = [str(v) for k, v in report.user_properties if k == "p2p_verdict_line"]
-    _ALL_LINES.extend(lines)
-
-
-_ALL_LINES: list[str] = []
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    _ALL_LINES.clear()
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     sess = session.config.stash.get(SESSION_KEY, None)
     if sess is None:
@@ -250,9 +277,10 @@ _SAVED_KEY = pytest.StashKey[str]()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if _ALL_LINES:
+    sess = config.stash.get(SESSION_KEY, None)
+    if sess is not None and sess.verdict_lines:
         terminalreporter.section("p2p baseline verdicts")
-        for line in _ALL_LINES:
+        for line in sess.verdict_lines:
             terminalreporter.write_line(line)
     saved = config.stash.get(_SAVED_KEY, None)
     if saved:
