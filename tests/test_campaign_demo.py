@@ -296,3 +296,20 @@ def test_two_pairs_on_two_xdist_workers(pytester: pytest.Pytester, monkeypatch: 
         assert meta["status"] == "complete" and meta["points"] == ["c1", "c2"]
     # only the controller printed the glance tables (workers' run dirs came back through workeroutput)
     assert out.count("p2p results at a glance:") == 2
+
+
+def test_campaign_options_off_probe_and_bad_values(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    _clean_env(monkeypatch, tmp_path)
+    snap = pytester.path / "snap.json"
+    snap.write_text(DEMO_SNAPSHOT.read_text())
+    common = (*PLUGINS, "--pyargs", "pytest_p2p.checks.test_campaign", "--p2p-snapshot", str(snap), "-rs")
+    off = pytester.runpytest_subprocess(*common, "--p2p-campaign=off", timeout=60)
+    assert "campaign turned off (--p2p-campaign=off)" in off.stdout.str()
+    assert off.parseoutcomes().get("passed", 0) == 0 and off.parseoutcomes()["skipped"] >= 10
+    probe = pytester.runpytest_subprocess(*common, "--p2p-campaign=probe", "--collect-only", "-q", timeout=60)
+    assert "test_uplift[gpu0-gpu1-s8KiB]" in probe.stdout.str()
+    bad = pytester.runpytest_subprocess(*common, "--p2p-reps=0", timeout=60)
+    assert "pytest-p2p: --p2p-reps: bad value '0': expected an integer >= 1" in bad.stderr.str()
+    arms = pytester.runpytest_subprocess(*common, "--p2p-arms=p2p_on,nope", timeout=60)
+    assert "--p2p-arms=p2p_on,nope: names nope" in arms.stdout.str() + arms.stderr.str()
