@@ -49,6 +49,14 @@ def _cpu_s(pid: int) -> float:
     return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _client_cpu_s() -> float:
+    """This process plus reaped children (the client processes of a sharded run)."""
+    import resource
+
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + kids.ru_utime + kids.ru_stime
+
+
 def _pin(pid: int, cpu: int) -> None:
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) > 1:
@@ -105,12 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         for c in args.concurrency:
             ts_log.write_text("")
             records: list[RequestRecord] = []
-            cpu0, srv0, wall0 = time.process_time(), _cpu_s(srv.pid), time.perf_counter()
+            cpu0, srv0, wall0 = _client_cpu_s(), _cpu_s(srv.pid), time.perf_counter()
             r = run_load(srv.base_url, srv.api_key, srv.model, concurrency=c,
                          num_prompts=c * args.requests_per_stream, input_len=args.input_len,
                          output_len=args.output_len, warmup=min(c, 8), keep_chunk_times=True, records_out=records,
                          request_timeout_s=120, client_processes=args.client_processes)
-            cpu = time.process_time() - cpu0
+            cpu = _client_cpu_s() - cpu0
             srv_cpu = _cpu_s(srv.pid) - srv0
             wall = time.perf_counter() - wall0
             time.sleep(0.2)  # the stand-in flushes its send log at the end of each request
