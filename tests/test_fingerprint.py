@@ -45,3 +45,12 @@ def test_missing_and_bad_files_are_named(tmp_path):
 
 def test_flatten():
     assert flatten({"a": {"b": 1, "c": {}}, "d": [1]}) == {"a.b": 1, "a.c": {}, "d": [1]}
+
+
+def test_bad_snapshot_is_a_snapshot_error(tmp_path):
+    from pytest_p2p.errors import SnapshotError
+
+    run = write_run(tmp_path, "r")
+    (run / "env" / "snapshot.json").write_text('{"schema": "pytest-p2p/snapshot", "version": 99, "evidence": {}}')
+    with pytest.raises(SnapshotError, match="newer than this pytest-p2p"):
+        build_fingerprint(run)

@@ -54,19 +54,9 @@ def load_evidence_dict(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / "env" / "snapshot.json"
     if not path.exists():
         return None
-    try:
-        from ..evidence.snapshot import load_snapshot  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        load_snapshot = None
-    if load_snapshot is not None:
-        ev = load_snapshot(path)
-        return ev.to_dict() if hasattr(ev, "to_dict") else dict(ev)
-    data = read_json(path, "evidence snapshot")
-    if isinstance(data, dict) and isinstance(data.get("evidence"), dict):
-        return data["evidence"]
-    if isinstance(data, dict) and "gpus" in data:
-        return data
-    raise ResultsError(f"{path}: no 'evidence' object in the snapshot")
+    from ..evidence.snapshot import load_snapshot
+
+    return load_snapshot(path).to_dict()  # a bad snapshot raises SnapshotError naming the file and field
 
 
 def pair_ident(run: Mapping[str, Any]) -> str:

@@ -166,7 +166,7 @@ class BaselineSession:
             self.verdict_lines.extend(str(v) for k, v in report.user_properties if k == "p2p_verdict_line")
 
     def save_runs(self) -> list[str]:
-        saved = []
+        saved: list[str] = []
         if not self.run_dirs or not self.saving:
             return saved
         store = self.store()
