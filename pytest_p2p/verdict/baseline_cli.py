@@ -46,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     df.add_argument("b")
     ex = sub.add_parser("export", help="dump the store as JSON")
     ex.add_argument("--out", default=None)
+    for sp in (ls, sh, ac, rj, sv, df, ex):  # --db also after the subcommand
+        sp.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return p
 
 
