@@ -88,3 +88,35 @@ def test_server_dying_under_load_keeps_results(pytester: pytest.Pytester) -> Non
     (saved,) = (pytester.path / "results").glob("*/load-*.json")
     data = json.loads(saved.read_text())
     assert data["completed"] == 1 and data["failed"] == 3  # readiness + warm-up + 1 measured, then death
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_interrupted_session_tears_servers_down(pytester: pytest.Pytester, sig: str) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytester.makeconftest(CONFTEST.format(extra=', "orphan-child": True'))
+    pytester.makepyfile(test_serve="import time\n\ndef test_x(vllm_server):\n"
+                                   "    print('READY', vllm_server.token, flush=True)\n    time.sleep(120)\n")
+    out = pytester.path / "out.txt"
+    with open(out, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "-k", "p2p_on"],
+                                cwd=pytester.path, stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while b"READY" not in out.read_bytes():
+            assert time.monotonic() < deadline and proc.poll() is None, out.read_text()
+            time.sleep(0.1)
+        token = out.read_text().split("READY ", 1)[1].split()[0]
+        from pytest_p2p.serve.server import find_leftovers
+
+        assert len(find_leftovers(token)) == 2  # the server and its out-of-session child
+        proc.send_signal(getattr(signal, sig))
+        assert proc.wait(30) != 0
+        assert find_leftovers(token) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "leftover pids none" in (pytester.path / "results" / "gpu0-gpu1-p2p_on" / "server.log").read_text()

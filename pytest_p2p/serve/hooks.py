@@ -81,6 +81,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                          ids=[server_id(p, a) for p, a in params])
 
 
+def _sigterm_as_interrupt() -> None:
+    """Make SIGTERM (a CI job timeout, ``kill``) unwind like Ctrl-C so servers are torn down.
+
+    By default SIGTERM ends Python at once: no fixture teardown, no ``atexit``, and vLLM's
+    workers keep the GPUs. Installed only in the main thread and only over the default
+    handler, so a handler someone else installed is left alone.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
 @pytest.fixture(scope="session")
 def vllm_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
     """A ready server (vLLM or the SIMULATED stand-in) for one (pair, arm); torn down and verified at the end."""
@@ -97,6 +113,7 @@ def vllm_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
     if not plan.server.model:
         pytest.fail("vllm_server: the rig file's server section names no model (server.model)", pytrace=False)
     log = plan.results_root / server_id(tuple(pair), arm_name) / "server.log"
+    _sigterm_as_interrupt()
     try:
         with launch(plan.server, plan.arms[arm_name], pair, plan.rig_env, log) as srv:
             yield srv
@@ -107,9 +124,11 @@ def vllm_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
 @pytest.fixture
 def openai_client(vllm_server: RunningServer) -> Iterator[Any]:
     """A synchronous ``openai.OpenAI`` bound to the server: no retries, no proxy, explicit timeouts."""
-    import httpx
     import openai
 
+    from .loadgen import http_module
+
+    httpx = http_module()
     timeout = httpx.Timeout(vllm_server.config.request_timeout_s, connect=10.0)
     http = httpx.Client(trust_env=False, timeout=timeout)
     client = openai.OpenAI(base_url=vllm_server.openai_base_url, api_key=vllm_server.api_key, max_retries=0,

@@ -49,6 +49,24 @@ _VOCAB = (  # noqa: SIM905 - one readable string, not 130 quoted words
     "three").split()
 
 
+def http_module() -> Any:
+    """The httpx module the installed ``openai`` SDK is built on.
+
+    ``openai`` 1.x/2.x use ``httpx``; later releases use a fork (``httpx2``). Limits,
+    timeouts and the client passed to the SDK must come from the same module.
+    """
+    import importlib
+
+    import openai
+
+    for cls in getattr(openai, "DefaultAsyncHttpxClient", type(None)).__mro__[1:]:
+        if cls.__name__ == "AsyncClient":
+            return importlib.import_module(cls.__module__.split(".")[0])
+    import httpx
+
+    return httpx
+
+
 def make_prompts(n: int, input_len: int, seed: int) -> list[str]:
     """``n`` deterministic prompts of ``input_len`` words; distinct so prefix caching cannot help."""
     rng = random.Random(seed)
@@ -172,8 +190,9 @@ async def _drive(base_url: str, api_key: str, model: str, prompts: Sequence[str]
 
     Measured request ``i`` sends ``prompts[offset + i]`` with request id ``req-<i>``.
     """
-    import httpx
     import openai
+
+    httpx = http_module()
 
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
     timeout = httpx.Timeout(request_timeout_s, connect=min(10.0, request_timeout_s))
