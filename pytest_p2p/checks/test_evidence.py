@@ -52,7 +52,15 @@ def test_error_counters(p2p_session, p2p_evidence, p2p_gpu):
     """PCIe replay and NVLink CRC counters did not grow during the session (runs last)."""
     if not p2p_session.live:
         pytest.skip(f"a replay holds one reading; counter growth needs a live session ({p2p_session.label})")
+    import datetime as dt
+
     from pytest_p2p.evidence.live import gather_live
 
-    now = gather_live(load=False).gpu(p2p_gpu)
-    _verdict(judge_counters(now, p2p_evidence.gpu(p2p_gpu), p2p_session.resolved.gpu_expect[p2p_gpu]))
+    now = gather_live(load=False)
+    start = dt.datetime.fromisoformat(p2p_evidence.recorded_at)
+    elapsed = (dt.datetime.fromisoformat(now.recorded_at) - start).total_seconds()
+    j = judge_counters(now.gpu(p2p_gpu), p2p_evidence.gpu(p2p_gpu), p2p_session.resolved.gpu_expect[p2p_gpu],
+                       elapsed_s=max(elapsed, 1.0))
+    _verdict(j)
+    for note in j.notes:
+        print(note)
