@@ -256,7 +256,7 @@ def run_campaign(config: pytest.Config, pair: tuple[int, int]) -> Any:
     progress = Progress.for_config(config, f"{p.kind} campaign {pair_key}"
                                            f"{' (SIMULATED)' if session.simulated else ''}", n_points)
     try:
-        runner = from_session(session, tuple(pair), p.config, p.kind, progress=progress,
+        runner = from_session(session, (int(pair[0]), int(pair[1])), p.config, p.kind, progress=progress,
                               run_id=_run_id(config, session.rig.name, pair_key, session.results_root))
         result = runner.run()
     except P2PError as exc:
@@ -275,7 +275,7 @@ def run_campaign(config: pytest.Config, pair: tuple[int, int]) -> Any:
 def p2p_campaign(request: pytest.FixtureRequest, p2p_pair: tuple[int, int]) -> Any:
     """The pair's campaign (arms x points x reps), run once per session; see ``CampaignResult``."""
     try:
-        return run_campaign(request.config, tuple(p2p_pair))
+        return run_campaign(request.config, (int(p2p_pair[0]), int(p2p_pair[1])))
     except P2PError as exc:
         pytest.fail(f"p2p campaign on gpu{p2p_pair[0]}-gpu{p2p_pair[1]} did not run: {exc}", pytrace=False)
 

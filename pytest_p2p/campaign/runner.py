@@ -138,8 +138,11 @@ class ModelBackend:
             return None, None
         d = att.to_dict() if hasattr(att, "to_dict") else dict(att)
         d["problems"] = list(att.problems(arm.expect_transport)) if hasattr(att, "problems") else []
-        proof = getattr(att, "proof", None) or getattr(att, "transport_proof", None)
-        proof_d = proof.to_dict() if hasattr(proof, "to_dict") else d.get("proof") or d.get("transport_proof")
+        proof = getattr(att, "transport", None)
+        if callable(proof) or not hasattr(proof, "to_dict"):
+            proof = getattr(att, "proof", None)
+            proof = proof() if callable(proof) else proof
+        proof_d = proof.to_dict() if proof is not None and hasattr(proof, "to_dict") else d.get("transport_proof")
         return proof_d, d
 
     def describe(self) -> dict[str, Any] | None:
@@ -470,6 +473,7 @@ class CampaignRunner:
 
     def _run_slot(self, rd: Any, result: CampaignResult, arm_name: str, rep: int, points: list[str],
                   pending: set[tuple[str, str, int]]) -> None:
+        assert self.progress is not None  # set by run()
         arm = self.arms[arm_name]
         cfg = self.config
         what = f"{self.pair_key} {arm_name} rep {rep}"

@@ -123,7 +123,7 @@ def judge(uplift: Mapping[str, Any], point: str, rule: UpliftRule, *, metric: st
             f"(raise campaign.reps / --p2p-reps, or use uplift_rule: point)"
         )
     thr = rule.threshold(point)
-    judged = float(ci[0]) if rule.rule == "ci_lower" else float(est)
+    judged = float(ci[0]) if rule.rule == "ci_lower" and ci is not None else float(est)
     passed = judged >= thr
     ci_t = (float(ci[0]), float(ci[1])) if ci is not None else None
     ci_text = f", 95 % CI {_pct(ci_t[0])} .. {_pct(ci_t[1])}" if ci_t else ""
