@@ -22,7 +22,7 @@ def test_pcie_gen4_expected_on_gen3_link_is_the_issue_diagnosis(snapshot_5060ti)
 
 def test_pcie_without_load_reading_judges_max_and_says_so(snapshot_h200):
     g = load_snapshot(snapshot_h200).gpu(0)
-    assert g.pcie.loaded is None
+    g.pcie.loaded, g.pcie.load_method = None, "none: torch not importable"
     j = judge_pcie(g, Expectations(pcie=LinkExpect(gen=6)))
     assert "at most (max-link field)" in j.problems[0] and "Gen6" in j.problems[0]
     assert any("not a reading under load" in n for n in j.notes)
@@ -68,10 +68,22 @@ def test_counters_growth_over_budget(snapshot_h200):
     start = load_snapshot(snapshot_h200).gpu(1)
     now = copy.deepcopy(start)
     now.pcie.replay_counter = 37
-    now.nvlinks[2].crc_errors = 4
+    now.nvlinks[2].crc_errors = start.nvlinks[2].crc_errors + 4
     j = judge_counters(now, start, Expectations(pcie_replay_budget=0, nvlink_crc_budget=1))
     assert "grew by 37" in j.problems[0] and "NVLink 2 CRC errors grew by 4" in j.problems[1]
     assert judge_counters(start, start, Expectations(pcie_replay_budget=0, nvlink_crc_budget=0)).ok
+    rate = judge_counters(now, start, Expectations(nvlink_crc_rate=0.5), elapsed_s=4.0)
+    assert "grew at 1.00/s (4 in 4 s; budget 0.5/s per link)" in rate.problems[0]
+    assert judge_counters(now, start, Expectations(nvlink_crc_rate=2.0), elapsed_s=4.0).ok
+
+
+def test_counters_without_budget_report_but_pass(snapshot_h200):
+    start = load_snapshot(snapshot_h200).gpu(0)
+    now = copy.deepcopy(start)
+    for link in now.nvlinks:
+        link.crc_errors += 3
+    j = judge_counters(now, start, Expectations(), elapsed_s=60.0)
+    assert j.ok and any("max 3, total 54" in n for n in j.notes)
 
 
 def test_reading_label():
