@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -313,3 +314,53 @@ def test_campaign_options_off_probe_and_bad_values(pytester: pytest.Pytester, mo
     assert "pytest-p2p: --p2p-reps: bad value '0': expected an integer >= 1" in bad.stderr.str()
     arms = pytester.runpytest_subprocess(*common, "--p2p-arms=p2p_on,nope", timeout=60)
     assert "--p2p-arms=p2p_on,nope: names nope" in arms.stdout.str() + arms.stderr.str()
+
+
+# --------------------------------------------------------------------------- probe campaign (fake NCCL worker)
+
+FAKE_PROBE_WORKER = r'''
+import json, os, sys
+spec = json.load(open(sys.argv[1]))
+rank = int(os.environ["RANK"])
+off = os.environ.get("NCCL_P2P_DISABLE") == "1"
+if rank == 0:
+    sys.stdout.write(open(os.environ["FAKE_LOG_OFF" if off else "FAKE_LOG_ON"]).read())
+    rows = [{"bytes": b, "time_us": (11.5 if off else 10.2) + b / (26e3 if off else 280e3)} for b in spec["sizes"]]
+    checks = [{"bytes": b, "graph": True, "wrong": 0, "first_wrong": None} for b in spec["check_sizes"]]
+    json.dump({"rows": rows, "checks": checks, "world_size": 2, "graph": True, "iters": 1, "warmup": 1,
+               "graph_launches": 1, "torch_version": "fake", "nccl_version": "2.28.9",
+               "device_names": ["fake", "fake"]}, open(spec["out"], "w"))
+'''
+
+
+def test_probe_campaign_with_a_fake_nccl_worker(tmp_path: Path) -> None:
+    from pytest_p2p.campaign.runner import ProbeBackend
+    from pytest_p2p.evidence.snapshot import load_snapshot
+    from pytest_p2p.probes.config import ProbeConfig
+    from pytest_p2p.probes.transport import proof_from_dict
+
+    logs = Path(__file__).parents[1] / "fixtures" / "logs"
+    worker = tmp_path / "fake_worker.py"
+    worker.write_text(FAKE_PROBE_WORKER)
+    cfg = parse_campaign({"kind": "probe", "sizes": ["8KiB", "128KiB"], "reps": 2, "cooldown_s": 0,
+                          "idle_baseline_s": 0, "telemetry_hz": 10, "min_uplift": {"default": "5%", "128KiB": "50%"}},
+                         "probe-rig.yaml")
+    rig_env = {"FAKE_LOG_ON": str(logs / "h200x2_nccl-2.28.9_p2p_on.log"),
+               "FAKE_LOG_OFF": str(logs / "h200x2_nccl-2.28.9_p2p_off.log")}
+    backend = ProbeBackend(probe=ProbeConfig(timeout_s=30.0), campaign=cfg, pair=(0, 1), rig_env=rig_env,
+                           out_root=tmp_path, worker=[sys.executable, str(worker)])
+    res = CampaignRunner(pair=(0, 1), config=cfg, kind="probe", arms=PRESETS, backend=backend,
+                         results_root=tmp_path / "results", rig_name="probe", evidence=load_snapshot(DEMO_SNAPSHOT),
+                         lease=GpuLease(tmp_path / "locks"), render_plots=False).run()
+    assert res.status == "complete" and res.points == ["s8KiB", "s128KiB"]
+    agg = res.aggregate("p2p_off", "s8KiB")
+    assert agg is not None and agg["metrics"]["time_us"]["values"] == pytest.approx([11.5 + 8192 / 26e3] * 2)
+    # time_us is lower-is-better: the uplift is off/on - 1
+    assert res.uplift["s8KiB"]["estimate"] == pytest.approx((11.5 + 8192 / 26e3) / (10.2 + 8192 / 280e3) - 1)
+    assert res.uplift_verdict("s8KiB").passed and res.uplift_verdict("s128KiB").passed
+    assert proof_from_dict(res.proofs["p2p_on"]).satisfies("P2P/CUMEM")[0]
+    assert proof_from_dict(res.proofs["p2p_off"]).satisfies("SHM")[0]
+    assert (res.run_dir / "probe_runs" / "p2p_off_run2" / "allreduce.json").is_file()
+    assert (res.run_dir / "scenarios" / "p2p_on-s128KiB" / "server_run1.log").read_text().count("via P2P/CUMEM")
+    meta = json.loads((res.run_dir / "run.json").read_text())
+    assert meta["kind"] == "probe" and meta["uplift"]["direction"] == "lower" and meta["server"] is None

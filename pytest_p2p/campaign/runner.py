@@ -162,6 +162,7 @@ class ProbeBackend:
     rig_env: Mapping[str, str]
     out_root: Path
     kind: str = "probe"
+    worker: Sequence[str] | None = None  # replaces the torch worker command (tests use a fake one)
 
     def smoke(self, arm: Any, log_path: Path) -> None:
         return None  # a probe run is its own smoke test: it fails fast with the last log line
@@ -179,7 +180,7 @@ class ProbeBackend:
             arm, rep = handle["arm"], handle["rep"]
             cfg = dataclasses.replace(self.probe, sizes=tuple(self.campaign.sizes), nccl_tests=False)
             out = self.out_root / f"{arm.name}_run{rep}"
-            result = run_allreduce(self.pair, arm, cfg, self.rig_env, out)
+            result = run_allreduce(self.pair, arm, cfg, self.rig_env, out, worker=self.worker)
             with contextlib.suppress(OSError):
                 if result.log_path is not None:
                     shutil.copyfile(result.log_path, handle["log_path"])
