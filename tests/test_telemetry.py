@@ -26,12 +26,13 @@ def test_thermal_and_power_bits_flag_the_rep() -> None:
 
 def test_downtrain_judged_on_best_sample() -> None:
     # GPU 0 drops to Gen1 between bursts but reaches Gen5 x16: fine. GPU 1 never exceeds Gen3 x16.
-    rows = [r(0, 1, 16), r(0, 5, 16), r(1, 3, 16), r(1, 3, 16)]
+    rows = [r(0, 1, 16), r(0, 5, 16), r(0, 1, 16), r(1, 3, 16), r(1, 3, 16), r(1, 2, 16)]
     flags = tm.assess(rows, {0: (5, 16), 1: (5, 16)})
     assert flags.downtrained
     assert flags.details == ["GPU 1 link reached at most Gen3 x16 during the rep, expected Gen5 x16"]
-    narrow = tm.assess([r(0, 5, 8)], {0: (5, 16)})
+    narrow = tm.assess([r(0, 5, 8)] * 3, {0: (5, 16)})
     assert narrow.downtrained
+    assert not tm.assess([r(0, 5, 8)] * 2, {0: (5, 16)}).downtrained  # two instants judge nothing
     unknown = tm.assess([r(0, None, None)], {0: (5, 16)})
     assert not unknown.downtrained  # no reading is not a downtrain
 

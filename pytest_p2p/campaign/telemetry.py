@@ -285,17 +285,22 @@ class RepFlags:
                 "details": self.details, "samples": self.samples, "simulated": self.simulated}
 
 
-def assess(rows: Sequence[Row], expected_link: Mapping[int, tuple[int | None, int | None]]) -> RepFlags:
+def assess(rows: Sequence[Row], expected_link: Mapping[int, tuple[int | None, int | None]],
+           min_link_samples: int = 3) -> RepFlags:
     """Flags for one rep's timed window.
 
     * throttled: any sample with a thermal/power throttle-reason bit (:data:`THROTTLE_MASK`).
     * downtrained: a GPU whose link **never** reached the expected generation/width in the
       window. Judged on the best sample, because an idle-ish GPU legitimately drops its link
       speed between bursts; a link that trained down cannot reach the expected state at all.
+      A GPU with fewer than ``min_link_samples`` link readings in the window is not judged
+      (a window of two instantaneous samples, e.g. probe points read from one probe run,
+      says nothing about training).
     """
     reasons: set[str] = set()
     details: list[str] = []
     best: dict[int, tuple[int, int]] = {}
+    count: dict[int, int] = {}
     for r in rows:
         idx = r.get("index")
         mask = r.get("throttle_reasons")
@@ -309,9 +314,10 @@ def assess(rows: Sequence[Row], expected_link: Mapping[int, tuple[int | None, in
         if isinstance(idx, int) and isinstance(gen, int) and isinstance(width, int):
             g0, w0 = best.get(idx, (0, 0))
             best[idx] = (max(g0, gen), max(w0, width))
+            count[idx] = count.get(idx, 0) + 1
     downtrained = False
     for idx, (egen, ewidth) in expected_link.items():
-        if idx not in best:
+        if idx not in best or count.get(idx, 0) < min_link_samples:
             continue
         bgen, bwidth = best[idx]
         if (egen is not None and bgen < egen) or (ewidth is not None and bwidth < ewidth):
