@@ -64,7 +64,8 @@ def _pin(pid: int, cpu: int) -> None:
 
 
 def _errors(records: list[RequestRecord], sends: dict[str, list[float]]) -> dict[str, float]:
-    first, gaps = [], []
+    first: list[float] = []
+    gaps: list[float] = []
     for i, rec in enumerate(records):
         sent = sends.get(f"req-{i}")
         got = rec.chunk_times or []

@@ -8,6 +8,7 @@ import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,7 +101,7 @@ def test_rejects_nonsense_shape(srv: RunningServer) -> None:
 
 def test_injected_slowdown_is_visible_in_tpot(tmp_path: Path) -> None:
     """The baseline tests inject a slower server with PYTEST_P2P_STANDIN_SLOWDOWN; the metrics must see it."""
-    shape = dict(concurrency=1, num_prompts=3, input_len=4, output_len=30, warmup=1)
+    shape: dict[str, Any] = dict(concurrency=1, num_prompts=3, input_len=4, output_len=30, warmup=1)
     with _launch(tmp_path, args={"tpot-ms": 3}) as fast:  # type: ignore[attr-defined]
         base = run_load(fast.base_url, fast.api_key, fast.model, **shape)
     with _launch(tmp_path, args={"tpot-ms": 3, "slowdown": 3.0}) as slow:  # type: ignore[attr-defined]

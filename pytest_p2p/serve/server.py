@@ -44,8 +44,13 @@ _LIVE: dict[int, tuple[int, str]] = {}  # leader pid -> (session id, token): kil
 
 
 class ArmLike(Protocol):
-    name: str
-    env: Mapping[str, str]
+    """What launch needs of ``probes.arms.Arm`` (read-only, so frozen dataclasses fit)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
 
     def vllm_flags(self) -> list[str]: ...
 
