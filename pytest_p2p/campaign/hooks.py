@@ -220,7 +220,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """One xdist group per pair (before xdist's own hook reads the marks)."""
+    """One xdist group per pair (before xdist's own hook reads the marks; only where xdist registered it)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
     for item in items:
         callspec = getattr(item, "callspec", None)
         pair = (getattr(callspec, "params", None) or {}).get("p2p_pair")
