@@ -218,7 +218,7 @@ def gpu_usage(indices: Sequence[int]) -> list[GpuUse] | None:
             h = pynvml.nvmlDeviceGetHandleByIndex(int(i))
             mem = pynvml.nvmlDeviceGetMemoryInfo(h)
             try:
-                procs = pynvml.nvmlDeviceGetComputeProcesses(h)
+                procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
             except pynvml.NVMLError:
                 procs = []
             out.append(GpuUse(int(i), mem.used / 2**20, sorted(int(p.pid) for p in procs)))
