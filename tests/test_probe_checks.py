@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pytest_p2p.probes.allreduce import AllReduceResult, Row
 from pytest_p2p.probes.config import Thresholds
@@ -21,7 +22,8 @@ pytest.importorskip("pytest_p2p.session")
 ROOT = Path(__file__).resolve().parent.parent
 REPLAY = Path(__file__).resolve().parent / "data" / "probes"
 SNAPSHOT = ROOT / "fixtures" / "snapshots" / "h200x2-nvlink.snapshot.json"
-RIG = (ROOT / "fixtures" / "rigs" / "h200x2-nvlink.yaml").read_text()
+# The shipped H200 rig, narrowed to the two arms this replay recorded and given the probe section under test.
+BASE_RIG = yaml.safe_load((ROOT / "fixtures" / "rigs" / "h200x2-nvlink.yaml").read_text())
 PROBE = """
 probe:
   thresholds:
@@ -33,7 +35,10 @@ probe:
 
 
 def run(pytester: pytest.Pytester, *args: str, busbw: int = 200, replay: Path | None = REPLAY):
-    rig = pytester.makefile(".yaml", rig=RIG + PROBE % {"busbw": busbw})
+    data = {**BASE_RIG, "arms": {"p2p_on": "p2p_on", "p2p_off": "p2p_off"},
+            "probe": yaml.safe_load(PROBE % {"busbw": busbw})["probe"]}
+    data.pop("campaign", None)
+    rig = pytester.makefile(".yaml", rig=yaml.safe_dump(data))
     argv = ["-p", "pytest_p2p.probes.hooks", "--pyargs", "pytest_p2p.checks.test_probes", "-p", "no:cacheprovider",
             "-rs", "--p2p-rig", str(rig), "--p2p-snapshot", str(SNAPSHOT), "-p", "no:randomly", *args]
     if replay is not None:
