@@ -1,6 +1,6 @@
 """Speed goal of the all-reduce probe: measure the link, not Python.
 
-Runs our probe (one process per GPU, CUDA-graph timed) and nccl-tests' ``all_reduce_perf``
+Runs our probe (one process per GPU, timed with back-to-back direct NCCL calls) and nccl-tests' ``all_reduce_perf``
 side by side on a GPU pair, per arm, and prints our time/busbw against theirs per size.
 Goal: time within 10 % of nccl-tests at 8-512 KiB, busbw within 5 % from 1 MiB up.
 
@@ -12,8 +12,8 @@ Run on the GPU machine (results go into docs/performance.md)::
 were taken); without it, or without mpirun, nccl-tests runs single-process ``-g 2``
 ("direct pointer" transport: a different path, said so in the table). When
 ``all_reduce_perf`` is not found (``NCCL_TESTS_BIN`` or PATH) the table compares with the
-reference numbers from the issue instead, labelled as such. ``--eager`` adds the plain
-Python loop (no graph) to show what the graph buys.
+reference numbers from the issue instead, labelled as such. ``--graph`` adds the torch
+CUDA-graph timing and ``--eager`` the plain torch loop, to show what each method costs.
 """
 
 from __future__ import annotations
@@ -58,11 +58,12 @@ def verdict(size: int, ours: Row, t_theirs: float | None, bw_theirs: float | Non
 
 
 def table(arm: str, label: str, ours: list[Row], theirs: dict[int, tuple[float | None, float | None]],
-          eager: dict[int, Row] | None) -> list[str]:
+          extra: dict[str, dict[int, Row]] | None = None) -> list[str]:
+    extra = extra or {}
     head = f"{'size':>8} {'ours us':>9} {'their us':>9} {'t ratio':>7} {'ours GB/s':>9} {'their GB/s':>10} " \
            f"{'bw ratio':>8} {'goal':>5}"
-    if eager:
-        head += f" {'eager us':>9}"
+    for name in extra:
+        head += f" {name + ' us':>9}"
     lines = [f"== arm {arm}: ours vs {label}", head]
     for r in ours:
         t, bw = theirs.get(r.bytes, (None, None))
@@ -70,8 +71,8 @@ def table(arm: str, label: str, ours: list[Row], theirs: dict[int, tuple[float |
         br = f"{r.busbw_gbs / bw:8.2f}" if bw else f"{'-':>8}"
         line = (f"{format_size(r.bytes):>8} {r.time_us:9.2f} {t if t else '-':>9} {tr} {r.busbw_gbs:9.2f} "
                 f"{bw if bw else '-':>10} {br} {verdict(r.bytes, r, t, bw):>5}")
-        if eager and r.bytes in eager:
-            line += f" {eager[r.bytes].time_us:9.2f}"
+        for rows in extra.values():
+            line += f" {rows[r.bytes].time_us:9.2f}" if r.bytes in rows else f" {'-':>9}"
         lines.append(line)
     return lines
 
@@ -85,7 +86,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--launches", type=int, default=5, help="timed graph replays per size")
     ap.add_argument("--mpi", action="store_true", help="nccl-tests under mpirun, one process per GPU")
-    ap.add_argument("--eager", action="store_true", help="also time the plain Python loop (no graph)")
+    ap.add_argument("--graph", action="store_true", help="also time torch all-reduces captured in a CUDA graph")
+    ap.add_argument("--eager", action="store_true", help="also time the plain torch loop (no graph)")
     ap.add_argument("--out", default="probe-vs-nccl-tests", help="directory for logs and results.json")
     ns = ap.parse_args(argv)
     a, b = (int(x) for x in ns.pair.split(","))
@@ -101,13 +103,15 @@ def main(argv: list[str]) -> int:
     nt_args = ("-b", str(lo), "-e", str(hi), "-f", "2", "-n", str(ns.iters), "-w", "5")
     for arm_name in ns.arms.split(","):
         arm = PRESETS[arm_name]
-        ours = run_allreduce((a, b), arm, cfg, None, out / arm_name / "probe")
-        eager = None
-        if ns.eager:
-            from dataclasses import replace
+        from dataclasses import replace
 
-            e = run_allreduce((a, b), arm, replace(cfg, graph=False), None, out / arm_name / "eager")
-            eager = {r.bytes: r for r in e.rows}
+        ours = run_allreduce((a, b), arm, cfg, None, out / arm_name / "probe")
+        extra: dict[str, dict[int, Row]] = {}
+        for flag, name, variant in ((ns.graph, "graph", replace(cfg, direct=False)),
+                                    (ns.eager, "eager", replace(cfg, direct=False, graph=False))):
+            if flag:
+                res = run_allreduce((a, b), arm, variant, None, out / arm_name / name)
+                extra[name] = {r.bytes: r for r in res.rows}
         nt = run_nccl_tests((a, b), arm, None, out / arm_name / "nccl-tests", 600.0, args=nt_args, mpi=ns.mpi)
         if nt is not None:
             theirs, label = theirs_from_nccl_tests(nt["parsed"]), f"nccl-tests ({nt['transport_note']})"
@@ -115,10 +119,10 @@ def main(argv: list[str]) -> int:
             theirs, label = REFERENCE.get(arm_name, {}), "the issue's reference numbers (nccl-tests not run here)"
         print(f"probe transport: {getattr(ours.proof, 'transport', '?')}; correct: {ours.correct}; "
               f"timing: {ours.meta.get('timing')}")
-        print("\n".join(table(arm_name, label, ours.rows, theirs, eager)), flush=True)
+        print("\n".join(table(arm_name, label, ours.rows, theirs, extra)), flush=True)
         report["arms"][arm_name] = {"ours": ours.to_dict(), "theirs_label": label,
                                     "theirs": {str(k): v for k, v in theirs.items()},
-                                    "eager": [vars(r) for r in eager.values()] if eager else None}
+                                    **{name: [vars(r) for r in rows.values()] for name, rows in extra.items()}}
     atomic_write_json(out / "results.json", report)
     print(f"results: {out / 'results.json'}")
     print(json.dumps({k: v["theirs_label"] for k, v in report["arms"].items()}))

@@ -6,12 +6,16 @@ One process per GPU, as vLLM runs, so NCCL picks the inter-process transport
 ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``; both GPUs of the pair are visible
 and rank r drives CUDA device r.
 
-Timing measures the link, not Python: per size, ``iters`` all-reduces are captured in
-one CUDA graph (after eager warm-up on a side stream, as torch requires for NCCL
-capture) and the graph is replayed ``graph_launches`` times between a barrier and a
-device synchronisation; the time per all-reduce is averaged over ranks, as nccl-tests
-does by default (``-a 1``). Progress lines start with ``[p2p-probe]`` so that a hang
-can be located from the last line of the log.
+Timing measures the link, not Python. By default (``direct``) the worker opens an NCCL
+communicator of its own through ctypes (``_nccl_direct``) and calls ``ncclAllReduce``
+back to back on one stream, as nccl-tests does, ``iters x graph_launches`` times between
+a barrier and a device synchronisation. Where that is unavailable, or with
+``direct: false``, ``iters`` all-reduces are captured in one CUDA graph through torch
+(after eager warm-up on a side stream, as torch requires) and replayed
+``graph_launches`` times. Either way the time per all-reduce is averaged over ranks, as
+nccl-tests does by default (``-a 1``), and the result says which method timed it.
+Progress lines start with ``[p2p-probe]`` so that a hang can be located from the last
+line of the log.
 """
 
 from __future__ import annotations
@@ -50,9 +54,22 @@ def main(argv: list[str]) -> int:
         checks += [_check(dist, torch, buf, n, rank, world, graph=True) for n in spec["check_sizes"]]
     buf.zero_()  # timing adds zeros: values stay finite however often the graph replays
 
+    direct, method = None, "graph" if spec["graph"] else "eager"
+    if spec.get("direct", True):
+        try:
+            from pytest_p2p.probes._nccl_direct import DirectComm
+
+            direct = DirectComm(dist, torch, rank, world)
+            checks.append(_check_direct(direct, torch, buf, spec["check_sizes"][0], rank, world))
+            method = "direct"
+        except Exception as exc:  # noqa: BLE001 - fall back to torch timing, and say so
+            say(f"direct NCCL timing unavailable ({type(exc).__name__}: {exc}); timing through torch ({method})")
+            direct = None
+    buf.zero_()
+
     rows = []
     for nbytes in spec["sizes"]:
-        t = _time_size(dist, torch, buf[: nbytes // 4], spec)
+        t = _time_size(dist, torch, buf[: nbytes // 4], spec, direct)
         times = torch.tensor([t], dtype=torch.float64, device=device)
         dist.all_reduce(times)
         mean_us = times.item() / world * 1e6
@@ -66,6 +83,7 @@ def main(argv: list[str]) -> int:
             "checks": checks,
             "world_size": world,
             "graph": spec["graph"],
+            "timing_method": method,
             "iters": spec["iters"],
             "warmup": spec["warmup"],
             "graph_launches": spec["graph_launches"],
@@ -74,6 +92,8 @@ def main(argv: list[str]) -> int:
             "device_names": [torch.cuda.get_device_name(i) for i in range(world)],
         })
     dist.barrier()
+    if direct is not None:
+        direct.close()
     dist.destroy_process_group()
     say("done")
     return 0
@@ -133,9 +153,33 @@ def _capture(dist: Any, torch: Any, x: Any, count: int, warmup: int, reset: Any 
     return g
 
 
-def _time_size(dist: Any, torch: Any, x: Any, spec: dict[str, Any]) -> float:
+def _check_direct(direct: Any, torch: Any, buf: Any, nbytes: int, rank: int, world: int) -> dict[str, Any]:
+    """Exact-value check of the direct NCCL path before it is trusted for timing."""
+    x = buf[: nbytes // 4]
+    x.fill_(float(rank + 1))
+    direct.all_reduce(x)
+    torch.cuda.synchronize()
+    bad = int((x != float(world * (world + 1) // 2)).sum().item())
+    say(f"check {nbytes} B direct: {'ok' if not bad else f'{bad} wrong elements'}")
+    if bad:
+        raise RuntimeError(f"direct ncclAllReduce gave {bad} wrong elements at {nbytes} B")
+    return {"bytes": nbytes, "graph": False, "direct": True, "wrong": bad, "first_wrong": None}
+
+
+def _time_size(dist: Any, torch: Any, x: Any, spec: dict[str, Any], direct: Any = None) -> float:
     """Seconds per all-reduce of ``x`` on this rank."""
     iters, launches = spec["iters"], spec["graph_launches"]
+    if direct is not None:
+        for _ in range(max(spec["warmup"], 1)):
+            direct.all_reduce(x)
+        torch.cuda.synchronize()
+        dist.barrier()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(iters * launches):
+            direct.all_reduce(x)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / (iters * launches)
     if spec["graph"]:
         g = _capture(dist, torch, x, iters, spec["warmup"])
         g.replay()  # first launch uploads the graph; not timed

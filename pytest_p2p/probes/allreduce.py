@@ -222,7 +222,7 @@ def run_allreduce(
     check_sizes = [s for s in CHECK_SIZES if s <= max(cfg.sizes)] or [min(cfg.sizes)]
     atomic_write_json(spec_path, {
         "sizes": list(cfg.sizes), "check_sizes": check_sizes, "iters": cfg.iters, "warmup": cfg.warmup,
-        "graph": cfg.graph, "graph_launches": cfg.graph_launches, "out": str(raw_path),
+        "graph": cfg.graph, "direct": cfg.direct, "graph_launches": cfg.graph_launches, "out": str(raw_path),
     })
     port = free_port()
     base = subprocess_env(pair, rig_env, arm.env)
@@ -259,12 +259,18 @@ def result_from_raw(pair: tuple[int, int], arm: Arm, raw: Mapping[str, Any], log
         rows = [Row.from_time(int(r["bytes"]), float(r["time_us"]), n) for r in raw["rows"]]
         checks = list(raw["checks"])
         correct = bool(checks) and all(int(c["wrong"]) == 0 for c in checks)
-        meta = {k: raw.get(k) for k in ("world_size", "graph", "iters", "warmup", "graph_launches",
+        meta = {k: raw.get(k) for k in ("world_size", "graph", "timing_method", "iters", "warmup", "graph_launches",
                                         "torch_version", "nccl_version", "device_names")}
     except (KeyError, TypeError, ValueError) as exc:
         raise ProbeError(f"{source}: malformed worker result ({type(exc).__name__}: {exc})") from None
-    meta["timing"] = (f"CUDA graph of {raw.get('iters')} all-reduces x {raw.get('graph_launches')} replays, "
-                      "mean over ranks" if raw.get("graph") else "eager loop, mean over ranks")
+    total = int(raw.get("iters") or 0) * int(raw.get("graph_launches") or 0)
+    meta["timing"] = {
+        "direct": f"{total} back-to-back ncclAllReduce calls on one stream (direct NCCL, as nccl-tests), "
+                  "mean over ranks",
+        "graph": f"CUDA graph of {raw.get('iters')} torch all-reduces x {raw.get('graph_launches')} replays, "
+                 "mean over ranks",
+    }.get(raw.get("timing_method") or ("graph" if raw.get("graph") else "eager"),
+          "eager torch loop (includes Python launch overhead), mean over ranks")
     return AllReduceResult(pair, arm.name, rows, correct, checks, log_path, None, meta)
 
 

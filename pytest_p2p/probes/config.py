@@ -15,7 +15,7 @@ from .. import validate as v
 from ..errors import ConfigError
 from ..util import format_size
 
-PROBE_KEYS = ("sizes", "decode_sizes", "decode", "iters", "warmup", "graph", "graph_launches", "timeout_s",
+PROBE_KEYS = ("sizes", "decode_sizes", "decode", "iters", "warmup", "graph", "direct", "graph_launches", "timeout_s",
               "thresholds", "uplift", "arms", "copy_bytes", "copy_reps", "nccl_tests")
 THRESHOLD_KINDS = ("busbw_min_gbs", "latency_max_us")
 DECODE_KEYS = ("hidden", "tp", "batches", "dtype_bytes")
@@ -53,7 +53,8 @@ class ProbeConfig:
     decode_sizes: tuple[int, ...] = DEFAULT_DECODE_SIZES
     iters: int = 20  # all-reduces per timed batch (per captured graph)
     warmup: int = 5  # eager all-reduces per size before capture (and before timing)
-    graph: bool = True  # capture the batch in a CUDA graph and replay it, like nccl-tests -G
+    graph: bool = True  # torch path: capture the batch in a CUDA graph and replay it, like nccl-tests -G
+    direct: bool = True  # time with back-to-back ncclAllReduce calls through ctypes (falls back to the torch path)
     graph_launches: int = 5  # timed replays of the captured batch
     timeout_s: float = 300.0  # whole probe, per arm and pair
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -104,7 +105,7 @@ def parse_probe(value: Any, source: str, path: str) -> ProbeConfig:
     for key, lo in (("iters", 1), ("warmup", 0), ("graph_launches", 1), ("copy_reps", 1)):
         if key in body:
             kw[key] = v.integer(body[key], source, v.join(path, key), lo=lo)
-    for key in ("graph", "nccl_tests"):
+    for key in ("graph", "direct", "nccl_tests"):
         if key in body:
             kw[key] = v.boolean(body[key], source, v.join(path, key))
     if "timeout_s" in body:
