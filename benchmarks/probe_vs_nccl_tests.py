@@ -1,6 +1,6 @@
 """Speed goal of the all-reduce probe: measure the link, not Python.
 
-Runs our probe (one process per GPU, timed with back-to-back direct NCCL calls) and nccl-tests' ``all_reduce_perf``
+Runs our probe (one process per GPU, direct NCCL calls captured in a CUDA graph) and nccl-tests' ``all_reduce_perf``
 side by side on a GPU pair, per arm, and prints our time/busbw against theirs per size.
 Goal: time within 10 % of nccl-tests at 8-512 KiB, busbw within 5 % from 1 MiB up.
 
@@ -87,6 +87,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--launches", type=int, default=5, help="timed graph replays per size")
     ap.add_argument("--mpi", action="store_true", help="nccl-tests under mpirun, one process per GPU")
     ap.add_argument("--graph", action="store_true", help="also time torch all-reduces captured in a CUDA graph")
+    ap.add_argument("--uncaptured", action="store_true", help="also time the direct NCCL calls without a graph")
     ap.add_argument("--eager", action="store_true", help="also time the plain torch loop (no graph)")
     ap.add_argument("--out", default="probe-vs-nccl-tests", help="directory for logs and results.json")
     ns = ap.parse_args(argv)
@@ -107,7 +108,8 @@ def main(argv: list[str]) -> int:
 
         ours = run_allreduce((a, b), arm, cfg, None, out / arm_name / "probe")
         extra: dict[str, dict[int, Row]] = {}
-        for flag, name, variant in ((ns.graph, "graph", replace(cfg, direct=False)),
+        for flag, name, variant in ((ns.uncaptured, "direct", replace(cfg, graph=False)),
+                                    (ns.graph, "graph", replace(cfg, direct=False)),
                                     (ns.eager, "eager", replace(cfg, direct=False, graph=False))):
             if flag:
                 res = run_allreduce((a, b), arm, variant, None, out / arm_name / name)

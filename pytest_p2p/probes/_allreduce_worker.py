@@ -6,14 +6,14 @@ One process per GPU, as vLLM runs, so NCCL picks the inter-process transport
 ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``; both GPUs of the pair are visible
 and rank r drives CUDA device r.
 
-Timing measures the link, not Python. By default (``direct``) the worker opens an NCCL
-communicator of its own through ctypes (``_nccl_direct``) and calls ``ncclAllReduce``
-back to back on one stream, as nccl-tests does, ``iters x graph_launches`` times between
-a barrier and a device synchronisation. Where that is unavailable, or with
-``direct: false``, ``iters`` all-reduces are captured in one CUDA graph through torch
-(after eager warm-up on a side stream, as torch requires) and replayed
-``graph_launches`` times. Either way the time per all-reduce is averaged over ranks, as
-nccl-tests does by default (``-a 1``), and the result says which method timed it.
+Timing measures the link, not Python. By default the worker opens an NCCL communicator
+of its own through ctypes (``_nccl_direct``), captures ``iters`` back-to-back
+``ncclAllReduce`` calls in one CUDA graph (as nccl-tests ``-G`` does) and replays it
+``graph_launches`` times between a barrier and a device synchronisation. ``graph: false``
+times the direct calls uncaptured (nccl-tests' default loop); ``direct: false`` uses
+torch's ``dist.all_reduce`` instead (captured, or an eager loop). Either way the time per
+all-reduce is averaged over ranks, as nccl-tests does by default (``-a 1``), and the
+result says which method timed it.
 Progress lines start with ``[p2p-probe]`` so that a hang can be located from the last
 line of the log.
 """
@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
 
             direct = DirectComm(dist, torch, rank, world)
             checks.append(_check_direct(direct, torch, buf, spec["check_sizes"][0], rank, world))
-            method = "direct"
+            method = "direct-graph" if spec["graph"] else "direct"
         except Exception as exc:  # noqa: BLE001 - fall back to torch timing, and say so
             say(f"direct NCCL timing unavailable ({type(exc).__name__}: {exc}); timing through torch ({method})")
             direct = None
@@ -166,18 +166,54 @@ def _check_direct(direct: Any, torch: Any, buf: Any, nbytes: int, rank: int, wor
     return {"bytes": nbytes, "graph": False, "direct": True, "wrong": bad, "first_wrong": None}
 
 
+def _capture_direct(direct: Any, torch: Any, x: Any, count: int, warmup: int) -> Any:
+    """``count`` direct ncclAllReduce calls captured in one CUDA graph (nccl-tests ``-G``), or None.
+
+    No torch collective is involved, so the graph holds NCCL's kernels back to back without
+    torch's per-collective event record/wait nodes.
+    """
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        direct.run(direct.prepare(x), max(warmup, 5))
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g, capture_error_mode="thread_local"):
+            direct.run(direct.prepare(x), count)  # prepared inside: the capture stream
+    except Exception as exc:  # noqa: BLE001 - fall back to uncaptured direct calls, and say so
+        say(f"capturing direct NCCL calls failed ({type(exc).__name__}: {exc}); timing them uncaptured")
+        torch.cuda.synchronize()
+        return None
+    return g
+
+
 def _time_size(dist: Any, torch: Any, x: Any, spec: dict[str, Any], direct: Any = None) -> float:
     """Seconds per all-reduce of ``x`` on this rank."""
     iters, launches = spec["iters"], spec["graph_launches"]
+    if direct is not None and spec["graph"]:
+        g = _capture_direct(direct, torch, x, iters, spec["warmup"])
+        if g is not None:
+            g.replay()  # first launch uploads the graph; not timed
+            torch.cuda.synchronize()
+            dist.barrier()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(launches):
+                g.replay()
+            torch.cuda.synchronize()
+            elapsed = time.perf_counter() - t0
+            del g
+            return elapsed / (iters * launches)
     if direct is not None:
-        for _ in range(max(spec["warmup"], 1)):
-            direct.all_reduce(x)
+        args = direct.prepare(x)
+        direct.run(args, max(spec["warmup"], 5))
         torch.cuda.synchronize()
         dist.barrier()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        for _ in range(iters * launches):
-            direct.all_reduce(x)
+        direct.run(args, iters * launches)
         torch.cuda.synchronize()
         return (time.perf_counter() - t0) / (iters * launches)
     if spec["graph"]:

@@ -265,7 +265,9 @@ def result_from_raw(pair: tuple[int, int], arm: Arm, raw: Mapping[str, Any], log
         raise ProbeError(f"{source}: malformed worker result ({type(exc).__name__}: {exc})") from None
     total = int(raw.get("iters") or 0) * int(raw.get("graph_launches") or 0)
     meta["timing"] = {
-        "direct": f"{total} back-to-back ncclAllReduce calls on one stream (direct NCCL, as nccl-tests), "
+        "direct-graph": f"CUDA graph of {raw.get('iters')} direct ncclAllReduce calls x "
+                        f"{raw.get('graph_launches')} replays (as nccl-tests -G), mean over ranks",
+        "direct": f"{total} back-to-back direct ncclAllReduce calls on one stream (as nccl-tests), "
                   "mean over ranks",
         "graph": f"CUDA graph of {raw.get('iters')} torch all-reduces x {raw.get('graph_launches')} replays, "
                  "mean over ranks",

@@ -53,7 +53,7 @@ class ProbeConfig:
     decode_sizes: tuple[int, ...] = DEFAULT_DECODE_SIZES
     iters: int = 20  # all-reduces per timed batch (per captured graph)
     warmup: int = 5  # eager all-reduces per size before capture (and before timing)
-    graph: bool = True  # torch path: capture the batch in a CUDA graph and replay it, like nccl-tests -G
+    graph: bool = True  # capture the timed batch in a CUDA graph (nccl-tests -G): stable; see docs/performance.md
     direct: bool = True  # time with back-to-back ncclAllReduce calls through ctypes (falls back to the torch path)
     graph_launches: int = 5  # timed replays of the captured batch
     timeout_s: float = 300.0  # whole probe, per arm and pair
