@@ -226,7 +226,7 @@ def test_demo_rig_campaign_end_to_end(pytester: pytest.Pytester, monkeypatch: py
     r = pytester.runpytest_subprocess(*PLUGINS, "--pyargs", "pytest_p2p.checks.test_campaign", "-v",
                                       "--p2p-reps", "2", "--p2p-results", str(results), timeout=150)
     out = r.stdout.str()
-    assert "test_uplift[gpu0-gpu1-c16]" in out and "test_transport[gpu0-gpu1-p2p_off]" in out
+    assert "test_uplift[gpu0-gpu1-c8]" in out and "test_transport[gpu0-gpu1-p2p_off]" in out
     assert "test_no_throttling[gpu0-gpu1-p2p_on-c4]" in out
     outcomes = r.parseoutcomes()
     assert outcomes.get("errors", 0) == 0 and outcomes.get("passed", 0) >= 17, out[-3000:]
@@ -236,7 +236,7 @@ def test_demo_rig_campaign_end_to_end(pytester: pytest.Pytester, monkeypatch: py
     (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["status"] == "complete" and meta["simulated"] and meta["reps"] == 2
-    assert meta["points"] == ["c1", "c4", "c16"] and meta["rig"] == "demo-h200x2-nvlink"
+    assert meta["points"] == ["c1", "c2", "c4", "c8"] and meta["rig"] == "demo-h200x2-nvlink"
     for arm in ("p2p_on", "p2p_off"):
         for point in meta["points"]:
             d = run_dir / "scenarios" / f"{arm}-{point}"
