@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
+from statistics import NormalDist
 from typing import Any
 
 STD_KIND = "sample (ddof=1)"
@@ -76,20 +78,28 @@ def _betainc(a: float, b: float, x: float) -> float:
 
 
 def t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
+    """P(T <= t) for Student's t with ``df`` degrees of freedom (fractional and infinite df allowed)."""
     if df <= 0:
         raise StatsError(f"degrees of freedom must be positive, got {df}")
+    if math.isinf(df):
+        return NormalDist().cdf(t)
     x = df / (df + t * t)
     tail = 0.5 * _betainc(df / 2.0, 0.5, x)
     return 1.0 - tail if t >= 0 else tail
 
 
+@lru_cache(maxsize=4096)
 def t_quantile(p: float, df: float) -> float:
-    """Inverse of :func:`t_cdf` by bisection (monotone, so it cannot miss); |error| < 1e-10."""
+    """Inverse of :func:`t_cdf` by bisection (monotone, so it cannot miss); |error| < 1e-10.
+
+    Cached: a baseline comparison asks for the same (p, df) many times.
+    """
     if not 0.0 < p < 1.0:
         raise StatsError(f"probability must be in (0, 1), got {p}")
     if df <= 0:
         raise StatsError(f"degrees of freedom must be positive, got {df}")
+    if math.isinf(df) or df > 1e7:
+        return NormalDist().inv_cdf(p)
     if p == 0.5:
         return 0.0
     if p < 0.5:

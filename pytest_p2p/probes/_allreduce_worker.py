@@ -189,23 +189,26 @@ def _capture_direct(direct: Any, torch: Any, x: Any, count: int, warmup: int) ->
     return g
 
 
+def _time_replays(g: Any, dist: Any, torch: Any, launches: int) -> float:
+    """Seconds per replay of graph ``g``: one untimed upload launch, then ``launches`` between barriers."""
+    g.replay()  # first launch uploads the graph; not timed
+    torch.cuda.synchronize()
+    dist.barrier()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(launches):
+        g.replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / launches
+
+
 def _time_size(dist: Any, torch: Any, x: Any, spec: dict[str, Any], direct: Any = None) -> float:
     """Seconds per all-reduce of ``x`` on this rank."""
     iters, launches = spec["iters"], spec["graph_launches"]
     if direct is not None and spec["graph"]:
         g = _capture_direct(direct, torch, x, iters, spec["warmup"])
         if g is not None:
-            g.replay()  # first launch uploads the graph; not timed
-            torch.cuda.synchronize()
-            dist.barrier()
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(launches):
-                g.replay()
-            torch.cuda.synchronize()
-            elapsed = time.perf_counter() - t0
-            del g
-            return elapsed / (iters * launches)
+            return _time_replays(g, dist, torch, launches) / iters
     if direct is not None:
         args = direct.prepare(x)
         direct.run(args, max(spec["warmup"], 5))
@@ -217,18 +220,7 @@ def _time_size(dist: Any, torch: Any, x: Any, spec: dict[str, Any], direct: Any 
         torch.cuda.synchronize()
         return (time.perf_counter() - t0) / (iters * launches)
     if spec["graph"]:
-        g = _capture(dist, torch, x, iters, spec["warmup"])
-        g.replay()  # first launch uploads the graph; not timed
-        torch.cuda.synchronize()
-        dist.barrier()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(launches):
-            g.replay()
-        torch.cuda.synchronize()
-        elapsed = time.perf_counter() - t0
-        del g
-        return elapsed / (iters * launches)
+        return _time_replays(_capture(dist, torch, x, iters, spec["warmup"]), dist, torch, launches) / iters
     for _ in range(spec["warmup"]):
         dist.all_reduce(x)
     torch.cuda.synchronize()
