@@ -49,6 +49,17 @@ _VOCAB = (  # noqa: SIM905 - one readable string, not 130 quoted words
     "three").split()
 
 
+def require_client() -> None:
+    """A clear error, not a traceback, when the OpenAI client library is missing."""
+    try:
+        import openai  # noqa: F401
+    except ImportError:
+        from ..errors import ServerError
+
+        raise ServerError("the load generator needs the 'openai' package (a dependency of pytest-p2p and of "
+                          "vLLM): pip install 'openai>=1.40'") from None
+
+
 def http_module() -> Any:
     """The httpx module the installed ``openai`` SDK is built on.
 
@@ -252,6 +263,7 @@ async def run_load_async(base_url: str, api_key: str, model: str, *, concurrency
                          keep_chunk_times: bool = False,
                          records_out: list[RequestRecord] | None = None) -> dict[str, Any]:
     """Run ``warmup`` unmeasured requests, then ``num_prompts`` at closed-loop ``concurrency`` (one event loop)."""
+    require_client()
     _check_shape(concurrency, num_prompts, input_len, output_len, warmup, endpoint)
     prompts = make_prompts(warmup + num_prompts, input_len, seed)
     warm, recs, t0, t1 = await _drive(
@@ -352,6 +364,7 @@ def run_load(base_url: str, api_key: str, model: str, *, concurrency: int, num_p
     ``client_processes > 1`` splits the closed loop over that many client processes, for
     token rates beyond one core's ceiling (docs/performance.md).
     """
+    require_client()
     coro_kwargs = dict(concurrency=concurrency, num_prompts=num_prompts, input_len=input_len,
                        output_len=output_len, seed=seed, warmup=warmup, request_timeout_s=request_timeout_s,
                        endpoint=endpoint, **kwargs)
