@@ -364,3 +364,12 @@ def test_probe_campaign_with_a_fake_nccl_worker(tmp_path: Path) -> None:
     assert (res.run_dir / "scenarios" / "p2p_on-s128KiB" / "server_run1.log").read_text().count("via P2P/CUMEM")
     meta = json.loads((res.run_dir / "run.json").read_text())
     assert meta["kind"] == "probe" and meta["uplift"]["direction"] == "lower" and meta["server"] is None
+
+
+def test_pair_scope_groups_by_the_pair_in_the_test_id():
+    from pytest_p2p.campaign.hooks import pair_scope
+
+    assert pair_scope("checks/test_campaign.py::test_uplift[gpu0-gpu1-c8]") == "gpu0-gpu1"
+    assert pair_scope("checks/test_probes.py::test_transport[gpu2-gpu3-p2p_on]") == "gpu2-gpu3"
+    assert pair_scope("checks/test_evidence.py::test_pcie_link[gpu1]") is None
+    assert pair_scope("tests/test_x.py::test_y[gpu10-gpu11]") == "gpu10-gpu11"

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -228,6 +229,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         pair = (getattr(callspec, "params", None) or {}).get("p2p_pair")
         if pair is not None:
             item.add_marker(pytest.mark.xdist_group(name=f"gpu{pair[0]}-gpu{pair[1]}"))
+
+
+_PAIR_IN_ID = re.compile(r"\[(gpu\d+-gpu\d+)\b")
+
+
+def pair_scope(nodeid: str) -> str | None:
+    """The GPU pair a test id belongs to (``test_uplift[gpu0-gpu1-c8]`` -> ``gpu0-gpu1``), if any."""
+    m = _PAIR_IN_ID.search(nodeid)
+    return m.group(1) if m else None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadgroup``, one work unit per GPU pair, read from the test id itself.
+
+    xdist's own loadgroup reads ``xdist_group`` marks through a node-id suffix that
+    pytest 9.2 no longer lets it set (seen with xdist 3.8: tests of one group spread over
+    workers), so pair grouping must not depend on it. Tests without a pair in their id keep
+    xdist's behaviour.
+    """
+    if config.getoption("dist", None) != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class PairScheduling(LoadGroupScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return pair_scope(nodeid) or super()._split_scope(nodeid)
+
+    return PairScheduling(config, log)
 
 
 def _run_id(config: pytest.Config, rig_name: str, pair_key: str, root: Any) -> str | None:
