@@ -6,6 +6,7 @@ dying server, a CI timeout) and nothing already measured may be lost or half-wri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -27,10 +28,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     return target
 

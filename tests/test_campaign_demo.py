@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from pytest_p2p.campaign.config import parse_campaign
-from pytest_p2p.campaign.lease import GpuLease
 from pytest_p2p.campaign.progress import Progress
 from pytest_p2p.campaign.runner import CampaignRunner
 from pytest_p2p.campaign.telemetry import REASON_HW_THERMAL, SimulatedReader
+from pytest_p2p.lease import GpuLease
 from pytest_p2p.probes.arms import PRESETS
 
 DEMO_SNAPSHOT = Path(__file__).parents[1] / "pytest_p2p" / "demo" / "h200x2-nvlink.snapshot.json"

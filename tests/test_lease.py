@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_p2p.campaign.lease import GpuLease, LeaseTimeout
+from pytest_p2p.lease import GpuLease, LeaseTimeout
 
 
 def _hold(lock_dir: str, gpus: list[int], seconds: float, log: str, tag: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -133,10 +135,8 @@ def test_arbitrary_structures_never_crash_the_validator(data):
 def test_arbitrary_text_never_crashes_the_loader(tmp_path_factory, text):
     f = tmp_path_factory.mktemp("rig") / "r.yaml"
     f.write_text(text, encoding="utf-8")
-    try:
+    with contextlib.suppress(ConfigError):
         load_rig(f)
-    except ConfigError:
-        pass
 
 
 def test_yaml_dump_of_gen_config_round_trips(snapshot_5060ti):

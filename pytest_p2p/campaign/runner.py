@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import P2PError
+from ..lease import GpuLease
 from ..util import atomic_write_json
 from .config import CampaignConfig
 from .energy import energy_metrics, window_energy
-from .lease import GpuLease
 from .progress import Progress
 from .schedule import build_schedule, describe
 from .stats import CI_KIND, STD_KIND, UPLIFT_KIND, paired_uplift, summarize

@@ -119,15 +119,16 @@ class ProbeState:
         from .allreduce import run_allreduce, write_result
 
         out = self.out_dir(pair, arm.name)
-        result = run_allreduce(pair, arm, self.cfg, self.session.rig.env, out)
-        if self.cfg.nccl_tests:
-            from .nccltests_runner import run_nccl_tests
+        with _lease(pair, f"all-reduce probe {key}", self.cfg.timeout_s):
+            result = run_allreduce(pair, arm, self.cfg, self.session.rig.env, out)
+            if self.cfg.nccl_tests:
+                from .nccltests_runner import run_nccl_tests
 
-            try:  # a second opinion: its failure must not discard our measurement
-                result.nccl_tests = run_nccl_tests(pair, arm, self.session.rig.env, out, self.cfg.timeout_s)
-            except P2PError as exc:
-                result.nccl_tests = {"error": str(exc)}
-            write_result(result, out)
+                try:  # a second opinion: its failure must not discard our measurement
+                    result.nccl_tests = run_nccl_tests(pair, arm, self.session.rig.env, out, self.cfg.timeout_s)
+                except P2PError as exc:
+                    result.nccl_tests = {"error": str(exc)}
+                write_result(result, out)
         return result
 
     def _copy(self, pair: tuple[int, int]) -> P2PCopyResult:
@@ -136,7 +137,15 @@ class ProbeState:
         self._need_live(f"the P2P copy probe (gpu{pair[0]}-gpu{pair[1]})")
         from .p2pcopy import run_p2p_copy
 
-        return run_p2p_copy(pair, self.cfg, self.out_dir(pair), self.session.rig.env)
+        with _lease(pair, f"P2P copy probe gpu{pair[0]}-gpu{pair[1]}", self.cfg.timeout_s):
+            return run_p2p_copy(pair, self.cfg, self.out_dir(pair), self.session.rig.env)
+
+
+def _lease(pair: tuple[int, int], what: str, timeout_s: float) -> Any:
+    """The host-wide GPU lease: no probe overlaps a server or another probe on either GPU of the pair."""
+    from ..lease import GpuLease, default_lock_dir
+
+    return GpuLease(default_lock_dir()).hold(pair, what, timeout_s)
 
 
 def probes_dir(replay: Path) -> Path:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import P2PError
+from .errors import P2PError
 
 LOCK_DIR_ENV = "PYTEST_P2P_LOCK_DIR"
 
