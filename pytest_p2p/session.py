@@ -124,7 +124,7 @@ class P2PSession:
 
 def _from_config(config: pytest.Config) -> P2PSession:
     rig_opt = resolve(config, dest="p2p_rig", flag="--p2p-rig", env="PYTEST_P2P_RIG", ini="p2p_rig", default=None)
-    snap = resolve(config, dest="p2p_snapshot", flag="--p2p-snapshot", env="PYTEST_P2P_SNAPSHOT",
+    snap: Resolved[str | None] = resolve(config, dest="p2p_snapshot", flag="--p2p-snapshot", env="PYTEST_P2P_SNAPSHOT",
                    ini="p2p_snapshot", default=None)
     results = resolve(config, dest="p2p_results", flag="--p2p-results", env="PYTEST_P2P_RESULTS",
                       ini="p2p_results", default="p2p-results")

@@ -82,10 +82,10 @@ def nvml_available() -> tuple[bool, str]:
     return True, f"NVML sees {count} GPU(s)"
 
 
-def _try(fn: Callable[[], T]) -> T | None:
+def _try(fn: Callable[..., T], *args: Any) -> T | None:
     """NVML getters raise NotSupported & co. on some GPUs; that is 'not reported', not an error."""
     try:
-        return fn()
+        return fn(*args)
     except Exception:  # noqa: BLE001 - pynvml raises a zoo of NVMLError subclasses and ctypes errors
         return None
 
@@ -172,18 +172,18 @@ def read_pcie(nv: Any, h: Any) -> PcieReading:
 def _nvlinks(nv: Any, h: Any) -> list[NvLinkState]:
     links: list[NvLinkState] = []
     for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", MAX_NVLINKS)):
-        state = _try(lambda link=link: nv.nvmlDeviceGetNvLinkState(h, link))
+        state = _try(nv.nvmlDeviceGetNvLinkState, h, link)
         if state is None:
             continue  # no such link (NotSupported / InvalidArgument)
-        version = _try(lambda link=link: nv.nvmlDeviceGetNvLinkVersion(h, link))
-        remote = _try(lambda link=link: nv.nvmlDeviceGetNvLinkRemotePciInfo(h, link))
-        rtype = _try(lambda link=link: nv.nvmlDeviceGetNvLinkRemoteDeviceType(h, link))
-        crc = [_try(lambda link=link, c=c: nv.nvmlDeviceGetNvLinkErrorCounter(h, link, c))
+        version = _try(nv.nvmlDeviceGetNvLinkVersion, h, link)
+        remote = _try(nv.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
+        rtype = _try(nv.nvmlDeviceGetNvLinkRemoteDeviceType, h, link)
+        crc = [_try(nv.nvmlDeviceGetNvLinkErrorCounter, h, link, c)
                for c in (nv.NVML_NVLINK_ERROR_DL_CRC_FLIT, nv.NVML_NVLINK_ERROR_DL_CRC_DATA)]
-        replay = _try(lambda link=link: nv.nvmlDeviceGetNvLinkErrorCounter(h, link, nv.NVML_NVLINK_ERROR_DL_REPLAY))
+        replay = _try(nv.nvmlDeviceGetNvLinkErrorCounter, h, link, nv.NVML_NVLINK_ERROR_DL_REPLAY)
         remote_bus = None
         if remote is not None:
-            remote_bus = _try(lambda remote=remote: normalize_bus_id(_text(remote.busId)))
+            remote_bus = _try(normalize_bus_id, _text(remote.busId))
         known_crc = [c for c in crc if c is not None]
         links.append(NvLinkState(
             link=link,
@@ -201,7 +201,7 @@ def _pair(nv: Any, a: GpuEvidence, b: GpuEvidence, ha: Any, hb: Any) -> PairEvid
     level = _try(lambda: nv.nvmlDeviceGetTopologyCommonAncestor(ha, hb))
     status = {}
     for name, idx in P2P_CAPS.items():
-        code = _try(lambda idx=idx: nv.nvmlDeviceGetP2PStatus(ha, hb, idx))
+        code = _try(nv.nvmlDeviceGetP2PStatus, ha, hb, idx)
         status[name] = P2P_STATUS.get(int(code), "U") if code is not None else None
     between = nvlinks_between(a, b, status.get("nvlink"))
     topology = f"NV{between}" if between else (TOPOLOGY_CLASS.get(int(level)) if level is not None else None)
@@ -317,10 +317,10 @@ def read_under_load(evidence: Evidence, *, seconds: float = 2.0, python: str | N
     by_bus = {g.bus_id: g for g in evidence.gpus}
     cuda_to_nvml: dict[int, int] = {}
     for dev in result["devices"]:
-        g = by_bus.get(normalize_bus_id(dev["bus_id"]))
-        if g is not None:
-            g.cuda_index = dev["cuda_index"]
-            cuda_to_nvml[dev["cuda_index"]] = g.index
+        match = by_bus.get(normalize_bus_id(dev["bus_id"]))
+        if match is not None:
+            match.cuda_index = dev["cuda_index"]
+            cuda_to_nvml[dev["cuda_index"]] = match.index
     peer = {(cuda_to_nvml.get(i), cuda_to_nvml.get(j)): ok for i, j, ok in result["peer"]}
     for p in evidence.pairs:
         p.cuda_peer_ab = peer.get((p.a, p.b))

@@ -87,7 +87,7 @@ def evidence_from_envelope(data: Any, label: str) -> Evidence:
                             f"({__version__}) understands (up to {VERSION}); upgrade pytest-p2p to read it")
     if version < 1:
         raise SnapshotError(f"{label}: version: {version} is not a valid snapshot version")
-    ev = data.get("evidence")
+    ev: Any = data.get("evidence")
     _check(ev, _TOP_FIELDS, label, "evidence")
     for i, g in enumerate(ev["gpus"]):
         path = f"evidence.gpus[{i}]"

@@ -61,6 +61,8 @@ class DirectComm:
             self._check(self.lib.ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
         box = [bytes(uid.internal) if rank == 0 else None]
         dist.broadcast_object_list(box, src=0)
+        if not isinstance(box[0], bytes) or len(box[0]) != 128:
+            raise RuntimeError("ncclUniqueId broadcast from rank 0 was lost or malformed")
         ctypes.memmove(uid.internal, box[0], 128)
         self.comm = ctypes.c_void_p()
         self._check(self.lib.ncclCommInitRank(ctypes.byref(self.comm), world, uid, rank), "ncclCommInitRank")
