@@ -354,10 +354,12 @@ class Server:
         if include_usage:
             tail += _chunk((head + ',"choices":[],"usage":' + _usage(n_prompt, n_out) + "}\n\n").encode())
         tail += _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
-        writer.write(tail)
         if sends is not None:
+            # logged before [DONE] goes out: a client that reads the log once its stream ended
+            # (benchmarks/harness_ceiling.py, the tests) must find this request's lines there
             st.ts_file.write("".join(f"{rid} {k} {t:.9f}\n" for k, t in enumerate(sends)))
             st.ts_file.flush()
+        writer.write(tail)
         await writer.drain()
 
 
