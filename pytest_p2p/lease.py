@@ -55,17 +55,25 @@ class GpuLease:
         except OSError:
             return "unknown"
 
+    def _open(self, gpu: int) -> int:
+        try:
+            self.lock_dir.mkdir(parents=True, exist_ok=True)
+            return os.open(self._path(gpu), os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise P2PError(f"GPU lock file {self._path(gpu)} cannot be opened ({exc.strerror or exc}); "
+                           f"point ${LOCK_DIR_ENV} at a writable directory shared by every process "
+                           "on this host") from None
+
     @contextlib.contextmanager
     def hold(self, gpus: Sequence[int], what: str, timeout_s: float = 3600.0) -> Iterator[float]:
         """Hold every GPU in ``gpus`` for the ``with`` block; yields the seconds spent waiting."""
         import fcntl
 
-        self.lock_dir.mkdir(parents=True, exist_ok=True)
         fds: list[int] = []
         start = time.monotonic()
         try:
             for gpu in sorted(set(gpus)):
-                fd = os.open(self._path(gpu), os.O_RDWR | os.O_CREAT, 0o666)
+                fd = self._open(gpu)
                 fds.append(fd)
                 while True:
                     try:

@@ -67,3 +67,14 @@ def test_lock_released_on_exit_and_reentrant_sequence(tmp_path: Path) -> None:
     assert lease.held == []
     with lease.hold([0], "y", timeout_s=0.1):
         pass
+
+
+def test_unusable_lock_dir_is_a_clear_error(tmp_path: Path) -> None:
+    from pytest_p2p.errors import P2PError
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    lease = GpuLease(blocker / "locks")
+    with pytest.raises(P2PError, match="PYTEST_P2P_LOCK_DIR"), lease.hold([0, 1], "test"):
+        pass
+    assert lease.held == []
