@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -76,3 +77,44 @@ def test_sampler_survives_reader_errors() -> None:
     time.sleep(0.15)
     s.stop()
     assert s.rows == [] and "GPU_IS_LOST" in s.errors[0]
+
+
+def test_window_holds_no_sample_read_before_its_start_mark() -> None:
+    """A background read still in flight when ``start`` is marked must land before the window."""
+
+    class Slow(tm._Reader):
+        def read(self):  # type: ignore[override]
+            t = time.time()
+            if threading.current_thread().name == "p2p-telemetry":
+                time.sleep(0.3)
+            return [{"wall_epoch": t, "index": 0}]
+
+    s = tm.Sampler(Slow(), hz=20).start()
+    time.sleep(0.15)  # the background thread is inside a slow read now
+    s.mark("start")
+    time.sleep(0.4)  # ... and has appended it by now
+    s.mark("end")
+    s.stop()
+    t0 = s.mark_rows["start"][0]["wall_epoch"]
+    assert all(row["wall_epoch"] >= t0 for row in s.window())
+
+
+def test_nvml_that_cannot_start_is_a_clear_error(monkeypatch) -> None:
+    import sys
+    import types
+
+    import pytest
+
+    from pytest_p2p.errors import P2PError
+
+    shut: list[bool] = []
+    fake = types.SimpleNamespace(nvmlInit=lambda: None, nvmlShutdown=lambda: shut.append(True))
+
+    def no_handle(i: int) -> None:
+        raise RuntimeError("NVML_ERROR_INVALID_ARGUMENT")
+
+    fake.nvmlDeviceGetHandleByIndex = no_handle
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    with pytest.raises(P2PError, match=r"GPU\(s\) \[0, 7\].*INVALID_ARGUMENT"):
+        tm.make_reader([0, 7], simulated=False)
+    assert shut == [True]  # the init is undone

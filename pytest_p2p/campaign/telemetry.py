@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import P2PError
 from ..util import atomic_write_text
 
 COLUMNS = (
@@ -107,9 +108,17 @@ class NvmlReader(_Reader):
     def __init__(self, gpus: Sequence[int]) -> None:
         import pynvml  # lazily: only a real GPU run gets here
 
-        pynvml.nvmlInit()
         self._pynvml = pynvml
-        self._handles = [(g, pynvml.nvmlDeviceGetHandleByIndex(g)) for g in gpus]
+        try:
+            pynvml.nvmlInit()
+        except Exception as exc:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
+            raise P2PError(f"telemetry: NVML cannot start ({type(exc).__name__}: {exc})") from None
+        try:
+            self._handles = [(g, pynvml.nvmlDeviceGetHandleByIndex(g)) for g in gpus]
+        except Exception as exc:
+            self.close()
+            raise P2PError(f"telemetry: NVML has no handle for GPU(s) {list(gpus)} "
+                           f"({type(exc).__name__}: {exc})") from None
 
     def read(self) -> list[Row]:
         return [_nvml_read(self._pynvml, h, g) for g, h in self._handles]
@@ -210,30 +219,30 @@ class Sampler:
     def simulated(self) -> bool:
         return bool(getattr(self.reader, "simulated", False))
 
-    def sample_now(self) -> list[Row]:
+    def _read(self) -> list[Row]:
+        """One reading, appended to ``rows``; the caller holds the lock (see :meth:`mark`)."""
         try:
             rows = self.reader.read()
         except Exception as exc:  # a flaky read is recorded, never kills the rep
             self.errors.append(f"{type(exc).__name__}: {exc}")
             return []
-        with self._lock:
-            self.rows.extend(rows)
+        self.rows.extend(rows)
         return rows
+
+    def sample_now(self) -> list[Row]:
+        with self._lock:
+            return self._read()
 
     def mark(self, name: str) -> float:
         """Sample now and remember the samples as the rows *at* this event (energy reads them).
 
-        The read and its position in ``rows`` are taken under the lock, so the window between
-        two marks is exact: no sample from before ``start`` or after ``end`` slips in.
+        Every read and its append to ``rows`` happen under one lock, so ``rows`` is in reading
+        order and the window between two marks is exact: a background sample read before
+        ``start`` cannot be appended after it, nor one read after ``end`` before it.
         """
         with self._lock:
             first = len(self.rows)
-            try:
-                rows = self.reader.read()
-            except Exception as exc:
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-                rows = []
-            self.rows.extend(rows)
+            rows = self._read()
             self.mark_index[name] = (first, len(self.rows))
         self.mark_rows[name] = rows
         self.marks[name] = time.time()
@@ -331,7 +340,11 @@ def assess(rows: Sequence[Row], expected_link: Mapping[int, tuple[int | None, in
 
 def make_reader(gpus: Sequence[int], *, simulated: bool,
                 link: Mapping[int, tuple[int | None, int | None]] | None = None) -> _Reader:
-    """NVML when the run is live; the labelled simulation otherwise (or when NVML cannot start)."""
+    """NVML when the run is live, the labelled simulation otherwise.
+
+    A live run never falls back to the simulation: a NVML that cannot start is an error
+    (:class:`NvmlReader`), not numbers that would read like a measurement.
+    """
     if simulated:
         return SimulatedReader(gpus=list(gpus), link=dict(link or {}))
     return NvmlReader(gpus)
