@@ -31,6 +31,18 @@ def test_save_is_idempotent_and_keyed_by_bus_ids(tmp_path):
             st.accept("nope", "accepted")
 
 
+def test_run_prefix_is_literal(tmp_path):
+    """``_`` in a run id (every id has them) is a character, not a LIKE wildcard."""
+    with Store(tmp_path / "h.db") as st:
+        for run_id in ("20260101-000000_rig_gpu0-gpu1", "20260101-000000xrig_gpu0-gpu1"):
+            st.save_run_dir(write_run(tmp_path, run_id))
+        assert st.run("20260101-000000_").run_id == "20260101-000000_rig_gpu0-gpu1"
+        with pytest.raises(StoreError, match="2 runs start with it"):
+            st.run("20260101-000000")
+        with pytest.raises(StoreError, match="no run '%'"):
+            st.run("%")
+
+
 def test_corrupt_file_is_refused_and_untouched(tmp_path):
     db = tmp_path / "h.db"
     db.write_bytes(b"this is not a database at all" * 10)

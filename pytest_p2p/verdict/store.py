@@ -251,8 +251,9 @@ class Store:
     def run(self, run_id: str) -> RunRecord:
         row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
-            matches = self.db.execute("SELECT * FROM runs WHERE run_id LIKE ? ORDER BY run_id",
-                                      (run_id + "%",)).fetchall()
+            # a literal prefix: LIKE would read the '_' of every run id as a wildcard
+            matches = self.db.execute("SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY run_id",
+                                      (len(run_id), run_id)).fetchall()
             if len(matches) == 1:
                 return self._record(matches[0])
             hint = f" ({len(matches)} runs start with it)" if matches else ""
