@@ -122,3 +122,30 @@ def test_demo_session_replays_the_embedded_probe_recording(pytester, monkeypatch
     result = pytester.runpytest(*argv)
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["*p2p probes: replay of *data/probes (the embedded demo recording)*"])
+
+
+def test_xdist_group_of_probe_checks_is_the_pair_group_of_the_campaign_stage():
+    """test_transport[gpu0-gpu1-p2p_on] and test_uplift[gpu0-gpu1] (grouped by the campaign hook) share a group."""
+    from types import SimpleNamespace
+
+    from pytest_p2p.campaign import hooks as campaign_hooks
+    from pytest_p2p.probes import hooks as probe_hooks
+    from pytest_p2p.probes.arms import PRESETS
+
+    class Item:
+        def __init__(self, params: dict, fixturenames: tuple[str, ...]) -> None:
+            self.callspec = SimpleNamespace(params=params)
+            self.fixturenames = fixturenames
+            self.marks: list = []
+
+        def add_marker(self, mark) -> None:
+            self.marks.append(mark)
+
+    config = SimpleNamespace(pluginmanager=SimpleNamespace(hasplugin=lambda name: name == "xdist"))
+    case = probe_hooks.ProbeCase((0, 1), PRESETS["p2p_on"])
+    per_arm = Item({"p2p_probe_case": case}, ("p2p_probe_case", "p2p_allreduce"))
+    uplift = Item({"p2p_pair": (0, 1)}, ("p2p_probe_state", "p2p_pair"))
+    for hook in (campaign_hooks.pytest_collection_modifyitems, probe_hooks.pytest_collection_modifyitems):
+        hook(config, [per_arm, uplift])  # the campaign hook is tryfirst
+    assert per_arm.marks[0].name == uplift.marks[0].name == "xdist_group"
+    assert per_arm.marks[0].kwargs == uplift.marks[0].kwargs == {"name": "gpu0-gpu1"}

@@ -303,7 +303,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under ``xdist --dist loadgroup``, keep every probe check of a pair on one worker.
 
     The probe cache is per process: without grouping, two workers would each run the
-    same pair's probes, at the same time, on the same GPUs.
+    same pair's probes (the lease serialises them, but each pays for them). The group is
+    named like the campaign stage's (``gpu0-gpu1``): ``test_uplift[gpu0-gpu1]`` gets that
+    one first, and the per-arm checks of the pair must land in the same group.
     """
     if not config.pluginmanager.hasplugin("xdist"):
         return
@@ -315,7 +317,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif "p2p_pair" in params and {"p2p_copy", "p2p_probe_state"} & set(getattr(item, "fixturenames", ())):
             pair = params["p2p_pair"]
         if pair is not None:
-            item.add_marker(pytest.mark.xdist_group(f"p2p-probes-gpu{pair[0]}-gpu{pair[1]}"))
+            item.add_marker(pytest.mark.xdist_group(name=f"gpu{pair[0]}-gpu{pair[1]}"))
 
 
 @pytest.fixture(scope="session")
