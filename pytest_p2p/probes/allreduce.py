@@ -189,11 +189,7 @@ def run_ranks(
                 raise ProbeError(f"{what}: timed out after {timeout_s:g} s (a hung NCCL rank?); process groups "
                                  f"killed; last log line: {last_line(logs)}")
             time.sleep(0.05)
-    except KeyboardInterrupt:
-        for p in procs:
-            kill_group(p)
-        raise
-    finally:
+    finally:  # success, failure, timeout or Ctrl-C: no rank's process group outlives this call
         for p in procs:
             kill_group(p)
         for fh in handles:

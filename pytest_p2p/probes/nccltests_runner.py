@@ -97,9 +97,8 @@ def run_nccl_tests(
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            kill_group(proc)
             raise ProbeError(f"{what}: timed out after {timeout_s:g} s; log {log}") from None
-        finally:
+        finally:  # also on success: mpirun or the binary may leave a child behind in the group
             kill_group(proc)
     text = log.read_text(errors="replace")
     if code != 0:
@@ -107,6 +106,5 @@ def run_nccl_tests(
         raise ProbeError(f"{what}: exited with status {code}; last line: {tail[0]}")
     from .nccltests import parse_all_reduce_perf
 
-    parsed = parse_all_reduce_perf(text, str(log))
-    as_dict = parsed.to_dict() if hasattr(parsed, "to_dict") else parsed
-    return {"command": cmd, "mpi": mpi, "transport_note": TRANSPORT_NOTE[mpi], "parsed": as_dict, "log": log.name}
+    parsed = parse_all_reduce_perf(text, str(log)).to_dict()
+    return {"command": cmd, "mpi": mpi, "transport_note": TRANSPORT_NOTE[mpi], "parsed": parsed, "log": log.name}

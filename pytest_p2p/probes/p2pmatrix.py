@@ -150,8 +150,7 @@ def parse_p2p_bandwidth_latency(text: str, source: str = "<p2pBandwidthLatencyTe
                 opened_at = number
                 rows = {}
             continue
-        # A heading line: a pending heading with no matrix under it is truncation.
-        continue
+        # a heading line: its matrix follows (only the last heading can be left without one: _check_complete)
     close(len(lines) + 1)
     _check_complete(res, heading, source, strict, len(lines))
     if not res.devices:  # excerpts without the "Device: i, ..." lines: the matrices still name the devices

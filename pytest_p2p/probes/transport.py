@@ -493,7 +493,6 @@ def parse_nccl_log(text: str, source: str = "<log>") -> TransportProof:
     versions: list[str] = []
     info = warn = 0
     unparsed = 0
-    seen_conn: set[tuple[Any, ...]] = set()
     if not isinstance(text, str):  # defensive: bytes from a careless caller
         text = text.decode("utf-8", "replace") if isinstance(text, (bytes, bytearray)) else str(text)
 
@@ -506,7 +505,6 @@ def parse_nccl_log(text: str, source: str = "<log>") -> TransportProof:
         conn = _parse_connection(msg)
         if conn is not None:
             proof.connections.append(conn)
-            key = (conn.transport, conn.kind)
             ev.add(f"used_{conn.transport.lower()}", msg)
             if conn.transport == "P2P":
                 ev.add("p2p_kind", msg)
@@ -518,8 +516,6 @@ def parse_nccl_log(text: str, source: str = "<log>") -> TransportProof:
                 ev.add("net_gdrdma", msg)
             if conn.transport == "SHM":
                 ev.add("shm_mode", msg)
-            if key not in seen_conn:
-                seen_conn.add(key)
             continue
         if _CHANNEL_LIKE_RE.match(t):
             unparsed += 1
