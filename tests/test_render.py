@@ -254,3 +254,13 @@ def test_zero_throughput_rep_gives_no_uplift_not_a_crash(tmp_path: Path) -> None
     c4 = next(u for u in s["uplift"] if u["point"] == "c4")
     assert c4["estimate"] is None and c4["passed"] is None and "positive values" in c4["message"]
     assert "c4 n/a" in (rd.path / "summary.md").read_text()
+
+
+def test_uplift_direction_fallback_is_the_campaigns() -> None:
+    """A run.json without a recorded direction gets the campaign's rule for the metric (watts: lower)."""
+    from pytest_p2p.campaign.config import metric_direction
+    from pytest_p2p.report.render import _uplift_settings
+
+    for metric in ("avg_watts", "mean_ttft_ms", "busbw_gbs", "joules_per_token", "tokens_per_joule"):
+        _, higher, _, _ = _uplift_settings({"campaign": {"uplift_metric": metric}}, "model")
+        assert higher == (metric_direction(metric) != "lower"), metric

@@ -120,13 +120,12 @@ def _uplift_plot(summary: dict[str, Any], path: Path, what: str) -> Path | None:
             else:
                 lo.append(0.0)
                 hi.append(0.0)
-        bars = ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=4, label=f"{faster} vs {slower}")
+        ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=4, label=f"{faster} vs {slower}")
         # labels beside the bar's end, offset sideways so the CI whisker never covers them; short bars stay readable
         for x, y in zip(xs, ys, strict=True):
             ax.annotate(f"{y:+.1f} %", (x + width * 0.08, y), xytext=(4, 3 if y >= 0 else -3),
                         textcoords="offset points", ha="left", va="bottom" if y >= 0 else "top", fontsize=9,
                         fontweight="bold")
-        del bars
         thresholds = [by_point[p].get("threshold") for p in points if p in by_point]
         if thresholds and thresholds[0] is not None and len(set(thresholds)) == 1:
             ax.axhline(float(thresholds[0]) * 100, color="grey", linestyle="--", linewidth=1,

@@ -179,8 +179,10 @@ def _uplift_settings(meta: dict[str, Any], kind: str) -> tuple[str, bool, Any, b
         higher = direction == "higher"
     elif metric == default_metric:
         higher = default_higher
-    else:
-        higher = not metric.endswith(("_ms", "_us", "_s", "joules_per_token"))
+    else:  # the campaign's own rule for a metric it was given no direction for
+        from pytest_p2p.campaign.config import metric_direction
+
+        higher = metric_direction(metric) != "lower"
     rule_d: dict[str, Any] = up["rule"] if isinstance(up.get("rule"), dict) else {}
     rule_name = rule_d.get("rule") or camp.get("uplift_rule") or "point"
     if rule_name not in RULES:
