@@ -15,7 +15,7 @@ import argparse
 import importlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from . import __version__
 from .errors import ConfigError, EvidenceError, P2PError
@@ -56,6 +56,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"pytest-p2p {name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # ``doctor --json | head``: the reader left; that is not our failure
+        _silence_stdout()
+        return EXIT_OK
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _write_out(path: str, write: Callable[[str], object]) -> None:
+    """Write ``--out`` through ``write``; an unwritable place is a usage error naming it."""
+    try:
+        write(path)
+    except OSError as exc:
+        raise P2PError(f"--out {path}: cannot write: {exc.strerror or exc}") from None
 
 
 def _usage() -> str:
@@ -110,8 +130,8 @@ def snapshot_main(argv: list[str]) -> int:
     from .evidence.snapshot import save_snapshot
 
     ev = gather_live(load=not a.no_load)
-    path = save_snapshot(ev, a.out)
-    print(f"snapshot of {len(ev.gpus)} GPU(s) and {len(ev.pairs)} pair(s) on {ev.host} written to {path}")
+    _write_out(a.out, lambda path: save_snapshot(ev, path))
+    print(f"snapshot of {len(ev.gpus)} GPU(s) and {len(ev.pairs)} pair(s) on {ev.host} written to {a.out}")
     return EXIT_OK
 
 
@@ -136,7 +156,7 @@ def gen_config_main(argv: list[str]) -> int:
     except ConfigError as exc:  # a bug in gen-config, not in the user's input
         raise P2PError(f"internal: generated rig file does not validate: {exc}") from None
     if a.out:
-        atomic_write_text(a.out, text)
+        _write_out(a.out, lambda path: atomic_write_text(path, text))
         print(f"rig file written to {a.out}")
     else:
         print(text, end="")

@@ -121,3 +121,32 @@ def test_plain_runs_never_touch_nvml(pytester):
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     r.assert_outcomes(passed=1)
     assert "p2p rig" not in r.stdout.str()
+
+
+def _cli(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest_p2p", *args], capture_output=True, text=True, timeout=120,
+                          **kw)
+
+
+def test_doctor_json_into_a_closed_pipe_is_quiet(snapshot_5060ti):
+    """The README's ``doctor --json | head``: the reader leaving early is no error and no traceback."""
+    cmd = f"'{sys.executable}' -m pytest_p2p doctor --snapshot '{snapshot_5060ti}' --json | head -n 2"
+    r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert r.stdout.startswith("{") and "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
+    assert r.returncode == 0
+
+
+def test_gen_config_unwritable_out_is_a_usage_error(snapshot_5060ti, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    r = _cli("gen-config", "--snapshot", str(snapshot_5060ti), "--out", str(blocker / "rig.yaml"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"--out {blocker / 'rig.yaml'}: cannot write" in r.stderr
+
+
+def test_doctor_with_rig_exit_codes(snapshot_5060ti, rig_5060ti, tmp_path):
+    assert _cli("doctor", "--snapshot", str(snapshot_5060ti), "--rig", str(rig_5060ti)).returncode == 0
+    gen4 = tmp_path / "gen4.yaml"
+    gen4.write_text(rig_5060ti.read_text().replace("pcie: {gen: 3, width: 4}", "pcie: {gen: 4, width: 4}"))
+    r = _cli("doctor", "--snapshot", str(snapshot_5060ti), "--rig", str(gen4))
+    assert r.returncode == 1 and "FAIL  pcie_link" in r.stdout
