@@ -127,3 +127,12 @@ def test_sharded_run_reports_failures_too() -> None:
     r = run_load(f"http://127.0.0.1:{port}", "k", "m", concurrency=2, num_prompts=2, input_len=2, output_len=2,
                  warmup=0, client_processes=2, request_timeout_s=5)
     assert r["failed"] == 2 and "connection error" in r["errors"][0]["error"]
+
+
+def test_a_failing_client_process_is_a_server_error_not_a_traceback() -> None:
+    """A sharded run whose client process dies raises the user-facing ServerError (the campaign reports those)."""
+    from pytest_p2p.errors import ServerError
+
+    with pytest.raises(ServerError, match="client process failed: AttributeError"):
+        run_load(12345, "key", "m", concurrency=2, num_prompts=2, input_len=1, output_len=1, warmup=0,  # type: ignore[arg-type]
+                 client_processes=2)

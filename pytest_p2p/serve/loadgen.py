@@ -33,6 +33,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import ServerError
 from .metrics import PERCENTILES, RequestRecord, compute_metrics
 
 # Common English words that are single tokens (with their leading space) in Llama-style
@@ -54,8 +55,6 @@ def require_client() -> None:
     try:
         import openai  # noqa: F401
     except ImportError:
-        from ..errors import ServerError
-
         raise ServerError("the load generator needs the 'openai' package (a dependency of pytest-p2p and of "
                           "vLLM): pip install 'openai>=1.40'") from None
 
@@ -347,7 +346,7 @@ def _run_sharded(base_url: str, api_key: str, model: str, *, processes: int, con
             if proc.is_alive():
                 proc.kill()
     if problems:
-        raise RuntimeError(f"load generator client process failed: {'; '.join(problems)}")
+        raise ServerError(f"load generator against {base_url}: client process failed: {'; '.join(problems)}")
     done = [recs[i] for i in range(num_prompts)]
     if records_out is not None:
         records_out.extend(done)
