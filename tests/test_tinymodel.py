@@ -27,3 +27,10 @@ def test_inconsistent_shape_is_a_clear_error(tmp_path):
     with pytest.raises(ServerError, match="must divide"):
         write_tiny_model(tmp_path / "m", hidden=500, heads=16)
     assert main([str(tmp_path / "n"), "--hidden", "100", "--heads", "16"]) == 2
+
+
+def test_zero_heads_is_a_clear_error_not_a_division_by_zero(tmp_path):
+    with pytest.raises(ServerError, match="at least 1, got heads 0"):
+        write_tiny_model(tmp_path / "m", heads=0)
+    assert main([str(tmp_path / "n"), "--kv-heads", "0"]) == 2
+    assert not (tmp_path / "n").exists()

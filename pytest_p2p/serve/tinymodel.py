@@ -50,6 +50,11 @@ def write_tiny_model(target: str | Path, *, hidden: int = 2048, layers: int = 8,
     except ImportError:
         raise ServerError("writing a tiny model needs the 'tokenizers' package (it ships with vLLM and "
                           "transformers): pip install tokenizers") from None
+    sizes = {"hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv_heads, "vocab": vocab,
+             "max_positions": max_positions, "intermediate": 1 if intermediate is None else intermediate}
+    bad = [f"{k} {x}" for k, x in sizes.items() if x < 1]
+    if bad:
+        raise ServerError(f"tiny model: sizes must be at least 1, got {', '.join(bad)}")
     if hidden % heads or heads % kv_heads:
         raise ServerError(f"tiny model: hidden {hidden} must divide by heads {heads}, heads by kv_heads {kv_heads}")
     out = Path(target)
