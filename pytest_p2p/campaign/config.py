@@ -26,6 +26,7 @@ Example (every key optional; the values shown are the defaults unless noted)::
       uplift_rule: point      # point | ci_lower
       uplift_metric: output_throughput   # probe default: time_us
       uplift_direction: null  # higher | lower; null: from the metric's name
+      request_timeout_s: null # null: the server section's request_timeout_s
 
 Why these knobs: the NCCL env is fixed at process start, so an arm switch costs a
 server start; cooldown and waiting for VRAM to be free keep one rep's leftovers out
@@ -150,11 +151,8 @@ class CampaignConfig:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in (
-            "kind", "arms", "concurrency", "sizes", "reps", "schedule", "seed", "smoke", "warmup",
-            "prompts_per_concurrency", "input_len", "output_len", "cooldown_s", "idle_baseline_s",
-            "vram_free_timeout_s", "vram_free_mib", "scenario_timeout_s", "telemetry_hz",
-            "exclude_throttled", "uplift_rule", "uplift_metric", "uplift_direction", "request_timeout_s")}
+        """Every rig-file key but ``min_uplift`` (run.json records the parsed rule under ``uplift.rule``)."""
+        return {k: getattr(self, k) for k in _KEYS if k != "min_uplift"}
 
 
 def _int_list(value: Any, source: str, path: str) -> tuple[int, ...]:

@@ -133,17 +133,10 @@ class ModelBackend:
 
     def proof(self, handle: Any, arm: Any) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """(transport proof dict, attestation dict with ``problems``) from the server log."""
-        att = handle.attestation()
-        if att is None:
-            return None, None
-        d = att.to_dict() if hasattr(att, "to_dict") else dict(att)
-        d["problems"] = list(att.problems(arm.expect_transport)) if hasattr(att, "problems") else []
-        proof = getattr(att, "transport", None)
-        if callable(proof) or not hasattr(proof, "to_dict"):
-            proof = getattr(att, "proof", None)
-            proof = proof() if callable(proof) else proof
-        proof_d = proof.to_dict() if proof is not None and hasattr(proof, "to_dict") else d.get("transport_proof")
-        return proof_d, d
+        att = handle.attestation()  # serve.attest.Attestation
+        d = att.to_dict()
+        d["problems"] = list(att.problems(arm.expect_transport))
+        return att.transport.to_dict(), d
 
     def describe(self) -> dict[str, Any] | None:
         s = self.server
@@ -427,7 +420,7 @@ class CampaignRunner:
             self.backend.out_root = rd.path / "probe_runs"  # raw probe output: per arm and rep
         meta = self._run_meta(points, describe(slots))
         rd.write_run_meta(meta)
-        self._write_env(rd)
+        self._write_env(rd, meta["versions"])
         for arm in self.config.arms:
             for point in points:
                 rd.write_scenario(arm, point, {"env": dict(self.arms[arm].env),
@@ -465,12 +458,12 @@ class CampaignRunner:
             self._finish(rd, result, points)
         return result
 
-    def _write_env(self, rd: Any) -> None:
+    def _write_env(self, rd: Any, versions: Mapping[str, Any]) -> None:
         if self.snapshot is not None:
             rd.write_env("snapshot.json", dict(self.snapshot))
         with contextlib.suppress(OSError):
             rd.write_env("kernel_cmdline.txt", Path("/proc/cmdline").read_text())
-        rd.write_env("versions.json", _versions(self.evidence, None))
+        rd.write_env("versions.json", dict(versions))
 
     def _run_slot(self, rd: Any, result: CampaignResult, arm_name: str, rep: int, points: list[str],
                   pending: set[tuple[str, str, int]]) -> None:
