@@ -95,6 +95,7 @@ def test_likely_cause(text: str, cause: str) -> None:
 
 def test_likely_cause_signal() -> None:
     assert "SIGKILL" in likely_cause("nothing useful", -9) and likely_cause("x", 1).startswith("unknown")
+    assert likely_cause("x", -200) == "killed by signal 200"
 
 
 # ----------------------------------------------------------------------------- the full path
@@ -161,6 +162,29 @@ def test_port_in_use(tmp_path: Path) -> None:
 def test_missing_command(tmp_path: Path) -> None:
     c = parse_server({"command": ["/nonexistent/vllm", "serve"], "model": "m"}, "rig.yaml")
     with pytest.raises(ServerError, match="cannot start the server.*server.command"), \
+            launch(c, PRESETS["p2p_on"], (0, 1), None, tmp_path / "server.log"):
+        pass
+
+
+_NOT_VLLM = """
+import http.server, json, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"" if self.path == "/health" else json.dumps(["not", "an", "openai", "answer"]).encode()
+        self.send_response(200); self.send_header("content-length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_a_server_of_another_api_on_the_port_times_out_with_what_it_said(tmp_path: Path) -> None:
+    script = tmp_path / "not_vllm.py"
+    script.write_text(_NOT_VLLM)
+    c = parse_server({"command": ["python", str(script)], "model": "m", "startup_timeout_s": 1.5,
+                      "teardown_timeout_s": 2}, "rig.yaml")
+    with pytest.raises(ServerError, match="not ready within the startup timeout.*AttributeError"), \
             launch(c, PRESETS["p2p_on"], (0, 1), None, tmp_path / "server.log"):
         pass
 

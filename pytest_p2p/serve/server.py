@@ -85,7 +85,10 @@ def likely_cause(log_text: str, returncode: int | None = None) -> str:
     if best:
         return best[1]
     if returncode is not None and returncode < 0:
-        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else "?"
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = str(-returncode)
         return f"killed by signal {name}" + (" (the kernel OOM killer?)" if returncode == -9 else "")
     return "unknown (read the log)"
 
@@ -354,9 +357,12 @@ def _wait_ready(srv: RunningServer, deadline: float, request_timeout_s: float) -
                                   f"{last}; log {srv.log_path}, last lines:\n{tail(srv.log_path)}")
         except ServerError:
             raise
-        except (OSError, ValueError, http.client.HTTPException) as exc:
-            # refused, reset, timeout, half-written JSON: not ready yet
-            last = last or f"{type(exc).__name__}: {exc}"
+        except (OSError, ValueError, AttributeError, http.client.HTTPException) as exc:
+            # refused, reset, timeout, half-written JSON, JSON of another shape (not a vLLM
+            # answer: something else on the port?): not ready yet, the timeout message says what came.
+            # Our own ConnectionError carries the answer as set above; anything else replaces it, so
+            # "last answer" is the latest one, not a "connection refused" from the first second.
+            last = str(exc) if type(exc) is ConnectionError else f"{type(exc).__name__}: {exc}"
         time.sleep(0.1 if srv.simulated else 1.0)
 
 
