@@ -71,7 +71,10 @@ def test_attestation(p2p_campaign: Any, p2p_campaign_arm: str) -> None:
 
 
 def test_no_throttling(p2p_campaign: Any, p2p_scenario: Any) -> None:
-    """No rep ran on a thermally/power-throttled GPU or a link trained below its maximum."""
+    """No rep ran on a thermally/power-throttled GPU or a link that never reached its expected state.
+
+    Expected: the evidence's link reading under load (else its maximum); see ``telemetry.assess``.
+    """
     c = p2p_campaign
     arm, point = str(p2p_scenario).rsplit("-", 1)
     reps = c.rep_data.get((arm, point), {})
