@@ -8,6 +8,7 @@ mapping logic; the real thing is exercised on the GPU machine (see docs/checks.m
 from __future__ import annotations
 
 import sys
+import threading
 import types
 
 import pytest
@@ -150,3 +151,44 @@ def test_load_readings_and_cuda_peer_map_by_bus_id(use_fake, tmp_path):
     p = ev.pair(0, 1)  # NVML 0 == CUDA 1, NVML 1 == CUDA 0: CUDA (1->0) false is NVML 0->1
     assert p.cuda_peer_ab is False and p.cuda_peer_ba is True
     assert p.peer_access is False
+
+
+def test_hung_load_process_is_killed_and_recorded(use_fake, tmp_path, monkeypatch):
+    """A load child that never says LOADING (CUDA init hanging on a lost GPU) must not hang the session."""
+    use_fake()
+    ev = live.gather_live(load=False)
+    child = tmp_path / "py"
+    child.write_text("#!/bin/sh\nexec sleep 60\n")
+    child.chmod(0o755)
+    timer = threading.Timer
+    monkeypatch.setattr(threading, "Timer", lambda _limit, fn: timer(0.5, fn))
+    live.read_under_load(ev, seconds=0.1, python=str(child))
+    assert ev.gpus[0].pcie.loaded is None
+    assert "killed after 120 s without finishing" in ev.gpus[0].pcie.load_method
+
+
+def test_chatty_stderr_does_not_block_the_reader(use_fake, tmp_path):
+    """Megabytes on stderr (warnings) must not fill a pipe the reader never drains."""
+    use_fake()
+    ev = live.gather_live(load=False)
+    child = tmp_path / "py"
+    child.write_text("#!/bin/sh\nhead -c 2000000 /dev/zero | tr '\\0' x >&2\necho LOADING\n"
+                     "echo 'RESULT {\"devices\": [], \"peer\": []}'\n")
+    child.chmod(0o755)
+    live.read_under_load(ev, seconds=0.5, python=str(child))
+    assert ev.gpus[0].pcie.loaded is not None
+
+
+def test_a_lost_gpu_is_an_evidence_error_not_a_traceback(monkeypatch):
+    m = fake_pynvml()
+
+    def lost(h):
+        raise NVMLError("GPU is lost")
+
+    m.nvmlDeviceGetPciInfo = lost
+    monkeypatch.setitem(sys.modules, "pynvml", m)
+    with pytest.raises(EvidenceError, match=r"NVML failed while reading the GPUs \(GPU is lost\)"):
+        live.gather_live(load=False)
+    m.nvmlDeviceGetCount = lambda: lost(None)
+    ok, why = live.nvml_available()
+    assert not ok and "cannot count the GPUs (GPU is lost)" in why

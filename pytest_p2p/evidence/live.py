@@ -18,12 +18,15 @@ returns the ``nvmlNvlinkVersion_t`` enum, not the version number.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -75,6 +78,8 @@ def nvml_available() -> tuple[bool, str]:
         return False, str(exc)
     try:
         count = nv.nvmlDeviceGetCount()
+    except nv.NVMLError as exc:
+        return False, f"NVML started but cannot count the GPUs ({exc})"
     finally:
         nv.nvmlShutdown()
     if count == 0:
@@ -99,6 +104,9 @@ def gather_live(*, load: bool = True, load_seconds: float = 2.0) -> Evidence:
     nv = _nvml()
     try:
         evidence = _gather(nv)
+    except nv.NVMLError as exc:  # a getter we cannot do without: a GPU lost from the bus, a driver mismatch
+        raise EvidenceError(f"NVML failed while reading the GPUs ({exc}); 'nvidia-smi' shows whether every GPU "
+                            f"is still there") from None
     finally:
         nv.nvmlShutdown()
     if load:
@@ -270,42 +278,52 @@ def read_under_load(evidence: Evidence, *, seconds: float = 2.0, python: str | N
     """Fill ``pcie.loaded`` (read while a CUDA workload runs) and CUDA peer access, in place.
 
     Needs torch with CUDA; without it ``loaded`` stays ``None`` and ``load_method`` says
-    why, so the checks judge the max-link fields instead and say that they did.
+    why, so the checks judge the max-link fields instead and say that they did. A load
+    process that hangs (a GPU that fell off the bus can hang CUDA init) is killed after
+    ``seconds + 120`` s; its stderr goes to a file so that a chatty child cannot block on a
+    full pipe while we read its stdout.
     """
     env = subprocess_env(None, nccl_debug=None)
-    try:
-        proc = subprocess.Popen([python or sys.executable, "-c", _LOAD_SCRIPT, str(seconds)], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    except OSError as exc:
-        _no_load(evidence, f"could not start the load process: {exc}")
-        return
+    limit = seconds + 120
     samples: dict[int, list[PcieReading]] = {g.index: [] for g in evidence.gpus}
     result: dict[str, Any] | None = None
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        if first.strip() == "LOADING":
-            nv = _nvml()
-            try:
-                handles = {g.index: nv.nvmlDeviceGetHandleByIndex(g.index) for g in evidence.gpus}
-                deadline = time.monotonic() + max(0.5, seconds - 0.2)
-                time.sleep(min(0.3, seconds / 4))
-                while time.monotonic() < deadline:
-                    for idx, h in handles.items():
-                        samples[idx].append(read_pcie(nv, h))
-                    time.sleep(0.1)
-            finally:
-                nv.nvmlShutdown()
-            for line in proc.stdout:
-                if line.startswith("RESULT "):
-                    result = json.loads(line[len("RESULT "):])
-        proc.wait(timeout=seconds + 120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    err = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as errf:
+        try:
+            proc = subprocess.Popen([python or sys.executable, "-c", _LOAD_SCRIPT, str(seconds)], env=env,
+                                    stdout=subprocess.PIPE, stderr=errf, text=True)
+        except OSError as exc:
+            _no_load(evidence, f"could not start the load process: {exc}")
+            return
+        killed = threading.Event()
+
+        def watchdog() -> None:
+            killed.set()
+            proc.kill()
+
+        timer = threading.Timer(limit, watchdog)
+        timer.daemon = True
+        timer.start()
+        try:
+            with proc:  # closes the pipe and reaps the child however we leave
+                try:
+                    assert proc.stdout is not None
+                    first = proc.stdout.readline()
+                    if first.strip() == "LOADING":
+                        _sample(evidence, samples, seconds)
+                        for line in proc.stdout:
+                            if line.startswith("RESULT "):
+                                with contextlib.suppress(ValueError):
+                                    result = json.loads(line[len("RESULT "):])
+                except BaseException:
+                    proc.kill()  # never leave a CUDA load running on the GPUs behind an error or Ctrl-C
+                    raise
+        finally:
+            timer.cancel()
+        errf.seek(0)
+        err = errf.read().strip().splitlines()
     if result is None:
-        why = err[-1] if err else f"exit code {proc.returncode}"
+        why = f"killed after {limit:.0f} s without finishing" if killed.is_set() else \
+            (err[-1] if err else f"exit code {proc.returncode}")
         _no_load(evidence, f"the CUDA load process failed ({why})")
         return
     for g in evidence.gpus:
@@ -327,6 +345,21 @@ def read_under_load(evidence: Evidence, *, seconds: float = 2.0, python: str | N
         p.cuda_peer_ba = peer.get((p.b, p.a))
     if os.environ.get("CUDA_VISIBLE_DEVICES"):
         evidence.notes.append("CUDA_VISIBLE_DEVICES was set: CUDA peer access known only for visible GPUs")
+
+
+def _sample(evidence: Evidence, samples: dict[int, list[PcieReading]], seconds: float) -> None:
+    """Sample every GPU's current PCIe link every 0.1 s while the load process runs."""
+    nv = _nvml()
+    try:
+        handles = {g.index: nv.nvmlDeviceGetHandleByIndex(g.index) for g in evidence.gpus}
+        deadline = time.monotonic() + max(0.5, seconds - 0.2)
+        time.sleep(min(0.3, seconds / 4))
+        while time.monotonic() < deadline:
+            for idx, h in handles.items():
+                samples[idx].append(read_pcie(nv, h))
+            time.sleep(0.1)
+    finally:
+        nv.nvmlShutdown()
 
 
 def _no_load(evidence: Evidence, why: str) -> None:

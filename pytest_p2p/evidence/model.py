@@ -68,7 +68,7 @@ class PcieLink:
     max: PcieReading
     gpu_max: PcieReading
     replay_counter: int | None = None
-    load_method: str = "none"  # "cuda-kernel", "none": how ``loaded`` was obtained
+    load_method: str = "none"  # "cuda-load (N NVML samples ...)", or "none[: why not]": how ``loaded`` was read
 
 
 @dataclass
