@@ -76,3 +76,14 @@ def test_truncated_row_names_the_line():
 def test_not_p2p_output():
     with pytest.raises(ProbeError, match="no p2pBandwidthLatencyTest matrices"):
         parse_p2p_bandwidth_latency("hello\nworld\n", "x.txt")
+
+
+def test_a_heading_without_its_matrix_mid_output_is_truncation():
+    """A quoted output that lost one matrix (heading kept) must not silently lack it."""
+    lines = read(FULL).splitlines()
+    del lines[18:21]  # the (P2P Writes) matrix: its header and both rows, the heading on line 18 stays
+    with pytest.raises(ProbeError, match=r"cut.txt: line 19: truncated .* heading on line 18 "
+                                         r"\(unidirectional_bw_enabled\) has no matrix"):
+        parse_p2p_bandwidth_latency("\n".join(lines), "cut.txt")
+    res = parse_p2p_bandwidth_latency("\n".join(lines), "cut.txt", strict=False)
+    assert "unidirectional_bw_enabled" not in res.matrices and "unidirectional_bw_enabled_read" in res.matrices

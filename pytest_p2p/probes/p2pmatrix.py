@@ -75,6 +75,16 @@ def parse_p2p_bandwidth_latency(text: str, source: str = "<p2pBandwidthLatencyTe
     cols: list[int] = []
     rows: dict[int, list[float | None]] = {}
     opened_at = 0
+    announced = 0  # line of a heading whose matrix has not started yet (0: none pending)
+
+    def announce(name: str, number: int) -> None:
+        nonlocal heading, announced
+        if announced and strict:
+            raise ProbeError(
+                f"{source}: line {number}: truncated p2pBandwidthLatencyTest output: the heading on line "
+                f"{announced} ({heading}) has no matrix under it before the next heading"
+            )
+        heading, announced = name, number
 
     def close(number: int) -> None:
         nonlocal current, rows
@@ -131,11 +141,11 @@ def parse_p2p_bandwidth_latency(text: str, source: str = "<p2pBandwidthLatencyTe
             res.can_access[(int(m.group("i")), int(m.group("j")))] = m.group("can") == "CAN"
             continue
         if s.startswith("P2P Connectivity Matrix"):
-            heading = "connectivity"
+            announce("connectivity", number)
             continue
         for pattern, name in _HEADINGS:
             if pattern.search(s):
-                heading = name
+                announce(name, number)
                 break
         else:
             m = _HEADER_RE.match(line)
@@ -147,10 +157,10 @@ def parse_p2p_bandwidth_latency(text: str, source: str = "<p2pBandwidthLatencyTe
                     current = f"latency_{'cpu' if kind == 'CPU' else 'gpu'}_{suffix}"
                 else:
                     current = heading
-                opened_at = number
+                opened_at, announced = number, 0
                 rows = {}
             continue
-        # a heading line: its matrix follows (only the last heading can be left without one: _check_complete)
+        # a heading line: its matrix follows (announce() and _check_complete() catch one left without)
     close(len(lines) + 1)
     _check_complete(res, heading, source, strict, len(lines))
     if not res.devices:  # excerpts without the "Device: i, ..." lines: the matrices still name the devices
