@@ -180,6 +180,9 @@ def test_copy_probe_result_and_file(tmp_path):
     assert P2PCopyResult.from_dict(written, "p2pcopy.json").modes == res.modes
     with pytest.raises(ProbeError, match="bad.json: unreadable P2P copy"):
         P2PCopyResult.from_dict({"schema": 1, "probe": "p2pcopy", "modes": {}}, "bad.json")
+    worker.write_text("import json, sys; json.dump([], open(json.load(open(sys.argv[1]))['out'], 'w'))")
+    with pytest.raises(ProbeError, match="no readable result .*expected a JSON object, got list"):  # was AttributeError
+        run_p2p_copy((0, 3), ProbeConfig(), tmp_path / "out2", worker=[sys.executable, str(worker)])
 
 
 def test_nccl_tests_runner_single_process(tmp_path):

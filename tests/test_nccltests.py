@@ -91,6 +91,8 @@ def test_truncated_json_and_other_text():
         parse_all_reduce_perf(text[: len(text) // 2], "half.json")
     with pytest.raises(ProbeError, match="no 'results' list"):
         parse_all_reduce_perf('{"version": 1}', "x.json")
+    with pytest.raises(ProbeError, match="no 'results' list"):
+        parse_all_reduce_perf('{"results": 5}', "x.json")  # was a TypeError traceback
     with pytest.raises(ProbeError, match="no all_reduce_perf result rows"):
         parse_all_reduce_perf("hello\n", "x.txt")
     with pytest.raises(ProbeError, match=r"results\[0\]: malformed"):

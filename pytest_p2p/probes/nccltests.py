@@ -240,7 +240,7 @@ def _parse_json(text: str, source: str) -> NcclTestsResult:
             f"{source}: unreadable nccl-tests JSON at line {exc.lineno} column {exc.colno} ({exc.msg}); "
             f"a run killed before the end leaves the file unterminated"
         ) from None
-    if not isinstance(doc, dict) or "results" not in doc:
+    if not isinstance(doc, dict) or "results" not in doc or not isinstance(doc["results"], (list, type(None))):
         raise ProbeError(f"{source}: not nccl-tests -J output (no 'results' list)")
     config: dict[str, Any] = doc["config"] if isinstance(doc.get("config"), dict) else {}
     res = NcclTestsResult(rows=[], format="json")

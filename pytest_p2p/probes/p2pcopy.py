@@ -91,6 +91,8 @@ def run_p2p_copy(
     run_ranks([cmd], [env], [log], cfg.timeout_s, what)
     try:
         raw = json.loads(raw_path.read_text())
+        if not isinstance(raw, dict):
+            raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
         raw.update({"schema": SCHEMA, "probe": "p2pcopy", "pair": list(pair)})
         meta = {k: raw.pop(k) for k in ("reps", "device_names", "torch_version") if k in raw}
         raw["meta"] = meta
