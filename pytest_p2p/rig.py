@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -160,26 +159,30 @@ def load_rig(path: str | Path, origin: str | None = None) -> Rig:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(label, "", f"not valid YAML: {where}{problem}") from None
-    rig = parse_rig(data, source=label, text=text)
+    rig = parse_rig(data, source=label, text=text, default_name=p.stem)
     rig.source = str(p)
     return rig
 
 
-def parse_rig(data: Any, source: str = "rig.yaml", text: str | None = None) -> Rig:
-    """Validate parsed YAML. Never raises anything but :class:`ConfigError`."""
+def parse_rig(data: Any, source: str = "rig.yaml", text: str | None = None,
+              default_name: str | None = None) -> Rig:
+    """Validate parsed YAML. Never raises anything but :class:`ConfigError`.
+
+    ``default_name`` names a rig without a ``rig:`` key (default: the stem of ``source``).
+    """
     try:
-        return _parse_rig(data, source, text)
+        return _parse_rig(data, source, text, default_name or Path(source).stem)
     except ConfigError:
         raise
     except RecursionError:
         raise ConfigError(source, "", "structure nested too deeply") from None
 
 
-def _parse_rig(data: Any, source: str, text: str | None) -> Rig:
+def _parse_rig(data: Any, source: str, text: str | None, default_name: str) -> Rig:
     if data is None:
         data = {}
     top = v.mapping(data, source, "", TOP_KEYS)
-    name = v.string(top.get("rig", Path(source).stem), source, "rig")
+    name = v.string(top.get("rig", default_name), source, "rig")
     description = top.get("description") or ""
     if not isinstance(description, str):
         raise ConfigError(source, "description", f"expected a string, got {v.show(description)}")
@@ -196,17 +199,13 @@ def _parse_rig(data: Any, source: str, text: str | None) -> Rig:
         parts = key.split("-") if "-" in key and not is_bus_id(key) else None
         if not parts or len(parts) != 2:
             raise ConfigError(source, f"pair.{key}", "expected a key like '1-2' (two GPU selectors joined by '-')")
-        a, b = (parse_selector(_intish(p), source, f"pair.{key}") for p in parts)
+        a, b = (parse_selector(p, source, f"pair.{key}") for p in parts)
         pair_expect[(a, b)] = parse_expectations(val, source, f"pair.{key}", only=("peer_access", "topology"))
     sections = {key: _parse_section(key, top.get(key), source) for key in SECTION_PARSERS}
     digest_src = text if text is not None else repr(data)
     digest = hashlib.sha256(digest_src.encode("utf-8")).hexdigest()[:16]
     return Rig(name=name, source=source, description=description, gpus=gpus, pairs=pairs, env=env,
                expect=expect, gpu_expect=gpu_expect, pair_expect=pair_expect, sections=sections, digest=digest)
-
-
-def _intish(text: str) -> int | str:
-    return int(text) if text.strip().isdigit() else text.strip()
 
 
 def _parse_section(key: str, value: Any, source: str) -> Any:
@@ -253,7 +252,7 @@ def _parse_pairs(value: Any, source: str) -> str | list[tuple[Selector, Selector
     for i, item in enumerate(items):
         path = f"pairs[{i}]"
         if isinstance(item, str) and "-" in item and not is_bus_id(item):
-            item = [_intish(p) for p in item.split("-")]
+            item = item.split("-")
         pair = v.sequence(item, source, path)
         if len(pair) != 2:
             raise ConfigError(source, path, f"expected two GPU selectors, got {v.show(item)}")
@@ -371,17 +370,24 @@ def resolve(rig: Rig, evidence: Evidence) -> ResolvedRig:
         gpus = [g.index for g in evidence.gpus]
     else:
         gpus = [find(sel, f"gpus[{i}]") for i, sel in enumerate(rig.gpus)]
-    all_pairs = [(a, b) for i, a in enumerate(sorted(gpus)) for b in sorted(gpus)[i + 1:]]
+    recorded = {(p.a, p.b) for p in evidence.pairs}  # live: every pair; a snapshot may hold fewer
+    all_pairs = [(a, b) for i, a in enumerate(sorted(gpus)) for b in sorted(gpus)[i + 1:] if (a, b) in recorded]
     if rig.pairs == "all":
         pairs = all_pairs
     elif rig.pairs == "auto":
-        pairs = [p for p in all_pairs if _pair_has_peer_access(evidence, p)]
+        # unknown peer access (a recording without the P2P status) is kept: the peer-access check says so
+        pairs = [p for p in all_pairs if evidence.pair(*p).peer_access is not False]
     else:
         pairs = []
         for i, (sa, sb) in enumerate(rig.pairs):
             a, b = sorted((find(sa, f"pairs[{i}]"), find(sb, f"pairs[{i}]")))
             if a not in gpus or b not in gpus:
                 raise ConfigError(source, f"pairs[{i}]", f"GPU {a if a not in gpus else b} is not in 'gpus'")
+            if (a, b) in pairs:
+                raise ConfigError(source, f"pairs[{i}]", f"GPUs {a} and {b} are listed as a pair twice")
+            if (a, b) not in recorded:
+                raise ConfigError(source, f"pairs[{i}]", f"the evidence ({evidence.label}) holds nothing about "
+                                                         f"the pair of GPUs {a} and {b}")
             pairs.append((a, b))
     gpu_expect: dict[int, Expectations] = {}
     for idx in gpus:
@@ -402,18 +408,6 @@ def resolve(rig: Rig, evidence: Evidence) -> ResolvedRig:
                 exp = specific.over(exp)
         pair_expect[pair] = exp
     return ResolvedRig(rig=rig, gpus=gpus, pairs=pairs, gpu_expect=gpu_expect, pair_expect=pair_expect)
-
-
-def _pair_has_peer_access(evidence: Evidence, pair: tuple[int, int]) -> bool:
-    try:
-        # unknown (a recording without the P2P status) is kept: the peer-access check then says so
-        return evidence.pair(*pair).peer_access is not False
-    except KeyError:
-        return False
-
-
-def with_name(rig: Rig, name: str) -> Rig:
-    return replace(rig, name=name)
 
 
 def rig_to_yaml_dict(evidence: Evidence, name: str = "my-rig") -> dict[str, Any]:
@@ -449,4 +443,4 @@ def rig_to_yaml_dict(evidence: Evidence, name: str = "my-rig") -> dict[str, Any]
 
 
 __all__ = ["Rig", "ResolvedRig", "Expectations", "LinkExpect", "NvlinkExpect", "load_rig", "parse_rig",
-           "auto_rig", "resolve", "parse_selector", "rig_to_yaml_dict", "topology_supports_p2p", "Mapping"]
+           "auto_rig", "resolve", "parse_selector", "rig_to_yaml_dict", "topology_supports_p2p"]

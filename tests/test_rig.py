@@ -145,3 +145,24 @@ def test_yaml_dump_of_gen_config_round_trips(snapshot_5060ti):
     data = rig_to_yaml_dict(load_snapshot(snapshot_5060ti), "x")
     rig = parse_rig(yaml.safe_load(yaml.safe_dump(data)))
     assert rig.gpu_expect["0000:09:00.0"].pcie.gen == 3
+
+
+def test_rig_without_name_is_named_after_its_file_not_its_origin(tmp_path):
+    f = tmp_path / "myrig"
+    f.write_text("expect: {}\n")
+    assert load_rig(f, origin="--p2p-rig").name == "myrig"
+    assert parse_rig({}, source="lab.yaml").name == "lab"
+
+
+def test_a_pair_listed_twice_is_an_error(snapshot_5060ti):
+    rig = parse_rig({"gpus": [1, 2], "pairs": [[1, 2], "2-1"]}, source="r.yaml")
+    with pytest.raises(ConfigError, match=r"r.yaml: pairs\[1\]: GPUs 1 and 2 are listed as a pair twice"):
+        resolve(rig, load_snapshot(snapshot_5060ti))
+
+
+def test_pairs_the_snapshot_does_not_hold(snapshot_5060ti):
+    ev = load_snapshot(snapshot_5060ti)
+    ev.pairs = [p for p in ev.pairs if (p.a, p.b) != (0, 2)]
+    assert resolve(parse_rig({"pairs": "all"}), ev).pairs == [(0, 1), (1, 2)]
+    with pytest.raises(ConfigError, match=r"pairs\[0\]: the evidence .* holds nothing about the pair of GPUs 0 and 2"):
+        resolve(parse_rig({"pairs": [[0, 2]]}), ev)
