@@ -120,3 +120,23 @@ def test_interrupted_session_tears_servers_down(pytester: pytest.Pytester, sig: 
         if proc.poll() is None:
             proc.kill()
     assert "leftover pids none" in (pytester.path / "results" / "gpu0-gpu1-p2p_on" / "server.log").read_text()
+
+
+def test_other_parametrize_marks_do_not_hide_the_server_parametrisation(pytester: pytest.Pytester) -> None:
+    """``argnames=`` as a keyword (was an IndexError) and a name merely containing ``vllm_server``
+    (was taken for the test choosing its own servers) both keep the (pair, arm) params."""
+    pytester.makeconftest(CONFTEST.format(extra=""))
+    pytester.makepyfile(test_serve="""
+import pytest
+
+@pytest.mark.parametrize(argnames="n", argvalues=[1])
+def test_kw(vllm_server, n):
+    pass
+
+@pytest.mark.parametrize("vllm_server_note", ["x"])
+def test_named(vllm_server, vllm_server_note):
+    pass
+""")
+    result = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*test_kw?gpu0-gpu1-p2p_on-1?", "*test_named?gpu0-gpu1-p2p_off-x?"])
+    assert result.ret == 0

@@ -70,7 +70,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "vllm_server" not in metafunc.fixturenames:
         return
     for marker in metafunc.definition.iter_markers("parametrize"):
-        if "vllm_server" in marker.args[0]:
+        names = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if "vllm_server" in names:
             return  # the test chose its own (pair, arm) params
     try:
         plan = server_plan(metafunc.config)
