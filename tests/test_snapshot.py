@@ -38,6 +38,9 @@ def test_future_version_says_upgrade(snapshot_h200, tmp_path):
     (lambda d: d["evidence"]["pairs"][0].update(b=7), "evidence.pairs[0].b: GPU 7 is not among"),
     (lambda d: d["evidence"]["gpus"][0]["nvlinks"][3].update(active="yes"), "nvlinks[3].active"),
     (lambda d: d["evidence"].update(extra=1), "unknown field(s) ['extra']"),
+    (lambda d: d["evidence"]["gpus"][1].update(index=0), "evidence.gpus[1].index: GPU 0 appears twice"),
+    (lambda d: d["evidence"]["pairs"][0].update(a=1, b=0), "evidence.pairs[0]: expected each pair once with a < b"),
+    (lambda d: d["evidence"]["pairs"].append(dict(d["evidence"]["pairs"][0])), "evidence.pairs[1]: expected each"),
 ])
 def test_bad_fields_are_named(snapshot_h200, tmp_path, mutate, fragment):
     data = json.loads(snapshot_h200.read_text())

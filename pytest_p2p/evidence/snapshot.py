@@ -100,13 +100,23 @@ def evidence_from_envelope(data: Any, label: str) -> Evidence:
                 _check(pcie[key], _READING, label, f"{path}.pcie.{key}")
         for j, link in enumerate(g["nvlinks"]):
             _check(link, _LINK_FIELDS, label, f"{path}.nvlinks[{j}]")
-    indices = {g["index"] for g in ev["gpus"]}
+    indices: set[int] = set()
+    for i, g in enumerate(ev["gpus"]):
+        if g["index"] in indices:
+            raise SnapshotError(f"{label}: evidence.gpus[{i}].index: GPU {g['index']} appears twice")
+        indices.add(g["index"])
+    seen: set[tuple[int, int]] = set()
     for i, p in enumerate(ev["pairs"]):
         _check(p, _PAIR_FIELDS, label, f"evidence.pairs[{i}]")
         for side in ("a", "b"):
             if p[side] not in indices:
                 raise SnapshotError(f"{label}: evidence.pairs[{i}].{side}: GPU {p[side]} is not among the "
                                     f"snapshot's GPUs {sorted(indices)}")
+        # lookups go by (lower, higher) index: a reversed or repeated pair would be unreachable or ambiguous
+        if not p["a"] < p["b"] or (p["a"], p["b"]) in seen:
+            raise SnapshotError(f"{label}: evidence.pairs[{i}]: expected each pair once with a < b, "
+                                f"got a={p['a']}, b={p['b']}")
+        seen.add((p["a"], p["b"]))
     return evidence_from_dict(ev)
 
 
