@@ -673,7 +673,6 @@ def _claims(proof: TransportProof, ev: _Builder) -> dict[str, Claim]:
     for var, val in proof.env_overrides.items():
         values[f"env:{var}"] = val
     # "used_collnet" is proven by COLLNET connection lines; the "collnet" claim by "Connected CollNet" lines.
-    ev.evidence.setdefault("used_collnet", [])
     transport_lines: list[tuple[int, str]] = []
     for name in ("used_p2p", "used_shm", "used_net", "used_collnet"):
         transport_lines.extend(ev.evidence.get(name, [])[:2])
