@@ -43,6 +43,10 @@ def test_nvlink_links_and_version(snapshot_h200):
     assert "17 of 18 expected NVLinks active (inactive: link 5)" in j.problems[0]
     assert not judge_nvlink(g, Expectations(nvlink=NvlinkExpect(version=5))).ok
     assert not judge_nvlink(g, Expectations(nvlink=NvlinkExpect(links=0))).ok
+    for link in g2.nvlinks:
+        link.active = False
+    j = judge_nvlink(g2, Expectations(nvlink=NvlinkExpect(version=4)))  # a version alone, every link down
+    assert "has no active NVLink; the rig expects NVLink 4" in j.problems[0]
 
 
 def test_topology_nv12_expected_on_nv18(snapshot_h200):

@@ -99,7 +99,10 @@ def judge_nvlink(gpu: GpuEvidence, exp: Expectations) -> Judgement:
             detail = " (NVML reports no NVLink on this GPU: bridge missing, or a PCIe-only board)"
         j.problems.append(f"{gpu.label()} has {len(active)} of {e.links} expected NVLinks active{detail} — "
                           f"a down link points at a bridge/baseboard fault or a fabric-manager problem")
-    if e.version is not None:
+    if e.version is not None and not active and not j.problems:  # nothing to compare is no pass
+        j.problems.append(f"{gpu.label()} has no active NVLink; the rig expects NVLink {e.version} — a bridge "
+                          f"missing, links down or a fabric-manager problem")
+    elif e.version is not None:
         old = sorted({link.version for link in active if link.version is not None and link.version < e.version})
         if old:
             j.problems.append(f"{gpu.label()} runs NVLink version {', '.join(map(str, old))} on some links; the rig "
@@ -209,7 +212,7 @@ def judge_topology(ev: Evidence, pair: PairEvidence, exp: Expectations) -> Judge
             cause = "NVLink is not used between them: bridge missing, links down, or NVLink P2P disabled"
         else:
             cause = "the GPUs moved to different PCIe slots/switches, or the BIOS/ACS topology changed"
-        base = lambda t: "NV" if t.startswith("NV") else t  # noqa: E731
-        j.problems.append(f"{a.label()} and {b.label()} connect through {have} "
-                          f"({TOPOLOGY_LEGEND.get(base(have), 'unknown')}); the rig expects {want} — {cause}")
+        legend = TOPOLOGY_LEGEND.get("NV" if have.startswith("NV") else have, "unknown")
+        j.problems.append(f"{a.label()} and {b.label()} connect through {have} ({legend}); the rig expects {want} "
+                          f"— {cause}")
     return j
