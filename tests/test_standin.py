@@ -114,6 +114,16 @@ def test_continuous_usage_and_chat(server: tuple[int, Path]) -> None:
     assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 2
 
 
+def test_bad_requests_get_a_400_and_the_connection_survives(server: tuple[int, Path]) -> None:
+    port, _ = server
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"}
+    for body in ([1, 2], {"model": "tiny", "prompt": "x", "max_tokens": "many"}, {"model": "tiny", "max_tokens": -3}):
+        c.request("POST", "/v1/completions", body=json.dumps(body), headers=headers)  # one keep-alive connection
+        r = c.getresponse()
+        assert (r.status, json.loads(r.read())["object"]) == (400, "error")  # was a dropped connection
+
+
 @pytest.mark.parametrize(("env", "transport"), [
     ({}, "P2P/CUMEM"),
     ({"NCCL_P2P_DISABLE": "1"}, "SHM/direct/direct"),

@@ -242,6 +242,9 @@ class Server:
         except ValueError:
             writer.write(_error(400, "Bad Request", "body is not JSON"))
             return 400
+        if not isinstance(req, dict):  # answered like vLLM, not by dropping the connection
+            writer.write(_error(400, "Bad Request", "body is not a JSON object"))
+            return 400
         if req.get("model") not in (m.name, None):
             writer.write(_error(404, "Not Found", f"The model `{req.get('model')}` does not exist."))
             return 404
@@ -264,7 +267,10 @@ class Server:
             prompt = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
             max_tokens = req.get("max_tokens") or 16
         n_prompt = max(1, len(prompt.split()))
-        n_out = int(max_tokens)
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            writer.write(_error(400, "Bad Request", f"max_tokens must be a positive integer, got {max_tokens!r}"))
+            return 400
+        n_out = max_tokens
         stream_opts = req.get("stream_options") or {}
         rid = headers.get("x-request-id") or f"{st.completions_seen}"
         cut = n_out // 2 if faulty and m.fault == "cut-stream" else None
