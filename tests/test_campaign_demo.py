@@ -237,6 +237,9 @@ def test_demo_rig_campaign_end_to_end(pytester: pytest.Pytester, monkeypatch: py
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["status"] == "complete" and meta["simulated"] and meta["reps"] == 2
     assert meta["points"] == ["c1", "c2", "c4", "c8"] and meta["rig"] == "demo-h200x2-nvlink"
+    env = run_dir / "env"
+    assert json.loads((env / "doctor.json").read_text())["evidence"]["pairs"][0]["topology"] == "NV18"
+    assert "NV18" in (env / "doctor.txt").read_text() and "kernel.numa_balancing = " in (env / "sysctl.txt").read_text()
     for arm in ("p2p_on", "p2p_off"):
         for point in meta["points"]:
             d = run_dir / "scenarios" / f"{arm}-{point}"
@@ -373,3 +376,12 @@ def test_pair_scope_groups_by_the_pair_in_the_test_id():
     assert pair_scope("checks/test_probes.py::test_transport[gpu2-gpu3-p2p_on]") == "gpu2-gpu3"
     assert pair_scope("checks/test_evidence.py::test_pcie_link[gpu1]") is None
     assert pair_scope("tests/test_x.py::test_y[gpu10-gpu11]") == "gpu10-gpu11"
+
+
+def test_sysctl_text_reads_proc_sys_and_says_what_is_missing(tmp_path):
+    from pytest_p2p.campaign.runner import sysctl_text
+
+    (tmp_path / "kernel").mkdir()
+    (tmp_path / "kernel" / "numa_balancing").write_text("0\n")
+    text = sysctl_text(tmp_path)
+    assert "kernel.numa_balancing = 0\n" in text and "vm.zone_reclaim_mode = unavailable" in text

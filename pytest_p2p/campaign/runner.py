@@ -461,8 +461,10 @@ class CampaignRunner:
     def _write_env(self, rd: Any, versions: Mapping[str, Any]) -> None:
         if self.snapshot is not None:
             rd.write_env("snapshot.json", dict(self.snapshot))
+            _write_doctor(rd, self.snapshot)
         with contextlib.suppress(OSError):
             rd.write_env("kernel_cmdline.txt", Path("/proc/cmdline").read_text())
+        rd.write_env("sysctl.txt", sysctl_text())
         rd.write_env("versions.json", dict(versions))
 
     def _run_slot(self, rd: Any, result: CampaignResult, arm_name: str, rep: int, points: list[str],
@@ -647,3 +649,34 @@ def from_session(session: Any, pair: tuple[int, int], config: CampaignConfig, ki
         live=bool(session.live), run_id=run_id, lease=lease or GpuLease(), progress=progress,
     )
 
+
+# Kernel settings that move P2P and serving numbers (the seed report recorded these).
+SYSCTLS = ("kernel.numa_balancing", "vm.zone_reclaim_mode", "vm.nr_hugepages", "kernel.yama.ptrace_scope",
+           "vm.overcommit_memory", "kernel.sched_autogroup_enabled")
+
+
+def sysctl_text(root: Path = Path("/proc/sys")) -> str:
+    """``name = value`` lines like ``sysctl`` prints, ``unavailable`` where this host has no such key."""
+    lines = []
+    for name in SYSCTLS:
+        try:
+            value = (root / name.replace(".", "/")).read_text().strip()
+        except OSError:
+            value = "unavailable"
+        lines.append(f"{name} = {value}")
+    return "\n".join(lines) + "\n"
+
+
+def _write_doctor(rd: Any, envelope: Mapping[str, Any]) -> None:
+    """``doctor.json`` (as ``python -m pytest_p2p doctor --json`` prints it) and the human table."""
+    from ..errors import SnapshotError
+    from ..evidence.doctor import doctor_table
+    from ..evidence.snapshot import evidence_from_envelope
+
+    try:
+        ev = evidence_from_envelope(dict(envelope), "campaign snapshot")
+    except SnapshotError as exc:
+        rd.write_env("doctor.txt", f"evidence could not be read back: {exc}\n")
+        return
+    rd.write_env("doctor.json", {"evidence": ev.to_dict()})
+    rd.write_env("doctor.txt", doctor_table(ev) + "\n")
