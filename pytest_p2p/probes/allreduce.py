@@ -259,7 +259,10 @@ def result_from_raw(pair: tuple[int, int], arm: Arm, raw: Mapping[str, Any], log
                                         "torch_version", "nccl_version", "device_names")}
     except (KeyError, TypeError, ValueError) as exc:
         raise ProbeError(f"{source}: malformed worker result ({type(exc).__name__}: {exc})") from None
-    total = int(raw.get("iters") or 0) * int(raw.get("graph_launches") or 0)
+    try:
+        total = int(raw.get("iters") or 0) * int(raw.get("graph_launches") or 0)
+    except (TypeError, ValueError):  # only a label: a malformed count must not lose the measurement
+        total = 0
     meta["timing"] = {
         "direct-graph": f"CUDA graph of {raw.get('iters')} direct ncclAllReduce calls x "
                         f"{raw.get('graph_launches')} replays (as nccl-tests -G), mean over ranks",
