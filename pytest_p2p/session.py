@@ -8,6 +8,8 @@ Resolution order (stated once, used everywhere):
   machine, replayed and labelled as such, with the stand-in server for model campaigns.
 * **rig**: ``--p2p-rig`` (or ``PYTEST_P2P_RIG`` / ini ``p2p_rig``); else the demo rig file
   in demo mode; else auto-detection (every GPU, every pair, links at their maximum).
+* **relative paths** (rig, snapshot, results): from the command line or the environment,
+  against the directory pytest ran in; from the ini file, against the rootdir (as ``p2p_db``).
 
 Cheap things (option parsing, rig and snapshot files) are resolved at configure time so
 that a bad value is a usage error before collection; live NVML is read on first use.
@@ -68,7 +70,7 @@ class P2PSession:
     @property
     def evidence(self) -> Evidence:
         if self._evidence is None:
-            self._evidence = self._gather(load=False)
+            self._evidence = self._gather()
         return self._evidence
 
     def evidence_under_load(self) -> Evidence:
@@ -81,7 +83,8 @@ class P2PSession:
         self._loaded = True
         return ev
 
-    def _gather(self, *, load: bool) -> Evidence:
+    def _gather(self) -> Evidence:
+        """Idle evidence; :meth:`evidence_under_load` adds the load readings once, when a check needs them."""
         from .evidence.snapshot import load_snapshot
 
         if self.snapshot.value is not None:
@@ -92,7 +95,7 @@ class P2PSession:
             return ev
         from .evidence.live import gather_live
 
-        return gather_live(load=load)
+        return gather_live(load=False)
 
     @property
     def resolved(self) -> ResolvedRig:
@@ -140,16 +143,24 @@ def _from_config(config: pytest.Config) -> P2PSession:
             if require_live:
                 raise EvidenceError(f"--p2p-live: {why}")
             demo_reason = f"no live GPU here ({why})"
+    if snap.value is not None:
+        snap = Resolved(str(_path(config, snap.value, snap.origin)), snap.origin)
     if rig_opt.value is not None:
-        rig = load_rig(rig_opt.value, origin=rig_opt.origin)
+        rig = load_rig(_path(config, rig_opt.value, rig_opt.origin), origin=rig_opt.origin)
     elif demo_reason is not None and demo_path(DEMO_RIG).is_file():
         rig = load_rig(demo_path(DEMO_RIG))
     else:
         rig = auto_rig()
-    root = Path(results.value)
-    if not root.is_absolute():
-        root = Path(config.invocation_params.dir) / root
+    root = _path(config, results.value, results.origin)
     return P2PSession(rig=rig, results_root=root, snapshot=snap, require_live=require_live, demo_reason=demo_reason)
+
+
+def _path(config: pytest.Config, value: str, origin: str) -> Path:
+    """A relative path from an ini file is relative to the rootdir (as ``p2p_db`` is), else to where pytest ran."""
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return path
+    return (config.rootpath if origin.startswith("ini") else Path(config.invocation_params.dir)) / path
 
 
 def get_session(config: pytest.Config) -> P2PSession:

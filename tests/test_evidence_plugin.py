@@ -150,3 +150,15 @@ def test_doctor_with_rig_exit_codes(snapshot_5060ti, rig_5060ti, tmp_path):
     gen4.write_text(rig_5060ti.read_text().replace("pcie: {gen: 3, width: 4}", "pcie: {gen: 4, width: 4}"))
     r = _cli("doctor", "--snapshot", str(snapshot_5060ti), "--rig", str(gen4))
     assert r.returncode == 1 and "FAIL  pcie_link" in r.stdout
+
+
+def test_relative_ini_paths_are_relative_to_the_rootdir(pytester, monkeypatch, snapshot_5060ti, rig_5060ti):
+    """``p2p_rig = rigs/r.yaml`` in the ini must work from any subdirectory, as ``p2p_db`` does."""
+    (pytester.path / "rigs").mkdir()
+    (pytester.path / "rigs" / "r.yaml").write_text(rig_5060ti.read_text())
+    (pytester.path / "rigs" / "s.json").write_text(snapshot_5060ti.read_text())
+    pytester.makeini("[pytest]\np2p_rig = rigs/r.yaml\np2p_snapshot = rigs/s.json\n")
+    sub = pytester.mkdir("sub")
+    monkeypatch.chdir(sub)
+    r = run(pytester, "-m", "p2p", "--pyargs", CHECKS)
+    r.assert_outcomes(passed=6, skipped=2)
