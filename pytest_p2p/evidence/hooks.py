@@ -8,13 +8,13 @@ those that ask for ``p2p_pair`` by its pairs (ids ``gpu1-gpu2``); the built-in c
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 
 from ..errors import P2PError
 from ..options import add_ini_and_option
 from ..session import P2PSession, get_session
+from .model import Evidence
 
 _ENV_VARS = ("PYTEST_P2P_RIG", "PYTEST_P2P_SNAPSHOT")
 
@@ -95,8 +95,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Error-counter checks run last, so "not growing across the session" covers the whole session."""
     last = [it for it in items if getattr(it, "originalname", "") == "test_error_counters"]
     if last:
-        rest = [it for it in items if it not in last]
-        items[:] = rest + last
+        items[:] = [it for it in items if getattr(it, "originalname", "") != "test_error_counters"] + last
 
 
 @pytest.fixture(scope="session")
@@ -106,6 +105,6 @@ def p2p_session(pytestconfig: pytest.Config) -> P2PSession:
 
 
 @pytest.fixture(scope="session")
-def p2p_evidence(p2p_session: P2PSession) -> Iterator[object]:
+def p2p_evidence(p2p_session: P2PSession) -> Evidence:
     """Evidence with PCIe read under load and CUDA peer access (live machines run the load once)."""
-    yield p2p_session.evidence_under_load()
+    return p2p_session.evidence_under_load()
