@@ -9,6 +9,8 @@ the same everywhere.
 
 from __future__ import annotations
 
+import contextlib
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -94,15 +96,23 @@ def sequence(value: Any, source: str, path: str) -> list[Any]:
 
 
 def percent(value: Any, source: str, path: str) -> float:
-    """``5%``, ``'5 %'`` or ``0.05`` -> 0.05 (a bare number above 1 is read as percent: ``8`` -> 0.08)."""
+    """``5%``, ``'5 %'`` or ``0.05`` -> 0.05 (a bare number above 1 is read as percent: ``8`` -> 0.08).
+
+    A quoted number without ``%`` (``'0.05'``) reads like the bare number, not as 0.05 %.
+    """
+    number: float | None = None
     if isinstance(value, str):
-        text = value.strip().rstrip("%").strip()
-        try:
-            return float(text) / 100.0
-        except ValueError:
-            pass
+        text = value.strip()
+        with contextlib.suppress(ValueError):
+            if text.endswith("%"):
+                number = float(text[:-1].strip()) / 100.0
+            else:
+                number = float(text)
+                number = number / 100.0 if abs(number) > 1 else number
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value) / 100.0 if abs(value) > 1 else float(value)
+        number = float(value) / 100.0 if abs(value) > 1 else float(value)
+    if number is not None and math.isfinite(number):
+        return number
     raise ConfigError(source, path, f"expected a percentage like '5%', got {show(value)}")
 
 

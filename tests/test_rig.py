@@ -166,3 +166,19 @@ def test_pairs_the_snapshot_does_not_hold(snapshot_5060ti):
     assert resolve(parse_rig({"pairs": "all"}), ev).pairs == [(0, 1), (1, 2)]
     with pytest.raises(ConfigError, match=r"pairs\[0\]: the evidence .* holds nothing about the pair of GPUs 0 and 2"):
         resolve(parse_rig({"pairs": [[0, 2]]}), ev)
+
+
+@pytest.mark.parametrize(("value", "want"), [("5%", 0.05), (" 5 % ", 0.05), (5, 0.05), ("5", 0.05), (0.05, 0.05),
+                                             ("0.05", 0.05), ("0.5%", 0.005)])
+def test_percent_reads_quoted_numbers_like_bare_ones(value, want):
+    from pytest_p2p.validate import percent
+
+    assert percent(value, "r.yaml", "x") == pytest.approx(want)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf%", float("nan"), "5%%", True, None])
+def test_percent_rejects_what_is_no_percentage(value):
+    from pytest_p2p.validate import percent
+
+    with pytest.raises(ConfigError, match=r"r.yaml: x: expected a percentage"):
+        percent(value, "r.yaml", "x")
