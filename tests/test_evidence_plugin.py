@@ -162,3 +162,25 @@ def test_relative_ini_paths_are_relative_to_the_rootdir(pytester, monkeypatch, s
     monkeypatch.chdir(sub)
     r = run(pytester, "-m", "p2p", "--pyargs", CHECKS)
     r.assert_outcomes(passed=6, skipped=2)
+
+
+def test_error_counters_on_a_gpu_lost_mid_session_fail_with_a_message(pytester, monkeypatch):
+    from test_live_nvml import NVMLError, fake_pynvml
+
+    fake = fake_pynvml()
+    reads = {"n": 0}
+    pci = fake.nvmlDeviceGetPciInfo
+
+    def pci_then_lost(h):
+        reads["n"] += 1
+        if reads["n"] > 2:  # the first gather reads both GPUs; the end-of-session one finds them gone
+            raise NVMLError("GPU is lost")
+        return pci(h)
+
+    fake.nvmlDeviceGetPciInfo = pci_then_lost
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    r = run(pytester, "-m", "p2p", "--pyargs", CHECKS, "-k", "error_counters")
+    r.assert_outcomes(failed=2)
+    r.stdout.fnmatch_lines(["*the error counters could not be read again at the end of the session: NVML failed "
+                            "while reading the GPUs (GPU is lost)*"])
+    assert "Traceback" not in r.stdout.str()

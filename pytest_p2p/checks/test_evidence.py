@@ -54,9 +54,13 @@ def test_error_counters(p2p_session, p2p_evidence, p2p_gpu):
         pytest.skip(f"a replay holds one reading; counter growth needs a live session ({p2p_session.label})")
     import datetime as dt
 
+    from pytest_p2p.errors import P2PError
     from pytest_p2p.evidence.live import gather_live
 
-    now = gather_live(load=False)
+    try:
+        now = gather_live(load=False)
+    except P2PError as exc:  # the driver or a GPU went away during the session: that is the finding
+        pytest.fail(f"the error counters could not be read again at the end of the session: {exc}", pytrace=False)
     start = dt.datetime.fromisoformat(p2p_evidence.recorded_at)
     elapsed = (dt.datetime.fromisoformat(now.recorded_at) - start).total_seconds()
     j = judge_counters(now.gpu(p2p_gpu), p2p_evidence.gpu(p2p_gpu), p2p_session.resolved.gpu_expect[p2p_gpu],
