@@ -192,3 +192,14 @@ def test_a_lost_gpu_is_an_evidence_error_not_a_traceback(monkeypatch):
     m.nvmlDeviceGetCount = lambda: lost(None)
     ok, why = live.nvml_available()
     assert not ok and "cannot count the GPUs (GPU is lost)" in why
+
+
+def test_nvml_failing_while_sampling_under_load_is_an_evidence_error(use_fake, tmp_path):
+    use_fake()
+    ev = live.gather_live(load=False)
+    sys.modules["pynvml"].nvmlDeviceGetHandleByIndex = lambda i: (_ for _ in ()).throw(NVMLError("GPU is lost"))
+    child = tmp_path / "py"
+    child.write_text("#!/bin/sh\necho LOADING\nexec sleep 60\n")
+    child.chmod(0o755)
+    with pytest.raises(EvidenceError, match=r"sampling the PCIe links under load \(GPU is lost\)"):
+        live.read_under_load(ev, seconds=0.5, python=str(child))

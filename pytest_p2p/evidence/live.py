@@ -358,6 +358,8 @@ def _sample(evidence: Evidence, samples: dict[int, list[PcieReading]], seconds: 
             for idx, h in handles.items():
                 samples[idx].append(read_pcie(nv, h))
             time.sleep(0.1)
+    except nv.NVMLError as exc:
+        raise EvidenceError(f"NVML failed while sampling the PCIe links under load ({exc})") from None
     finally:
         nv.nvmlShutdown()
 
