@@ -362,7 +362,8 @@ def resolve(rig: Rig, evidence: Evidence) -> ResolvedRig:
             if (isinstance(sel, int) and g.index == sel) or sel in (g.bus_id, g.uuid):
                 return g.index
         present = ", ".join(f"{g.index}={g.bus_id}" for g in evidence.gpus) or "none"
-        kind = "index" if isinstance(sel, int) else ("UUID" if str(sel).upper().startswith("GPU-") else "bus id")
+        kind = "index" if isinstance(sel, int) else ("UUID" if str(sel).upper().startswith(("GPU-", "MIG-"))
+                                                     else "bus id")
         raise ConfigError(source, path, f"no GPU with {kind} {sel} on this machine ({evidence.label}); "
                                         f"GPUs present: {present}")
 

@@ -182,3 +182,9 @@ def test_percent_rejects_what_is_no_percentage(value):
 
     with pytest.raises(ConfigError, match=r"r.yaml: x: expected a percentage"):
         percent(value, "r.yaml", "x")
+
+
+def test_unknown_mig_uuid_is_named_as_a_uuid(snapshot_5060ti):
+    rig = parse_rig({"gpus": ["MIG-1234"]}, source="r.yaml")
+    with pytest.raises(ConfigError, match="no GPU with UUID MIG-1234"):
+        resolve(rig, load_snapshot(snapshot_5060ti))
