@@ -142,6 +142,8 @@ def gen_config_main(argv: list[str]) -> int:
     p.add_argument("--name", default="my-rig", help="the rig's name")
     p.add_argument("--no-load", action="store_true", help="do not put load on the GPUs (links read idle)")
     a = p.parse_args(argv)
+    if not a.name.strip():
+        p.error("--name: expected a non-empty rig name")  # else it would read as a gen-config bug below
     import yaml
 
     from .rig import parse_rig, rig_to_yaml_dict

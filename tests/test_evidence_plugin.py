@@ -184,3 +184,8 @@ def test_error_counters_on_a_gpu_lost_mid_session_fail_with_a_message(pytester, 
     r.stdout.fnmatch_lines(["*the error counters could not be read again at the end of the session: NVML failed "
                             "while reading the GPUs (GPU is lost)*"])
     assert "Traceback" not in r.stdout.str()
+
+
+def test_gen_config_empty_name_is_a_usage_error_not_an_internal_one(snapshot_5060ti):
+    r = _cli("gen-config", "--snapshot", str(snapshot_5060ti), "--name", "")
+    assert r.returncode == 2 and "--name: expected a non-empty rig name" in r.stderr and "internal" not in r.stderr
