@@ -189,3 +189,10 @@ def test_error_counters_on_a_gpu_lost_mid_session_fail_with_a_message(pytester, 
 def test_gen_config_empty_name_is_a_usage_error_not_an_internal_one(snapshot_5060ti):
     r = _cli("gen-config", "--snapshot", str(snapshot_5060ti), "--name", "")
     assert r.returncode == 2 and "--name: expected a non-empty rig name" in r.stderr and "internal" not in r.stderr
+
+
+def test_not_p2p_marker_expression_is_not_a_p2p_run(pytester):
+    pytester.makepyfile("def test_x():\n    import sys\n    assert 'pynvml' not in sys.modules\n")
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not p2p")
+    r.assert_outcomes(passed=1)
+    assert "p2p rig" not in r.stdout.str()

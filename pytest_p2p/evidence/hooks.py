@@ -8,6 +8,7 @@ those that ask for ``p2p_pair`` by its pairs (ids ``gpu1-gpu2``); the built-in c
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -37,7 +38,8 @@ def _requested(config: pytest.Config) -> bool:
     opts = ("p2p_rig", "p2p_snapshot", "p2p_live")
     if any(config.getoption(o, default=None) for o in opts) or any(os.environ.get(e) for e in _ENV_VARS):
         return True
-    if "p2p" in (config.getoption("markexpr", default="") or ""):
+    markexpr = config.getoption("markexpr", default="") or ""
+    if re.search(r"(?<!not )\bp2p\b", markexpr):  # "-m p2p" selects checks; "-m 'not p2p'" does not
         return True
     return any("pytest_p2p" in str(a) for a in config.invocation_params.args)
 
