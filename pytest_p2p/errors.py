@@ -43,5 +43,9 @@ class ServerError(P2PError):
     """A server (vLLM or the stand-in) did not start, died, or left processes behind."""
 
 
+class ResultsError(P2PError):
+    """A results directory is missing, not a results directory, or holds a missing or corrupt file."""
+
+
 class StoreError(P2PError):
     """The baseline database is corrupt, of a future schema, or cannot be written."""

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pytest_p2p.errors import P2PError
+from pytest_p2p.errors import ResultsError
 from pytest_p2p.util import atomic_write_json, atomic_write_text
 
 RUN_META = "run.json"
@@ -39,10 +39,6 @@ _ARM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
 _POINT_RE = re.compile(r"^(?:c[0-9]+|s[0-9A-Za-z.]+)$")
 _REP_RE = re.compile(r"^run_([0-9]+)\.json$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-class ResultsError(P2PError):
-    """A results directory is missing, not a results directory, or holds a corrupt file."""
 
 
 def safe_component(text: str) -> str:

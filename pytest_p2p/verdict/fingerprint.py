@@ -16,14 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import P2PError
+from ..errors import ResultsError
 
 FINGERPRINT_VERSION = 1
 VERSION_KEYS = ("driver", "cuda_driver", "nccl", "torch", "vllm", "plugin", "python", "kernel", "git_commit")
-
-
-class ResultsError(P2PError):
-    """A campaign results directory is missing a file or holds malformed JSON."""
 
 
 def read_json(path: Path, what: str) -> Any:
