@@ -24,9 +24,11 @@ T = TypeVar("T")
 class Resolved(Generic[T]):
     value: T
     origin: str  # "--p2p-rig", "PYTEST_P2P_RIG", "ini p2p_rig", "default"
+    text: str | None = None  # what the user wrote, before conversion
 
     def where(self) -> str:
-        return self.origin if self.origin == "default" else f"{self.origin}={self.value}"
+        shown = self.value if self.text is None else self.text
+        return self.origin if self.origin == "default" else f"{self.origin}={shown}"
 
 
 def resolve(
@@ -39,11 +41,13 @@ def resolve(
     default: T,
     convert: Callable[[str], T] | None = None,
 ) -> Resolved[T]:
-    """Resolve one option; ``convert`` turns env/ini text into the value and may raise ValueError."""
+    """Resolve one option; ``convert`` turns the text (from any origin) into the value and may raise ValueError."""
+    candidates: list[tuple[str | None, str]] = []
     cli = config.getoption(dest, default=None)
     if cli is not None:
-        return Resolved(cli, flag)
-    candidates: list[tuple[str | None, str]] = []
+        if convert is None or not isinstance(cli, str):
+            return Resolved(cli, flag)
+        candidates.append((cli, flag))
     if env:
         candidates.append((os.environ.get(env) or None, env))
     if ini:
@@ -58,7 +62,7 @@ def resolve(
         if convert is None:
             return Resolved(raw_value, origin)  # type: ignore[arg-type]
         try:
-            return Resolved(convert(raw_value), origin)
+            return Resolved(convert(raw_value), origin, raw_value)
         except ValueError as exc:
             raise ConfigError(origin, "", f"bad value {raw_value!r}: {exc}") from None
     return Resolved(default, "default")

@@ -196,3 +196,26 @@ def test_not_p2p_marker_expression_is_not_a_p2p_run(pytester):
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not p2p")
     r.assert_outcomes(passed=1)
     assert "p2p rig" not in r.stdout.str()
+
+
+def test_resolve_converts_command_line_text_like_env_and_ini(pytester, monkeypatch):
+    """One conversion for every origin, and errors and where() show what the user wrote."""
+    from pytest_p2p.errors import ConfigError
+    from pytest_p2p.options import resolve
+
+    class Cfg:
+        def __init__(self, cli):
+            self.cli = cli
+
+        def getoption(self, dest, default=None):
+            return self.cli
+
+        def getini(self, name):
+            return ""
+
+    r = resolve(Cfg("3"), dest="d", flag="--p2p-reps", env="X_REPS", ini="x", default=1, convert=int)
+    assert r.value == 3 and r.where() == "--p2p-reps=3"
+    monkeypatch.setenv("X_REPS", "4")
+    assert resolve(Cfg(None), dest="d", flag="--f", env="X_REPS", ini="x", default=1, convert=int).value == 4
+    with pytest.raises(ConfigError, match=r"--p2p-reps: bad value 'x'"):
+        resolve(Cfg("x"), dest="d", flag="--p2p-reps", env=None, ini=None, default=1, convert=int)

@@ -95,13 +95,7 @@ def _arms(text: str) -> list[str]:
 def _resolved(config: pytest.Config, name: str, convert: Any) -> tuple[Any, str]:
     r = resolve(config, dest=f"p2p_{name}", flag=f"--p2p-{name}", env=f"PYTEST_P2P_{name.upper()}",
                 ini=f"p2p_{name}", default=None, convert=convert)
-    value = r.value
-    if value is not None and r.origin.startswith("--"):  # the command line gives text: convert it too
-        try:
-            value = convert(value)
-        except ValueError as exc:
-            raise ConfigError(r.origin, "", f"bad value {r.value!r}: {exc}") from None
-    return value, r.where()
+    return r.value, r.where()
 
 
 def pytest_configure(config: pytest.Config) -> None:
