@@ -203,3 +203,15 @@ def test_nvml_failing_while_sampling_under_load_is_an_evidence_error(use_fake, t
     child.chmod(0o755)
     with pytest.raises(EvidenceError, match=r"sampling the PCIe links under load \(GPU is lost\)"):
         live.read_under_load(ev, seconds=0.5, python=str(child))
+
+
+def test_an_older_nvidia_ml_py_without_newer_getters_still_gathers(monkeypatch):
+    """Getters missing from the installed nvidia-ml-py read as 'not reported', never as a crash."""
+    m = fake_pynvml()
+    del m.nvmlDeviceGetCurrentClocksEventReasons  # added in newer NVML; older ones only have "Throttle"
+    del m.nvmlDeviceGetNvLinkRemoteDeviceType
+    m.nvmlDeviceGetCurrentClocksThrottleReasons = lambda h: 4
+    monkeypatch.setitem(sys.modules, "pynvml", m)
+    ev = live.gather_live(load=False)
+    assert ev.gpu(0).throttle_reasons == 4 and ev.gpu(0).nvlinks[0].remote_type is None
+    assert ev.pair(0, 1).topology == "NV18"

@@ -15,13 +15,15 @@ import pytest
 
 pynvml = pytest.importorskip("pynvml")
 PKG = Path(__file__).resolve().parent.parent / "pytest_p2p"
-CALL = re.compile(r"\b(?:pynvml|nv|nvml)\.(nvml[A-Za-z0-9_]+|NVML_[A-Z0-9_]+)")
+CALL = re.compile(r"\b(?:pynvml|nv|nvml)\.(nvml[A-Za-z0-9_]+|NVML_[A-Z0-9_]+)"  # attribute uses
+                  r"|[\"'](nvml(?:Device|System)[A-Za-z0-9_]+)[\"']")  # names passed to nvml_call
 
 
 def test_every_nvml_name_we_use_exists():
     used: dict[str, list[str]] = {}
     for path in PKG.rglob("*.py"):
-        for name in CALL.findall(path.read_text(encoding="utf-8")):
+        for groups in CALL.findall(path.read_text(encoding="utf-8")):
+            name = groups[0] or groups[1]
             used.setdefault(name, []).append(path.name)
     assert len(used) > 20, "the scan found too few NVML names: the pattern is stale"
     missing = {name: files for name, files in used.items() if not hasattr(pynvml, name)}

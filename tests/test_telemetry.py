@@ -118,3 +118,15 @@ def test_nvml_that_cannot_start_is_a_clear_error(monkeypatch) -> None:
     with pytest.raises(P2PError, match=r"GPU\(s\) \[0, 7\].*INVALID_ARGUMENT"):
         tm.make_reader([0, 7], simulated=False)
     assert shut == [True]  # the init is undone
+
+
+def test_nvml_row_from_a_fake_nvml_leaves_unreported_fields_empty():
+    """The NVML reader's row, against the fake pynvml modelled on the H200 (no utilisation getter there)."""
+    from test_live_nvml import fake_pynvml
+
+    from pytest_p2p.campaign.telemetry import _nvml_read
+
+    row = _nvml_read(fake_pynvml(gen_cur=(5, 4)), 1, 1)
+    assert row["pcie.link.gen.current"] == 4 and row["pcie.link.width.current"] == 16
+    assert row["throttle_reasons"] == 1 and row["energy_mj"] == 3125389 and row["power.draw"] == 78.779
+    assert row["utilization.gpu"] is None and row["memory.used"] == 0 and row["simulated"] == ""

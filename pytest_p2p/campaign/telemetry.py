@@ -19,7 +19,7 @@ import io
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,32 +62,29 @@ def throttle_names(mask: int) -> list[str]:
 def _nvml_read(pynvml: Any, handle: Any, index: int) -> Row:
     """One row for one GPU; a field the GPU does not report is left empty (never guessed)."""
 
-    def get(fn: Callable[[], Any]) -> Any:
-        try:
-            return fn()
-        except Exception:  # NVMLError_NotSupported and friends: an empty cell, not a failed rep
-            return None
+    from ..evidence.live import clock_event_reasons, nvml_call
 
-    util = get(lambda: pynvml.nvmlDeviceGetUtilizationRates(handle))
-    mem = get(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle))
-    power_mw = get(lambda: pynvml.nvmlDeviceGetPowerUsage(handle))
-    reasons = get(lambda: pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
-    if reasons is None:
-        reasons = get(lambda: pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
+    def get(name: str, *args: Any) -> Any:
+        return nvml_call(pynvml, name, handle, *args)  # not reported: an empty cell, not a failed rep
+
+    util = get("nvmlDeviceGetUtilizationRates")
+    mem = get("nvmlDeviceGetMemoryInfo")
+    power_mw = get("nvmlDeviceGetPowerUsage")
+    reasons = clock_event_reasons(pynvml, handle)
     return {
         "wall_epoch": round(time.time(), 3),
         "index": index,
-        "pcie.link.gen.current": get(lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
-        "pcie.link.width.current": get(lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle)),
-        "temperature.gpu": get(lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)),
+        "pcie.link.gen.current": get("nvmlDeviceGetCurrPcieLinkGeneration"),
+        "pcie.link.width.current": get("nvmlDeviceGetCurrPcieLinkWidth"),
+        "temperature.gpu": get("nvmlDeviceGetTemperature", pynvml.NVML_TEMPERATURE_GPU),
         "utilization.gpu": None if util is None else util.gpu,
         "utilization.memory": None if util is None else util.memory,
         "memory.used": None if mem is None else int(mem.used // (1024 * 1024)),
         "power.draw": None if power_mw is None else round(power_mw / 1000.0, 3),
-        "clocks.current.sm": get(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
-        "clocks.current.memory": get(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
+        "clocks.current.sm": get("nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_SM),
+        "clocks.current.memory": get("nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_MEM),
         "throttle_reasons": reasons,
-        "energy_mj": get(lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)),
+        "energy_mj": get("nvmlDeviceGetTotalEnergyConsumption"),
         "simulated": "",
     }
 

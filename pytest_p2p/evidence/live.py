@@ -87,7 +87,7 @@ def nvml_available() -> tuple[bool, str]:
     return True, f"NVML sees {count} GPU(s)"
 
 
-def _try(fn: Callable[..., T], *args: Any) -> T | None:
+def nvml_get(fn: Callable[..., T], *args: Any) -> T | None:
     """NVML getters raise NotSupported & co. on some GPUs; that is 'not reported', not an error."""
     try:
         return fn(*args)
@@ -122,76 +122,91 @@ def _gather(nv: Any) -> Evidence:
     for i in range(count):
         for j in range(i + 1, count):
             pairs.append(_pair(nv, gpus[i], gpus[j], handles[i], handles[j]))
-    cuda = _try(nv.nvmlSystemGetCudaDriverVersion)
+    cuda = nvml_call(nv, "nvmlSystemGetCudaDriverVersion")
     return Evidence(
         source="live",
         origin=socket.gethostname(),
         recorded_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         host=socket.gethostname(),
-        driver_version=_try(lambda: _text(nv.nvmlSystemGetDriverVersion())),
-        nvml_version=_try(lambda: _text(nv.nvmlSystemGetNVMLVersion())),
+        driver_version=nvml_get(lambda: _text(nv.nvmlSystemGetDriverVersion())),
+        nvml_version=nvml_get(lambda: _text(nv.nvmlSystemGetNVMLVersion())),
         cuda_driver_version=int(cuda) if cuda is not None else None,
         gpus=gpus,
         pairs=pairs,
     )
 
 
+def nvml_call(nv: Any, name: str, *args: Any) -> Any:
+    """``nv.<name>(*args)``, or ``None`` when this nvidia-ml-py lacks the function or the GPU does not report it.
+
+    The name is looked up inside the guard: a getter added in a newer NVML must not crash an
+    older nvidia-ml-py before the call is even attempted.
+    """
+    return nvml_get(lambda: getattr(nv, name)(*args))
+
+
+def clock_event_reasons(nv: Any, h: Any) -> int | None:
+    """The clocks-event (throttle) reason mask; older drivers only have the 'throttle' name."""
+    reasons = nvml_call(nv, "nvmlDeviceGetCurrentClocksEventReasons", h)
+    if reasons is None:
+        reasons = nvml_call(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", h)
+    return None if reasons is None else int(reasons)
+
+
 def _gpu(nv: Any, index: int, h: Any) -> GpuEvidence:
     pci = nv.nvmlDeviceGetPciInfo(h)
     bus_id = normalize_bus_id(_text(pci.busId))
-    mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(h))
-    power = _try(lambda: nv.nvmlDeviceGetPowerUsage(h))
-    limit = _try(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
-    reasons = _try(lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h))
-    if reasons is None:
-        reasons = _try(lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+    mem = nvml_get(lambda: nv.nvmlDeviceGetMemoryInfo(h))
+    power = nvml_get(lambda: nv.nvmlDeviceGetPowerUsage(h))
+    limit = nvml_get(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
+    reasons = clock_event_reasons(nv, h)
     return GpuEvidence(
         index=index,
         name=_text(nv.nvmlDeviceGetName(h)),
-        uuid=_try(lambda: _text(nv.nvmlDeviceGetUUID(h))) or "",
+        uuid=nvml_get(lambda: _text(nv.nvmlDeviceGetUUID(h))) or "",
         bus_id=bus_id,
         pcie=PcieLink(
             idle=read_pcie(nv, h),
             loaded=None,
-            max=PcieReading(_try(lambda: nv.nvmlDeviceGetMaxPcieLinkGeneration(h)),
-                            _try(lambda: nv.nvmlDeviceGetMaxPcieLinkWidth(h))),
-            gpu_max=PcieReading(_try(lambda: nv.nvmlDeviceGetGpuMaxPcieLinkGeneration(h)), None),
-            replay_counter=_try(lambda: nv.nvmlDeviceGetPcieReplayCounter(h)),
+            max=PcieReading(nvml_get(lambda: nv.nvmlDeviceGetMaxPcieLinkGeneration(h)),
+                            nvml_get(lambda: nv.nvmlDeviceGetMaxPcieLinkWidth(h))),
+            gpu_max=PcieReading(nvml_get(lambda: nv.nvmlDeviceGetGpuMaxPcieLinkGeneration(h)), None),
+            replay_counter=nvml_get(lambda: nv.nvmlDeviceGetPcieReplayCounter(h)),
         ),
         nvlinks=_nvlinks(nv, h),
         memory_total_mib=int(mem.total // 2**20) if mem is not None else None,
         memory_used_mib=int(mem.used // 2**20) if mem is not None else None,
-        energy_mj=_try(lambda: int(nv.nvmlDeviceGetTotalEnergyConsumption(h))),
+        energy_mj=nvml_get(lambda: int(nv.nvmlDeviceGetTotalEnergyConsumption(h))),
         power_w=power / 1000.0 if power is not None else None,
         power_limit_w=limit / 1000.0 if limit is not None else None,
-        sm_clock_mhz=_try(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
-        mem_clock_mhz=_try(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
-        temperature_c=_try(lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
-        pstate=_try(lambda: nv.nvmlDeviceGetPerformanceState(h)),
-        throttle_reasons=int(reasons) if reasons is not None else None,
+        sm_clock_mhz=nvml_get(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+        mem_clock_mhz=nvml_get(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+        temperature_c=nvml_get(lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+        pstate=nvml_get(lambda: nv.nvmlDeviceGetPerformanceState(h)),
+        throttle_reasons=reasons,
     )
 
 
 def read_pcie(nv: Any, h: Any) -> PcieReading:
-    return PcieReading(_try(lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(h)),
-                       _try(lambda: nv.nvmlDeviceGetCurrPcieLinkWidth(h)))
+    return PcieReading(nvml_get(lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(h)),
+                       nvml_get(lambda: nv.nvmlDeviceGetCurrPcieLinkWidth(h)))
 
 
 def _nvlinks(nv: Any, h: Any) -> list[NvLinkState]:
     links: list[NvLinkState] = []
     for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", MAX_NVLINKS)):
-        state = _try(nv.nvmlDeviceGetNvLinkState, h, link)
+        state = nvml_call(nv, "nvmlDeviceGetNvLinkState", h, link)
         if state is None:
             continue  # no such link (NotSupported / InvalidArgument)
-        version = _try(nv.nvmlDeviceGetNvLinkVersion, h, link)
-        remote = _try(nv.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
-        rtype = _try(nv.nvmlDeviceGetNvLinkRemoteDeviceType, h, link)
-        crc = [_try(nv.nvmlDeviceGetNvLinkErrorCounter, h, link, c)
+        version = nvml_call(nv, "nvmlDeviceGetNvLinkVersion", h, link)
+        remote = nvml_call(nv, "nvmlDeviceGetNvLinkRemotePciInfo", h, link)
+        rtype = nvml_call(nv, "nvmlDeviceGetNvLinkRemoteDeviceType", h, link)
+        crc = [nvml_call(nv, "nvmlDeviceGetNvLinkErrorCounter", h, link, c)
                for c in (nv.NVML_NVLINK_ERROR_DL_CRC_FLIT, nv.NVML_NVLINK_ERROR_DL_CRC_DATA)]
-        replay = _try(nv.nvmlDeviceGetNvLinkErrorCounter, h, link, nv.NVML_NVLINK_ERROR_DL_REPLAY)
+        replay = nvml_call(nv, "nvmlDeviceGetNvLinkErrorCounter", h, link, nv.NVML_NVLINK_ERROR_DL_REPLAY)
         remote_bus = None
         if remote is not None:
-            remote_bus = _try(normalize_bus_id, _text(remote.busId))
+            remote_bus = nvml_get(normalize_bus_id, _text(remote.busId))
         known_crc = [c for c in crc if c is not None]
         links.append(NvLinkState(
             link=link,
@@ -206,10 +221,10 @@ def _nvlinks(nv: Any, h: Any) -> list[NvLinkState]:
 
 
 def _pair(nv: Any, a: GpuEvidence, b: GpuEvidence, ha: Any, hb: Any) -> PairEvidence:
-    level = _try(lambda: nv.nvmlDeviceGetTopologyCommonAncestor(ha, hb))
+    level = nvml_get(lambda: nv.nvmlDeviceGetTopologyCommonAncestor(ha, hb))
     status = {}
     for name, idx in P2P_CAPS.items():
-        code = _try(nv.nvmlDeviceGetP2PStatus, ha, hb, idx)
+        code = nvml_call(nv, "nvmlDeviceGetP2PStatus", ha, hb, idx)
         status[name] = P2P_STATUS.get(int(code), "U") if code is not None else None
     between = nvlinks_between(a, b, status.get("nvlink"))
     topology = f"NV{between}" if between else (TOPOLOGY_CLASS.get(int(level)) if level is not None else None)
