@@ -51,6 +51,7 @@ class P2PSession:
     _evidence: Evidence | None = None
     _resolved: ResolvedRig | None = None
     _loaded: bool = False
+    _end: Evidence | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -72,6 +73,14 @@ class P2PSession:
         if self._evidence is None:
             self._evidence = self._gather()
         return self._evidence
+
+    def evidence_at_end(self) -> Evidence:
+        """A second live NVML reading, taken once, when the first end-of-session check asks for it."""
+        if self._end is None:
+            from .evidence.live import gather_live
+
+            self._end = gather_live(load=False)
+        return self._end
 
     def evidence_under_load(self) -> Evidence:
         """Evidence with PCIe read under load and CUDA peer access (live: runs the load once)."""

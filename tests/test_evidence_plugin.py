@@ -219,3 +219,21 @@ def test_resolve_converts_command_line_text_like_env_and_ini(pytester, monkeypat
     assert resolve(Cfg(None), dest="d", flag="--f", env="X_REPS", ini="x", default=1, convert=int).value == 4
     with pytest.raises(ConfigError, match=r"--p2p-reps: bad value 'x'"):
         resolve(Cfg("x"), dest="d", flag="--p2p-reps", env=None, ini=None, default=1, convert=int)
+
+
+def test_error_counters_read_nvml_once_at_the_end_for_all_gpus(pytester, monkeypatch):
+    from test_live_nvml import fake_pynvml
+
+    fake = fake_pynvml()
+    reads = {"n": 0}
+    pci = fake.nvmlDeviceGetPciInfo
+
+    def counted(h):
+        reads["n"] += 1
+        return pci(h)
+
+    fake.nvmlDeviceGetPciInfo = counted
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    r = run(pytester, "-m", "p2p", "--pyargs", CHECKS, "-k", "error_counters")
+    r.assert_outcomes(passed=2)
+    assert reads["n"] == 4  # 2 GPUs at the start, 2 at the end: one end-of-session reading, not one per GPU

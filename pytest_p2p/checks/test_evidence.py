@@ -55,10 +55,9 @@ def test_error_counters(p2p_session, p2p_evidence, p2p_gpu):
     import datetime as dt
 
     from pytest_p2p.errors import P2PError
-    from pytest_p2p.evidence.live import gather_live
 
     try:
-        now = gather_live(load=False)
+        now = p2p_session.evidence_at_end()  # read once for all GPUs
     except P2PError as exc:  # the driver or a GPU went away during the session: that is the finding
         pytest.fail(f"the error counters could not be read again at the end of the session: {exc}", pytrace=False)
     start = dt.datetime.fromisoformat(p2p_evidence.recorded_at)
