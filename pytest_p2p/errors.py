@@ -49,3 +49,20 @@ class ResultsError(P2PError):
 
 class StoreError(P2PError):
     """The baseline database is corrupt, of a future schema, or cannot be written."""
+
+
+class WriteError(P2PError, OSError):
+    """A file could not be written (disk full, read-only file system, no permission).
+
+    Also an :class:`OSError` (same ``errno``), so code that already tolerates a failed
+    write keeps doing so; its message is one paragraph naming the file and what to do.
+    Nothing already written is touched: every write is atomic (``util.atomic_write_*``).
+    """
+
+    def __init__(self, path: str, errno_: int | None, message: str) -> None:
+        super().__init__(errno_ or 0, message)
+        self.path = path
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message

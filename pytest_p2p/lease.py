@@ -3,16 +3,25 @@
 Under pytest-xdist each worker takes different pairs, but pairs can share a GPU
 (gpu0-gpu1 and gpu1-gpu2), and two CI jobs can run on one host. Scheduling cannot
 promise exclusivity; a lock can. Each GPU has a lock file in a directory shared by
-every process on the host; a holder takes ``fcntl.flock(LOCK_EX)`` on the files of
-its GPUs **in ascending index order** (so two holders can never wait on each other
-in a cycle). The kernel drops a flock when its process dies, so a crashed worker
+every process of this user on the host; a holder takes ``fcntl.flock(LOCK_EX)`` on the
+files of its GPUs **in ascending index order** (so two holders can never wait on each
+other in a cycle). The kernel drops a flock when its process dies, so a crashed worker
 never leaves a GPU locked.
+
+Why the directory is private: its name (``/tmp/pytest-p2p-locks-<uid>``) is predictable,
+so on a multi-user host another user could create it first, or plant a symlink named
+``gpu0.lock`` pointing at one of our files, which the holder note would then overwrite.
+So the directory must be ours and writable by nobody else (created ``0700``), it is
+opened without following a symlink and every lock file is opened relative to it with
+``O_NOFOLLOW``; a lock file that is not a plain file of ours with one link is refused,
+never truncated.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -22,6 +31,9 @@ from pathlib import Path
 from .errors import P2PError
 
 LOCK_DIR_ENV = "PYTEST_P2P_LOCK_DIR"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 class LeaseTimeout(P2PError):
@@ -29,7 +41,7 @@ class LeaseTimeout(P2PError):
 
 
 def default_lock_dir() -> Path:
-    """``$PYTEST_P2P_LOCK_DIR`` or ``<tmp>/pytest-p2p-locks-<uid>``: one per host and user."""
+    """``$PYTEST_P2P_LOCK_DIR`` or ``<tmp>/pytest-p2p-locks-<uid>``: one per host and user (private: 0700)."""
     env = os.environ.get(LOCK_DIR_ENV)
     if env:
         return Path(env)
@@ -49,20 +61,78 @@ class GpuLease:
         return self.lock_dir / f"gpu{gpu}.lock"
 
     def holder(self, gpu: int) -> str:
-        """Who last took the lock of ``gpu`` (informational: written by the holder)."""
+        """Who last took the lock of ``gpu`` (informational: written by the holder; never follows a link)."""
         try:
-            return self._path(gpu).read_text(encoding="utf-8").strip() or "unknown"
+            fd = os.open(self._path(gpu), os.O_RDONLY | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK)
         except OSError:
             return "unknown"
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return "unknown"
+            return os.read(fd, 4096).decode("utf-8", errors="replace").strip() or "unknown"
+        except OSError:
+            return "unknown"
+        finally:
+            os.close(fd)
+
+    def _refuse(self, what: str) -> P2PError:
+        return P2PError(f"GPU lock directory {self.lock_dir}: {what}; refusing to use it (another user could "
+                        f"hijack the GPU lease). Remove it, or point ${LOCK_DIR_ENV} at a directory of your own "
+                        "that only you can write (mode 0700)")
+
+    def _open_dir(self) -> int:
+        """The lock directory, created 0700 if absent, checked: a real directory, ours, writable only by us."""
+        d = self.lock_dir
+        try:
+            d.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(d, 0o700)
+            dfd = os.open(d, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+        except OSError as exc:
+            if os.path.islink(d):
+                raise self._refuse("it is a symbolic link") from None
+            raise P2PError(f"GPU lock directory {d} cannot be used ({exc.strerror or exc}); point "
+                           f"${LOCK_DIR_ENV} at a writable directory of your own") from None
+        st = os.fstat(dfd)
+        problem = None
+        if not stat.S_ISDIR(st.st_mode):
+            problem = "it is not a directory"
+        elif hasattr(os, "getuid") and st.st_uid != os.getuid():
+            problem = f"it belongs to uid {st.st_uid}, not to you (uid {os.getuid()})"
+        elif st.st_mode & 0o022:
+            problem = f"others can write to it (mode {stat.S_IMODE(st.st_mode):04o})"
+        if problem is not None:
+            os.close(dfd)
+            raise self._refuse(problem)
+        return dfd
 
     def _open(self, gpu: int) -> int:
+        """The lock file of ``gpu``: opened inside the checked directory, never through a link."""
+        name = f"gpu{gpu}.lock"
+        dfd = self._open_dir()
         try:
-            self.lock_dir.mkdir(parents=True, exist_ok=True)
-            return os.open(self._path(gpu), os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as exc:
-            raise P2PError(f"GPU lock file {self._path(gpu)} cannot be opened ({exc.strerror or exc}); "
-                           f"point ${LOCK_DIR_ENV} at a writable directory shared by every process "
-                           "on this host") from None
+            try:
+                fd = os.open(name, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK, 0o600,
+                             dir_fd=dfd)
+            except OSError as exc:
+                if os.path.islink(self._path(gpu)):
+                    raise self._refuse(f"{name} is a symbolic link") from None
+                raise P2PError(f"GPU lock file {self._path(gpu)} cannot be opened ({exc.strerror or exc}); "
+                               f"point ${LOCK_DIR_ENV} at a writable directory of your own") from None
+        finally:
+            os.close(dfd)
+        st = os.fstat(fd)
+        problem = None
+        if not stat.S_ISREG(st.st_mode):
+            problem = f"{name} is not a plain file"
+        elif hasattr(os, "getuid") and st.st_uid != os.getuid():
+            problem = f"{name} belongs to uid {st.st_uid}"
+        elif st.st_nlink != 1:
+            problem = f"{name} has {st.st_nlink} hard links"
+        if problem is not None:
+            os.close(fd)
+            raise self._refuse(problem)
+        return fd
 
     @contextlib.contextmanager
     def hold(self, gpus: Sequence[int], what: str, timeout_s: float = 3600.0) -> Iterator[float]:

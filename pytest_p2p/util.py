@@ -7,6 +7,7 @@ dying server, a CI timeout) and nothing already measured may be lost or half-wri
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -14,12 +15,40 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .errors import WriteError
+
+_WRITE_HINTS = {
+    errno.ENOSPC: "the file system is full: free space (or point --p2p-results elsewhere) and re-run",
+    errno.EDQUOT: "the disk quota is exhausted: free space (or point --p2p-results elsewhere) and re-run",
+    errno.EROFS: "the file system is read-only: point --p2p-results at a writable directory",
+    errno.EACCES: "no permission to write there: point --p2p-results at a directory you own",
+    errno.EPERM: "the file is immutable or not ours: point --p2p-results at a directory you own",
+}
+
+
+def write_error(path: str | os.PathLike[str], exc: OSError, what: str = "write") -> WriteError:
+    """One paragraph naming the file, the system's reason and what to do (``errno`` kept)."""
+    if isinstance(exc, WriteError):
+        return exc
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    hint = _WRITE_HINTS.get(exc.errno or 0, "check the path and the file system")
+    return WriteError(str(path), exc.errno,
+                      f"cannot {what} {path}: {reason}; {hint}. Files already written are intact "
+                      "(every write is atomic: the old file or the whole new one).")
+
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one.
+
+    A failure (disk full, read-only, permission) is a :class:`~pytest_p2p.errors.WriteError`
+    naming ``path``; the temporary file is removed and the previous ``path`` left as it was.
+    """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise write_error(target, exc) from None
     try:
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; results and snapshots are meant to be shared
         with os.fdopen(fd, "wb") as fh:
@@ -27,9 +56,11 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise write_error(target, exc) from None
         raise
     return target
 

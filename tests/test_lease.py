@@ -78,3 +78,76 @@ def test_unusable_lock_dir_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(P2PError, match="PYTEST_P2P_LOCK_DIR"), lease.hold([0, 1], "test"):
         pass
     assert lease.held == []
+
+
+# --------------------------------------------------------------------------- multi-user safety (issue 11 item 6)
+
+
+def test_planted_symlink_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    from pytest_p2p.errors import P2PError
+
+    locks = tmp_path / "locks"
+    locks.mkdir(mode=0o700)
+    victim = tmp_path / "precious.txt"
+    victim.write_text("do not overwrite\n")
+    (locks / "gpu0.lock").symlink_to(victim)
+    lease = GpuLease(locks)
+    with pytest.raises(P2PError, match=r"gpu0.lock is a symbolic link; refusing"), lease.hold([0], "x"):
+        pass
+    assert victim.read_text() == "do not overwrite\n" and lease.held == []
+    assert lease.holder(0) == "unknown"  # the holder note is not read through the link either
+
+
+def test_symlinked_lock_directory_is_refused(tmp_path: Path) -> None:
+    from pytest_p2p.errors import P2PError
+
+    real = tmp_path / "elsewhere"
+    real.mkdir(mode=0o700)
+    (tmp_path / "locks").symlink_to(real)
+    with pytest.raises(P2PError, match="symbolic link"), GpuLease(tmp_path / "locks").hold([0], "x"):
+        pass
+    assert list(real.iterdir()) == []
+
+
+def test_too_open_or_foreign_directory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from pytest_p2p.errors import P2PError
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # what another user's pre-created /tmp directory could look like
+    with pytest.raises(P2PError, match=r"others can write to it \(mode 0777\)"), GpuLease(shared).hold([0], "x"):
+        pass
+    assert list(shared.iterdir()) == []
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    me = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: me + 4242)  # the directory now "belongs to someone else"
+    with pytest.raises(P2PError, match=rf"belongs to uid {me}, not to you"), GpuLease(mine).hold([0], "x"):
+        pass
+
+
+def test_new_lock_directory_is_private_and_lock_files_0600(tmp_path: Path) -> None:
+    import stat
+
+    locks = tmp_path / "a" / "locks"
+    with GpuLease(locks).hold([2], "x"):
+        pass
+    assert stat.S_IMODE(locks.stat().st_mode) == 0o700
+    assert stat.S_IMODE((locks / "gpu2.lock").stat().st_mode) == 0o600
+
+
+def test_hard_linked_lock_file_is_refused_not_truncated(tmp_path: Path) -> None:
+    import os
+
+    from pytest_p2p.errors import P2PError
+
+    locks = tmp_path / "locks"
+    locks.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    os.link(victim, locks / "gpu1.lock")
+    with pytest.raises(P2PError, match="2 hard links"), GpuLease(locks).hold([1], "x"):
+        pass
+    assert victim.read_text() == "keep me\n"
