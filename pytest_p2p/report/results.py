@@ -18,15 +18,18 @@ Layout (see docs/results.md for every key)::
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from pytest_p2p.errors import ResultsError
-from pytest_p2p.util import atomic_write_json, atomic_write_text
+from pytest_p2p.util import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 RUN_META = "run.json"
 SCENARIOS = "scenarios"
@@ -39,6 +42,25 @@ _ARM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
 _POINT_RE = re.compile(r"^(?:c[0-9]+|s[0-9A-Za-z.]+)$")
 _REP_RE = re.compile(r"^run_([0-9]+)\.json$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+# A few KiB kept on disk from the start so that, when the disk fills, run.json can still be
+# told the truth: deleting this file frees the blocks the final status write needs.
+RESERVE = ".p2p-space-reserve"
+_RESERVE_BYTES = 64 * 1024
+
+
+class ResultsWriteError(ResultsError, OSError):
+    """A results file could not be written; also an ``OSError`` (same ``errno``) for old callers."""
+
+    def __init__(self, errno_: int | None, message: str) -> None:
+        super().__init__(errno_ or 0, message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
 
 
 def safe_component(text: str) -> str:
@@ -106,6 +128,58 @@ class ResultsDir:
 
     def __init__(self, path: Path) -> None:
         self._path = Path(path)
+        self._write_errors: list[str] = []  # writes that failed; run.json's status can never hide them
+
+    def _write(self, target: Path, what: str, write: Callable[[], Path]) -> Path:
+        """Run one write; an OS error becomes one :class:`ResultsError` paragraph naming the file.
+
+        Disk full, quota, read-only or permission errors must not leave a raw traceback nor a
+        ``run.json`` that says ``running`` for ever: the failure is remembered (every later
+        ``run.json`` write carries status ``failed`` and the error) and, if space is the
+        problem, the reserve file is released and ``run.json`` is rewritten at once.
+        """
+        try:
+            return write()
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc) or type(exc).__name__)
+            done = sorted(p.name for p in (self._path / SCENARIOS).glob("*/run_*.json")) if (
+                self._path / SCENARIOS).is_dir() else []
+            intact = (f"{len(done)} rep file(s) already written are intact ({', '.join(done[:6])}"
+                      f"{', ...' if len(done) > 6 else ''})") if done else "no rep file had been written yet"
+            hint = {errno.ENOSPC: "free space on that filesystem or pass --p2p-results on another one",
+                    errno.EDQUOT: "the disk quota is exhausted: free space or raise the quota",
+                    errno.EROFS: "the filesystem is read-only: pass --p2p-results on a writable one"}.get(
+                exc.errno or 0, "check the directory's permissions and free space")
+            message = (f"{target}: cannot write the {what} ({reason}). {intact}; re-run the missing reps "
+                       f"after fixing this ({hint}). 'python -m pytest_p2p report {self._path}' summarises "
+                       "what is on disk.")
+            self._write_errors.append(f"{target}: cannot write the {what} ({reason})")
+            if exc.errno in _FULL_ERRNOS and target.name != RUN_META:
+                self._record_failure()
+            raise ResultsWriteError(exc.errno, message) from None
+
+    def _record_failure(self) -> None:
+        """Best effort: free the reserve and mark run.json failed with the write errors."""
+        with contextlib.suppress(OSError):
+            (self._path / RESERVE).unlink()
+        with contextlib.suppress(OSError, ResultsError):
+            meta_path = self._path / RUN_META
+            current = _read_object(meta_path) if meta_path.is_file() else {}
+            current.update(self._failure_fields(current))
+            atomic_write_json(meta_path, current)
+
+    def _failure_fields(self, current: dict[str, Any]) -> dict[str, Any]:
+        errors = [e for e in (current.get("errors") or []) if isinstance(e, str)]
+        errors += [e for e in self._write_errors if e not in errors]
+        fields: dict[str, Any] = {"status": "failed", "errors": errors}
+        if not current.get("finished_at"):
+            fields["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        return fields
+
+    @property
+    def write_errors(self) -> tuple[str, ...]:
+        """Writes that failed in this process (disk full, read-only...), oldest first."""
+        return tuple(self._write_errors)
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -141,6 +215,8 @@ class ResultsDir:
         except OSError as exc:
             raise ResultsError(f"{path}: cannot create the results directory ({exc.strerror or exc})") from None
         rd = cls(path)
+        with contextlib.suppress(OSError):  # no reserve on a nearly full disk: the status may then lag
+            atomic_write_bytes(path / RESERVE, b"\0" * _RESERVE_BYTES)
         rd.write_run_meta(
             {
                 "run_id": path.name,
@@ -183,7 +259,12 @@ class ResultsDir:
         target = self._path / RUN_META
         current = _read_object(target) if target.is_file() else {}
         current.update(meta)
-        return atomic_write_json(target, current)
+        if self._write_errors:  # a lost write makes the run failed whatever the caller says
+            current.update(self._failure_fields(current))
+        if current.get("status") != "running":
+            with contextlib.suppress(OSError):
+                (self._path / RESERVE).unlink()
+        return self._write(target, "run metadata (run.json)", lambda: atomic_write_json(target, current))
 
     def read_run_meta(self) -> dict[str, Any]:
         return _read_object(self._path / RUN_META)
@@ -194,29 +275,38 @@ class ResultsDir:
             raise ResultsError(f"env file name {name!r} must be a plain file name like 'doctor.json'")
         target = self._path / ENV / name
         if isinstance(content, str):
-            return atomic_write_text(target, content)
-        return atomic_write_json(target, content)
+            text = content
+            return self._write(target, "environment capture", lambda: atomic_write_text(target, text))
+        return self._write(target, "environment capture", lambda: atomic_write_json(target, content))
 
     # -- scenarios ----------------------------------------------------------------------
     def scenario_dir(self, arm: str, point: str) -> Path:
         """``scenarios/<arm>-<point>/``, created on first use."""
         d = self._path / SCENARIOS / f"{_check_arm(arm)}-{_check_point(point)}"
-        d.mkdir(parents=True, exist_ok=True)
-        return d
+
+        def make() -> Path:
+            d.mkdir(parents=True, exist_ok=True)
+            return d
+
+        return self._write(d, "scenario directory", make)
+
+    def _write_json(self, target: Path, what: str, data: Any) -> Path:
+        return self._write(target, what, lambda: atomic_write_json(target, data))
 
     def write_scenario(self, arm: str, point: str, data: dict[str, Any]) -> Path:
         body = {"arm": arm, "point": point, **data}
-        return atomic_write_json(self.scenario_dir(arm, point) / "scenario.json", body)
+        return self._write_json(self.scenario_dir(arm, point) / "scenario.json", "scenario description", body)
 
     def write_rep(self, arm: str, point: str, rep: int, data: dict[str, Any]) -> Path:
-        return atomic_write_json(self.scenario_dir(arm, point) / f"run_{_check_rep(rep)}.json", data)
+        target = self.scenario_dir(arm, point) / f"run_{_check_rep(rep)}.json"
+        return self._write_json(target, f"result of rep {rep}", data)
 
     def write_aggregate(self, arm: str, point: str, data: dict[str, Any]) -> Path:
         body = {"arm": arm, "point": point, **data}
-        return atomic_write_json(self.scenario_dir(arm, point) / "aggregate.json", body)
+        return self._write_json(self.scenario_dir(arm, point) / "aggregate.json", "scenario aggregate", body)
 
     def write_proof(self, arm: str, point: str, data: dict[str, Any]) -> Path:
-        return atomic_write_json(self.scenario_dir(arm, point) / "transport_proof.json", data)
+        return self._write_json(self.scenario_dir(arm, point) / "transport_proof.json", "transport proof", data)
 
     def telemetry_path(self, arm: str, point: str, rep: int) -> Path:
         return self.scenario_dir(arm, point) / f"telemetry_run{_check_rep(rep)}.csv"
