@@ -5,13 +5,39 @@ moves, a user cannot tell a slow server start from a hang. The line goes through
 pytest's terminal reporter (rewritten in place on a terminal, one line per scenario
 otherwise) and is silent in xdist workers, whose output the controller would only
 garble.
+
+Fixture setup runs under pytest's output capture, so a plain write would land in the
+captured buffer and show only if the test fails. Like pytest's own live-logging
+handler, each write is done inside the capture manager's
+``global_and_fixture_disabled()``: capture is suspended for that one line, then resumed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import pytest
+
+
+class _Reporter(Protocol):
+    """The part of pytest's ``TerminalReporter`` a progress line needs."""
+
+    isatty: bool
+
+    def write_line(self, line: str, **markup: bool) -> None: ...
+
+    def rewrite(self, line: str, **markup: bool) -> None: ...
+
+
+class _Capture(Protocol):
+    """The part of pytest's ``CaptureManager`` that suspends capture for one write."""
+
+    def global_and_fixture_disabled(self) -> contextlib.AbstractContextManager[None]: ...
 
 
 def _clock(seconds: float) -> str:
@@ -27,17 +53,27 @@ class Progress:
 
     label: str
     total: int
-    reporter: Any = None  # pytest TerminalReporter or None (quiet)
+    reporter: _Reporter | None = None  # pytest TerminalReporter or None (quiet)
+    capture: _Capture | None = None  # pytest CaptureManager: suspended around each write
     done: int = 0
     started: float = field(default_factory=time.monotonic)
     lines: list[str] = field(default_factory=list)  # everything shown, for tests and the log
     _rewrote: bool = False
 
     @classmethod
-    def for_config(cls, config: Any, label: str, total: int) -> Progress:
-        quiet = hasattr(config, "workerinput") or config.getoption("verbose", 0) < 0
+    def for_config(cls, config: pytest.Config, label: str, total: int) -> Progress:
+        quiet = hasattr(config, "workerinput") or int(config.getoption("verbose", 0) or 0) < 0
         reporter = None if quiet else config.pluginmanager.getplugin("terminalreporter")
-        return cls(label=label, total=total, reporter=reporter)
+        capture = None if quiet else config.pluginmanager.getplugin("capturemanager")
+        return cls(label=label, total=total, reporter=reporter, capture=capture)
+
+    @contextlib.contextmanager
+    def _uncaptured(self) -> Iterator[None]:
+        if self.capture is None:
+            yield
+            return
+        with self.capture.global_and_fixture_disabled():
+            yield
 
     def eta(self) -> float | None:
         if self.done == 0:
@@ -59,11 +95,14 @@ class Progress:
         tr = self.reporter
         if tr is None:
             return
-        if getattr(tr, "isatty", False):
-            tr.rewrite(text, erase=True)
-            self._rewrote = True
-        else:
-            tr.write_line(text)
+        with self._uncaptured():
+            if getattr(tr, "isatty", False):
+                if not self._rewrote:
+                    tr.write_line("")  # start below pytest's "test_x.py " prefix, not on it
+                tr.rewrite(text, erase=True)
+                self._rewrote = True
+            else:
+                tr.write_line(text)
 
     def update(self, scenario: str, rep: int, reps: int, phase: str = "") -> None:
         self.show(self.line(scenario, rep, reps, phase))
@@ -76,8 +115,9 @@ class Progress:
         tr = self.reporter
         if tr is None:
             return
-        if self._rewrote:
-            tr.rewrite(message, erase=True)
-            tr.write_line("")
-        else:
-            tr.write_line(message)
+        with self._uncaptured():
+            if self._rewrote:
+                tr.rewrite(message, erase=True)
+                tr.write_line("")
+            else:
+                tr.write_line(message)
