@@ -79,6 +79,12 @@ def fake_pynvml(*, nvlink_remote_switch: bool = True, p2p_nvlink: int = 0, gen_c
     return m
 
 
+@pytest.fixture(autouse=True)
+def nvml_on(monkeypatch):
+    """These tests install a fake pynvml; the suite-wide PYTEST_P2P_NVML=off would hide it."""
+    monkeypatch.delenv("PYTEST_P2P_NVML", raising=False)
+
+
 @pytest.fixture
 def use_fake(monkeypatch):
     def install(**kw):
@@ -187,7 +193,7 @@ def test_a_lost_gpu_is_an_evidence_error_not_a_traceback(monkeypatch):
 
     m.nvmlDeviceGetPciInfo = lost
     monkeypatch.setitem(sys.modules, "pynvml", m)
-    with pytest.raises(EvidenceError, match=r"NVML failed while reading the GPUs \(GPU is lost\)"):
+    with pytest.raises(EvidenceError, match=r"NVML failed reading GPU 0 \(nvmlDeviceGetPciInfo: GPU is lost\)"):
         live.gather_live(load=False)
     m.nvmlDeviceGetCount = lambda: lost(None)
     ok, why = live.nvml_available()
@@ -201,7 +207,7 @@ def test_nvml_failing_while_sampling_under_load_is_an_evidence_error(use_fake, t
     child = tmp_path / "py"
     child.write_text("#!/bin/sh\necho LOADING\nexec sleep 60\n")
     child.chmod(0o755)
-    with pytest.raises(EvidenceError, match=r"sampling the PCIe links under load \(GPU is lost\)"):
+    with pytest.raises(EvidenceError, match=r"under load \(NVML has no GPU with index 0 \(GPU is lost\)"):
         live.read_under_load(ev, seconds=0.5, python=str(child))
 
 

@@ -28,8 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from ..envs import subprocess_env
 from ..errors import EvidenceError
@@ -43,8 +42,7 @@ from .model import (
     PcieLink,
     PcieReading,
 )
-
-T = TypeVar("T")
+from .nvml import Nvml, NvmlGpu, nvml_call, nvml_get, nvml_session, text, why_no_nvml
 
 # nvmlNvlinkVersion_t -> NVLink generation (1.0, 2.0, 2.2, 3.0, 3.1, 4.0, 5.0, 6.0)
 NVLINK_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
@@ -56,140 +54,77 @@ REMOTE_TYPE = {0: "gpu", 1: "ibmnpu", 2: "switch"}
 MAX_NVLINKS = 18
 
 
-def _nvml() -> Any:
-    try:
-        import pynvml
-    except ImportError:
-        raise EvidenceError("pynvml is not importable: install nvidia-ml-py (pip install nvidia-ml-py)") from None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise EvidenceError(f"NVML could not start ({exc}): no NVIDIA driver is loaded on this machine, or it "
-                            f"cannot be reached from here. Replay a recording instead: --p2p-snapshot FILE (pytest) "
-                            f"or --snapshot FILE (python -m pytest_p2p).") from None
-    return pynvml
-
-
 def nvml_available() -> tuple[bool, str]:
     """Cheap probe used to choose between live evidence and a replay, with the reason."""
-    try:
-        nv = _nvml()
-    except EvidenceError as exc:
-        return False, str(exc)
-    try:
-        count = nv.nvmlDeviceGetCount()
-    except nv.NVMLError as exc:
-        return False, f"NVML started but cannot count the GPUs ({exc})"
-    finally:
-        nv.nvmlShutdown()
-    if count == 0:
-        return False, "NVML is running but reports no GPU"
-    return True, f"NVML sees {count} GPU(s)"
+    why = why_no_nvml()
+    return (True, "NVML sees the GPUs") if why is None else (False, why)
 
 
-def nvml_get(fn: Callable[..., T], *args: Any) -> T | None:
-    """NVML getters raise NotSupported & co. on some GPUs; that is 'not reported', not an error."""
-    try:
-        return fn(*args)
-    except Exception:  # noqa: BLE001 - pynvml raises a zoo of NVMLError subclasses and ctypes errors
-        return None
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def clock_event_reasons(nv: Any, h: Any) -> int | None:
+    """The clocks-event (throttle) reason mask of raw handle ``h`` (kept for callers not yet on :mod:`.nvml`)."""
+    return NvmlGpu(Nvml(nv), -1, h).clock_event_reasons()
 
 
 def gather_live(*, load: bool = True, load_seconds: float = 2.0) -> Evidence:
     """Everything NVML says, plus readings under load and CUDA peer access when ``load``."""
-    nv = _nvml()
-    try:
-        evidence = _gather(nv)
-    except nv.NVMLError as exc:  # a getter we cannot do without: a GPU lost from the bus, a driver mismatch
-        raise EvidenceError(f"NVML failed while reading the GPUs ({exc}); 'nvidia-smi' shows whether every GPU "
-                            f"is still there") from None
-    finally:
-        nv.nvmlShutdown()
+    with nvml_session() as session:
+        evidence = _gather(session)
     if load:
         read_under_load(evidence, seconds=load_seconds)
     return evidence
 
 
-def _gather(nv: Any) -> Evidence:
-    count = nv.nvmlDeviceGetCount()
-    handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-    gpus = [_gpu(nv, i, h) for i, h in enumerate(handles)]
+def _gather(session: Nvml) -> Evidence:
+    handles = session.gpus()
+    gpus = [_gpu(h) for h in handles]
     pairs = []
-    for i in range(count):
-        for j in range(i + 1, count):
-            pairs.append(_pair(nv, gpus[i], gpus[j], handles[i], handles[j]))
-    cuda = nvml_call(nv, "nvmlSystemGetCudaDriverVersion")
+    for i in range(len(handles)):
+        for j in range(i + 1, len(handles)):
+            pairs.append(_pair(session.module, gpus[i], gpus[j], handles[i].handle, handles[j].handle))
     return Evidence(
         source="live",
         origin=socket.gethostname(),
         recorded_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         host=socket.gethostname(),
-        driver_version=nvml_get(lambda: _text(nv.nvmlSystemGetDriverVersion())),
-        nvml_version=nvml_get(lambda: _text(nv.nvmlSystemGetNVMLVersion())),
-        cuda_driver_version=int(cuda) if cuda is not None else None,
+        driver_version=session.driver_version(),
+        nvml_version=session.nvml_version(),
+        cuda_driver_version=session.cuda_driver_version(),
         gpus=gpus,
         pairs=pairs,
     )
 
 
-def nvml_call(nv: Any, name: str, *args: Any) -> Any:
-    """``nv.<name>(*args)``, or ``None`` when this nvidia-ml-py lacks the function or the GPU does not report it.
-
-    The name is looked up inside the guard: a getter added in a newer NVML must not crash an
-    older nvidia-ml-py before the call is even attempted.
-    """
-    return nvml_get(lambda: getattr(nv, name)(*args))
-
-
-def clock_event_reasons(nv: Any, h: Any) -> int | None:
-    """The clocks-event (throttle) reason mask; older drivers only have the 'throttle' name."""
-    reasons = nvml_call(nv, "nvmlDeviceGetCurrentClocksEventReasons", h)
-    if reasons is None:
-        reasons = nvml_call(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", h)
-    return None if reasons is None else int(reasons)
-
-
-def _gpu(nv: Any, index: int, h: Any) -> GpuEvidence:
-    pci = nv.nvmlDeviceGetPciInfo(h)
-    bus_id = normalize_bus_id(_text(pci.busId))
-    mem = nvml_get(lambda: nv.nvmlDeviceGetMemoryInfo(h))
-    power = nvml_get(lambda: nv.nvmlDeviceGetPowerUsage(h))
-    limit = nvml_get(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
-    reasons = clock_event_reasons(nv, h)
+def _gpu(h: NvmlGpu) -> GpuEvidence:
+    mem = h.memory()
     return GpuEvidence(
-        index=index,
-        name=_text(nv.nvmlDeviceGetName(h)),
-        uuid=nvml_get(lambda: _text(nv.nvmlDeviceGetUUID(h))) or "",
-        bus_id=bus_id,
+        index=h.index,
+        name=h.name(),
+        uuid=h.uuid() or "",
+        bus_id=h.bus_id(),
         pcie=PcieLink(
-            idle=read_pcie(nv, h),
+            idle=read_pcie(h),
             loaded=None,
-            max=PcieReading(nvml_get(lambda: nv.nvmlDeviceGetMaxPcieLinkGeneration(h)),
-                            nvml_get(lambda: nv.nvmlDeviceGetMaxPcieLinkWidth(h))),
-            gpu_max=PcieReading(nvml_get(lambda: nv.nvmlDeviceGetGpuMaxPcieLinkGeneration(h)), None),
-            replay_counter=nvml_get(lambda: nv.nvmlDeviceGetPcieReplayCounter(h)),
+            max=PcieReading(h.pcie_max_gen(), h.pcie_max_width()),
+            gpu_max=PcieReading(h.gpu_max_pcie_gen(), None),
+            replay_counter=h.pcie_replay_counter(),
         ),
-        nvlinks=_nvlinks(nv, h),
-        memory_total_mib=int(mem.total // 2**20) if mem is not None else None,
-        memory_used_mib=int(mem.used // 2**20) if mem is not None else None,
-        energy_mj=nvml_get(lambda: int(nv.nvmlDeviceGetTotalEnergyConsumption(h))),
-        power_w=power / 1000.0 if power is not None else None,
-        power_limit_w=limit / 1000.0 if limit is not None else None,
-        sm_clock_mhz=nvml_get(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
-        mem_clock_mhz=nvml_get(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
-        temperature_c=nvml_get(lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
-        pstate=nvml_get(lambda: nv.nvmlDeviceGetPerformanceState(h)),
-        throttle_reasons=reasons,
+        nvlinks=_nvlinks(h.nvml.module, h.handle),
+        memory_total_mib=mem.total_mib if mem is not None else None,
+        memory_used_mib=mem.used_mib if mem is not None else None,
+        energy_mj=h.energy_mj(),
+        power_w=h.power_w(),
+        power_limit_w=h.power_limit_w(),
+        sm_clock_mhz=h.sm_clock_mhz(),
+        mem_clock_mhz=h.mem_clock_mhz(),
+        temperature_c=h.temperature_c(),
+        pstate=h.pstate(),
+        throttle_reasons=h.clock_event_reasons(),
+        mig_mode=h.mig_mode(),
     )
 
 
-def read_pcie(nv: Any, h: Any) -> PcieReading:
-    return PcieReading(nvml_get(lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(h)),
-                       nvml_get(lambda: nv.nvmlDeviceGetCurrPcieLinkWidth(h)))
+def read_pcie(h: NvmlGpu) -> PcieReading:
+    return PcieReading(h.pcie_gen(), h.pcie_width())
 
 
 def _nvlinks(nv: Any, h: Any) -> list[NvLinkState]:
@@ -206,7 +141,7 @@ def _nvlinks(nv: Any, h: Any) -> list[NvLinkState]:
         replay = nvml_call(nv, "nvmlDeviceGetNvLinkErrorCounter", h, link, nv.NVML_NVLINK_ERROR_DL_REPLAY)
         remote_bus = None
         if remote is not None:
-            remote_bus = nvml_get(normalize_bus_id, _text(remote.busId))
+            remote_bus = nvml_get(normalize_bus_id, text(remote.busId))
         known_crc = [c for c in crc if c is not None]
         links.append(NvLinkState(
             link=link,
@@ -364,19 +299,17 @@ def read_under_load(evidence: Evidence, *, seconds: float = 2.0, python: str | N
 
 def _sample(evidence: Evidence, samples: dict[int, list[PcieReading]], seconds: float) -> None:
     """Sample every GPU's current PCIe link every 0.1 s while the load process runs."""
-    nv = _nvml()
     try:
-        handles = {g.index: nv.nvmlDeviceGetHandleByIndex(g.index) for g in evidence.gpus}
-        deadline = time.monotonic() + max(0.5, seconds - 0.2)
-        time.sleep(min(0.3, seconds / 4))
-        while time.monotonic() < deadline:
-            for idx, h in handles.items():
-                samples[idx].append(read_pcie(nv, h))
-            time.sleep(0.1)
-    except nv.NVMLError as exc:
+        with nvml_session() as nv:
+            handles = {g.index: nv.gpu(g.index) for g in evidence.gpus}
+            deadline = time.monotonic() + max(0.5, seconds - 0.2)
+            time.sleep(min(0.3, seconds / 4))
+            while time.monotonic() < deadline:
+                for idx, h in handles.items():
+                    samples[idx].append(read_pcie(h))
+                time.sleep(0.1)
+    except EvidenceError as exc:
         raise EvidenceError(f"NVML failed while sampling the PCIe links under load ({exc})") from None
-    finally:
-        nv.nvmlShutdown()
 
 
 def _no_load(evidence: Evidence, why: str) -> None:

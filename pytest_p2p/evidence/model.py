@@ -101,6 +101,7 @@ class GpuEvidence:
     pstate: int | None = None
     throttle_reasons: int | None = None
     cuda_index: int | None = None  # index under CUDA_DEVICE_ORDER=PCI_BUS_ID, mapped by bus id
+    mig_mode: bool | None = None  # MIG enabled: CUDA has no peer access to or from MIG instances
 
     @property
     def active_nvlinks(self) -> list[NvLinkState]:

@@ -35,6 +35,10 @@ _GPU_FIELDS: dict[str, Any] = {
     "power_limit_w": _OPT_NUM, "sm_clock_mhz": _OPT_INT, "mem_clock_mhz": _OPT_INT, "temperature_c": _OPT_INT,
     "pstate": _OPT_INT, "throttle_reasons": _OPT_INT, "cuda_index": _OPT_INT,
 }
+# Fields added after version 1 was published: absent in older recordings, so optional.
+_GPU_OPTIONAL: dict[str, Any] = {"mig_mode": _OPT_BOOL}
+MAX_BYTES = 16 * 2**20  # a 64-GPU machine's snapshot is well under 1 MiB
+MAX_DIGITS = 20  # every integer in a snapshot fits in 64 bits
 _LINK_FIELDS = {"link": (int,), "active": (bool,), "version": _OPT_INT, "remote_bus_id": _OPT_STR,
                 "remote_type": _OPT_STR, "crc_errors": _OPT_INT, "replay_errors": _OPT_INT}
 _PAIR_FIELDS = {"a": (int,), "b": (int,), "topology": _OPT_STR, "nvml_topology_level": _OPT_INT,
@@ -64,14 +68,39 @@ def load_snapshot(path: str | Path, origin: str | None = None) -> Evidence:
         raise SnapshotError(f"{label}: no such snapshot file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SnapshotError(f"{label}: cannot read the snapshot: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SnapshotError(f"{label}: not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    data = parse_json(text, label)
     ev = evidence_from_envelope(data, label)
     ev.source = "snapshot"
     ev.origin = str(p)
     return ev
+
+
+class _BadNumber(ValueError):
+    pass
+
+
+def _parse_int(token: str) -> int:
+    if len(token.lstrip("-")) > MAX_DIGITS:
+        raise _BadNumber(f"an integer of {len(token)} digits (at most {MAX_DIGITS} in a snapshot)")
+    return int(token)
+
+
+def _parse_constant(token: str) -> float:
+    raise _BadNumber(f"{token} is not a number a snapshot can hold")
+
+
+def parse_json(text: str, label: str) -> Any:
+    """JSON text to Python, bounded: size, nesting, integer length and NaN/Infinity are :class:`SnapshotError`."""
+    if len(text) > MAX_BYTES:
+        raise SnapshotError(f"{label}: {len(text)} characters is too large for a snapshot (limit {MAX_BYTES})")
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant)
+    except json.JSONDecodeError as exc:
+        raise SnapshotError(f"{label}: not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except _BadNumber as exc:
+        raise SnapshotError(f"{label}: {exc}") from None
+    except RecursionError:
+        raise SnapshotError(f"{label}: JSON nested too deeply for a snapshot") from None
 
 
 def evidence_from_envelope(data: Any, label: str) -> Evidence:
@@ -89,9 +118,14 @@ def evidence_from_envelope(data: Any, label: str) -> Evidence:
         raise SnapshotError(f"{label}: version: {version} is not a valid snapshot version")
     ev: Any = data.get("evidence")
     _check(ev, _TOP_FIELDS, label, "evidence")
+    if not ev["gpus"]:
+        raise SnapshotError(f"{label}: evidence.gpus: the snapshot holds no GPU; record one on a machine whose "
+                            f"driver sees its GPUs ('nvidia-smi' lists them)")
     for i, g in enumerate(ev["gpus"]):
         path = f"evidence.gpus[{i}]"
-        _check(g, {**_GPU_FIELDS, "pcie": (dict,), "nvlinks": (list,)}, label, path)
+        _check(g, {**_GPU_FIELDS, "pcie": (dict,), "nvlinks": (list,)}, label, path, _GPU_OPTIONAL)
+        if not 0 <= g["index"] <= 1023:
+            raise SnapshotError(f"{label}: {path}.index: expected 0..1023, got {g['index']}")
         pcie = g["pcie"]
         _check(pcie, {"idle": (dict,), "loaded": (dict, type(None)), "max": (dict,), "gpu_max": (dict,),
                       "replay_counter": _OPT_INT, "load_method": (str,)}, label, f"{path}.pcie")
@@ -120,20 +154,32 @@ def evidence_from_envelope(data: Any, label: str) -> Evidence:
     return evidence_from_dict(ev)
 
 
-def _check(obj: Any, fields: dict[str, Any], label: str, path: str) -> None:
+def _check(obj: Any, fields: dict[str, Any], label: str, path: str,
+           optional: dict[str, Any] | None = None) -> None:
     if not isinstance(obj, dict):
         raise SnapshotError(f"{label}: {path}: expected an object, got {type(obj).__name__}")
-    for key, types in fields.items():
+    allowed = {**fields, **(optional or {})}
+    for key, types in allowed.items():
         if key not in obj:
-            raise SnapshotError(f"{label}: {path}.{key}: missing")
+            if key in fields:
+                raise SnapshotError(f"{label}: {path}.{key}: missing")
+            continue
         val = obj[key]
-        if isinstance(val, bool) and bool not in types:
-            raise SnapshotError(f"{label}: {path}.{key}: expected {_names(types)}, got {val!r}")
-        if not isinstance(val, types):
-            raise SnapshotError(f"{label}: {path}.{key}: expected {_names(types)}, got {val!r}")
-    extra = set(obj) - set(fields)
+        if (isinstance(val, bool) and bool not in types) or not isinstance(val, types):
+            raise SnapshotError(f"{label}: {path}.{key}: expected {_names(types)}, got {_show(val)}")
+    extra = set(obj) - set(allowed)
     if extra:
-        raise SnapshotError(f"{label}: {path}: unknown field(s) {sorted(extra)}")
+        names = sorted(str(k)[:40] for k in extra)
+        more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+        raise SnapshotError(f"{label}: {path}: unknown field(s) {names[:5]}{more}")
+
+
+def _show(value: object) -> str:
+    """A bad value, short: a huge nested value must not be rendered whole into an error message."""
+    if isinstance(value, (dict, list)):
+        return f"{'an object' if isinstance(value, dict) else 'a list'} of {len(value)} item(s)"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _names(types: tuple[type, ...]) -> str:
