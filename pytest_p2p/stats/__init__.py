@@ -1,0 +1,28 @@
+"""The decision library: stage-free statistics every judged quantity goes through.
+
+Stable API (documented in docs/baselines.md, so that others can audit the statistics):
+
+* :func:`summarise` — reps of one metric -> mean, spread, interval (:class:`RepSummary`);
+* :func:`decide_uplift` — does arm A beat arm B by a threshold? pass / fail / inconclusive
+  on confidence bounds, with the pairs needed;
+* :func:`screen_pairs` / :func:`outliers` — reps to re-run instead of averaging them in;
+* :class:`SequentialPlan` — adaptive pairs with alpha spending across looks;
+* :func:`decide_change` / :class:`RunStats` — one run against its history (the run is the unit);
+* :func:`family_wise` / :func:`holm_adjust` — Holm's control over a campaign's primaries.
+
+Pure Python; numbers in, typed :class:`Decision` out; nothing here reads files or pytest.
+"""
+
+from __future__ import annotations
+
+from .baseline import MIN_RUNS, RunStats, decide_change, family_wise
+from .decide import Decision, Outcome, SequentialPlan, decide_uplift, log_ratios, outliers, pairs_for, screen_pairs
+from .multiplicity import holm_adjust, holm_reject
+from .summary import RepSummary, summarise
+from .tdist import StatsError, t_cdf, t_quantile, z_quantile
+
+__all__ = [
+    "MIN_RUNS", "Decision", "Outcome", "RepSummary", "RunStats", "SequentialPlan", "StatsError",
+    "decide_change", "decide_uplift", "family_wise", "holm_adjust", "holm_reject", "log_ratios", "outliers",
+    "pairs_for", "screen_pairs", "summarise", "t_cdf", "t_quantile", "z_quantile",
+]

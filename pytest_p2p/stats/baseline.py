@@ -1,0 +1,210 @@
+"""A run against its history: the run is the unit, the decision is on confidence bounds.
+
+Why the run is the unit: on a GPU server the spread between runs (a different boot,
+clock state, neighbour load) is usually larger than the spread between the reps of one
+run.  Treating K baseline runs x n reps as K*n independent values makes ordinary
+run-to-run variation look like a regression.  Here each run contributes its mean (of
+log values), and the current run's mean is judged as *one new run*:
+
+* ``s_m^2`` — sample variance of the K baseline run means (K-1 degrees of freedom): it
+  estimates ``tau^2 + sigma^2 / n_b`` (run-to-run plus within-run noise of a run mean);
+* the prediction variance of ``current - mean(baseline)`` is
+  ``V = s_m^2 * (1 + 1/K) + sigma^2 * (1/n_c - 1/n_b)``, where the second term (pooled
+  within-run ``sigma^2``) corrects for a current run with more or fewer reps than the
+  baseline runs (adaptive reps).  When ``n_c == n_b`` this is the textbook prediction
+  interval with exactly K-1 degrees of freedom; otherwise Welch-Satterthwaite
+  degrees of freedom of that linear combination, each variance counted once.
+
+Decision, with ``gain`` the change in the good direction (``+`` better) and the
+tolerance ``tol`` (a drop smaller than it is not worth failing for):
+
+* ``FAIL`` (regression) when the one-sided ``1 - alpha`` upper bound of the gain is
+  below ``-tol``: the *bound* clears the tolerance, so a true drop smaller than the
+  tolerance fails with probability at most ``alpha``; ``p_value`` is that test's, for
+  Holm's correction over the campaign (:func:`family_wise`).
+* ``PASS`` when the one-sided 95 % lower bound of the gain is above ``-2 * tol`` (a drop
+  of twice the tolerance is ruled out), else ``INCONCLUSIVE`` with the reps that would
+  give 95 % power against such a drop.
+* Fewer than ``min_runs`` (3) baseline runs: the run-to-run spread cannot be estimated.
+  The verdict is ``INCONCLUSIVE`` ("baseline too short: N runs") unless the change is far
+  beyond the tolerance: ``FAIL`` when the upper bound of the gain is below ``-3 * tol``,
+  computed with an *assumed* run-to-run spread equal to ``max(tol, within-run spread)``
+  (never zero, never the within-run spread alone).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from .decide import POWER, Decision, Outcome
+from .multiplicity import holm_adjust
+from .tdist import StatsError, t_cdf, t_quantile, z_quantile
+
+MIN_RUNS = 3
+FAR_FACTOR = 3.0
+DETECT_FACTOR = 2.0
+MAX_REPS = 200
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """One run of one metric on the log scale: mean, variance (``None`` below 2 reps), reps."""
+
+    log_mean: float
+    log_var: float | None
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> RunStats:
+        xs = [float(x) for x in values]
+        if not xs or any(not math.isfinite(x) or x <= 0 for x in xs):
+            raise StatsError(f"a run needs positive finite values, got {values!r}")
+        logs = [math.log(x) for x in xs]
+        m = math.fsum(logs) / len(logs)
+        var = math.fsum((x - m) ** 2 for x in logs) / (len(logs) - 1) if len(logs) > 1 else None
+        return cls(m, var, len(logs))
+
+    @classmethod
+    def of_summary(cls, mean: float, std: float | None, n: int) -> RunStats:
+        """From a stored (mean, std, n): log mean ~ log(mean), log variance ~ CV^2 (delta method)."""
+        if not math.isfinite(mean) or mean <= 0 or n < 1:
+            raise StatsError(f"a run summary needs a positive mean and n >= 1, got {mean!r}, n={n}")
+        var = (std / mean) ** 2 if std is not None and n > 1 else None
+        return cls(math.log(mean), var, int(n))
+
+
+def _gain_threshold(tol: float, higher_is_better: bool) -> float:
+    """Log gain at which the metric is worse by ``tol``: ``log(1-tol)`` or ``-log(1+tol)``."""
+    return math.log1p(-min(tol, 0.99)) if higher_is_better else -math.log1p(tol)
+
+
+def _pooled_within(runs: Sequence[RunStats]) -> tuple[float, int]:
+    num = math.fsum((r.n - 1) * r.log_var for r in runs if r.log_var is not None and r.n > 1)
+    df = sum(r.n - 1 for r in runs if r.log_var is not None and r.n > 1)
+    return (num / df if df else 0.0), df
+
+
+def _variance(base: Sequence[RunStats], cur_n: int, sw2: float, df_w: int, tol_log: float,
+              ) -> tuple[float, float, float, float]:
+    """``(V, df, s_m, tau)``: prediction variance of current minus baseline mean, and its df."""
+    k = len(base)
+    means = [b.log_mean for b in base]
+    inv_nb = math.fsum(1.0 / b.n for b in base) / k
+    if k >= MIN_RUNS:
+        mb = math.fsum(means) / k
+        sm2 = math.fsum((m - mb) ** 2 for m in means) / (k - 1)
+        a1 = sm2 * (1.0 + 1.0 / k)
+        a2 = sw2 * (1.0 / cur_n - inv_nb) if df_w else 0.0
+        floor = sm2 / k + sw2 / cur_n
+        tau = math.sqrt(max(0.0, sm2 - sw2 * inv_nb))
+        if a1 + a2 >= floor:
+            v = a1 + a2
+            den = a1 * a1 / (k - 1) + (a2 * a2 / df_w if df_w else 0.0)
+        else:  # more reps now than the baseline had, and little run-to-run spread
+            v = floor
+            den = (sm2 / k) ** 2 / (k - 1) + ((sw2 / cur_n) ** 2 / df_w if df_w else 0.0)
+        df = v * v / den if den > 0 else float(k - 1)
+        return v, max(1.0, df), math.sqrt(sm2), tau
+    # too short: assume the run-to-run spread, do not estimate it
+    tau = max(abs(tol_log), math.sqrt(sw2))
+    v = tau * tau * (1.0 + 1.0 / k) + sw2 * (1.0 / cur_n + inv_nb / k)
+    return v, float(df_w) if df_w else math.inf, math.sqrt(sw2), tau
+
+
+def decide_change(baseline: Sequence[RunStats], current: RunStats, *, tolerance: float,
+                  higher_is_better: bool = True, alpha: float, quantity: str = "change",
+                  min_runs: int = MIN_RUNS) -> Decision:
+    """Judge ``current`` against the ``baseline`` runs (see the module doc).
+
+    ``estimate``/``lower``/``upper``/``threshold`` are *gains* (fractions, ``+`` = better:
+    ``cur/base - 1`` for higher-is-better metrics, ``base/cur - 1`` for lower-is-better).
+    ``detail``-like figures (se, df, spreads) are in the reason text.
+    """
+    if not 0 < alpha < 0.5:
+        raise StatsError(f"alpha must be in (0, 0.5), got {alpha}")
+    if not 0 <= tolerance < 1:
+        raise StatsError(f"tolerance must be in [0, 1), got {tolerance}")
+    k = len(baseline)
+    level = 1 - 2 * alpha
+    thr = _gain_threshold(tolerance, higher_is_better)
+    if k == 0:
+        return Decision(quantity, Outcome.INCONCLUSIVE, math.nan, -1.0, math.inf, level, math.expm1(thr), 0,
+                        None, "no baseline runs")
+    sign = 1.0 if higher_is_better else -1.0
+    g = sign * (current.log_mean - math.fsum(b.log_mean for b in baseline) / k)
+    sw2, df_w = _pooled_within([*baseline, current])
+    short = k < min_runs
+    if short and df_w == 0 and tolerance == 0:
+        return Decision(quantity, Outcome.INCONCLUSIVE, math.expm1(g), -1.0, math.inf, level,
+                        math.expm1(thr), current.n, None,
+                        f"baseline too short: {k} run(s), and no spread known (no run has 2+ reps)")
+    v, df, s_m, tau = _variance(baseline, current.n, sw2, df_w, thr, )
+    se = math.sqrt(v)
+    fail_thr = FAR_FACTOR * thr if short else thr
+    tq = t_quantile(1 - alpha, df)
+    lo, hi = g - tq * se, g + tq * se
+    p = t_cdf((g - fail_thr) / se, df) if se > 0 else (0.0 if g < fail_thr else 1.0)
+    est = math.expm1(g)
+    spread = (f"run-to-run spread {tau * 100:.2g} %{' (assumed)' if short else ''}, within-run "
+              f"{math.sqrt(sw2) * 100:.2g} %, {k} baseline run(s), {current.n} rep(s), df {df:.1f}")
+    head = (f"{quantity} {est * 100:+.1f} % ({level * 100:.4g} % CI {math.expm1(lo) * 100:+.1f} .. "
+            f"{math.expm1(hi) * 100:+.1f} %; {spread})")
+    if hi < fail_thr:
+        what = f"{FAR_FACTOR:g}x the tolerance" if short else "the tolerance"
+        return Decision(quantity, Outcome.FAIL, est, math.expm1(lo), math.expm1(hi), level, math.expm1(fail_thr),
+                        current.n, None, f"{head}: worse by more than {what} ({-math.expm1(fail_thr) * 100:.1f} %)"
+                        " beyond noise", p)
+    if short:
+        return Decision(quantity, Outcome.INCONCLUSIVE, est, math.expm1(lo), math.expm1(hi), level,
+                        math.expm1(thr), current.n, None,
+                        f"baseline too short: {k} run(s), {min_runs} needed to estimate the run-to-run spread "
+                        f"(save more baseline runs); {head}", p)
+    det = DETECT_FACTOR * thr
+    if g - t_quantile(POWER, df) * se > det:
+        return Decision(quantity, Outcome.PASS, est, math.expm1(lo), math.expm1(hi), level, math.expm1(thr),
+                        current.n, None, f"{head}: a drop of {-math.expm1(det) * 100:.0f} % or more is ruled "
+                        "out at 95 %", p)
+    need = reps_needed(baseline, current.n, sw2, df_w, thr, det, alpha)
+    more = (f"about {need} reps would give 95 % power against a {-math.expm1(det) * 100:.0f} % drop"
+            if need is not None else "more reps of this run cannot decide it: the baseline's run-to-run "
+            "spread dominates (save more baseline runs or reduce noise)")
+    return Decision(quantity, Outcome.INCONCLUSIVE, est, math.expm1(lo), math.expm1(hi), level, math.expm1(thr),
+                    current.n, need, f"{head}: too noisy to decide; {more}", p)
+
+
+def reps_needed(baseline: Sequence[RunStats], cur_n: int, sw2: float, df_w: int, thr: float, det: float,
+                alpha: float) -> int | None:
+    """Smallest rep count of the current run with 95 % power to fail a ``det``-sized drop."""
+    z = z_quantile(POWER)
+    for n in range(max(2, cur_n), MAX_REPS + 1):
+        v, df, _, _ = _variance(baseline, n, sw2, df_w + (n - cur_n), thr)
+        se = math.sqrt(v)
+        if thr - det >= (t_quantile(1 - alpha, df) + z) * se:
+            return n
+    return None
+
+
+def family_wise(decisions: Sequence[Decision], alpha: float) -> list[Decision]:
+    """Holm's step-down over a campaign's primary decisions at family-wise ``alpha``.
+
+    A ``FAIL`` stands only where its Holm-adjusted p-value is at most ``alpha``; one that
+    does not survive becomes ``INCONCLUSIVE`` (its bound cleared the tolerance at the
+    single-test level, not at the campaign's).  Passes and inconclusives are unchanged;
+    every reason gains the adjusted p-value so that a reader sees the multiplicity.
+    """
+    adj = holm_adjust([d.p_value for d in decisions])
+    out = []
+    for d, a in zip(decisions, adj, strict=True):
+        if a is None:
+            out.append(d)
+            continue
+        note = f" [Holm-adjusted p {a:.3g} over {sum(x is not None for x in adj)} primary tests, " \
+               f"campaign alpha {alpha:g}]"
+        if d.outcome is Outcome.FAIL and a > alpha:
+            out.append(replace(d, outcome=Outcome.INCONCLUSIVE, reason=d.reason.replace(
+                "beyond noise", "at the single-test level but not at the campaign's family-wise level") + note))
+        else:
+            out.append(replace(d, reason=d.reason + note))
+    return out
