@@ -8,98 +8,91 @@ gives is the per-channel connection line it prints when it wires a channel, e.g.
     host:694:694 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM
     host:753:753 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct
     host:1:1 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA
+    host:1:1 [0] NCCL INFO Ring 00 : 6 -> 2 [receive] via NET/IB/0          (NCCL 2.4-2.6)
 
-:func:`parse_nccl_log` turns a log (NCCL 2.9 .. 2.30, several processes interleaved,
-ANSI colour, CRLF, truncated lines) into a :class:`TransportProof`: every connection,
-a summary (P2P/SHM/NET used, P2P kind, ``/read``, ``/CE``, GPUDirect RDMA, NVLS,
-CollNet), the environment overrides NCCL echoed, and for each claim the numbered log
-lines that prove it. It never raises on text; a log without INFO lines yields a proof
-with ``has_info=False`` and a ``problem`` instead of claims. Format strings were taken
-from NCCL's ``src/transport/{p2p,shm,net,coll_net,nvls}.cc``, ``src/init.cc`` and
-``src/graph/paths.cc`` at each release tag (see docs/transport.md for the differences).
+:func:`parse_nccl_log` turns a log (NCCL 2.4 .. 2.30, several processes interleaved, ANSI
+colour, CRLF, truncated or glued lines) into a :class:`TransportProof`: every connection,
+a summary, the environment overrides NCCL echoed, for each claim the numbered lines that
+prove it — and whether the log is *complete*, because only a complete log may prove that
+something was **not** used (see :mod:`.transport_model`). It is linear in the size of the
+text and total: any text gives a proof (:mod:`.nccl_lines` bounds every line and number).
+
+This module builds the proof; :mod:`.nccl_lines` reads lines, :mod:`.transport_model` is
+the data and its JSON, :mod:`.transport_expect` judges arm expectations.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
-from ..errors import ProbeError
+from .nccl_lines import NcclMessage, iter_nccl_messages, known_hosts, looks_like_connection, parse_connection, short
+from .transport_expect import ExpectResult, check_expectation, label_matches, plugin_family
+from .transport_model import (
+    INCOMPLETE,
+    MAX_EVIDENCE,
+    NO_CONNECTIONS,
+    NO_INFO,
+    NO_INFO_PROBLEM,
+    PROOF_SCHEMA,
+    PROOF_VERSION,
+    PROVED,
+    STATES,
+    UNRECOGNISED,
+    Claim,
+    CommInfo,
+    Connection,
+    TransportProof,
+    proof_from_dict,
+)
+from .transport_claims import build_claims, contradictions
 
-PROOF_SCHEMA = "pytest-p2p/transport-proof"
-PROOF_VERSION = 1
-
-NO_INFO_PROBLEM = "no NCCL INFO lines: set NCCL_DEBUG=INFO"
-
-# Evidence kept per claim; the count of all supporting lines is kept separately.
-MAX_EVIDENCE = 8
-MAX_LINE_CHARS = 400
+__all__ = [
+    "INCOMPLETE", "MAX_EVIDENCE", "NO_CONNECTIONS", "NO_INFO", "NO_INFO_PROBLEM", "PROOF_SCHEMA", "PROOF_VERSION",
+    "PROVED", "STATES", "UNRECOGNISED", "Claim", "Connection", "ExpectResult", "TransportProof", "check_expectation",
+    "contradictions", "iter_nccl_messages", "label_matches", "parse_nccl_log", "plugin_family", "proof_from_dict",
+]
 
 P2P_KINDS = ("CUMEM", "IPC", "direct pointer", "MNNVL", "indirect")
 
-_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-# ``host:pid:tid [cudaDev] NCCL INFO`` (the prefix is optional: logs are sometimes re-prefixed).
-_MARK_RE = re.compile(
-    r"(?:(?P<host>[^\s:\[\]()/]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] )?NCCL (?P<level>INFO|WARN) "
+_N = r"\d{1,9}"
+_VERSION_RE = re.compile(r"NCCL version (?P<v>\d{1,3}\.\d{1,3}\.\d{1,4})")
+_VLLM_NCCL_RE = re.compile(r"nccl==(?P<v>\d{1,3}\.\d{1,3}\.\d{1,4})")
+_ENV_RE = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]{1,64}) set by environment to (?P<val>.{0,400}?)\.?\s*$")
+_P2P_TYPE_RE = re.compile(
+    r"^Check P2P Type (?P<first>isAllDirectP2p|intraNodeP2pSupport) (?P<a>\d{1,3}) directMode (?P<b>\d{1,3})"
+    r"(?: isAllCudaP2p (?P<c>\d{1,3}))?"
 )
-
-_DEV = r"(?P<{0}>\d+)\[(?P<{0}_dev>[0-9a-fA-F]+)\]"
-_CHAN = r"^Channel (?P<chan>\d+)(?:/(?P<conn>\d+))? : " + _DEV.format("src") + " -> " + _DEV.format("dst") + " "
-_P2P_RE = re.compile(
-    _CHAN + r"via P2P/(?:(?P<kind>CUMEM|IPC|MNNVL|direct pointer)|indirect/(?P<via>\d+)\[(?P<via_dev>[0-9a-fA-F]+)\])"
-    r"(?P<flags>(?:/read|/CE)*)\s*$"
-)
-_SHM_RE = re.compile(
-    _CHAN + r"via (?:SHM/(?P<send>direct|CE)(?:/(?P<recv>direct|CE))?|(?P<legacy>direct shared memory))\s*$"
-)
-_NET_RE = re.compile(
-    _CHAN + r"\[(?P<dir>send|receive)\] via NET/(?P<plugin>[^/]+?)/(?P<netdev>\d+)(?:\((?P<proxy>\d+)\))?"
-    r"(?P<flags>(?:/GDRDMA|\(PCI\)|/Shared)*)\s*$"
-)
-_COLLNET_RE = re.compile(
-    r"^CollNet (?P<chan>\d+)(?:/(?P<conn>\d+))? : (?P<rank>\d+) \[(?P<dir>send|receive)\] via COLLNET/"
-    r"(?P<plugin>[^/]+?)/(?P<netdev>\d+)(?P<flags>(?:/GDRDMA|\(PCI\)|/Shared)*)\s*$"
-)
-_CHANNEL_LIKE_RE = re.compile(r"^(?:Channel|CollNet) \d+.* via ")
-_VERSION_RE = re.compile(r"^NCCL version (?P<v>\d+\.\d+\.\d+)(?P<suffix>\S*)")
-_ENV_RE = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set by environment to (?P<val>.*?)\.?\s*$")
-_P2P_TYPE_RE = re.compile(r"^Check P2P Type isAllDirectP2p (?P<a>\d+) directMode (?P<b>\d+) isAllCudaP2p (?P<c>\d+)")
 _COMM_RE = re.compile(
-    r"^comm (?P<comm>\S+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+) "
-    r"localRanks (?P<lranks>\d+) localRank (?P<lrank>\d+)(?: MNNVL (?P<mnnvl>\d+))?"
+    r"^comm (?P<comm>\S{1,40}) rank (?P<rank>" + _N + r") nRanks (?P<nranks>" + _N + r") nNodes (?P<nnodes>" + _N
+    + r") localRanks (?P<lranks>" + _N + r") localRank (?P<lrank>" + _N + r")(?: MNNVL (?P<mnnvl>\d{1,3}))?"
 )
 _INIT_DONE_RE = re.compile(
-    r"^(?:\w+ )?comm (?P<comm>\S+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<cuda>\d+)"
-    r"(?: nvmlDev (?P<nvml>\d+))? busId (?P<bus>[0-9a-fA-F]+).*Init COMPLETE"
+    r"^(?:\w{1,40} )?comm (?P<comm>\S{1,40}) rank (?P<rank>" + _N + r") nranks (?P<nranks>" + _N + r")\b"
 )
+_COMM_ID_RE = re.compile(r" commId (?P<id>(?:0x)?[0-9a-fA-F]{1,20})\b")
 _CHANNELS_RE = re.compile(
-    r"^(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?(?:(?P<nvls>\d+) nvls channels, )?"
-    r"(?P<p2p>\d+) p2p channels, (?P<perpeer>\d+) p2p channels per peer"
+    r"^(?P<coll>\d{1,4}) coll channels, (?:(?P<collnet>\d{1,4}) collnet channels, )?"
+    r"(?:(?P<nvls>\d{1,4}) nvls channels, )?(?P<p2p>\d{1,4}) p2p channels, (?P<perpeer>\d{1,4}) p2p channels per peer"
 )
-_NVLS_SUPPORT_RE = re.compile(r"^NVLS multicast support is (?P<not>not )?available on dev (?P<dev>\d+)")
-_NVLS_USE_RE = re.compile(r"^(?:Connected NVLS|NVLS comm \S+ (?:rank|headRank) )")
-_COLLNET_USE_RE = re.compile(r"^(?:rank \d+ Connected CollNet|Connected Collnet Chains)")
+_NVLS_SUPPORT_RE = re.compile(r"^NVLS multicast support is (?P<not>not )?available on dev (?P<dev>\d{1,4})")
+_NVLS_USE_RE = re.compile(r"^(?:Connected NVLS|NVLS comm \S{1,40} (?:rank|headRank) )")
+_COLLNET_USE_RE = re.compile(r"^(?:rank \d{1,9} Connected CollNet|Connected Collnet Chains|Connected CollNet)")
+_COLLNET_ABANDON_RE = re.compile(
+    r"Cannot initialize CollNet|CollNet is not supported or fails to initialize|CollNet setup failed", re.IGNORECASE
+)
 _GDR_HCA_RE = re.compile(
-    r"^NET/(?P<plugin>[^:]+?) : GPU Direct RDMA (?P<state>Enabled|Disabled) for HCA (?P<hca>\d+) '(?P<name>[^']*)'"
+    r"^NET/(?P<plugin>[^:\s]{1,64}) ?: GPU Direct RDMA (?P<state>Enabled|Disabled) for HCA (?P<hca>\d{1,4}) "
+    r"'(?P<name>[^']{0,64})'"
 )
 _GDR_GPU_RE = re.compile(
-    r"^GPU Direct RDMA (?P<state>Enabled|Disabled) for GPU (?P<gpu>\S+) / HCA (?P<hca>\S+) "
-    r"\(distance (?P<dist>\d+) (?:<=|>) (?P<level>\d+)\)(?:, read (?P<read>\d+))?(?: mode (?P<mode>\S+))?"
+    r"^GPU Direct RDMA (?P<state>Enabled|Disabled) for GPU (?P<gpu>\S{1,20}) / HCA (?P<hca>\S{1,20}) "
+    r"\(distance (?P<dist>\d{1,4}) (?:<=|>) (?P<level>\d{1,4})\)(?:, read (?P<read>\d{1,3}))?(?: mode (?P<mode>\S{1,20}))?"
 )
-_USING_NET_RE = re.compile(r"^Using network (?P<plugin>\S.*?)\s*$")
-_NET_DEVS_RE = re.compile(r"^NET/(?P<plugin>[^:]+?) : Using (?P<devs>.*?)\s*$")
-_NET_DEV_ITEM_RE = re.compile(r"\[(?P<idx>\d+)\](?P<name>[^\s;\[]+)")
-
-
-def _clean(line: str) -> str:
-    return _ANSI_RE.sub("", line).replace("\x00", "").rstrip("\r\n")
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= MAX_LINE_CHARS else text[: MAX_LINE_CHARS - 3] + "..."
+_USING_NET_RE = re.compile(r"^Using network (?P<plugin>\S.{0,63}?)\s*$")
+_NET_DEVS_RE = re.compile(r"^NET/(?P<plugin>[^:\s]{1,64}) ?: Using (?P<devs>.{0,2000}?)\s*$")
+_NET_DEV_ITEM_RE = re.compile(r"\[(?P<idx>\d{1,4})\](?P<name>[^\s;\[]{1,64})")
 
 
 def _version_tuple(version: str | None) -> tuple[int, ...] | None:
@@ -111,526 +104,299 @@ def _version_tuple(version: str | None) -> tuple[int, ...] | None:
         return None
 
 
-@dataclass(frozen=True)
-class Connection:
-    """One channel connection NCCL printed: ``channel`` from ``src_rank[src_dev]`` to ``dst_rank[dst_dev]``.
-
-    ``src_dev``/``dst_dev`` are the bracket contents as printed: a hex PCI bus id before
-    NCCL 2.18.3, the NVML device index from 2.18.3 on (see ``TransportProof.device_id_format``).
-    """
-
-    channel: int
-    src_rank: int
-    src_dev: str
-    dst_rank: int
-    dst_dev: str
-    transport: str  # "P2P" | "SHM" | "NET" | "COLLNET"
-    kind: str  # P2P: CUMEM/IPC/direct pointer/MNNVL/indirect; SHM: direct/direct, CE/direct, legacy; NET: plugin
-    line: int
-    conn_index: int | None = None
-    flags: tuple[str, ...] = ()  # "read", "CE", "GDRDMA", "PCI", "Shared"
-    direction: str | None = None  # NET/COLLNET: "send" | "receive"
-    net_dev: int | None = None
-    proxy_rank: int | None = None
-    via_rank: int | None = None  # P2P/indirect: the intermediate rank
-    pid: int | None = None
-
-    @property
-    def label(self) -> str:
-        """The label an arm expectation is matched against: ``P2P/CUMEM``, ``SHM``, ``NET/IB/GDRDMA``."""
-        if self.transport == "P2P":
-            return f"P2P/{self.kind}"
-        if self.transport in ("NET", "COLLNET"):
-            gdr = "/GDRDMA" if "GDRDMA" in self.flags else ""
-            return f"{self.transport}/{self.kind}{gdr}"
-        return self.transport
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "channel": self.channel, "conn_index": self.conn_index, "src_rank": self.src_rank,
-            "src_dev": self.src_dev, "dst_rank": self.dst_rank, "dst_dev": self.dst_dev,
-            "transport": self.transport, "kind": self.kind, "flags": list(self.flags),
-            "direction": self.direction, "net_dev": self.net_dev, "proxy_rank": self.proxy_rank,
-            "via_rank": self.via_rank, "pid": self.pid, "line": self.line, "label": self.label,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Connection:
-        return cls(
-            channel=int(d["channel"]), src_rank=int(d["src_rank"]), src_dev=str(d["src_dev"]),
-            dst_rank=int(d["dst_rank"]), dst_dev=str(d["dst_dev"]), transport=str(d["transport"]),
-            kind=str(d["kind"]), line=int(d["line"]), conn_index=d.get("conn_index"),
-            flags=tuple(d.get("flags") or ()), direction=d.get("direction"), net_dev=d.get("net_dev"),
-            proxy_rank=d.get("proxy_rank"), via_rank=d.get("via_rank"), pid=d.get("pid"),
-        )
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One statement of the proof with the log lines that prove it.
-
-    ``lines`` holds at most :data:`MAX_EVIDENCE` ``(line_number, text)`` pairs (1-based
-    line numbers of the original log); ``count`` is how many lines support it in all.
-    """
-
-    name: str
-    value: Any
-    lines: tuple[tuple[int, str], ...] = ()
-    count: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "count": self.count, "lines": [[n, t] for n, t in self.lines]}
-
-
 @dataclass
-class TransportProof:
-    """What NCCL's INFO log proves about the transport; see the module docstring and docs/transport.md."""
+class Evidence:
+    """Lines seen per claim name (at most :data:`MAX_EVIDENCE` each) and how many in all."""
 
-    source: str = "<log>"
-    has_info: bool = False
-    problem: str | None = None
-    nccl_version: str | None = None
-    connections: list[Connection] = field(default_factory=list)
-    claims: dict[str, Claim] = field(default_factory=dict)
-    env_overrides: dict[str, str] = field(default_factory=dict)
-    p2p_type: dict[str, int] | None = None
-    comms: list[dict[str, Any]] = field(default_factory=list)
-    net_plugin: str | None = None
-    net_devices: list[str] = field(default_factory=list)
-    gdr_support: list[dict[str, Any]] = field(default_factory=list)
-    nvls_channels: int | None = None
-    nvls_supported: bool | None = None
-    used_nvls: bool = False
-    used_collnet: bool = False
-    device_id_format: str | None = None  # "bus_id" | "device_index"
-    warnings: list[str] = field(default_factory=list)
-    stats: dict[str, int] = field(default_factory=dict)
+    lines: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
 
-    # -- summary ---------------------------------------------------------------------------
-    def _of(self, transport: str) -> list[Connection]:
-        return [c for c in self.connections if c.transport == transport]
-
-    @property
-    def used_p2p(self) -> bool:
-        return bool(self._of("P2P"))
-
-    @property
-    def used_shm(self) -> bool:
-        return bool(self._of("SHM"))
-
-    @property
-    def used_net(self) -> bool:
-        return bool(self._of("NET"))
-
-    @property
-    def p2p_kinds(self) -> list[str]:
-        return sorted({c.kind for c in self._of("P2P")})
-
-    @property
-    def p2p_read(self) -> bool:
-        return any("read" in c.flags for c in self._of("P2P"))
-
-    @property
-    def p2p_ce(self) -> bool:
-        return any("CE" in c.flags for c in self._of("P2P"))
-
-    @property
-    def shm_modes(self) -> list[str]:
-        return sorted({c.kind for c in self._of("SHM")})
-
-    @property
-    def net_gdrdma(self) -> bool | None:
-        """True when every NET connection uses GPUDirect RDMA, False when none or some don't, None without NET."""
-        net = self._of("NET")
-        if not net:
-            return None
-        return all("GDRDMA" in c.flags for c in net)
-
-    @property
-    def mnnvl(self) -> bool:
-        return any(c.kind == "MNNVL" for c in self.connections) or any(
-            bool(c.get("mnnvl")) for c in self.comms
-        )
-
-    @property
-    def p2p_level(self) -> str | None:
-        """``NCCL_P2P_LEVEL`` as NCCL echoed it: always a path name (``PXB``, ``SYS``), also when set as a number."""
-        return self.env_overrides.get("NCCL_P2P_LEVEL")
-
-    @property
-    def transport(self) -> str:
-        """The dominant label: ``P2P/CUMEM``, ``SHM``, ``NET/IB/GDRDMA``, ``mixed: A (n) + B (m)`` or ``none``."""
-        counts = Counter(c.label for c in self.connections)
-        if not counts:
-            return "none"
-        if len(counts) == 1:
-            return next(iter(counts))
-        parts = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        return "mixed: " + " + ".join(f"{label} ({n})" for label, n in parts)
-
-    # -- checking against an arm -----------------------------------------------------------
-    def satisfies(self, expect: str) -> tuple[bool, str]:
-        """Does the proof meet an arm's expectation (``P2P``, ``P2P/CUMEM``, ``SHM``, ``NET/IB``, ``P2P+NET``)?
-
-        A part matches a connection label segment by segment, case-insensitively, so
-        ``P2P`` matches ``P2P/IPC`` and ``NET/IB`` matches ``NET/IB/GDRDMA``. Every
-        connection must match a part and every part must be seen: a "P2P off" arm with a
-        single P2P channel fails. The message cites the offending log lines.
-        """
-        parts = [p.strip() for p in expect.split("+") if p.strip()]
-        if not parts:
-            return False, f"{self.source}: empty transport expectation {expect!r}"
-        if not self.has_info:
-            return False, f"{self.source}: cannot prove {expect}: {self.problem or NO_INFO_PROBLEM}"
-        if not self.connections:
-            return False, f"{self.source}: cannot prove {expect}: {self.problem or 'no channel connection lines'}"
-        wrong = [c for c in self.connections if not any(_label_matches(c.label, p) for p in parts)]
-        unseen = [p for p in parts if not any(_label_matches(c.label, p) for c in self.connections)]
-        if not wrong and not unseen:
-            n = len(self.connections)
-            return True, f"{self.source}: {n} connection(s) all {expect} (transport {self.transport})"
-        msgs = []
-        if wrong:
-            shown = "; ".join(f"line {c.line}: {c.label}" for c in wrong[:3])
-            more = f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else ""
-            msgs.append(
-                f"expected {expect} but {len(wrong)} of {len(self.connections)} connection(s) are not "
-                f"({self.transport}): {shown}{more}"
-            )
-        if unseen:
-            msgs.append(f"expected {' and '.join(unseen)} but no connection used it (transport {self.transport})")
-        prefixes = ("NCCL_P2P", "NCCL_SHM", "NCCL_NET", "NCCL_IB", "NCCL_CUMEM")
-        hints = [f"{k}={v}" for k, v in self.env_overrides.items() if k.startswith(prefixes)]
-        hint = f"; NCCL echoed {', '.join(hints)}" if hints else ""
-        return False, f"{self.source}: " + "; ".join(msgs) + hint
-
-    def evidence_lines(self, claim: str) -> list[tuple[int, str]]:
-        """The ``(line_number, text)`` pairs that prove ``claim`` (see :attr:`claims` for the names)."""
-        try:
-            return list(self.claims[claim].lines)
-        except KeyError:
-            known = ", ".join(sorted(self.claims)) or "none (no NCCL INFO lines)"
-            raise KeyError(f"{self.source}: no claim {claim!r} in this transport proof; known: {known}") from None
-
-    # -- persistence -----------------------------------------------------------------------
-    def summary(self) -> dict[str, Any]:
-        return {
-            "used_p2p": self.used_p2p, "used_shm": self.used_shm, "used_net": self.used_net,
-            "used_nvls": self.used_nvls, "used_collnet": self.used_collnet, "p2p_kinds": self.p2p_kinds,
-            "p2p_read": self.p2p_read, "p2p_ce": self.p2p_ce, "shm_modes": self.shm_modes,
-            "net_plugin": self.net_plugin, "net_devices": list(self.net_devices), "net_gdrdma": self.net_gdrdma,
-            "nvls_channels": self.nvls_channels, "nvls_supported": self.nvls_supported, "mnnvl": self.mnnvl,
-            "p2p_level": self.p2p_level,
-            "n_connections": len(self.connections),
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": PROOF_SCHEMA, "version": PROOF_VERSION, "source": self.source,
-            "has_info": self.has_info, "problem": self.problem, "nccl_version": self.nccl_version,
-            "transport": self.transport, "summary": self.summary(),
-            "env_overrides": dict(self.env_overrides), "p2p_type": self.p2p_type,
-            "comms": [dict(c) for c in self.comms], "gdr_support": [dict(g) for g in self.gdr_support],
-            "device_id_format": self.device_id_format,
-            "connections": [c.to_dict() for c in self.connections],
-            "claims": {name: c.to_dict() for name, c in self.claims.items()},
-            "warnings": list(self.warnings), "stats": dict(self.stats),
-        }
-
-
-def _label_matches(label: str, expect: str) -> bool:
-    have = [s.lower() for s in label.split("/")]
-    want = [s.lower() for s in expect.strip().strip("/").split("/")]
-    return len(want) <= len(have) and have[: len(want)] == want
-
-
-def proof_from_dict(d: Any, source: str = "transport_proof.json") -> TransportProof:
-    """Rebuild a proof written by :meth:`TransportProof.to_dict`; other schemas or versions are errors."""
-    if not isinstance(d, Mapping):
-        raise ProbeError(f"{source}: expected a transport proof object, got {type(d).__name__}")
-    if d.get("schema") != PROOF_SCHEMA:
-        raise ProbeError(f"{source}: not a transport proof (schema {d.get('schema')!r}, expected {PROOF_SCHEMA!r})")
-    if d.get("version") != PROOF_VERSION:
-        raise ProbeError(
-            f"{source}: transport proof version {d.get('version')!r} is not supported (this pytest-p2p reads "
-            f"version {PROOF_VERSION}); re-parse the NCCL log with `python -m pytest_p2p transport LOG --json`"
-        )
-    try:
-        summary = d.get("summary") or {}
-        claims = {
-            name: Claim(
-                name, c.get("value"), tuple((int(n), str(t)) for n, t in c.get("lines", [])), int(c.get("count", 0))
-            )
-            for name, c in (d.get("claims") or {}).items()
-        }
-        return TransportProof(
-            source=str(d.get("source", source)), has_info=bool(d["has_info"]), problem=d.get("problem"),
-            nccl_version=d.get("nccl_version"),
-            connections=[Connection.from_dict(c) for c in d.get("connections", [])], claims=claims,
-            env_overrides={str(k): str(v) for k, v in (d.get("env_overrides") or {}).items()},
-            p2p_type=d.get("p2p_type"), comms=[dict(c) for c in d.get("comms", [])],
-            net_plugin=summary.get("net_plugin"), net_devices=list(summary.get("net_devices") or []),
-            gdr_support=[dict(g) for g in d.get("gdr_support", [])], nvls_channels=summary.get("nvls_channels"),
-            nvls_supported=summary.get("nvls_supported"), used_nvls=bool(summary.get("used_nvls")),
-            used_collnet=bool(summary.get("used_collnet")), device_id_format=d.get("device_id_format"),
-            warnings=list(d.get("warnings", [])), stats=dict(d.get("stats", {})),
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ProbeError(f"{source}: malformed transport proof ({type(exc).__name__}: {exc})") from None
-
-
-# -- parsing ---------------------------------------------------------------------------------
-
-
-@dataclass
-class _Msg:
-    line: int
-    text: str  # the message after "NCCL INFO "
-    raw: str  # the cleaned physical line (evidence)
-    pid: int | None
-    level: str
-
-
-def iter_nccl_messages(text: str) -> Iterable[_Msg]:
-    """Every ``NCCL INFO``/``NCCL WARN`` message with its 1-based physical line number.
-
-    A physical line may hold several messages when processes wrote into the same line
-    (interleaving); each is split at the next ``host:pid:tid [dev] NCCL`` prefix. When a
-    message was glued to the next prefix without a separator (``...P2P/CUMEMnode1:12:12``)
-    the split point is found from the host names seen at the start of other lines.
-    """
-    lines = [(n, _clean(p)) for n, p in enumerate(text.splitlines(), start=1) if "NCCL " in p]
-    known: set[str] = set()
-    for _, line in lines:
-        for m in _MARK_RE.finditer(line):
-            if m.group("host") and (m.start() == 0 or line[m.start() - 1] in " \t)]"):
-                known.add(m.group("host"))
-    for number, line in lines:
-        marks = list(_MARK_RE.finditer(line))
-        starts = [_split_point(m, known) for m in marks]
-        for i, m in enumerate(marks):
-            end = starts[i + 1] if i + 1 < len(marks) else len(line)
-            msg = line[m.end():end].strip()
-            pid = int(m.group("pid")) if m.group("pid") else None
-            yield _Msg(number, msg, _short(line.strip()), pid, m.group("level"))
-
-
-def _split_point(m: re.Match[str], known: set[str]) -> int:
-    host = m.group("host")
-    if host and host not in known:
-        for k in sorted(known, key=len, reverse=True):
-            if host.endswith(k):
-                return m.start() + len(host) - len(k)
-    return m.start()
-
-
-class _Builder:
-    def __init__(self) -> None:
-        self.evidence: dict[str, list[tuple[int, str]]] = {}
-        self.counts: Counter[str] = Counter()
-
-    def add(self, claim: str, msg: _Msg) -> None:
+    def add(self, claim: str, msg: NcclMessage) -> None:
         self.counts[claim] += 1
-        lines = self.evidence.setdefault(claim, [])
+        lines = self.lines.setdefault(claim, [])
         if len(lines) < MAX_EVIDENCE and (not lines or lines[-1][0] != msg.line):
             lines.append((msg.line, msg.raw))
 
 
-def _parse_connection(msg: _Msg) -> Connection | None:
-    t = msg.text
-    if not t.startswith(("Channel ", "CollNet ")):
-        return None
-    m = _P2P_RE.match(t)
-    if m:
-        flags = tuple(f for f in m.group("flags").split("/") if f)
-        kind = m.group("kind") or "indirect"
-        return Connection(
-            channel=int(m.group("chan")), conn_index=_int(m.group("conn")), src_rank=int(m.group("src")),
-            src_dev=m.group("src_dev"), dst_rank=int(m.group("dst")), dst_dev=m.group("dst_dev"), transport="P2P",
-            kind=kind, flags=flags, via_rank=_int(m.group("via")), line=msg.line, pid=msg.pid,
-        )
-    m = _SHM_RE.match(t)
-    if m:
-        recv = f"/{m.group('recv')}" if m.group("recv") else ""
-        kind = "legacy" if m.group("legacy") else m.group("send") + recv
-        flags = ("CE",) if "CE" in kind else ()
-        return Connection(
-            channel=int(m.group("chan")), conn_index=_int(m.group("conn")), src_rank=int(m.group("src")),
-            src_dev=m.group("src_dev"), dst_rank=int(m.group("dst")), dst_dev=m.group("dst_dev"), transport="SHM",
-            kind=kind, flags=flags, line=msg.line, pid=msg.pid,
-        )
-    m = _NET_RE.match(t)
-    if m:
-        raw = m.group("flags")
-        flags = tuple(f for f in ("GDRDMA", "PCI", "Shared") if f in raw)
-        return Connection(
-            channel=int(m.group("chan")), conn_index=_int(m.group("conn")), src_rank=int(m.group("src")),
-            src_dev=m.group("src_dev"), dst_rank=int(m.group("dst")), dst_dev=m.group("dst_dev"), transport="NET",
-            kind=m.group("plugin"), flags=flags, direction=m.group("dir"), net_dev=int(m.group("netdev")),
-            proxy_rank=_int(m.group("proxy")), line=msg.line, pid=msg.pid,
-        )
-    m = _COLLNET_RE.match(t)
-    if m:
-        raw = m.group("flags")
-        flags = tuple(f for f in ("GDRDMA", "PCI", "Shared") if f in raw)
-        rank = int(m.group("rank"))
-        return Connection(
-            channel=int(m.group("chan")), conn_index=_int(m.group("conn")), src_rank=rank, src_dev="",
-            dst_rank=rank, dst_dev="", transport="COLLNET", kind=m.group("plugin"), flags=flags,
-            direction=m.group("dir"), net_dev=int(m.group("netdev")), line=msg.line, pid=msg.pid,
-        )
-    return None
+@dataclass
+class _Init:
+    """``Init COMPLETE`` lines per communicator: by commId where printed, else by size."""
+
+    ranks: dict[tuple[str, int], Counter[int]] = field(default_factory=lambda: defaultdict(Counter))
+
+    def add(self, comm_id: str | None, rank: int, nranks: int) -> None:
+        self.ranks[(comm_id or "", nranks)][rank] += 1
 
 
-def _int(s: str | None) -> int | None:
-    return int(s) if s is not None else None
-
-
-def parse_nccl_log(text: str, source: str = "<log>") -> TransportProof:
-    """Parse ``NCCL_DEBUG=INFO`` output into a :class:`TransportProof`; never raises on any text."""
+def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
+    """Parse ``NCCL_DEBUG=INFO`` output into a :class:`TransportProof`; total and linear on any text."""
+    if isinstance(text, (bytes, bytearray)):  # a careless caller: decode rather than fail
+        text = bytes(text).decode("utf-8", "replace")
     proof = TransportProof(source=source)
-    ev = _Builder()
+    ev = Evidence()
     versions: list[str] = []
-    info = warn = 0
-    unparsed = 0
-    if not isinstance(text, str):  # defensive: bytes from a careless caller
-        text = text.decode("utf-8", "replace") if isinstance(text, (bytes, bytearray)) else str(text)
+    vllm_versions: list[str] = []
+    init = _Init()
+    info = warn = unparsed = 0
+    long_lines: list[int] = []
+    abandon: list[NcclMessage] = []
+    collnet_connected = False
+    nvls_counts: list[int] = []
 
-    for msg in iter_nccl_messages(text):
+    for msg in iter_nccl_messages(text, known_hosts(text), long_lines):
+        t = msg.text
+        if msg.level == "BANNER":
+            m = _VERSION_RE.search(t)
+            if m:
+                versions.append(m["v"])
+                ev.add("nccl_version", msg)
+            else:
+                m = _VLLM_NCCL_RE.search(t)
+                if m:
+                    vllm_versions.append(m["v"])
+                    ev.add("nccl_version_vllm", msg)
+            continue
         if msg.level == "WARN":
             warn += 1
+            if _COLLNET_ABANDON_RE.search(t):
+                abandon.append(msg)
+                ev.add("collnet_abandoned", msg)
             continue
         info += 1
-        t = msg.text
-        conn = _parse_connection(msg)
-        if conn is not None:
+        parsed = parse_connection(t)
+        if parsed is not None:
+            conn = Connection(
+                channel=parsed.channel, src_rank=parsed.src_rank, src_dev=parsed.src_dev, dst_rank=parsed.dst_rank,
+                dst_dev=parsed.dst_dev, transport=parsed.transport, kind=parsed.kind, line=msg.line,
+                conn_index=parsed.conn_index, flags=parsed.flags, direction=parsed.direction, net_dev=parsed.net_dev,
+                proxy_rank=parsed.proxy_rank, via_rank=parsed.via_rank, pid=msg.pid,
+            )
             proof.connections.append(conn)
             ev.add(f"used_{conn.transport.lower()}", msg)
-            if conn.transport == "P2P":
-                ev.add("p2p_kind", msg)
-                if "read" in conn.flags:
-                    ev.add("p2p_read", msg)
-                if "CE" in conn.flags:
-                    ev.add("p2p_ce", msg)
-            if conn.transport == "NET":
-                ev.add("net_gdrdma", msg)
-            if conn.transport == "SHM":
-                ev.add("shm_mode", msg)
+            _conn_evidence(conn, msg, ev)
             continue
-        if _CHANNEL_LIKE_RE.match(t):
+        if looks_like_connection(t):
             unparsed += 1
+            ev.add("unrecognised", msg)
             if unparsed <= 3:
                 proof.warnings.append(
-                    f"line {msg.line}: looks like a channel connection but does not match any NCCL format "
-                    f"(truncated?): {_short(t)!r}"
+                    f"line {msg.line}: looks like a channel connection but matches no NCCL format this parser knows "
+                    f"(truncated, or a new format): {short(t)!r}"
                 )
             continue
-        m = _VERSION_RE.match(t)
-        if m:
-            versions.append(m.group("v"))
-            ev.add("nccl_version", msg)
-            continue
-        m = _ENV_RE.match(t)
-        if m:
-            proof.env_overrides[m.group("var")] = m.group("val").strip()
-            ev.add(f"env:{m.group('var')}", msg)
-            continue
-        m = _P2P_TYPE_RE.match(t)
-        if m:
-            proof.p2p_type = {
-                "isAllDirectP2p": int(m.group("a")), "directMode": int(m.group("b")), "isAllCudaP2p": int(m.group("c"))
-            }
-            ev.add("p2p_type", msg)
-            continue
-        m = _COMM_RE.match(t)
-        if m:
-            proof.comms.append({
-                "comm": m.group("comm"), "rank": int(m.group("rank")), "nRanks": int(m.group("nranks")),
-                "nNodes": int(m.group("nnodes")), "localRanks": int(m.group("lranks")),
-                "localRank": int(m.group("lrank")), "mnnvl": _int(m.group("mnnvl")), "pid": msg.pid, "line": msg.line,
-            })
-            ev.add("comm", msg)
-            continue
-        m = _INIT_DONE_RE.search(t)
-        if m:
-            ev.add("init_complete", msg)
-            continue
-        m = _CHANNELS_RE.match(t)
-        if m:
-            if m.group("nvls") is not None:
-                n = int(m.group("nvls"))
-                proof.nvls_channels = max(proof.nvls_channels or 0, n)
-                if n > 0:
-                    proof.used_nvls = True
-                    ev.add("nvls", msg)
-            ev.add("channel_counts", msg)
-            continue
-        m = _NVLS_SUPPORT_RE.match(t)
-        if m:
-            supported = not m.group("not")
-            proof.nvls_supported = supported if proof.nvls_supported is None else (proof.nvls_supported or supported)
-            ev.add("nvls_support", msg)  # support is not use: never feeds the "nvls" claim
-            continue
-        if _NVLS_USE_RE.match(t):
-            proof.used_nvls = True
-            ev.add("nvls", msg)
-            continue
+        _other_line(t, msg, proof, ev, versions, init, nvls_counts)
         if _COLLNET_USE_RE.match(t):
-            proof.used_collnet = True
+            collnet_connected = True
             ev.add("collnet", msg)
-            continue
-        m = _GDR_HCA_RE.match(t)
-        if m:
-            proof.gdr_support.append({
-                "scope": "hca", "plugin": m.group("plugin"), "hca": m.group("hca"), "name": m.group("name"),
-                "enabled": m.group("state") == "Enabled", "line": msg.line,
-            })
-            ev.add("gdr_support", msg)
-            continue
-        m = _GDR_GPU_RE.match(t)
-        if m:
-            proof.gdr_support.append({
-                "scope": "gpu", "gpu": m.group("gpu"), "hca": m.group("hca"), "enabled": m.group("state") == "Enabled",
-                "distance": int(m.group("dist")), "level": int(m.group("level")), "read": _int(m.group("read")),
-                "mode": m.group("mode"), "line": msg.line,
-            })
-            ev.add("gdr_support", msg)
-            continue
-        m = _USING_NET_RE.match(t)
-        if m:
-            proof.net_plugin = m.group("plugin")
-            ev.add("net_plugin", msg)
-            continue
-        m = _NET_DEVS_RE.match(t)
-        if m:
-            found = [f"{m.group('plugin')}:{d.group('name')}" for d in _NET_DEV_ITEM_RE.finditer(m.group("devs"))]
-            proof.net_devices.extend(n for n in found if n not in proof.net_devices)
-            if found:  # "NET/IB : Using [RO]; OOB eth0" names no device
-                ev.add("net_devices", msg)
-            continue
+        elif _COLLNET_ABANDON_RE.search(t):
+            abandon.append(msg)
+            ev.add("collnet_abandoned", msg)
 
-    if any(c.transport == "COLLNET" for c in proof.connections):
-        proof.used_collnet = True
-    proof.stats = {"lines": len(text.splitlines()), "info_lines": info, "warn_lines": warn,
-                   "unparsed_connection_lines": unparsed}
+    proof.stats = {"lines": text.count("\n") + (1 if text and not text.endswith("\n") else 0), "info_lines": info,
+                   "warn_lines": warn, "unparsed_connection_lines": unparsed, "long_lines": len(long_lines)}
+    if long_lines:
+        proof.warnings.append(f"{len(long_lines)} line(s) longer than the parser reads were cut "
+                              f"(first: line {long_lines[0]})")
     proof.has_info = info > 0
-    if versions:
-        proof.nccl_version = versions[0]
-        if len(set(versions)) > 1:
-            proof.warnings.append(f"several NCCL versions in one log: {', '.join(sorted(set(versions)))}")
+    _versions(proof, versions, vllm_versions)
     proof.device_id_format = _device_id_format(proof)
+    _collnet(proof, collnet_connected, abandon)
+    _nvls(proof, nvls_counts)
+    proof.complete, proof.completeness = _completeness(proof, init, unparsed)
+    if proof.collnet_state is None and proof.used_collnet is None and proof.complete:
+        proof.used_collnet = False
+    if proof.used_nvls is None and proof.complete:
+        proof.used_nvls = False
     if not proof.has_info:
+        proof.state = NO_INFO
         proof.problem = NO_INFO_PROBLEM if not warn else (
             f"{NO_INFO_PROBLEM} (only {warn} NCCL WARN line(s): NCCL_DEBUG=WARN hides the transport)"
         )
         return proof
     if not proof.connections:
-        proof.problem = (
-            "NCCL INFO lines but no channel connection lines: no communicator connected a peer "
-            "(single rank, no collective ran, or NCCL_DEBUG_SUBSYS excludes INIT)"
-        )
-    proof.claims = _claims(proof, ev)
+        if unparsed:
+            proof.state = UNRECOGNISED
+            proof.problem = (f"format not recognised: {unparsed} line(s) look like channel connection lines but "
+                             f"match no NCCL format this parser knows; no transport is claimed")
+        else:
+            proof.state = NO_CONNECTIONS
+            proof.problem = ("NCCL INFO lines but no channel connection lines: no communicator connected a peer "
+                             "in this log (single rank, no collective ran, NCCL_DEBUG_SUBSYS excludes INIT, "
+                             "or an excerpt)")
+    else:
+        proof.state = PROVED if proof.complete else INCOMPLETE
+    proof.claims = build_claims(proof, ev.lines, ev.counts)
+    for problem in contradictions(proof):
+        proof.warnings.append(f"internal: {problem}")
     return proof
+
+
+def _conn_evidence(conn: Connection, msg: NcclMessage, ev: Evidence) -> None:
+    if conn.transport == "P2P":
+        ev.add("p2p_kind", msg)
+        if "read" in conn.flags:
+            ev.add("p2p_read", msg)
+        if "CE" in conn.flags:
+            ev.add("p2p_ce", msg)
+    elif conn.transport == "NET":
+        ev.add("net_gdrdma", msg)
+    elif conn.transport == "SHM":
+        ev.add("shm_mode", msg)
+
+
+def _other_line(t: str, msg: NcclMessage, proof: TransportProof, ev: Evidence, versions: list[str],
+                init: _Init, nvls_counts: list[int]) -> None:
+    """Every INFO message that is not a connection line."""
+    if t.startswith("NCCL version "):
+        m = _VERSION_RE.match(t)
+        if m:
+            versions.append(m["v"])
+            ev.add("nccl_version", msg)
+        return
+    m = _ENV_RE.match(t)
+    if m:
+        proof.env_overrides[m["var"]] = m["val"].strip()
+        ev.add(f"env:{m['var']}", msg)
+        return
+    m = _P2P_TYPE_RE.match(t)
+    if m:
+        p2p_type = {m["first"]: int(m["a"]), "directMode": int(m["b"])}
+        if m["c"] is not None:
+            p2p_type["isAllCudaP2p"] = int(m["c"])
+        proof.p2p_type = p2p_type
+        ev.add("p2p_type", msg)
+        return
+    m = _COMM_RE.match(t)
+    if m:
+        proof.comms.append(CommInfo(
+            comm=m["comm"], rank=int(m["rank"]), nRanks=int(m["nranks"]), nNodes=int(m["nnodes"]),
+            localRanks=int(m["lranks"]), localRank=int(m["lrank"]),
+            mnnvl=int(m["mnnvl"]) if m["mnnvl"] is not None else None, pid=msg.pid, line=msg.line,
+        ))
+        ev.add("comm", msg)
+        return
+    if "Init COMPLETE" in t:
+        m = _INIT_DONE_RE.match(t)
+        if m:
+            cid = _COMM_ID_RE.search(t)
+            init.add(cid["id"] if cid else None, int(m["rank"]), int(m["nranks"]))
+            ev.add("init_complete", msg)
+        return
+    m = _CHANNELS_RE.match(t)
+    if m:
+        if m["nvls"] is not None:
+            n = int(m["nvls"])
+            nvls_counts.append(n)
+            proof.nvls_channels = max(proof.nvls_channels or 0, n)
+            ev.add("nvls" if n > 0 else "nvls_zero", msg)
+        ev.add("channel_counts", msg)
+        return
+    m = _NVLS_SUPPORT_RE.match(t)
+    if m:
+        supported = not m["not"]
+        proof.nvls_supported = supported if proof.nvls_supported is None else (proof.nvls_supported or supported)
+        ev.add("nvls_support", msg)  # support is not use: never feeds the "nvls" claim
+        return
+    if _NVLS_USE_RE.match(t):
+        nvls_counts.append(-1)  # a use line: positive
+        ev.add("nvls", msg)
+        return
+    m = _GDR_HCA_RE.match(t)
+    if m:
+        proof.gdr_support.append({"scope": "hca", "plugin": m["plugin"], "hca": m["hca"], "name": m["name"],
+                                  "enabled": m["state"] == "Enabled", "line": msg.line})
+        ev.add("gdr_support", msg)
+        return
+    m = _GDR_GPU_RE.match(t)
+    if m:
+        proof.gdr_support.append({
+            "scope": "gpu", "gpu": m["gpu"], "hca": m["hca"], "enabled": m["state"] == "Enabled",
+            "distance": int(m["dist"]), "level": int(m["level"]),
+            "read": int(m["read"]) if m["read"] is not None else None, "mode": m["mode"], "line": msg.line,
+        })
+        ev.add("gdr_support", msg)
+        return
+    m = _USING_NET_RE.match(t)
+    if m:
+        proof.net_plugin = m["plugin"]
+        ev.add("net_plugin", msg)
+        return
+    m = _NET_DEVS_RE.match(t)
+    if m:
+        found = [f"{m['plugin']}:{d['name']}" for d in _NET_DEV_ITEM_RE.finditer(m["devs"])]
+        for name in found:
+            if name not in proof.net_devices and len(proof.net_devices) < 64:
+                proof.net_devices.append(name)
+        if found:  # "NET/IB : Using [RO]; OOB eth0" names no device
+            ev.add("net_devices", msg)
+
+
+def _versions(proof: TransportProof, versions: list[str], vllm_versions: list[str]) -> None:
+    if versions:
+        proof.nccl_version = versions[0]
+        distinct = sorted(set(versions))
+        if len(distinct) > 1:
+            proof.warnings.append(f"several NCCL versions in one log: {', '.join(distinct[:8])}")
+    elif vllm_versions:
+        proof.nccl_version = vllm_versions[0]  # vLLM's "vLLM is using nccl==X" (pynccl.py)
+
+
+def _collnet(proof: TransportProof, connected: bool, abandon: list[NcclMessage]) -> None:
+    """CollNet is used only when its setup finished and was not abandoned.
+
+    ``CollNet 00/0 : 4 [receive] via COLLNET/SHARP/0/GDRDMA`` lines are the *setup*; NCCL
+    may then warn ``Cannot initialize CollNet, using point-to-point network instead`` (the
+    data goes over P2P/NET) or hang. Only a ``Connected CollNet`` line confirms use.
+    """
+    has_lines = any(c.transport == "COLLNET" for c in proof.connections)
+    if abandon:
+        proof.collnet_state, proof.used_collnet = "abandoned", False
+    elif connected:
+        proof.collnet_state, proof.used_collnet = "connected", True
+    elif has_lines:
+        proof.collnet_state, proof.used_collnet = "unconfirmed", None
+        proof.warnings.append("CollNet connection lines but no 'Connected CollNet' line: CollNet setup never "
+                              "finished in this log (hung, or an excerpt); CollNet is not claimed")
+
+
+def _nvls(proof: TransportProof, counts: list[int]) -> None:
+    """NVLS is used on a positive sign; not used when every channel-count line says 0 nvls channels."""
+    if any(n != 0 for n in counts):
+        proof.used_nvls = True
+    elif counts:
+        proof.used_nvls = False  # "0 nvls channels" is a sign, not an absence
+    else:
+        proof.used_nvls = None
+
+
+def _completeness(proof: TransportProof, init: _Init, unparsed: int) -> tuple[bool, str]:
+    """Is this the whole story? Every rank of every communicator finished init and printed its connections."""
+    if not init.ranks:
+        return False, "no 'Init COMPLETE' line: the log ends before initialisation finished, or is an excerpt"
+    if unparsed:
+        return False, f"{unparsed} connection-like line(s) in a format this parser does not know"
+    printers = {c.printed_by for c in proof.connections}
+    for (comm_id, nranks), counts in sorted(init.ranks.items()):
+        name = f"communicator {comm_id}" if comm_id else f"a {nranks}-rank communicator"
+        if nranks > 4096:
+            return False, f"{name}: {nranks} ranks is more than this parser checks"
+        missing = [r for r in range(nranks) if r not in counts]
+        if missing:
+            return False, (f"{name}: 'Init COMPLETE' from {len(counts)} of {nranks} ranks "
+                           f"(none from rank {_few(missing)})")
+        if not comm_id and len(set(counts.values())) > 1:
+            return False, f"{name}: ranks finished init an uneven number of times (an excerpt of several runs?)"
+        if nranks > 1:
+            silent = [r for r in range(nranks) if r not in printers]
+            if silent:
+                return False, f"{name}: rank {_few(silent)} printed no connection line"
+    sizes = sorted({n for _, n in init.ranks})
+    return True, f"every rank of {len(init.ranks)} communicator(s) (sizes {', '.join(map(str, sizes))}) " \
+                 f"finished init and printed its connections"
+
+
+def _few(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:4])) + (f" and {len(ranks) - 4} more" if len(ranks) > 4 else "")
 
 
 def _device_id_format(proof: TransportProof) -> str | None:
@@ -644,44 +410,3 @@ def _device_id_format(proof: TransportProof) -> str | None:
     if any(len(d) >= 4 or any(ch in "abcdefABCDEF" for ch in d) for d in devs):
         return "bus_id"
     return "device_index"
-
-
-def _claims(proof: TransportProof, ev: _Builder) -> dict[str, Claim]:
-    values: dict[str, Any] = {
-        "nccl_version": proof.nccl_version,
-        "used_p2p": proof.used_p2p,
-        "used_shm": proof.used_shm,
-        "used_net": proof.used_net,
-        "used_collnet": proof.used_collnet,
-        "p2p_kind": proof.p2p_kinds,
-        "p2p_read": proof.p2p_read,
-        "p2p_ce": proof.p2p_ce,
-        "shm_mode": proof.shm_modes,
-        "net_gdrdma": proof.net_gdrdma,
-        "net_plugin": proof.net_plugin,
-        "net_devices": list(proof.net_devices),
-        "gdr_support": [g.get("enabled") for g in proof.gdr_support],
-        "nvls": proof.used_nvls,
-        "nvls_support": proof.nvls_supported,
-        "collnet": proof.used_collnet,
-        "p2p_type": proof.p2p_type,
-        "comm": [{k: c[k] for k in ("rank", "nRanks", "nNodes", "localRanks")} for c in proof.comms],
-        "channel_counts": proof.nvls_channels,
-        "init_complete": ev.counts.get("init_complete", 0),
-        "transport": proof.transport,
-    }
-    for var, val in proof.env_overrides.items():
-        values[f"env:{var}"] = val
-    # "used_collnet" is proven by COLLNET connection lines; the "collnet" claim by "Connected CollNet" lines.
-    transport_lines: list[tuple[int, str]] = []
-    for name in ("used_p2p", "used_shm", "used_net", "used_collnet"):
-        transport_lines.extend(ev.evidence.get(name, [])[:2])
-    ev.evidence["transport"] = sorted(transport_lines)[:MAX_EVIDENCE]
-    ev.counts["transport"] = len(proof.connections)
-    claims = {}
-    for name, value in values.items():
-        lines = ev.evidence.get(name, [])
-        if value is False and name.startswith("used_"):
-            lines = ev.evidence["transport"]  # absence is proven by what was used instead
-        claims[name] = Claim(name, value, tuple(lines), ev.counts.get(name, len(lines)))
-    return claims

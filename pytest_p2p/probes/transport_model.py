@@ -1,0 +1,365 @@
+"""The transport proof as data: connections, claims with their evidence lines, and its JSON form.
+
+A proof distinguishes *what was seen* from *what can be concluded*. A transport seen on a
+connection line is used; a transport not seen is "not used" only when the log shows it is
+complete (:attr:`TransportProof.complete`: every rank of every communicator finished
+``Init COMPLETE`` and printed its connections). Otherwise the claim is ``None`` — unknown —
+never ``False``: an excerpt, a ``grep``, one host's half of a two-host job prove nothing by
+absence. :attr:`TransportProof.state` names the situation in one word.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TypedDict
+
+from ..errors import ProbeError
+from .transport_expect import ExpectResult, check_expectation
+
+PROOF_SCHEMA = "pytest-p2p/transport-proof"
+PROOF_VERSION = 1
+
+NO_INFO_PROBLEM = "no NCCL INFO lines: set NCCL_DEBUG=INFO"
+MAX_EVIDENCE = 8
+
+# The one-word states of a proof (docs/transport.md, "States").
+PROVED = "proved"  # connection lines seen and the log is complete: positive and negative claims hold
+INCOMPLETE = "incomplete"  # connection lines seen, completeness not shown: only positive claims hold
+UNRECOGNISED = "unrecognised"  # lines that look like connections, none in a format this parser knows
+NO_CONNECTIONS = "no_connections"  # INFO lines but no connection line at all
+NO_INFO = "no_info"  # no NCCL INFO line
+STATES = (PROVED, INCOMPLETE, UNRECOGNISED, NO_CONNECTIONS, NO_INFO)
+
+
+class CommInfo(TypedDict):
+    """A ``comm 0x.. rank R nRanks N nNodes M localRanks L localRank l [MNNVL x]`` line."""
+
+    comm: str
+    rank: int
+    nRanks: int
+    nNodes: int
+    localRanks: int
+    localRank: int
+    mnnvl: int | None
+    pid: int | None
+    line: int
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One channel connection NCCL printed: ``channel`` from ``src_rank[src_dev]`` to ``dst_rank[dst_dev]``.
+
+    ``src_dev``/``dst_dev`` are the bracket contents as printed: a hex PCI bus id before
+    NCCL 2.18.3, the NVML device index from 2.18.3 on, empty in 2.4's bracket-less lines.
+    """
+
+    channel: int
+    src_rank: int
+    src_dev: str
+    dst_rank: int
+    dst_dev: str
+    transport: str  # "P2P" | "SHM" | "NET" | "COLLNET"
+    kind: str  # P2P: CUMEM/IPC/direct pointer/MNNVL/indirect; SHM: direct/direct, CE/direct, legacy; NET: plugin
+    line: int
+    conn_index: int | None = None
+    flags: tuple[str, ...] = ()  # "read", "CE", "GDRDMA", "PCI", "Shared"
+    direction: str | None = None  # NET/COLLNET: "send" | "receive"
+    net_dev: int | None = None
+    proxy_rank: int | None = None
+    via_rank: int | None = None  # P2P/indirect: the intermediate rank
+    pid: int | None = None
+
+    @property
+    def label(self) -> str:
+        """The label an arm expectation is matched against: ``P2P/CUMEM``, ``SHM``, ``NET/IB/GDRDMA``."""
+        if self.transport == "P2P":
+            return f"P2P/{self.kind}"
+        if self.transport in ("NET", "COLLNET"):
+            gdr = "/GDRDMA" if "GDRDMA" in self.flags else ""
+            return f"{self.transport}/{self.kind}{gdr}"
+        return self.transport
+
+    @property
+    def printed_by(self) -> int:
+        return self.dst_rank if self.direction == "receive" else self.src_rank
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "channel": self.channel, "conn_index": self.conn_index, "src_rank": self.src_rank,
+            "src_dev": self.src_dev, "dst_rank": self.dst_rank, "dst_dev": self.dst_dev,
+            "transport": self.transport, "kind": self.kind, "flags": list(self.flags),
+            "direction": self.direction, "net_dev": self.net_dev, "proxy_rank": self.proxy_rank,
+            "via_rank": self.via_rank, "pid": self.pid, "line": self.line, "label": self.label,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> Connection:
+        return cls(
+            channel=_req_int(d["channel"]), src_rank=_req_int(d["src_rank"]), src_dev=str(d["src_dev"]),
+            dst_rank=_req_int(d["dst_rank"]), dst_dev=str(d["dst_dev"]), transport=str(d["transport"]),
+            kind=str(d["kind"]), line=_req_int(d["line"]), conn_index=_opt_int(d.get("conn_index")),
+            flags=tuple(str(f) for f in _list(d.get("flags"))), direction=_opt_str(d.get("direction")),
+            net_dev=_opt_int(d.get("net_dev")), proxy_rank=_opt_int(d.get("proxy_rank")),
+            via_rank=_opt_int(d.get("via_rank")), pid=_opt_int(d.get("pid")),
+        )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One statement of the proof with the log lines that prove it.
+
+    ``lines`` holds at most :data:`MAX_EVIDENCE` ``(line_number, text)`` pairs (1-based
+    line numbers of the original log); ``count`` is how many lines support it in all.
+    A ``None`` value means *unknown*: the log does not say.
+    """
+
+    name: str
+    value: object
+    lines: tuple[tuple[int, str], ...] = ()
+    count: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        return {"value": self.value, "count": self.count, "lines": [[n, t] for n, t in self.lines]}
+
+
+@dataclass
+class TransportProof:
+    """What NCCL's INFO log proves about the transport; see the module docstring and docs/transport.md."""
+
+    source: str = "<log>"
+    has_info: bool = False
+    problem: str | None = None
+    state: str = NO_INFO
+    complete: bool = False
+    completeness: str = ""  # why the log is (or is not) complete, in words
+    nccl_version: str | None = None
+    connections: list[Connection] = field(default_factory=list)
+    claims: dict[str, Claim] = field(default_factory=dict)
+    env_overrides: dict[str, str] = field(default_factory=dict)
+    p2p_type: dict[str, int] | None = None
+    comms: list[CommInfo] = field(default_factory=list)
+    net_plugin: str | None = None
+    net_devices: list[str] = field(default_factory=list)
+    gdr_support: list[dict[str, object]] = field(default_factory=list)
+    nvls_channels: int | None = None
+    nvls_supported: bool | None = None
+    used_nvls: bool | None = None
+    used_collnet: bool | None = None
+    collnet_state: str | None = None  # "connected" | "abandoned" | "unconfirmed" | None (no CollNet lines)
+    device_id_format: str | None = None  # "bus_id" | "device_index"
+    warnings: list[str] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+
+    # -- summary ---------------------------------------------------------------------------
+    def _of(self, transport: str) -> list[Connection]:
+        return [c for c in self.connections if c.transport == transport]
+
+    def _used(self, transport: str) -> bool | None:
+        if self._of(transport):
+            return True
+        return False if self.complete else None
+
+    @property
+    def used_p2p(self) -> bool | None:
+        """True: a P2P connection line; False: none in a complete log; None: none seen, log not complete."""
+        return self._used("P2P")
+
+    @property
+    def used_shm(self) -> bool | None:
+        return self._used("SHM")
+
+    @property
+    def used_net(self) -> bool | None:
+        return self._used("NET")
+
+    @property
+    def p2p_kinds(self) -> list[str]:
+        return sorted({c.kind for c in self._of("P2P")})
+
+    @property
+    def p2p_read(self) -> bool:
+        return any("read" in c.flags for c in self._of("P2P"))
+
+    @property
+    def p2p_ce(self) -> bool:
+        return any("CE" in c.flags for c in self._of("P2P"))
+
+    @property
+    def shm_modes(self) -> list[str]:
+        return sorted({c.kind for c in self._of("SHM")})
+
+    @property
+    def net_gdrdma(self) -> bool | None:
+        """True when every NET connection uses GPUDirect RDMA, False when some don't, None without NET."""
+        net = self._of("NET")
+        if not net:
+            return None
+        return all("GDRDMA" in c.flags for c in net)
+
+    @property
+    def mnnvl(self) -> bool:
+        return any(c.kind == "MNNVL" for c in self.connections) or any(bool(c["mnnvl"]) for c in self.comms)
+
+    @property
+    def p2p_level(self) -> str | None:
+        """``NCCL_P2P_LEVEL`` as NCCL echoed it: always a path name (``PXB``, ``SYS``), also when set as a number."""
+        return self.env_overrides.get("NCCL_P2P_LEVEL")
+
+    @property
+    def effective_connections(self) -> list[Connection]:
+        """The connections that carried data: CollNet ones only when CollNet was confirmed connected."""
+        if self.used_collnet:
+            return list(self.connections)
+        return [c for c in self.connections if c.transport != "COLLNET"]
+
+    @property
+    def transport(self) -> str:
+        """The dominant label: ``P2P/CUMEM``, ``SHM``, ``NET/IB/GDRDMA``, ``mixed: A (n) + B (m)`` or ``none``."""
+        counts = Counter(c.label for c in self.effective_connections)
+        if not counts:
+            return "none"
+        if len(counts) == 1:
+            return next(iter(counts))
+        parts = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        return "mixed: " + " + ".join(f"{label} ({n})" for label, n in parts)
+
+    # -- checking against an arm -----------------------------------------------------------
+    def check(self, expect: str) -> ExpectResult:
+        """The expectation judged: ``pass``, ``fail`` (a line says otherwise) or ``inconclusive``."""
+        return check_expectation(self, expect)
+
+    def satisfies(self, expect: str) -> tuple[bool, str]:
+        """Does the proof *prove* an arm's expectation (``P2P``, ``P2P/CUMEM``, ``SHM``, ``NET/IB``, ``P2P+NET``)?
+
+        True only for a ``pass``; an incomplete log or an unrecognised format is not a proof.
+        See :func:`~pytest_p2p.probes.transport_expect.check_expectation` for the matching rules.
+        """
+        result = self.check(expect)
+        return result.outcome == "pass", result.why
+
+    def evidence_lines(self, claim: str) -> list[tuple[int, str]]:
+        """The ``(line_number, text)`` pairs that prove ``claim`` (see :attr:`claims` for the names)."""
+        try:
+            return list(self.claims[claim].lines)
+        except KeyError:
+            known = ", ".join(sorted(self.claims)) or "none (no NCCL INFO lines)"
+            raise KeyError(f"{self.source}: no claim {claim!r} in this transport proof; known: {known}") from None
+
+    # -- persistence -----------------------------------------------------------------------
+    def summary(self) -> dict[str, object]:
+        return {
+            "state": self.state, "complete": self.complete,
+            "used_p2p": self.used_p2p, "used_shm": self.used_shm, "used_net": self.used_net,
+            "used_nvls": self.used_nvls, "used_collnet": self.used_collnet, "collnet_state": self.collnet_state,
+            "p2p_kinds": self.p2p_kinds, "p2p_read": self.p2p_read, "p2p_ce": self.p2p_ce,
+            "shm_modes": self.shm_modes, "net_plugin": self.net_plugin, "net_devices": list(self.net_devices),
+            "net_gdrdma": self.net_gdrdma, "nvls_channels": self.nvls_channels,
+            "nvls_supported": self.nvls_supported, "mnnvl": self.mnnvl, "p2p_level": self.p2p_level,
+            "n_connections": len(self.connections),
+        }
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "schema": PROOF_SCHEMA, "version": PROOF_VERSION, "source": self.source,
+            "has_info": self.has_info, "problem": self.problem, "state": self.state,
+            "complete": self.complete, "completeness": self.completeness, "nccl_version": self.nccl_version,
+            "transport": self.transport, "summary": self.summary(),
+            "env_overrides": dict(self.env_overrides), "p2p_type": self.p2p_type,
+            "comms": [dict(c) for c in self.comms], "gdr_support": [dict(g) for g in self.gdr_support],
+            "device_id_format": self.device_id_format,
+            "connections": [c.to_dict() for c in self.connections],
+            "claims": {name: c.to_dict() for name, c in self.claims.items()},
+            "warnings": list(self.warnings), "stats": dict(self.stats),
+        }
+
+
+# -- reading back -------------------------------------------------------------------------------
+
+def _req_int(x: object) -> int:
+    if isinstance(x, bool) or not isinstance(x, (int, str)):
+        raise TypeError(f"expected an integer, got {type(x).__name__}")
+    return int(x)
+
+
+def _opt_int(x: object) -> int | None:
+    return None if x is None else _req_int(x)
+
+
+def _opt_str(x: object) -> str | None:
+    return None if x is None else str(x)
+
+
+def _opt_bool(x: object) -> bool | None:
+    return None if x is None else bool(x)
+
+
+def _list(x: object) -> list[object]:
+    if x is None:
+        return []
+    if not isinstance(x, (list, tuple)):
+        raise TypeError(f"expected a list, got {type(x).__name__}")
+    return list(x)
+
+
+def _map(x: object) -> Mapping[str, object]:
+    if x is None:
+        return {}
+    if not isinstance(x, Mapping):
+        raise TypeError(f"expected an object, got {type(x).__name__}")
+    return x
+
+
+def _comm(d: object) -> CommInfo:
+    m = _map(d)
+    return CommInfo(comm=str(m.get("comm", "")), rank=_req_int(m["rank"]), nRanks=_req_int(m["nRanks"]),
+                    nNodes=_req_int(m["nNodes"]), localRanks=_req_int(m["localRanks"]),
+                    localRank=_req_int(m["localRank"]), mnnvl=_opt_int(m.get("mnnvl")), pid=_opt_int(m.get("pid")),
+                    line=_req_int(m.get("line", 0)))
+
+
+def _claim(name: str, d: object) -> Claim:
+    m = _map(d)
+    lines = tuple((_req_int(_list(p)[0]), str(_list(p)[1])) for p in _list(m.get("lines")))
+    return Claim(name, m.get("value"), lines, _req_int(m.get("count", 0)))
+
+
+def proof_from_dict(d: object, source: str = "transport_proof.json") -> TransportProof:
+    """Rebuild a proof written by :meth:`TransportProof.to_dict`; other schemas or versions are errors."""
+    if not isinstance(d, Mapping):
+        raise ProbeError(f"{source}: expected a transport proof object, got {type(d).__name__}")
+    if d.get("schema") != PROOF_SCHEMA:
+        raise ProbeError(f"{source}: not a transport proof (schema {d.get('schema')!r}, expected {PROOF_SCHEMA!r})")
+    if d.get("version") != PROOF_VERSION:
+        raise ProbeError(
+            f"{source}: transport proof version {d.get('version')!r} is not supported (this pytest-p2p reads "
+            f"version {PROOF_VERSION}); re-parse the NCCL log with `python -m pytest_p2p transport LOG --json`"
+        )
+    try:
+        summary = _map(d.get("summary"))
+        connections = [Connection.from_dict(_map(c)) for c in _list(d.get("connections"))]
+        has_info = bool(d["has_info"])
+        complete = bool(d.get("complete", False))
+        state = str(d.get("state") or (NO_INFO if not has_info else PROVED if complete else INCOMPLETE))
+        p2p_type = d.get("p2p_type")
+        return TransportProof(
+            source=str(d.get("source", source)), has_info=has_info, problem=_opt_str(d.get("problem")),
+            state=state, complete=complete, completeness=str(d.get("completeness") or ""),
+            nccl_version=_opt_str(d.get("nccl_version")), connections=connections,
+            claims={str(k): _claim(str(k), v) for k, v in _map(d.get("claims")).items()},
+            env_overrides={str(k): str(v) for k, v in _map(d.get("env_overrides")).items()},
+            p2p_type=None if p2p_type is None else {str(k): _req_int(v) for k, v in _map(p2p_type).items()},
+            comms=[_comm(c) for c in _list(d.get("comms"))],
+            net_plugin=_opt_str(summary.get("net_plugin")),
+            net_devices=[str(x) for x in _list(summary.get("net_devices"))],
+            gdr_support=[dict(_map(g)) for g in _list(d.get("gdr_support"))],
+            nvls_channels=_opt_int(summary.get("nvls_channels")),
+            nvls_supported=_opt_bool(summary.get("nvls_supported")), used_nvls=_opt_bool(summary.get("used_nvls")),
+            used_collnet=_opt_bool(summary.get("used_collnet")), collnet_state=_opt_str(summary.get("collnet_state")),
+            device_id_format=_opt_str(d.get("device_id_format")),
+            warnings=[str(w) for w in _list(d.get("warnings"))],
+            stats={str(k): _req_int(v) for k, v in _map(d.get("stats")).items()},
+        )
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise ProbeError(f"{source}: malformed transport proof ({type(exc).__name__}: {exc})") from None
