@@ -6,9 +6,15 @@
     reject RUN [--name N]     take it out again (history is kept)
     save RUN_DIR [--accept N] store a results directory (e.g. from another machine)
     diff A B                  judge run B against run A alone, with fingerprint changes
-    export [--out FILE]       everything as JSON
+    export [--out FILE] [--rig R]  everything (or one rig's history) as JSON
+    import FILE               add an export (from either backend) in one transaction
 
-The database is ``--db PATH``, else ``PYTEST_P2P_DB``, else ``.p2p/history.db``.
+The store is ``--db PATH|URL``, else ``PYTEST_P2P_DB``, else ``.p2p/history.db``: an SQLite
+file, or a ``postgresql://`` URL of a fleet database (docs/fleet.md). Moving a rig's
+history to the fleet database and back::
+
+    python -m pytest_p2p baseline --db .p2p/history.db export --rig my-rig --out rig.json
+    python -m pytest_p2p baseline --db "$P2P_DB_URL" import rig.json
 """
 
 from __future__ import annotations
@@ -17,15 +23,20 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import P2PError
 from .config import DEFAULT_DB, DEFAULT_NAME, BaselineConfig, check_name
 
+if TYPE_CHECKING:
+    from .store import RunRecord, Store
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pytest_p2p baseline", description=__doc__.split("\n\n")[0])
-    p.add_argument("--db", default=None, help=f"SQLite store (env PYTEST_P2P_DB, default {DEFAULT_DB})")
+    p.add_argument("--db", default=None, metavar="PATH|URL",
+                   help=f"SQLite file or postgresql:// URL (env PYTEST_P2P_DB, default {DEFAULT_DB})")
     sub = p.add_subparsers(dest="cmd", required=True)
     ls = sub.add_parser("list", help="list stored runs")
     ls.add_argument("--name", default=None, help="only runs accepted under this baseline")
@@ -46,7 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     df.add_argument("b")
     ex = sub.add_parser("export", help="dump the store as JSON")
     ex.add_argument("--out", default=None)
-    for sp in (ls, sh, ac, rj, sv, df, ex):  # --db also after the subcommand
+    ex.add_argument("--rig", default=None, help="only this rig's runs")
+    im = sub.add_parser("import", help="add an export (from either backend) to this store")
+    im.add_argument("file", help="a file written by 'baseline export' ('-': standard input)")
+    for sp in (ls, sh, ac, rj, sv, df, ex, im):  # --db also after the subcommand
         sp.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return p
 
@@ -57,14 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     from .store import Store
 
     try:
-        with Store(db, create=args.cmd == "save") as store:
+        with Store(db, create=args.cmd in ("save", "import")) as store:
             return _run(args, store)
     except P2PError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
 
-def _run(args: argparse.Namespace, store: Any) -> int:
+def _run(args: argparse.Namespace, store: Store) -> int:
     out = sys.stdout
     if args.cmd == "list":
         if args.name is None and store.baseline_names():
@@ -103,7 +117,7 @@ def _run(args: argparse.Namespace, store: Any) -> int:
     if args.cmd == "diff":
         return _diff(store, store.run(args.a), store.run(args.b))
     if args.cmd == "export":
-        text = json.dumps(store.export(), indent=2, default=str) + "\n"
+        text = json.dumps(store.export(rig=args.rig), indent=2, default=str) + "\n"
         if args.out:
             from ..util import atomic_write_text
 
@@ -111,10 +125,28 @@ def _run(args: argparse.Namespace, store: Any) -> int:
         else:
             out.write(text)
         return 0
+    if args.cmd == "import":
+        return _import(store, args.file)
     raise AssertionError(args.cmd)
 
 
-def _diff(store: Any, a: Any, b: Any) -> int:
+def _import(store: Store, file: str) -> int:
+    from ..errors import StoreError
+
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+        data = json.loads(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreError(f"{file}: cannot be read ({exc}); nothing was imported") from None
+    except (ValueError, RecursionError) as exc:
+        raise StoreError(f"{file}: not JSON ({exc}); nothing was imported") from None
+    added, present, accepted = store.import_data(data, source=file)
+    sys.stdout.write(f"imported {added} run(s) into {store.where} ({present} already there), "
+                     f"{accepted} acceptance(s) added\n")
+    return 0
+
+
+def _diff(store: Store, a: RunRecord, b: RunRecord) -> int:
     """Every metric of B judged against A as a one-run baseline, then what changed."""
     from .attribution import fingerprint_changes
     from .compare import REGRESSION, Sample, describe, direction, judge

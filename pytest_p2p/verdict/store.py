@@ -1,62 +1,39 @@
-"""The baseline store: run history and named baselines in one embedded SQLite file.
-
-Why SQLite: CI jobs and xdist workers write concurrently, and a results file per run
-plus a JSON index would need our own locking. SQLite in WAL mode with a busy timeout and
-``BEGIN IMMEDIATE`` write transactions serialises writers safely across processes; each
-run is written in one transaction, so a crash leaves the old state or the whole new run.
+"""The baseline store: run history and named baselines, in SQLite or in PostgreSQL.
 
 Rows are keyed by rig, pair identity (bus ids, see ``fingerprint.pair_ident``), arm,
 point and metric — never by pytest node ids, which change with file layout and
 parametrisation. Every saved run stays in ``runs`` (history); a named baseline
 (``accepted``, ``pre-driver-upgrade``) is a set of accepted run ids.
 
-The schema is versioned (``PRAGMA user_version``) and migrated forward in a write
-transaction. A file that is not SQLite, not ours, or from a newer plugin raises
-:class:`~pytest_p2p.errors.StoreError` and is never modified.
+Where it lives: a path is an embedded SQLite file (``store_sqlite``, the default
+``.p2p/history.db``); a ``postgresql://`` URL is a database that a fleet of CI runners
+shares (``store_postgres``, docs/fleet.md). Both hold the same schema, serialise writers
+across processes, write each campaign in one transaction (its run, its metric rows and
+its acceptance), and refuse a damaged, foreign or newer store without touching it. Every
+driver error becomes a one-paragraph :class:`~pytest_p2p.errors.StoreError` naming the
+store (a URL only through :func:`redact`) and what to do.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import StoreError
+from ..errors import P2PError, StoreError
 from .fingerprint import build_fingerprint, load_run, pair_ident, read_json
+from .store_base import SCHEMA_VERSION, Backend, StoreMissing, StoreSaveError, is_url, redact
+from .store_sqlite import APPLICATION_ID, BUSY_TIMEOUT_MS, MIGRATIONS, SqliteBackend, _v1, _v2
 
-APPLICATION_ID = 0x50325031  # "P2P1": marks the file as a pytest-p2p store
-SCHEMA_VERSION = 2
-BUSY_TIMEOUT_MS = 30_000
-
-
-def _v1(db: sqlite3.Connection) -> None:
-    db.execute("""CREATE TABLE runs (
-        run_id TEXT PRIMARY KEY, rig TEXT NOT NULL, pair_key TEXT, pair_ident TEXT NOT NULL,
-        kind TEXT, started_at TEXT, saved_at TEXT NOT NULL, simulated INTEGER NOT NULL,
-        status TEXT, source_dir TEXT, fingerprint TEXT NOT NULL)""")
-    db.execute("""CREATE TABLE results (
-        run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
-        arm TEXT NOT NULL, point TEXT NOT NULL, metric TEXT NOT NULL,
-        n INTEGER NOT NULL, mean REAL, std REAL, median REAL, vals TEXT NOT NULL,
-        PRIMARY KEY (run_id, arm, point, metric))""")
-    db.execute("""CREATE TABLE baselines (
-        name TEXT NOT NULL, run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
-        accepted_at TEXT NOT NULL, PRIMARY KEY (name, run_id))""")
-    db.execute("CREATE INDEX runs_by_key ON runs (rig, pair_ident, kind, started_at)")
-
-
-def _v2(db: sqlite3.Connection) -> None:
-    """v2: who accepted a run and why (``accept --note``), shown by ``baseline list``."""
-    db.execute("ALTER TABLE baselines ADD COLUMN note TEXT")
-
-
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2}
+__all__ = ["APPLICATION_ID", "BUSY_TIMEOUT_MS", "MIGRATIONS", "SCHEMA_VERSION", "MetricRow", "RunRecord", "Store",
+           "StoreMissing", "StoreSaveError", "_v1", "_v2", "aggregate_rows", "exists", "is_url", "redact",
+           "save_campaign_runs"]
 
 
 @dataclass(frozen=True)
@@ -92,103 +69,45 @@ def _now() -> str:
 
 
 class Store:
-    """One open store. Use as a context manager or call :meth:`close`."""
+    """One open store. Use as a context manager or call :meth:`close`.
 
-    def __init__(self, path: str | Path, *, create: bool = True) -> None:
-        self.path = Path(path)
-        if not self.path.exists():
-            if not create:
-                raise StoreError(f"baseline database {self.path} does not exist "
-                                 "(run a campaign with --p2p-save-baseline first)")
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        elif self.path.is_dir():
-            raise StoreError(f"baseline database {self.path} is a directory, expected an SQLite file")
-        self._check_header()
-        try:
-            self.db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise StoreError(f"baseline database {self.path} cannot be opened: {exc}") from None
-        try:
-            self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self._setup()
-        except BaseException:
-            self.db.close()
-            raise
+    ``target`` is an SQLite path or a PostgreSQL URL; ``where`` is how to show it (redacted).
+    """
 
-    # -- opening -------------------------------------------------------------------------
-    def _check_header(self) -> None:
-        """Refuse a non-SQLite file before SQLite gets a chance to touch it."""
-        try:
-            with open(self.path, "rb") as fh:
-                head = fh.read(16)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise StoreError(f"baseline database {self.path} cannot be read: {exc}") from None
-        if head and head != b"SQLite format 3\x00":
-            raise StoreError(f"baseline database {self.path} is not an SQLite file (corrupt or a different "
-                             "file); it was left untouched — move it away or point --p2p-db elsewhere")
+    def __init__(self, path: str | Path, *, create: bool = True, timeout_s: float | None = None) -> None:
+        timeout = BUSY_TIMEOUT_MS / 1000 if timeout_s is None else timeout_s
+        self.backend: Backend
+        self.path: Path | None
+        if is_url(path):
+            from .store_postgres import PostgresBackend
 
-    def _setup(self) -> None:
-        try:
-            version, app = self._versions()
-            if version > SCHEMA_VERSION:
-                raise StoreError(f"baseline database {self.path} has schema version {version}, newer than "
-                                 f"this pytest-p2p understands ({SCHEMA_VERSION}); upgrade pytest-p2p — "
-                                 "the file was left untouched")
-            if app not in (0, APPLICATION_ID) or (app == 0 and self._has_foreign_tables()):
-                raise StoreError(f"baseline database {self.path} is an SQLite file of another application; "
-                                 "it was left untouched — point --p2p-db elsewhere")
-            self._retry(lambda: self.db.execute("PRAGMA journal_mode = WAL"))
-            self.db.execute("PRAGMA foreign_keys = ON")
-            if version < SCHEMA_VERSION:
-                with self.write() as db:
-                    current = db.execute("PRAGMA user_version").fetchone()[0]  # re-read under the lock
-                    if current > SCHEMA_VERSION:
-                        raise StoreError(f"baseline database {self.path} was upgraded by a newer pytest-p2p "
-                                         f"(schema {current})")
-                    for step in range(current + 1, SCHEMA_VERSION + 1):
-                        MIGRATIONS[step](db)
-                    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            self.db.execute("SELECT count(*) FROM runs").fetchone()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"baseline database {self.path} is unreadable ({exc}); it was left untouched — "
-                             "move it away or point --p2p-db elsewhere") from None
+            self.path = None
+            self.backend = PostgresBackend(str(path), create=create, timeout_s=timeout)
+        else:
+            self.path = Path(path)
+            self.backend = SqliteBackend(self.path, create=create, timeout_s=timeout)
+        self.where = self.backend.where
 
-    def _versions(self) -> tuple[int, int]:
-        version = self._retry(lambda: self.db.execute("PRAGMA user_version").fetchone()[0])
-        app = self.db.execute("PRAGMA application_id").fetchone()[0]
-        return int(version), int(app)
-
-    def _has_foreign_tables(self) -> bool:
-        rows = self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-        return bool(rows)
-
-    def _retry(self, fn: Callable[[], Any], tries: int = 50) -> Any:
-        for attempt in range(tries):
-            try:
-                return fn()
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc) or attempt == tries - 1:
-                    raise
-                time.sleep(0.05 * (attempt + 1))
-        raise AssertionError("unreachable")
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The SQLite connection (the SQLite backend only: for tests and one-off inspection)."""
+        if not isinstance(self.backend, SqliteBackend):
+            raise StoreError(f"baseline database {self.where} is not an SQLite file")
+        return self.backend.db
 
     @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken with ``BEGIN IMMEDIATE`` so writers queue instead of deadlocking."""
-        self._retry(lambda: self.db.execute("BEGIN IMMEDIATE"))
-        try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        else:
-            self._retry(lambda: self.db.execute("COMMIT"))
+    def write(self, action: str = "writing") -> Iterator[Backend]:
+        """One write transaction: all of it is stored, or (on any error) none of it."""
+        with self.backend.guard(action), self.backend.transaction():
+            yield self.backend
+
+    @contextmanager
+    def _reading(self, action: str) -> Iterator[Backend]:
+        with self.backend.guard(action):
+            yield self.backend
 
     def close(self) -> None:
-        self.db.close()
+        self.backend.close()
 
     def __enter__(self) -> Store:
         return self
@@ -197,8 +116,11 @@ class Store:
         self.close()
 
     # -- writing -------------------------------------------------------------------------
-    def save_run_dir(self, run_dir: str | Path) -> str:
-        """Save one campaign results directory (idempotent: a run id already stored is kept as is)."""
+    def save_run_dir(self, run_dir: str | Path, *, accept: str | None = None, note: str | None = None) -> str:
+        """Save one campaign results directory (and accept it under ``accept``) in one transaction.
+
+        Idempotent: a run id already stored is kept as is (and only accepted).
+        """
         run_dir = Path(run_dir)
         run = load_run(run_dir)
         fp = build_fingerprint(run_dir)
@@ -209,56 +131,79 @@ class Store:
             if not agg_path.exists():
                 continue
             rows.extend(aggregate_rows(read_json(agg_path, "scenario aggregate"), sdir.name, agg_path))
-        return self.save(run, fp, rows, source_dir=str(run_dir.resolve()))
+        return self.save(run, fp, rows, source_dir=str(run_dir.resolve()), accept=accept, note=note)
 
     def save(self, run: dict[str, Any], fingerprint: dict[str, Any], rows: Sequence[MetricRow],
-             *, source_dir: str | None = None) -> str:
+             *, source_dir: str | None = None, accept: str | None = None, note: str | None = None) -> str:
         run_id = str(run["run_id"])
-        with self.write() as db:
-            if db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone():
-                return run_id
-            db.execute(
-                "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (run_id, run["rig"], run["pair"].get("key"), pair_ident(run), run.get("kind"),
-                 run.get("started_at"), _now(), int(bool(fingerprint.get("simulated"))), run.get("status"),
-                 source_dir, json.dumps(fingerprint, sort_keys=True, default=str)))
-            db.executemany(
-                "INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?)",
-                [(run_id, r.arm, r.point, r.metric, r.n, r.mean, r.std, r.median, json.dumps(r.values))
-                 for r in rows])
+        with self.write(f"saving run {run_id}") as db:
+            if not db.query("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
+                db.execute(
+                    "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    (run_id, run["rig"], run["pair"].get("key"), pair_ident(run), run.get("kind"),
+                     run.get("started_at"), _now(), int(bool(fingerprint.get("simulated"))), run.get("status"),
+                     source_dir, json.dumps(fingerprint, sort_keys=True, default=str)))
+                db.executemany(
+                    "INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?)",
+                    [(run_id, r.arm, r.point, r.metric, r.n, r.mean, r.std, r.median, json.dumps(r.values))
+                     for r in rows])
+            if accept is not None:
+                self._accept(db, run_id, accept, note)
         return run_id
 
+    def save_runs(self, run_dirs: Iterable[str | Path], *, accept: str | None = None) -> list[str]:
+        """Save several campaign runs; if any fails, :class:`StoreSaveError` says which and why.
+
+        Each run is its own transaction, so one bad results directory does not cost the others.
+        """
+        saved: list[str] = []
+        failed: list[tuple[str, str]] = []
+        for run_dir in run_dirs:
+            try:
+                saved.append(self.save_run_dir(run_dir, accept=accept))
+            except P2PError as exc:
+                failed.append((str(run_dir), str(exc)))
+        if failed:
+            causes = list(dict.fromkeys(msg for _, msg in failed))
+            raise StoreSaveError(self.where, saved, [d for d, _ in failed],
+                                 causes[0] + (f" (and {len(causes) - 1} other error(s))" if len(causes) > 1 else ""))
+        return saved
+
+    def _accept(self, db: Backend, run_id: str, name: str, note: str | None, at: str | None = None) -> None:
+        if not db.query("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
+            raise StoreError(f"no run {run_id!r} in {self.where} (see 'python -m pytest_p2p baseline list')")
+        db.execute("INSERT INTO baselines (name, run_id, accepted_at, note) VALUES (?,?,?,?) "
+                   "ON CONFLICT (name, run_id) DO UPDATE SET accepted_at = excluded.accepted_at, "
+                   "note = excluded.note", (name, run_id, at or _now(), note))
+
     def accept(self, run_id: str, name: str, note: str | None = None) -> None:
-        with self.write() as db:
-            if not db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone():
-                raise StoreError(f"no run {run_id!r} in {self.path} (see 'python -m pytest_p2p baseline list')")
-            db.execute("INSERT OR REPLACE INTO baselines (name, run_id, accepted_at, note) VALUES (?,?,?,?)",
-                       (name, run_id, _now(), note))
+        with self.write(f"accepting run {run_id} into {name!r}") as db:
+            self._accept(db, run_id, name, note)
 
     def reject(self, run_id: str, name: str) -> bool:
-        with self.write() as db:
-            cur = db.execute("DELETE FROM baselines WHERE name = ? AND run_id = ?", (name, run_id))
-            return cur.rowcount > 0
+        with self.write(f"rejecting run {run_id} from {name!r}") as db:
+            return db.execute("DELETE FROM baselines WHERE name = ? AND run_id = ?", (name, run_id)) > 0
 
     # -- reading -------------------------------------------------------------------------
-    def _record(self, row: sqlite3.Row | tuple[Any, ...]) -> RunRecord:
-        names = tuple(r[0] for r in self.db.execute(
-            "SELECT name FROM baselines WHERE run_id = ? ORDER BY name", (row[0],)).fetchall())
+    def _record(self, row: Sequence[Any]) -> RunRecord:
+        names = tuple(str(r[0]) for r in self.backend.query(
+            "SELECT name FROM baselines WHERE run_id = ? ORDER BY name", (row[0],)))
         return RunRecord(run_id=row[0], rig=row[1], pair_key=row[2], pair_ident=row[3], kind=row[4],
                          started_at=row[5], saved_at=row[6], simulated=bool(row[7]), status=row[8],
                          source_dir=row[9], fingerprint=json.loads(row[10]), baselines=names)
 
     def run(self, run_id: str) -> RunRecord:
-        row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        if row is None:
+        with self._reading(f"reading run {run_id}") as db:
+            rows = db.query("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+            if rows:
+                return self._record(rows[0])
             # a literal prefix: LIKE would read the '_' of every run id as a wildcard
-            matches = self.db.execute("SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY run_id",
-                                      (len(run_id), run_id)).fetchall()
+            matches = db.query("SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY run_id",
+                               (len(run_id), run_id))
             if len(matches) == 1:
                 return self._record(matches[0])
-            hint = f" ({len(matches)} runs start with it)" if matches else ""
-            raise StoreError(f"no run {run_id!r} in {self.path}{hint}")
-        return self._record(row)
+        hint = f" ({len(matches)} runs start with it)" if matches else ""
+        raise StoreError(f"no run {run_id!r} in {self.where}{hint}")
 
     def runs(self, *, name: str | None = None, rig: str | None = None) -> list[RunRecord]:
         sql, args = "SELECT r.* FROM runs r", []
@@ -273,21 +218,31 @@ class Store:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY r.started_at, r.run_id"
-        return [self._record(row) for row in self.db.execute(sql, args).fetchall()]
+        with self._reading("listing runs") as db:
+            return [self._record(row) for row in db.query(sql, args)]
 
     def baseline_names(self) -> list[tuple[str, int]]:
-        return [(r[0], r[1]) for r in self.db.execute(
-            "SELECT name, count(*) FROM baselines GROUP BY name ORDER BY name").fetchall()]
+        with self._reading("listing baselines") as db:
+            return [(str(r[0]), int(r[1])) for r in db.query(
+                "SELECT name, count(*) FROM baselines GROUP BY name ORDER BY name")]
+
+    def baseline_entries(self) -> list[tuple[str, str, str, str | None]]:
+        """Every acceptance: ``(name, run_id, accepted_at, note)``."""
+        with self._reading("listing baselines") as db:
+            return [(str(r[0]), str(r[1]), str(r[2]), r[3]) for r in db.query(
+                "SELECT name, run_id, accepted_at, note FROM baselines ORDER BY name, run_id")]
 
     def baseline_runs(self, name: str, rig: str, ident: str, kind: str | None, depth: int,
                       exclude: str | None = None) -> list[RunRecord]:
         """The ``depth`` most recent runs accepted under ``name`` for this rig, pair and kind."""
-        rows = self.db.execute(
-            "SELECT r.* FROM runs r JOIN baselines b ON b.run_id = r.run_id "
-            "WHERE b.name = ? AND r.rig = ? AND r.pair_ident = ? AND r.kind IS ? AND r.run_id IS NOT ? "
-            "ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?",
-            (name, rig, ident, kind, exclude, depth)).fetchall()
-        return [self._record(row) for row in rows]
+        b = self.backend
+        with self._reading(f"reading baseline {name!r}") as db:
+            rows = db.query(
+                "SELECT r.* FROM runs r JOIN baselines b ON b.run_id = r.run_id "
+                f"WHERE b.name = ? AND r.rig = ? AND r.pair_ident = ? AND r.kind {b.null_safe_eq} ? "
+                f"AND r.run_id {b.null_safe_ne} ? ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?",
+                (name, rig, ident, kind, exclude, depth))
+            return [self._record(row) for row in rows]
 
     def metrics(self, run_id: str, arm: str | None = None, point: str | None = None) -> list[MetricRow]:
         sql = "SELECT arm, point, metric, n, mean, std, median, vals FROM results WHERE run_id = ?"
@@ -298,17 +253,49 @@ class Store:
         if point is not None:
             sql += " AND point = ?"
             args.append(point)
-        return [MetricRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7]))
-                for r in self.db.execute(sql + " ORDER BY arm, point, metric", args).fetchall()]
+        with self._reading(f"reading the metrics of run {run_id}") as db:
+            return [MetricRow(r[0], r[1], r[2], int(r[3]), r[4], r[5], r[6], json.loads(r[7]))
+                    for r in db.query(sql + " ORDER BY arm, point, metric", args)]
 
-    def export(self) -> dict[str, Any]:
-        """Everything, as JSON-able data (for archiving or another tool)."""
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "runs": [{**rec.__dict__, "baselines": list(rec.baselines),
-                      "metrics": [m.__dict__ for m in self.metrics(rec.run_id)]} for rec in self.runs()],
-            "baselines": {name: [r.run_id for r in self.runs(name=name)] for name, _ in self.baseline_names()},
-        }
+    def export(self, *, rig: str | None = None) -> dict[str, Any]:
+        """Everything (or one rig's history), as JSON-able data: ``baseline export`` / ``import``."""
+        from .store_transfer import export_store
+
+        return export_store(self, rig=rig)
+
+    def import_data(self, data: Any, *, source: str = "export") -> tuple[int, int, int]:
+        """Add an :meth:`export` (of either backend) in one transaction: (runs added, already there, acceptances)."""
+        from .store_transfer import import_store
+
+        return import_store(self, data, source=source)
+
+
+def exists(target: str | Path) -> bool:
+    """Whether a store is already there (a PostgreSQL URL is asked; an unreachable server raises StoreError)."""
+    if not is_url(target):
+        return Path(target).is_file()
+    try:
+        Store(target, create=False).close()
+    except StoreMissing:
+        return False
+    return True
+
+
+def save_campaign_runs(target: str | Path, run_dirs: Iterable[str | Path], *, accept: str | None = None,
+                       timeout_s: float | None = None) -> list[str]:
+    """Open the store, save the runs, close it; any failure (opening included) is one :class:`StoreSaveError`.
+
+    The verdict hooks call this at session end, in each xdist worker for its own runs.
+    """
+    dirs = [str(d) for d in run_dirs]
+    if not dirs:
+        return []
+    try:
+        store = Store(target, create=True, timeout_s=timeout_s)
+    except P2PError as exc:
+        raise StoreSaveError(redact(target), [], dirs, str(exc)) from None
+    with store:
+        return store.save_runs(dirs, accept=accept)
 
 
 def aggregate_rows(agg: Any, scenario: str, where: Path | str) -> list[MetricRow]:
@@ -321,12 +308,25 @@ def aggregate_rows(agg: Any, scenario: str, where: Path | str) -> list[MetricRow
     for metric, m in agg["metrics"].items():
         if not isinstance(m, dict):
             raise StoreError(f"{where}: metrics.{metric}: expected an object with mean/std/values")
-        values = [float(x) for x in (m.get("values") or []) if isinstance(x, (int, float))]
-        n = int(m.get("n") or len(values))
+        raw = m.get("values")
+        values = [float(x) for x in (raw if isinstance(raw, list) else []) if _number(x)]
+        n_raw = m.get("n")
+        n = n_raw if isinstance(n_raw, int) and not isinstance(n_raw, bool) and 0 < n_raw < 2**62 else len(values)
         rows.append(MetricRow(arm, point, str(metric), n, _f(m.get("mean")), _f(m.get("std")),
                               _f(m.get("median")), values))
     return rows
 
 
+def _number(x: Any) -> bool:
+    """A finite int or float (not a bool, not an integer too large for a float)."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
 def _f(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+    """A finite number, else None (SQLite stores NaN as NULL; PostgreSQL would keep it: same on both)."""
+    return float(x) if _number(x) else None
