@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from .transport_model import Connection
+
 # A physical line longer than this is parsed only up to here (a warning says so).
 MAX_PHYSICAL_LINE = 65536
 # Evidence keeps at most this much of a line.
@@ -29,8 +31,20 @@ _PREFIX_WINDOW = 160
 _ANSI_RE = re.compile(r"\x1b\[[0-?]{0,32}[ -/]{0,8}[@-~]|\x1b[@-Z\\-_]")
 # splitlines() semantics (line numbers must match what an editor and str.splitlines show).
 _LINE_RE = re.compile(r"[^\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]*(?:\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029])?")
-_HOST_STOP = frozenset(" \t:[]()/")
-_MARKS = ("NCCL INFO ", "NCCL WARN ")
+_PREFIX_RE = re.compile(r"(?P<host>[^\s:\[\]()/]{1,128}):(?P<pid>\d{1,9}):\d{1,12} \[\d{1,6}\] $")
+_LEAD_RE = re.compile(
+    r"(?P<host>[^\s:\[\]()/]{1,128}):(?P<pid>\d{1,9}):\d{1,12} \[\d{1,6}\] NCCL (?P<level>INFO|WARN) "
+)
+# Where a prefix clearly starts a line: after whitespace, "(Worker pid=1) " or "[1,0]<stdout>:" wrappers.
+_HOST_AT_START_RE = re.compile(
+    r"(?m)^(?:\s|\([^()]{0,80}\)|\[[^\]]{0,40}\](?:<\w{1,10}>)?:)*(?P<host>[^\s:\[\]()/]{1,128}):\d{1,9}:\d{1,12} "
+    r"\[\d{1,6}\] NCCL "
+)
+# Every kind of line the proof reads contains one of these (see transport.py and nccl_lines.parse_connection).
+RELEVANT_KEYWORDS = (
+    " via ", "NCCL version", "nccl==", "set by environment", "Check P2P Type", "nRanks ", "Init COMPLETE",
+    "coll channels", "NVLS", "CollNet", "Collnet", "GPU Direct RDMA", "Using network", "NET/", "NCCL WARN ",
+)
 
 _N = r"\d{1,9}"
 _HEX = r"[0-9a-fA-F]{1,16}"
@@ -62,7 +76,7 @@ _COLLNET_RE = re.compile(
 _GLUED_RE = re.compile(r"\s+(?=(?:Channel|Ring|CollNet) \d{1,4}(?:/\d{1,4})? : )")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class NcclMessage:
     """One ``NCCL INFO``/``NCCL WARN`` message (or a bare banner) and where it was."""
 
@@ -71,31 +85,6 @@ class NcclMessage:
     raw: str  # the cleaned physical line, shortened (evidence)
     pid: int | None
     level: str  # "INFO" | "WARN" | "BANNER"
-
-
-@dataclass(frozen=True)
-class ParsedConnection:
-    """The fields of one connection line (the proof adds line and pid)."""
-
-    channel: int
-    src_rank: int
-    src_dev: str
-    dst_rank: int
-    dst_dev: str
-    transport: str  # "P2P" | "SHM" | "NET" | "COLLNET"
-    kind: str
-    conn_index: int | None = None
-    flags: tuple[str, ...] = ()
-    direction: str | None = None
-    net_dev: int | None = None
-    proxy_rank: int | None = None
-    via_rank: int | None = None
-    ring_era: bool = False  # printed as "Ring NN :" (NCCL 2.4-2.6)
-
-    @property
-    def printed_by(self) -> int:
-        """The rank whose process printed the line: the receiver of a ``[receive]`` line, else the sender."""
-        return self.dst_rank if self.direction == "receive" else self.src_rank
 
 
 def clean(line: str) -> str:
@@ -110,20 +99,45 @@ def short(text: str) -> str:
 
 
 def physical_lines(text: str) -> Iterator[tuple[int, str]]:
-    """``(number, line)`` as ``str.splitlines`` numbers them, without building the list."""
-    number = 0
-    for m in _LINE_RE.finditer(text):
-        if m.start() == m.end():
-            break
+    """Every ``(number, line)``, numbered by ``\\n`` as ``grep -n`` and editors do (a lone ``\\r`` is no break)."""
+    pos, number, n = 0, 0, len(text)
+    while pos < n:
+        end = text.find("\n", pos)
+        end = n if end < 0 else end
         number += 1
-        yield number, m.group()
+        yield number, text[pos:min(end, pos + MAX_PHYSICAL_LINE + 1)]
+        pos = end + 1
 
 
-def _interesting(line: str) -> bool:
-    return "NCCL" in line or "nccl==" in line
+def relevant_lines(text: str) -> Iterator[tuple[int, str, bool]]:
+    """``(number, line, cut)`` of the lines that can hold something the proof reads, found at C speed.
+
+    Each keyword of :data:`RELEVANT_KEYWORDS` is looked for with ``str.find`` (one pass of
+    the text per keyword in all), and the scan jumps from the nearest hit to the next line,
+    so the Python work is per *relevant* line, not per line: a 50 MB log of mostly ``Trees``
+    / ``Channel NN/MM : 0 1`` lines costs little more than the scans. ``cut`` says the line
+    was longer than :data:`MAX_PHYSICAL_LINE` and only its start is returned.
+    """
+    n = len(text)
+    nxt = [text.find(kw) for kw in RELEVANT_KEYWORDS]
+    counted_to, number = 0, 1
+    while True:
+        hit = min((p for p in nxt if p >= 0), default=-1)
+        if hit < 0:
+            return
+        start = text.rfind("\n", 0, hit) + 1
+        end = text.find("\n", hit)
+        end = n if end < 0 else end
+        number += text.count("\n", counted_to, start)
+        counted_to = start
+        cut = end - start > MAX_PHYSICAL_LINE
+        yield number, text[start:start + MAX_PHYSICAL_LINE] if cut else text[start:end], cut
+        for i, p in enumerate(nxt):
+            if 0 <= p <= end:
+                nxt[i] = text.find(RELEVANT_KEYWORDS[i], end + 1)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Mark:
     start: int  # where the prefix (or "NCCL") starts
     end: int  # just after "NCCL INFO "
@@ -135,39 +149,24 @@ class _Mark:
 def _prefix_before(line: str, p: int) -> tuple[int, str | None, int | None]:
     """The ``host:pid:tid [dev] `` prefix ending at ``p``: (start, host, pid), or (p, None, None).
 
-    Parsed backwards by hand over at most :data:`_PREFIX_WINDOW` characters, so a line of
-    nothing but "NCCL INFO" costs a constant per mark.
+    Searched only in the :data:`_PREFIX_WINDOW` characters before ``p`` with a pattern whose
+    every repetition is bounded, so a line of nothing but "NCCL INFO" costs a constant per mark.
     """
     if p < 2 or line[p - 2:p] != "] ":
         return p, None, None
-    b = line.rfind("[", max(0, p - 12), p - 2)
-    if b < 1 or not line[b + 1:p - 2].isdigit() or line[b - 1] != " ":
+    m = _PREFIX_RE.search(line, max(0, p - _PREFIX_WINDOW), p)
+    if m is None:
         return p, None, None
-    q = b - 1  # the space before "["
-    lo = max(0, q - _PREFIX_WINDOW)
-    i = q
-    colons: list[int] = []
-    while i > lo:
-        ch = line[i - 1]
-        if ch == ":":
-            if len(colons) == 2:
-                break
-            colons.append(i - 1)
-        elif ch in _HOST_STOP or ch.isspace():
-            break
-        i -= 1
-    if len(colons) != 2:
-        return p, None, None
-    tid, pid = line[colons[0] + 1:q], line[colons[1] + 1:colons[0]]
-    host = line[i:colons[1]]
-    if not (host and pid.isdigit() and tid.isdigit() and len(pid) <= 9 and len(tid) <= 12):
-        return p, None, None
-    return i, host, int(pid)
+    return m.start(), m["host"], int(m["pid"])
 
 
 def _marks(line: str) -> list[_Mark]:
     out: list[_Mark] = []
     pos = 0
+    lead = _LEAD_RE.match(line, 0, min(len(line), 512))
+    if lead is not None:  # the common case: one prefixed message starting the line
+        out.append(_Mark(lead.start("host"), lead.end(), lead["host"], int(lead["pid"]), lead["level"]))
+        pos = lead.end()
     while True:
         p = line.find("NCCL ", pos)
         if p < 0:
@@ -182,18 +181,26 @@ def _marks(line: str) -> list[_Mark]:
 
 
 def known_hosts(text: str) -> set[str]:
-    """Host names seen where a prefix clearly starts (line start, or after a space, ``)`` or ``]``)."""
+    """Host names seen where a prefix clearly starts a line (for splitting glued lines; bounded)."""
     known: set[str] = set()
-    for _, raw in physical_lines(text):
+    for m in _HOST_AT_START_RE.finditer(text):
+        known.add(m["host"])
         if len(known) >= MAX_KNOWN_HOSTS:
             break
-        if "NCCL " not in raw:
-            continue
-        line = clean(raw[:MAX_PHYSICAL_LINE])
-        for m in _marks(line):
-            if m.host and (m.start == 0 or line[m.start - 1] in " \t)]>"):
-                known.add(m.host)
     return known
+
+
+class LazyHosts:
+    """:func:`known_hosts`, computed on first need: only a line with glued prefixes needs it."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._hosts: set[str] | None = None
+
+    def get(self) -> set[str]:
+        if self._hosts is None:
+            self._hosts = known_hosts(self._text)
+        return self._hosts
 
 
 def _split_point(m: _Mark, known: set[str]) -> int:
@@ -207,7 +214,7 @@ def _split_point(m: _Mark, known: set[str]) -> int:
 
 
 def iter_nccl_messages(text: str, known: set[str] | None = None,
-                       long_lines: list[int] | None = None) -> Iterator[NcclMessage]:
+                       long_lines: list[int] | None = None, *, every_line: bool = False) -> Iterator[NcclMessage]:
     """Every NCCL message with its physical line number; linear in ``len(text)``.
 
     A physical line may hold several messages when processes wrote into the same line;
@@ -215,13 +222,17 @@ def iter_nccl_messages(text: str, known: set[str] | None = None,
     the host names of :func:`known_hosts`). A line without any ``NCCL INFO/WARN`` but with
     ``NCCL version X`` (the unprefixed banner of older NCCLs) or ``nccl==X`` (vLLM) is
     yielded as a ``BANNER``. Line numbers of lines longer than :data:`MAX_PHYSICAL_LINE`
-    are appended to ``long_lines``.
+    are appended to ``long_lines``. Only :func:`relevant_lines` are read unless ``every_line``.
     """
-    hosts = known_hosts(text) if known is None else known
-    for number, raw in physical_lines(text):
-        if not _interesting(raw):
+    hosts = LazyHosts(text)
+    if known is not None:
+        hosts._hosts = known
+    lines = ((n, ln, len(ln) > MAX_PHYSICAL_LINE) for n, ln in physical_lines(text)) if every_line \
+        else relevant_lines(text)
+    for number, raw, cut in lines:
+        if "NCCL" not in raw and "nccl==" not in raw:
             continue
-        if len(raw) > MAX_PHYSICAL_LINE:
+        if cut:
             raw = raw[:MAX_PHYSICAL_LINE]
             if long_lines is not None and len(long_lines) < 100:
                 long_lines.append(number)
@@ -231,10 +242,10 @@ def iter_nccl_messages(text: str, known: set[str] | None = None,
             if "NCCL version " in line or "nccl==" in line:
                 yield NcclMessage(number, line.strip(), short(line.strip()), None, "BANNER")
             continue
-        starts = [_split_point(m, hosts) for m in marks]
+        starts = [_split_point(m, hosts.get()) for m in marks] if len(marks) > 1 else None
         evidence = short(line.strip())
         for i, m in enumerate(marks):
-            end = starts[i + 1] if i + 1 < len(marks) else len(line)
+            end = starts[i + 1] if starts is not None and i + 1 < len(marks) else len(line)
             msg = line[m.end:max(end, m.end)].strip()
             if msg.startswith(("Channel ", "Ring ", "CollNet ")) and " via " in msg:
                 parts = _GLUED_RE.split(msg)
@@ -253,40 +264,30 @@ def looks_like_connection(text: str) -> bool:
     return text.startswith(("Channel ", "Ring ", "CollNet ")) and " via " in text
 
 
-def parse_connection(text: str) -> ParsedConnection | None:
+def parse_connection(text: str, line: int = 0, pid: int | None = None) -> Connection | None:
     """The connection a message describes, or None (not a connection line, or a format we do not know)."""
     if not looks_like_connection(text):
         return None
     m = _P2P_RE.match(text)
     if m:
-        return ParsedConnection(
-            channel=int(m["chan"]), conn_index=_int(m["conn"]), src_rank=int(m["src"]), src_dev=m["src_dev"] or "",
-            dst_rank=int(m["dst"]), dst_dev=m["dst_dev"] or "", transport="P2P", kind=m["kind"] or "indirect",
-            flags=tuple(f for f in m["flags"].split("/") if f), via_rank=_int(m["via"]), ring_era=m["kw"] == "Ring",
-        )
+        return Connection(int(m["chan"]), int(m["src"]), m["src_dev"] or "", int(m["dst"]), m["dst_dev"] or "",
+                          "P2P", m["kind"] or "indirect", line, _int(m["conn"]),
+                          tuple(f for f in m["flags"].split("/") if f), via_rank=_int(m["via"]), pid=pid)
     m = _SHM_RE.match(text)
     if m:
         kind = "legacy" if m["legacy"] else m["send"] + (f"/{m['recv']}" if m["recv"] else "")
-        return ParsedConnection(
-            channel=int(m["chan"]), conn_index=_int(m["conn"]), src_rank=int(m["src"]), src_dev=m["src_dev"] or "",
-            dst_rank=int(m["dst"]), dst_dev=m["dst_dev"] or "", transport="SHM", kind=kind,
-            flags=("CE",) if "CE" in kind else (), ring_era=m["kw"] == "Ring",
-        )
+        return Connection(int(m["chan"]), int(m["src"]), m["src_dev"] or "", int(m["dst"]), m["dst_dev"] or "",
+                          "SHM", kind, line, _int(m["conn"]), ("CE",) if "CE" in kind else (), pid=pid)
     m = _NET_RE.match(text)
     if m:
-        return ParsedConnection(
-            channel=int(m["chan"]), conn_index=_int(m["conn"]), src_rank=int(m["src"]), src_dev=m["src_dev"] or "",
-            dst_rank=int(m["dst"]), dst_dev=m["dst_dev"] or "", transport="NET", kind=m["plugin"].strip(),
-            flags=tuple(f for f in ("GDRDMA", "PCI", "Shared") if f in m["flags"]), direction=m["dir"],
-            net_dev=int(m["netdev"]), proxy_rank=_int(m["proxy"]), ring_era=m["kw"] == "Ring",
-        )
+        return Connection(int(m["chan"]), int(m["src"]), m["src_dev"] or "", int(m["dst"]), m["dst_dev"] or "",
+                          "NET", m["plugin"].strip(), line, _int(m["conn"]),
+                          tuple(f for f in ("GDRDMA", "PCI", "Shared") if f in m["flags"]), m["dir"],
+                          int(m["netdev"]), _int(m["proxy"]), pid=pid)
     m = _COLLNET_RE.match(text)
     if m:
         rank = int(m["rank"])
-        return ParsedConnection(
-            channel=int(m["chan"]), conn_index=_int(m["conn"]), src_rank=rank, src_dev="", dst_rank=rank, dst_dev="",
-            transport="COLLNET", kind=m["plugin"].strip(),
-            flags=tuple(f for f in ("GDRDMA", "PCI", "Shared") if f in m["flags"]), direction=m["dir"],
-            net_dev=int(m["netdev"]),
-        )
+        return Connection(int(m["chan"]), rank, "", rank, "", "COLLNET", m["plugin"].strip(), line, _int(m["conn"]),
+                          tuple(f for f in ("GDRDMA", "PCI", "Shared") if f in m["flags"]), m["dir"],
+                          int(m["netdev"]), pid=pid)
     return None

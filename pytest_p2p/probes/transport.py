@@ -27,7 +27,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from .nccl_lines import NcclMessage, iter_nccl_messages, known_hosts, looks_like_connection, parse_connection, short
+from .nccl_lines import NcclMessage, iter_nccl_messages, looks_like_connection, parse_connection, short
 from .transport_expect import ExpectResult, check_expectation, label_matches, plugin_family
 from .transport_model import (
     INCOMPLETE,
@@ -137,13 +137,13 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
     versions: list[str] = []
     vllm_versions: list[str] = []
     init = _Init()
-    info = warn = unparsed = 0
+    unparsed = 0
     long_lines: list[int] = []
     abandon: list[NcclMessage] = []
     collnet_connected = False
     nvls_counts: list[int] = []
 
-    for msg in iter_nccl_messages(text, known_hosts(text), long_lines):
+    for msg in iter_nccl_messages(text, None, long_lines):
         t = msg.text
         if msg.level == "BANNER":
             m = _VERSION_RE.search(t)
@@ -157,20 +157,12 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
                     ev.add("nccl_version_vllm", msg)
             continue
         if msg.level == "WARN":
-            warn += 1
             if _COLLNET_ABANDON_RE.search(t):
                 abandon.append(msg)
                 ev.add("collnet_abandoned", msg)
             continue
-        info += 1
-        parsed = parse_connection(t)
-        if parsed is not None:
-            conn = Connection(
-                channel=parsed.channel, src_rank=parsed.src_rank, src_dev=parsed.src_dev, dst_rank=parsed.dst_rank,
-                dst_dev=parsed.dst_dev, transport=parsed.transport, kind=parsed.kind, line=msg.line,
-                conn_index=parsed.conn_index, flags=parsed.flags, direction=parsed.direction, net_dev=parsed.net_dev,
-                proxy_rank=parsed.proxy_rank, via_rank=parsed.via_rank, pid=msg.pid,
-            )
+        conn = parse_connection(t, msg.line, msg.pid)
+        if conn is not None:
             proof.connections.append(conn)
             ev.add(f"used_{conn.transport.lower()}", msg)
             _conn_evidence(conn, msg, ev)
@@ -192,6 +184,8 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
             abandon.append(msg)
             ev.add("collnet_abandoned", msg)
 
+    # Counted at C speed over the whole text: the loop above sees only the lines the proof can use.
+    info, warn = text.count("NCCL INFO "), text.count("NCCL WARN ")
     proof.stats = {"lines": text.count("\n") + (1 if text and not text.endswith("\n") else 0), "info_lines": info,
                    "warn_lines": warn, "unparsed_connection_lines": unparsed, "long_lines": len(long_lines)}
     if long_lines:
