@@ -16,9 +16,13 @@ import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import ConfigError, EvidenceError, P2PError
+
+if TYPE_CHECKING:
+    from .evidence.model import Evidence
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
 
@@ -49,6 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(getattr(importlib.import_module(module), func)(rest))
     except EvidenceError as exc:
         print(f"pytest-p2p {name}: {exc}", file=sys.stderr)
+        print(_replay_hint(name), file=sys.stderr)
         return EXIT_NO_GPU
     except P2PError as exc:
         print(f"pytest-p2p {name}: {exc}", file=sys.stderr)
@@ -86,11 +91,23 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-def _evidence(snapshot: str | None, load: bool):
-    if snapshot:
-        from .evidence.snapshot import load_snapshot
+def _replay_hint(name: str) -> str:
+    """No live evidence here: how to replay the bundled recording instead (with its path)."""
+    from .evidence.snapshot import bundled_demo
 
-        return load_snapshot(snapshot, origin="--snapshot")
+    path = bundled_demo()
+    if name == "snapshot":
+        return (f"pytest-p2p snapshot: nothing to record without a driver. A recorded machine to look at: "
+                f"python -m pytest_p2p doctor --snapshot demo   (the bundled 2x H200 NVLink snapshot, {path})")
+    return (f"pytest-p2p {name}: to replay the bundled 2x H200 NVLink recording instead: "
+            f"python -m pytest_p2p {name} --snapshot demo   ({path}); any snapshot file works the same way")
+
+
+def _evidence(snapshot: str | None, load: bool) -> Evidence:
+    if snapshot:
+        from .evidence.snapshot import load_snapshot, snapshot_path
+
+        return load_snapshot(snapshot_path(snapshot), origin="--snapshot")
     from .evidence.live import gather_live
 
     return gather_live(load=load)
@@ -98,21 +115,22 @@ def _evidence(snapshot: str | None, load: bool):
 
 def doctor_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="pytest-p2p doctor", description=SUBCOMMANDS["doctor"][1])
-    p.add_argument("--snapshot", metavar="FILE", help="read a recorded snapshot instead of live NVML")
+    p.add_argument("--snapshot", metavar="FILE", help="read a recorded snapshot instead of live NVML "
+                                                     "('demo': the bundled 2x H200 recording)")
     p.add_argument("--rig", metavar="FILE", help="also judge the rig file's expectations (exit 1 if one fails)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-load", action="store_true", help="do not put load on the GPUs (links read idle)")
     a = p.parse_args(argv)
     ev = _evidence(a.snapshot, load=not a.no_load)
-    from .evidence.doctor import doctor_table, judge_all
+    from .evidence.doctor import CheckResult, doctor_table, judge_all
 
-    results = None
+    results: list[CheckResult] | None = None
     if a.rig:
         from .rig import load_rig, resolve
 
         results = judge_all(ev, resolve(load_rig(a.rig, origin="--rig"), ev))
     if a.json:
-        out = {"evidence": ev.to_dict()}
+        out: dict[str, object] = {"evidence": ev.to_dict()}
         if results is not None:
             out["checks"] = [r.to_dict() for r in results]
         print(json.dumps(out, indent=2))
@@ -137,7 +155,8 @@ def snapshot_main(argv: list[str]) -> int:
 
 def gen_config_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="pytest-p2p gen-config", description=SUBCOMMANDS["gen-config"][1])
-    p.add_argument("--snapshot", metavar="FILE", help="start from a recorded snapshot instead of live NVML")
+    p.add_argument("--snapshot", metavar="FILE", help="start from a recorded snapshot instead of live NVML "
+                                                     "('demo': the bundled 2x H200 recording)")
     p.add_argument("--out", metavar="FILE", help="write here (default: print)")
     p.add_argument("--name", default="my-rig", help="the rig's name")
     p.add_argument("--no-load", action="store_true", help="do not put load on the GPUs (links read idle)")

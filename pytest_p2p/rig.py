@@ -8,85 +8,90 @@ field path and the bad value, e.g. ``rig.yaml: expect.pcie.gen: expected an inte
 
 Expectations cascade: rig-wide ``expect`` < per-GPU ``gpu.<selector>`` < per-pair
 ``pair.<a>-<b>``. A field left out is not checked — except with no rig file at all,
-where :func:`auto_rig` expects every link at its maximum and peer access wherever the
-topology supports it.
+where :func:`auto_rig` takes the pairs that can do P2P and expects every link at its
+maximum and peer access wherever the topology supports it. The expectations themselves
+(and their judging) live in the evidence stage (``evidence/expect.py``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import validate as v
 from .errors import ConfigError
-from .evidence.model import Evidence, GpuEvidence, topology_rank
+from .evidence.expect import (
+    COUNTER_KEYS,
+    EXPECT_KEYS,
+    NVLINK_KEYS,
+    PCIE_KEYS,
+    Expectations,
+    LinkExpect,
+    NvlinkExpect,
+    ResolvedRig,
+    auto_expectations_for_gpu,
+    parse_expectations,
+    parse_topology,
+    topology_supports_p2p,
+    why_no_p2p,
+)
+from .evidence.genconfig import rig_to_yaml_dict
+from .evidence.model import Evidence
 from .util import is_bus_id, normalize_bus_id
+
+if TYPE_CHECKING:  # the stages' section types; their modules are imported when a rig is parsed
+    from .campaign.config import CampaignConfig
+    from .probes.arms import Arm
+    from .probes.config import ProbeConfig
+    from .serve.config import ServerConfig
+    from .verdict.config import BaselineConfig
 
 TOP_KEYS = ("rig", "description", "gpus", "pairs", "env", "expect", "gpu", "pair",
             "arms", "probe", "server", "campaign", "baseline")
-EXPECT_KEYS = ("peer_access", "topology", "pcie", "nvlink", "counters")
-PCIE_KEYS = ("gen", "width", "max_gen", "max_width")
-NVLINK_KEYS = ("links", "version")
-COUNTER_KEYS = ("pcie_replay", "nvlink_crc", "nvlink_crc_per_s")
-
-# Stage sections: key -> "module:parser". Each parser accepts None (section absent).
-SECTION_PARSERS = {
-    "arms": "pytest_p2p.probes.arms:parse_arms",
-    "probe": "pytest_p2p.probes.config:parse_probe",
-    "server": "pytest_p2p.serve.config:parse_server",
-    "campaign": "pytest_p2p.campaign.config:parse_campaign",
-    "baseline": "pytest_p2p.verdict.config:parse_baseline",
-}
+SECTION_KEYS = ("arms", "probe", "server", "campaign", "baseline")
 
 Selector = int | str  # NVML index, canonical bus id, or UUID
 
 
 @dataclass(frozen=True)
-class LinkExpect:
-    """Minimum PCIe link: ``gen``/``width`` under load, ``max_gen``/``max_width`` as the platform allows."""
+class RigSections:
+    """The stage sections of a rig file, each parsed and typed by its own stage."""
 
-    gen: int | None = None
-    width: int | None = None
-    max_gen: int | None = None
-    max_width: int | None = None
+    arms: dict[str, Arm]
+    probe: ProbeConfig
+    server: ServerConfig
+    campaign: CampaignConfig
+    baseline: BaselineConfig
+
+    def get(self, key: str, default: object = None) -> object:
+        """``sections.get("server")`` as the dict this used to be (prefer the typed attributes)."""
+        return getattr(self, key, default) if key in SECTION_KEYS else default
+
+    def __getitem__(self, key: str) -> object:
+        if key not in SECTION_KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
 
 
-@dataclass(frozen=True)
-class NvlinkExpect:
-    """``links`` active NVLinks at ``version``; ``links: 0`` means the rig has no NVLink."""
+def parse_sections(top: Mapping[str, Any], source: str) -> RigSections:
+    """Each stage validates its own section (``None``: the section is absent, defaults apply)."""
+    from .campaign.config import parse_campaign
+    from .probes.arms import parse_arms
+    from .probes.config import parse_probe
+    from .serve.config import parse_server
+    from .verdict.config import parse_baseline
 
-    links: int | None = None
-    version: int | None = None
-
-
-@dataclass(frozen=True)
-class Expectations:
-    peer_access: bool | None = None
-    topology: str | None = None
-    pcie: LinkExpect = field(default_factory=LinkExpect)
-    nvlink: NvlinkExpect = field(default_factory=NvlinkExpect)
-    pcie_replay_budget: int | None = None
-    nvlink_crc_budget: int | None = None  # growth per link over the session
-    nvlink_crc_rate: float | None = None  # growth per link per second
-
-    def over(self, base: Expectations) -> Expectations:
-        """These expectations layered over ``base`` (set fields win, field by field)."""
-
-        def pick(mine: Any, theirs: Any) -> Any:
-            return theirs if mine is None else mine
-
-        return Expectations(
-            peer_access=pick(self.peer_access, base.peer_access),
-            topology=pick(self.topology, base.topology),
-            pcie=LinkExpect(*(pick(getattr(self.pcie, k), getattr(base.pcie, k)) for k in PCIE_KEYS)),
-            nvlink=NvlinkExpect(*(pick(getattr(self.nvlink, k), getattr(base.nvlink, k)) for k in NVLINK_KEYS)),
-            pcie_replay_budget=pick(self.pcie_replay_budget, base.pcie_replay_budget),
-            nvlink_crc_budget=pick(self.nvlink_crc_budget, base.nvlink_crc_budget),
-            nvlink_crc_rate=pick(self.nvlink_crc_rate, base.nvlink_crc_rate),
-        )
+    return RigSections(
+        arms=parse_arms(top.get("arms"), source, "arms"),
+        probe=parse_probe(top.get("probe"), source, "probe"),
+        server=parse_server(top.get("server"), source, "server"),
+        campaign=parse_campaign(top.get("campaign"), source, "campaign"),
+        baseline=parse_baseline(top.get("baseline"), source, "baseline"),
+    )
 
 
 @dataclass
@@ -100,41 +105,29 @@ class Rig:
     expect: Expectations = field(default_factory=Expectations)
     gpu_expect: dict[Selector, Expectations] = field(default_factory=dict)
     pair_expect: dict[tuple[Selector, Selector], Expectations] = field(default_factory=dict)
-    sections: dict[str, Any] = field(default_factory=dict)
+    sections: RigSections = field(default_factory=lambda: parse_sections({}, "<defaults>"))
     digest: str = ""
     auto: bool = False
 
-    # Stage sections, parsed by their stages.
     @property
-    def arms(self) -> Any:
-        return self.sections["arms"]
-
-    @property
-    def probe(self) -> Any:
-        return self.sections["probe"]
+    def arms(self) -> dict[str, Arm]:
+        return self.sections.arms
 
     @property
-    def server(self) -> Any:
-        return self.sections["server"]
+    def probe(self) -> ProbeConfig:
+        return self.sections.probe
 
     @property
-    def campaign(self) -> Any:
-        return self.sections["campaign"]
+    def server(self) -> ServerConfig:
+        return self.sections.server
 
     @property
-    def baseline(self) -> Any:
-        return self.sections["baseline"]
+    def campaign(self) -> CampaignConfig:
+        return self.sections.campaign
 
-
-@dataclass
-class ResolvedRig:
-    """A rig applied to the evidence of one machine: indices instead of selectors."""
-
-    rig: Rig
-    gpus: list[int]
-    pairs: list[tuple[int, int]]
-    gpu_expect: dict[int, Expectations]
-    pair_expect: dict[tuple[int, int], Expectations]
+    @property
+    def baseline(self) -> BaselineConfig:
+        return self.sections.baseline
 
 
 # --------------------------------------------------------------------------- parsing
@@ -142,23 +135,16 @@ class ResolvedRig:
 
 def load_rig(path: str | Path, origin: str | None = None) -> Rig:
     """Read and validate a rig file. ``origin`` says how it was named (``--p2p-rig``, ``PYTEST_P2P_RIG``)."""
-    import yaml
-
     p = Path(path)
     label = str(p) if origin is None else f"{p} (from {origin})"
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open(encoding="utf-8") as fh:
+            text = fh.read(v.MAX_TEXT_CHARS + 1)
     except FileNotFoundError:
         raise ConfigError(label, "", "no such rig file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(label, "", f"cannot read the rig file: {exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(label, "", f"not valid YAML: {where}{problem}") from None
+    data = v.yaml_document(text, label)
     rig = parse_rig(data, source=label, text=text, default_name=p.stem)
     rig.source = str(p)
     return rig
@@ -171,6 +157,7 @@ def parse_rig(data: Any, source: str = "rig.yaml", text: str | None = None,
     ``default_name`` names a rig without a ``rig:`` key (default: the stem of ``source``).
     """
     try:
+        v.check_bounded(data, source)
         return _parse_rig(data, source, text, default_name or Path(source).stem)
     except ConfigError:
         raise
@@ -196,22 +183,16 @@ def _parse_rig(data: Any, source: str, text: str | None, default_name: str) -> R
         gpu_expect[sel] = parse_expectations(val, source, f"gpu.{key}", only=("pcie", "nvlink", "counters"))
     pair_expect: dict[tuple[Selector, Selector], Expectations] = {}
     for key, val in v.mapping(top.get("pair"), source, "pair").items():
-        parts = key.split("-") if "-" in key and not is_bus_id(key) else None
+        parts = key.split("-") if "-" in key and not is_bus_id(key) and len(key) < 200 else None
         if not parts or len(parts) != 2:
             raise ConfigError(source, f"pair.{key}", "expected a key like '1-2' (two GPU selectors joined by '-')")
         a, b = (parse_selector(p, source, f"pair.{key}") for p in parts)
         pair_expect[(a, b)] = parse_expectations(val, source, f"pair.{key}", only=("peer_access", "topology"))
-    sections = {key: _parse_section(key, top.get(key), source) for key in SECTION_PARSERS}
-    digest_src = text if text is not None else repr(data)
+    sections = parse_sections(top, source)
+    digest_src = text if text is not None else repr(data)  # bounded by check_bounded above
     digest = hashlib.sha256(digest_src.encode("utf-8")).hexdigest()[:16]
     return Rig(name=name, source=source, description=description, gpus=gpus, pairs=pairs, env=env,
                expect=expect, gpu_expect=gpu_expect, pair_expect=pair_expect, sections=sections, digest=digest)
-
-
-def _parse_section(key: str, value: Any, source: str) -> Any:
-    module_name, func_name = SECTION_PARSERS[key].split(":")
-    parser = getattr(importlib.import_module(module_name), func_name)
-    return parser(value, source, key)
 
 
 def parse_selector(value: Any, source: str, path: str) -> Selector:
@@ -265,123 +246,118 @@ def _parse_pairs(value: Any, source: str) -> str | list[tuple[Selector, Selector
     return out
 
 
-def parse_topology(value: Any, source: str, path: str) -> str:
-    text = v.string(value, source, path).strip().upper()
-    if text in ("PIX", "PXB", "PHB", "NODE", "SYS", "NV"):
-        return text
-    if text.startswith("NV") and text[2:].isdigit() and 0 < int(text[2:]) <= 72:
-        return text
-    raise ConfigError(source, path,
-                      f"expected a topology class as 'nvidia-smi topo -m' names it (NV#, PIX, PXB, PHB, NODE, SYS), "
-                      f"got {v.show(value)}")
-
-
-def parse_expectations(value: Any, source: str, path: str, only: tuple[str, ...] = EXPECT_KEYS) -> Expectations:
-    m = v.mapping(value, source, path, only)
-    peer = v.boolean(m["peer_access"], source, v.join(path, "peer_access")) if "peer_access" in m else None
-    topo = parse_topology(m["topology"], source, v.join(path, "topology")) if "topology" in m else None
-    pp = v.join(path, "pcie")
-    pm = v.mapping(m.get("pcie"), source, pp, PCIE_KEYS)
-    pcie = LinkExpect(
-        gen=v.integer(pm["gen"], source, v.join(pp, "gen"), 1, 6) if "gen" in pm else None,
-        width=_width(pm["width"], source, v.join(pp, "width")) if "width" in pm else None,
-        max_gen=v.integer(pm["max_gen"], source, v.join(pp, "max_gen"), 1, 6) if "max_gen" in pm else None,
-        max_width=_width(pm["max_width"], source, v.join(pp, "max_width")) if "max_width" in pm else None,
-    )
-    np_ = v.join(path, "nvlink")
-    raw_nv = m.get("nvlink")
-    if raw_nv is False:
-        nvlink = NvlinkExpect(links=0)
-    else:
-        nm = v.mapping(raw_nv, source, np_, NVLINK_KEYS)
-        nvlink = NvlinkExpect(
-            links=v.integer(nm["links"], source, v.join(np_, "links"), 0, 72) if "links" in nm else None,
-            version=v.integer(nm["version"], source, v.join(np_, "version"), 1, 9) if "version" in nm else None,
-        )
-    cp = v.join(path, "counters")
-    cm = v.mapping(m.get("counters"), source, cp, COUNTER_KEYS)
-    return Expectations(
-        peer_access=peer,
-        topology=topo,
-        pcie=pcie,
-        nvlink=nvlink,
-        pcie_replay_budget=(v.integer(cm["pcie_replay"], source, v.join(cp, "pcie_replay"), 0)
-                            if "pcie_replay" in cm else None),
-        nvlink_crc_budget=(v.integer(cm["nvlink_crc"], source, v.join(cp, "nvlink_crc"), 0)
-                           if "nvlink_crc" in cm else None),
-        nvlink_crc_rate=(v.number(cm["nvlink_crc_per_s"], source, v.join(cp, "nvlink_crc_per_s"), 0)
-                         if "nvlink_crc_per_s" in cm else None),
-    )
-
-
-def _width(value: Any, source: str, path: str) -> int:
-    if isinstance(value, str) and value.lower().startswith("x") and value[1:].isdigit():
-        value = int(value[1:])
-    w = v.integer(value, source, path, 1, 32)
-    if w not in (1, 2, 4, 8, 12, 16, 32):
-        raise ConfigError(source, path, f"expected a PCIe width (1, 2, 4, 8, 12, 16, 32), got {w}")
-    return w
-
-
 # --------------------------------------------------------------------------- auto-detection
 
 
 def auto_rig() -> Rig:
-    """The rig used when no rig file is given: every GPU, every pair, links at their maximum."""
-    sections = {key: _parse_section(key, None, "<auto>") for key in SECTION_PARSERS}
-    return Rig(name="auto", source="<auto>", gpus=None, pairs="all", sections=sections, auto=True,
-               digest="auto")
-
-
-def topology_supports_p2p(topology: str | None) -> bool:
-    """NVLink or PCIe within one host bridge: P2P is possible; across NUMA nodes (NODE/SYS) usually not."""
-    return topology is not None and topology_rank(topology) <= topology_rank("PHB")
-
-
-def auto_expectations_for_gpu(gpu: GpuEvidence) -> Expectations:
-    links = len(gpu.nvlinks)
-    versions = [link.version for link in gpu.nvlinks if link.version]
-    return Expectations(
-        pcie=LinkExpect(gen=gpu.pcie.max.gen, width=gpu.pcie.max.width),
-        nvlink=NvlinkExpect(links=links if links else None, version=max(versions) if versions else None),
-        pcie_replay_budget=0,
-        # NVLink CRC growth is reported but not judged without a rig budget: corrected (replayed) CRC
-        # errors are routine on NVLink 4+; our H200 pair logs a few per link per session.
-    )
+    """The rig used when no rig file is given: every GPU, every pair that can do P2P, links at their maximum."""
+    return Rig(name="auto", source="<auto>", gpus=None, pairs="auto", sections=parse_sections({}, "<auto>"),
+               auto=True, digest="auto")
 
 
 # --------------------------------------------------------------------------- resolution
 
 
-def resolve(rig: Rig, evidence: Evidence) -> ResolvedRig:
-    """Apply the rig to one machine's evidence; unknown selectors are errors naming what exists."""
-    source = rig.source
+def resolve(rig: Rig, evidence: Evidence, *, visible: str | None = None, use_env: bool = True) -> ResolvedRig:
+    """Apply the rig to one machine's evidence.
 
-    def find(sel: Selector, path: str) -> int:
-        for g in evidence.gpus:
-            if (isinstance(sel, int) and g.index == sel) or sel in (g.bus_id, g.uuid):
-                return g.index
-        present = ", ".join(f"{g.index}={g.bus_id}" for g in evidence.gpus) or "none"
-        kind = "index" if isinstance(sel, int) else ("UUID" if str(sel).upper().startswith(("GPU-", "MIG-"))
-                                                     else "bus id")
-        raise ConfigError(source, path, f"no GPU with {kind} {sel} on this machine ({evidence.label}); "
-                                        f"GPUs present: {present}")
-
+    A rig GPU this machine does not show is recorded in ``missing`` (the presence check fails
+    with it; the other GPUs are still checked) — unless the evidence is the bundled demo
+    snapshot, where it means the rig belongs to another machine: a :class:`ConfigError`.
+    ``visible`` (default: ``CUDA_VISIBLE_DEVICES`` for live evidence) narrows auto-detection.
+    """
+    if visible is None and use_env and evidence.source == "live":
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    r = _Resolver(rig, evidence)
+    notes: list[str] = []
     if rig.gpus is None:
         gpus = [g.index for g in evidence.gpus]
+        if visible is not None:
+            gpus, note = visible_gpus(evidence, visible)
+            notes.append(note)
     else:
-        gpus = [find(sel, f"gpus[{i}]") for i, sel in enumerate(rig.gpus)]
-    recorded = {(p.a, p.b) for p in evidence.pairs}  # live: every pair; a snapshot may hold fewer
-    all_pairs = [(a, b) for i, a in enumerate(sorted(gpus)) for b in sorted(gpus)[i + 1:] if (a, b) in recorded]
-    if rig.pairs == "all":
-        pairs = all_pairs
-    elif rig.pairs == "auto":
-        # unknown peer access (a recording without the P2P status) is kept: the peer-access check says so
-        pairs = [p for p in all_pairs if evidence.pair(*p).peer_access is not False]
-    else:
+        found = [r.lookup(sel, f"gpus[{i}]") for i, sel in enumerate(rig.gpus)]
+        gpus = [idx for idx in found if idx is not None]
+        if visible is not None:
+            notes.append(f"CUDA_VISIBLE_DEVICES={visible!r} does not narrow the rig's own 'gpus' (each probe and "
+                         f"server gets its own CUDA_VISIBLE_DEVICES)")
+    pairs, excluded = r.pairs(gpus)
+    if r.missing and evidence.simulated:
+        raise ConfigError(rig.source, "", f"{r.missing[0]} — the evidence is the bundled DEMO snapshot, not this rig's "
+                                          f"machine; run on the rig's machine or replay a snapshot recorded there "
+                                          f"(--p2p-snapshot FILE)")
+    gpu_expect: dict[int, Expectations] = {}
+    specific_gpu = {sel: r.lookup(sel, f"gpu.{sel}") for sel in rig.gpu_expect}
+    for idx in gpus:
+        base = auto_expectations_for_gpu(evidence.gpu(idx)) if rig.auto else Expectations()
+        exp = rig.expect.over(base)
+        for sel, specific in rig.gpu_expect.items():
+            if specific_gpu[sel] == idx:
+                exp = specific.over(exp)
+        gpu_expect[idx] = exp
+    specific_pair = {}
+    for sa, sb in rig.pair_expect:
+        ia, ib = r.lookup(sa, f"pair.{sa}-{sb}"), r.lookup(sb, f"pair.{sa}-{sb}")
+        specific_pair[(sa, sb)] = tuple(sorted((ia, ib))) if ia is not None and ib is not None else None
+    pair_expect: dict[tuple[int, int], Expectations] = {}
+    for pair in pairs:
+        ev = evidence.pair(*pair)
+        base = Expectations(peer_access=topology_supports_p2p(ev.topology) or None, topology=ev.topology) \
+            if rig.auto else Expectations()
+        exp = rig.expect.over(base)
+        for key, specific in rig.pair_expect.items():
+            if specific_pair[key] == pair:
+                exp = specific.over(exp)
+        pair_expect[pair] = exp
+    return ResolvedRig(rig_name=rig.name, source=rig.source, gpus=gpus, pairs=pairs, gpu_expect=gpu_expect,
+                       pair_expect=pair_expect, excluded=excluded, missing=r.missing, notes=notes)
+
+
+class _Resolver:
+    """Selector lookups for one rig on one machine, collecting the GPUs that are not there."""
+
+    def __init__(self, rig: Rig, evidence: Evidence) -> None:
+        self.rig = rig
+        self.evidence = evidence
+        self.missing: list[str] = []
+        self._missing_sel: set[Selector] = set()
+
+    def lookup(self, sel: Selector, path: str) -> int | None:
+        for g in self.evidence.gpus:
+            if (isinstance(sel, int) and g.index == sel) or sel in (g.bus_id, g.uuid):
+                return g.index
+        if sel not in self._missing_sel:
+            self._missing_sel.add(sel)
+            present = ", ".join(f"{g.index}={g.bus_id}" for g in self.evidence.gpus) or "none"
+            kind = "index" if isinstance(sel, int) else ("UUID" if str(sel).upper().startswith(("GPU-", "MIG-"))
+                                                         else "bus id")
+            self.missing.append(f"{path}: no GPU with {kind} {sel} on this machine ({self.evidence.label}); "
+                                f"GPUs present: {present}")
+        return None
+
+    def pairs(self, gpus: list[int]) -> tuple[list[tuple[int, int]], dict[tuple[int, int], str]]:
+        rig, evidence, source = self.rig, self.evidence, self.rig.source
+        recorded = {(p.a, p.b) for p in evidence.pairs}  # live: every pair; a snapshot may hold fewer
+        ordered = sorted(gpus)
+        all_pairs = [(a, b) for i, a in enumerate(ordered) for b in ordered[i + 1:] if (a, b) in recorded]
+        excluded: dict[tuple[int, int], str] = {}
+        if rig.pairs == "all":
+            return all_pairs, excluded
+        if rig.pairs == "auto":
+            pairs = []
+            for p in all_pairs:
+                why = why_no_p2p(evidence, evidence.pair(*p))
+                if why is None:
+                    pairs.append(p)
+                else:
+                    excluded[p] = why
+            return pairs, excluded
         pairs = []
         for i, (sa, sb) in enumerate(rig.pairs):
-            a, b = sorted((find(sa, f"pairs[{i}]"), find(sb, f"pairs[{i}]")))
+            ia, ib = self.lookup(sa, f"pairs[{i}]"), self.lookup(sb, f"pairs[{i}]")
+            if ia is None or ib is None:
+                continue  # a GPU of the pair is not on this machine: reported in ``missing``
+            a, b = sorted((ia, ib))
             if a not in gpus or b not in gpus:
                 raise ConfigError(source, f"pairs[{i}]", f"GPU {a if a not in gpus else b} is not in 'gpus'")
             if (a, b) in pairs:
@@ -390,58 +366,44 @@ def resolve(rig: Rig, evidence: Evidence) -> ResolvedRig:
                 raise ConfigError(source, f"pairs[{i}]", f"the evidence ({evidence.label}) holds nothing about "
                                                          f"the pair of GPUs {a} and {b}")
             pairs.append((a, b))
-    gpu_expect: dict[int, Expectations] = {}
-    for idx in gpus:
-        base = auto_expectations_for_gpu(evidence.gpu(idx)) if rig.auto else Expectations()
-        exp = rig.expect.over(base)
-        for sel, specific in rig.gpu_expect.items():
-            if find(sel, f"gpu.{sel}") == idx:
-                exp = specific.over(exp)
-        gpu_expect[idx] = exp
-    pair_expect: dict[tuple[int, int], Expectations] = {}
-    for pair in pairs:
-        ev = evidence.pair(*pair)
-        base = Expectations(peer_access=topology_supports_p2p(ev.topology) or None, topology=ev.topology) \
-            if rig.auto else Expectations()
-        exp = rig.expect.over(base)
-        for (sa, sb), specific in rig.pair_expect.items():
-            if tuple(sorted((find(sa, f"pair.{sa}-{sb}"), find(sb, f"pair.{sa}-{sb}")))) == pair:
-                exp = specific.over(exp)
-        pair_expect[pair] = exp
-    return ResolvedRig(rig=rig, gpus=gpus, pairs=pairs, gpu_expect=gpu_expect, pair_expect=pair_expect)
+        return pairs, excluded
 
 
-def rig_to_yaml_dict(evidence: Evidence, name: str = "my-rig") -> dict[str, Any]:
-    """What ``gen-config`` writes: today's machine made explicit, to edit and commit."""
-    gpu_block: dict[str, Any] = {}
-    for g in evidence.gpus:
-        loaded = g.pcie.loaded or g.pcie.max
-        entry: dict[str, Any] = {"pcie": {k: val for k, val in (
-            ("gen", loaded.gen), ("width", loaded.width),
-            ("max_gen", g.pcie.max.gen), ("max_width", g.pcie.max.width)) if val is not None}}
-        active = g.active_nvlinks
-        if g.nvlinks:
-            versions = [link.version for link in active if link.version]
-            entry["nvlink"] = {"links": len(active), **({"version": max(versions)} if versions else {})}
-        entry["counters"] = {"pcie_replay": 0}
-        gpu_block[g.bus_id] = entry
-    pair_block: dict[str, Any] = {}
-    for p in evidence.pairs:
-        item: dict[str, Any] = {}
-        if p.topology:
-            item["topology"] = p.topology
-        if p.peer_access is not None:
-            item["peer_access"] = bool(p.peer_access)
-        pair_block[f"{p.a}-{p.b}"] = item
-    return {
-        "rig": name,
-        "description": f"generated by pytest-p2p gen-config from {evidence.label}",
-        "gpus": [g.index for g in evidence.gpus],
-        "pairs": "auto",
-        "gpu": gpu_block,
-        "pair": pair_block,
-    }
+def visible_gpus(evidence: Evidence, visible: str) -> tuple[list[int], str]:
+    """The NVML GPUs that ``CUDA_VISIBLE_DEVICES`` selects, and a note saying how it was read.
+
+    Read as CUDA reads it: indices (PCI bus order under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``),
+    ``GPU-`` UUIDs or unique prefixes, ``MIG-`` instances; the first entry that names no GPU
+    ends the list. The order does not matter here: checks name GPUs by NVML index.
+    """
+    chosen: list[int] = []
+    extra: list[str] = []
+    for raw in visible.split(",")[:1024]:
+        entry = raw.strip()
+        match: list[int] = []
+        if entry.lstrip("-").isdigit() and len(entry) < 6:
+            match = [g.index for g in evidence.gpus if g.index == int(entry)]
+        elif entry.upper().startswith("GPU-") and len(entry) > 4:
+            match = [g.index for g in evidence.gpus if g.uuid.upper().startswith(entry.upper())]
+        elif entry.upper().startswith("MIG-"):
+            extra.append(f"{entry[:60]} is a MIG instance: MIG instances have no peer access, so it adds no pair")
+            continue
+        if len(match) != 1:
+            if entry:
+                extra.append(f"{entry[:60]!r} names no single GPU here, so CUDA ignores it and every entry after it")
+            break
+        if match[0] not in chosen:
+            chosen.append(match[0])
+    if chosen != sorted(chosen):
+        extra.append("the order is ignored: checks name GPUs by NVML index (PCI bus order)")
+    if any(e.strip().isdigit() for e in visible.split(",")) and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+        extra.append("indices are read in PCI bus order; set CUDA_DEVICE_ORDER=PCI_BUS_ID so that CUDA agrees")
+    which = ", ".join(f"gpu{i}" for i in sorted(chosen)) or "none"
+    note = f"CUDA_VISIBLE_DEVICES={visible[:100]!r} limits auto-detection to {which}"
+    return sorted(chosen), note + ("; " + "; ".join(extra) if extra else "")
 
 
-__all__ = ["Rig", "ResolvedRig", "Expectations", "LinkExpect", "NvlinkExpect", "load_rig", "parse_rig",
-           "auto_rig", "resolve", "parse_selector", "rig_to_yaml_dict", "topology_supports_p2p"]
+__all__ = ["COUNTER_KEYS", "EXPECT_KEYS", "NVLINK_KEYS", "PCIE_KEYS", "Expectations", "LinkExpect", "NvlinkExpect",
+           "ResolvedRig", "Rig", "RigSections", "auto_rig", "load_rig", "parse_expectations", "parse_rig",
+           "parse_selector", "parse_topology", "resolve", "rig_to_yaml_dict", "topology_supports_p2p",
+           "visible_gpus"]

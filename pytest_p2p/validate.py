@@ -17,6 +17,13 @@ from typing import Any
 from .errors import ConfigError
 from .util import parse_size
 
+# Bounds on user-written structured input (rig files, anything loaded with yaml_document):
+# far above any real rig file, far below what hangs or exhausts the machine.
+MAX_TEXT_CHARS = 1 << 20  # 1 MiB of YAML
+MAX_DEPTH = 32  # nesting levels
+MAX_VALUES = 100_000  # scalars + containers, counting every alias expansion
+MAX_INT_DIGITS = 30
+
 
 def join(path: str, key: object) -> str:
     if isinstance(key, int):
@@ -25,8 +32,22 @@ def join(path: str, key: object) -> str:
 
 
 def show(value: Any) -> str:
-    """A value as the user wrote it, short."""
-    text = repr(value)
+    """A value as the user wrote it, short — never rendering a huge value whole (no full ``repr``)."""
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        text = repr(value)
+    elif isinstance(value, int):
+        if value.bit_length() > 200:
+            return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+        text = repr(value)
+    elif isinstance(value, (str, bytes)):
+        text = repr(value[:80])
+    elif isinstance(value, Mapping):
+        keys = [show(k) for k, _ in zip(value, range(3), strict=False)]
+        return f"a mapping of {len(value)} key(s) ({', '.join(keys)}{', ...' if len(value) > 3 else ''})"
+    elif isinstance(value, (list, tuple)):
+        return f"a list of {len(value)} item(s)"
+    else:
+        text = f"a {type(value).__name__}"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -65,8 +86,38 @@ def integer(value: Any, source: str, path: str, lo: int | None = None, hi: int |
     raise ConfigError(source, path, f"expected an integer{rng}, got {show(value)}")
 
 
+def int_in(value: Any, source: str, path: str, lo: int, hi: int, *, what: str = "an integer") -> int:
+    """A bounded integer: ``reps``, ``concurrency``, counts. ``1e8`` (a float or a YAML string) is refused, and
+    so is any value outside ``lo..hi`` — a huge count would exhaust memory or hang instead of failing here."""
+    if isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi:
+        return int(value)
+    hint = ""
+    if isinstance(value, float) or (isinstance(value, str) and _looks_numeric(value)):
+        hint = " (write a plain integer)"
+    raise ConfigError(source, path, f"expected {what} {lo}..{hi}, got {show(value)}{hint}")
+
+
+def float_in(value: Any, source: str, path: str, lo: float, hi: float, *, what: str = "a number") -> float:
+    """A bounded, finite number: timeouts, durations, rates (``1e308`` s or NaN never reach arithmetic)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, int) and value.bit_length() > 1000:
+            pass  # float() would overflow; reported below
+        elif math.isfinite(float(value)) and lo <= float(value) <= hi:
+            return float(value)
+    raise ConfigError(source, path, f"expected {what} {lo:g}..{hi:g}, got {show(value)}")
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text[:100])
+    except ValueError:
+        return False
+    return True
+
+
 def number(value: Any, source: str, path: str, lo: float | None = None, hi: float | None = None) -> float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    ok = ok and (not isinstance(value, int) or value.bit_length() <= 1000)  # float(value) would overflow
     if ok and (lo is None or value >= lo) and (hi is None or value <= hi):
         return float(value)
     rng = f" {lo}..{hi}" if lo is not None and hi is not None else (f" >= {lo}" if lo is not None else "")
@@ -134,3 +185,112 @@ def env_mapping(value: Any, source: str, path: str) -> dict[str, str]:
         else:
             raise ConfigError(source, join(path, key), f"expected a string or number, got {show(val)}")
     return out
+
+
+def yaml_document(text: str, source: str) -> Any:
+    """Parse YAML text safely and bounded: size, nesting depth and alias expansion (billion laughs).
+
+    ``yaml.safe_load`` refuses arbitrary objects but happily builds a document whose aliases
+    expand to 10^9 values; any later walk (validation, ``repr``, a digest) then hangs. Here the
+    composed node graph is measured with every alias counted at its expanded size (memoised,
+    so the measuring itself stays linear) before anything is constructed.
+    """
+    import yaml
+
+    if len(text) > MAX_TEXT_CHARS:
+        raise ConfigError(source, "", f"{len(text)} characters is too large (limit {MAX_TEXT_CHARS})")
+    try:
+        loader = yaml.SafeLoader(text)  # the reader already refuses unprintable characters here
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, "", f"not valid YAML: {_yaml_problem(exc)}") from None
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise ConfigError(source, "", f"nested too deeply (limit {MAX_DEPTH} levels)") from None
+        if node is None:
+            return None
+        _measure_nodes(node, source)
+        try:
+            return loader.construct_document(node)
+        except (ValueError, OverflowError) as exc:  # int("<5000 digits>") and friends, past PyYAML's own errors
+            raise ConfigError(source, "", f"a value cannot be read: {str(exc)[:200]}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, "", f"not valid YAML: {_yaml_problem(exc)}") from None
+    finally:
+        loader.dispose()
+
+
+def _yaml_problem(exc: Exception) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["?"])[0]
+    return f"{where}{str(problem)[:200]}"
+
+
+def _measure_nodes(root: Any, source: str) -> None:
+    import yaml
+
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: Any, depth: int) -> int:
+        if depth > MAX_DEPTH:
+            raise ConfigError(source, "", f"nested too deeply (limit {MAX_DEPTH} levels)")
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise ConfigError(source, "", "an alias refers to a value that contains it (a recursive structure)")
+        total = 1
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag.endswith(":int") and len(str(node.value)) > MAX_INT_DIGITS:
+                raise ConfigError(source, "", f"line {node.start_mark.line + 1}: an integer of {len(node.value)} "
+                                              f"digits (at most {MAX_INT_DIGITS})")
+        else:
+            active.add(key)
+            children = node.value if isinstance(node, yaml.SequenceNode) else \
+                [part for pair in node.value for part in pair]
+            for child in children:
+                total += size(child, depth + 1)
+                if total > MAX_VALUES:
+                    break
+            active.discard(key)
+        if total > MAX_VALUES:
+            raise ConfigError(source, "", f"expands to more than {MAX_VALUES} values (YAML aliases nested in "
+                                          f"aliases?); a rig file needs a few hundred")
+        sizes[key] = total
+        return total
+
+    size(root, 0)
+
+
+def check_bounded(data: Any, source: str) -> None:
+    """The same bounds for already-parsed data (shared references count at their expanded size)."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(obj: Any, depth: int) -> int:
+        if depth > MAX_DEPTH:
+            raise ConfigError(source, "", f"nested too deeply (limit {MAX_DEPTH} levels)")
+        if isinstance(obj, int) and not isinstance(obj, bool) and obj.bit_length() > MAX_INT_DIGITS * 4:
+            raise ConfigError(source, "", f"{show(obj)} (at most {MAX_INT_DIGITS} digits)")
+        if not isinstance(obj, (Mapping, list, tuple)):
+            return 1
+        key = id(obj)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise ConfigError(source, "", "a value contains itself (a recursive structure)")
+        active.add(key)
+        total = 1
+        items = [p for kv in obj.items() for p in kv] if isinstance(obj, Mapping) else list(obj)
+        for child in items:
+            total += size(child, depth + 1)
+            if total > MAX_VALUES:
+                raise ConfigError(source, "", f"expands to more than {MAX_VALUES} values")
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    size(data, 0)

@@ -27,6 +27,15 @@ def _verdict(j: Judgement) -> None:
         pytest.fail(j.message(), pytrace=False)
 
 
+def test_rig_gpus_present(p2p_session):
+    """Every GPU the rig file names is on this machine (a GPU gone from the bus fails here, by name)."""
+    resolved = p2p_session.resolved
+    if p2p_session.rig.auto:
+        pytest.skip("no rig file: auto-detection checks the GPUs it finds")
+    if resolved.missing:
+        pytest.fail("\n".join(f"{resolved.source}: {m}" for m in resolved.missing), pytrace=False)
+
+
 def test_peer_access(p2p_session, p2p_evidence, p2p_pair):
     """Both GPUs of the pair can access each other as peers (CUDA both ways; NVML read/write)."""
     _verdict(judge_peer_access(p2p_evidence, p2p_evidence.pair(*p2p_pair), p2p_session.resolved.pair_expect[p2p_pair]))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..rig import Expectations, topology_supports_p2p
+from .expect import Expectations, topology_supports_p2p
 from .model import P2P_STATUS_TEXT, TOPOLOGY_LEGEND, Evidence, GpuEvidence, PairEvidence, PcieReading
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..rig import ResolvedRig
 from .diagnose import Judgement, judge_nvlink, judge_pcie, judge_peer_access, judge_topology
+from .expect import ResolvedRig
 from .model import Evidence
 
 
@@ -36,7 +36,7 @@ class CheckResult:
 
 
 def judge_all(ev: Evidence, rr: ResolvedRig) -> list[CheckResult]:
-    out = []
+    out = [CheckResult("gpu_present", "rig", Judgement(problems=[f"{rr.source}: {m}"])) for m in rr.missing]
     for idx in rr.gpus:
         g = ev.gpu(idx)
         out.append(CheckResult("pcie_link", f"gpu{idx}", judge_pcie(g, rr.gpu_expect[idx])))

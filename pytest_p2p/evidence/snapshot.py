@@ -49,6 +49,21 @@ _TOP_FIELDS = {"source": (str,), "origin": (str,), "recorded_at": (str,), "host"
                "gpus": (list,), "pairs": (list,), "notes": (list,), "simulated": (bool,)}
 
 
+DEMO_NAME = "h200x2-nvlink.snapshot.json"
+
+
+def bundled_demo() -> Path:
+    """The snapshot shipped inside the package (our 2x H200 NVLink machine); ``--snapshot demo`` names it."""
+    from importlib import resources
+
+    return Path(str(resources.files("pytest_p2p") / "demo" / DEMO_NAME))
+
+
+def snapshot_path(name: str) -> Path:
+    """``demo`` is the bundled snapshot; anything else is a path."""
+    return bundled_demo() if name == "demo" else Path(name)
+
+
 def envelope(evidence: Evidence) -> dict[str, Any]:
     return {"schema": SCHEMA, "version": VERSION, "recorded_by": f"pytest-p2p {__version__}",
             "evidence": evidence.to_dict()}

@@ -1,0 +1,208 @@
+"""Hardware expectations: what a GPU's links and a pair's peer access must look like.
+
+They belong to the evidence stage (the checks in :mod:`.diagnose` judge evidence against
+them); the rig file (``rig.py``) parses its ``expect``/``gpu``/``pair`` blocks with
+:func:`parse_expectations` and hands the result here, so evidence never imports the rig.
+:class:`ResolvedRig` is the rig applied to one machine: NVML indices instead of
+selectors, which GPUs and pairs are checked, and why the others are not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .. import validate as v
+from ..errors import ConfigError
+from .model import P2P_STATUS_TEXT, Evidence, GpuEvidence, PairEvidence, topology_rank
+
+T = TypeVar("T")
+
+EXPECT_KEYS = ("peer_access", "topology", "pcie", "nvlink", "counters")
+PCIE_KEYS = ("gen", "width", "max_gen", "max_width")
+NVLINK_KEYS = ("links", "version")
+COUNTER_KEYS = ("pcie_replay", "nvlink_crc", "nvlink_crc_per_s")
+
+
+@dataclass(frozen=True)
+class LinkExpect:
+    """Minimum PCIe link: ``gen``/``width`` under load, ``max_gen``/``max_width`` as the platform allows."""
+
+    gen: int | None = None
+    width: int | None = None
+    max_gen: int | None = None
+    max_width: int | None = None
+
+
+@dataclass(frozen=True)
+class NvlinkExpect:
+    """``links`` active NVLinks at ``version``; ``links: 0`` means the rig has no NVLink."""
+
+    links: int | None = None
+    version: int | None = None
+
+
+@dataclass(frozen=True)
+class Expectations:
+    peer_access: bool | None = None
+    topology: str | None = None
+    pcie: LinkExpect = field(default_factory=LinkExpect)
+    nvlink: NvlinkExpect = field(default_factory=NvlinkExpect)
+    pcie_replay_budget: int | None = None
+    nvlink_crc_budget: int | None = None  # growth per link over the session
+    nvlink_crc_rate: float | None = None  # growth per link per second
+
+    def over(self, base: Expectations) -> Expectations:
+        """These expectations layered over ``base`` (set fields win, field by field)."""
+
+        def pick(mine: T | None, theirs: T | None) -> T | None:
+            return theirs if mine is None else mine
+
+        return Expectations(
+            peer_access=pick(self.peer_access, base.peer_access),
+            topology=pick(self.topology, base.topology),
+            pcie=LinkExpect(gen=pick(self.pcie.gen, base.pcie.gen), width=pick(self.pcie.width, base.pcie.width),
+                            max_gen=pick(self.pcie.max_gen, base.pcie.max_gen),
+                            max_width=pick(self.pcie.max_width, base.pcie.max_width)),
+            nvlink=NvlinkExpect(links=pick(self.nvlink.links, base.nvlink.links),
+                                version=pick(self.nvlink.version, base.nvlink.version)),
+            pcie_replay_budget=pick(self.pcie_replay_budget, base.pcie_replay_budget),
+            nvlink_crc_budget=pick(self.nvlink_crc_budget, base.nvlink_crc_budget),
+            nvlink_crc_rate=pick(self.nvlink_crc_rate, base.nvlink_crc_rate),
+        )
+
+
+def parse_topology(value: Any, source: str, path: str) -> str:
+    text = v.string(value, source, path).strip().upper()
+    if text in ("PIX", "PXB", "PHB", "NODE", "SYS", "NV"):
+        return text
+    if text.startswith("NV") and text[2:].isdigit() and 0 < int(text[2:]) <= 72:
+        return text
+    raise ConfigError(source, path,
+                      f"expected a topology class as 'nvidia-smi topo -m' names it (NV#, PIX, PXB, PHB, NODE, SYS), "
+                      f"got {v.show(value)}")
+
+
+def parse_expectations(value: Any, source: str, path: str, only: tuple[str, ...] = EXPECT_KEYS) -> Expectations:
+    m = v.mapping(value, source, path, only)
+    peer = v.boolean(m["peer_access"], source, v.join(path, "peer_access")) if "peer_access" in m else None
+    topo = parse_topology(m["topology"], source, v.join(path, "topology")) if "topology" in m else None
+    pp = v.join(path, "pcie")
+    pm = v.mapping(m.get("pcie"), source, pp, PCIE_KEYS)
+    pcie = LinkExpect(
+        gen=v.integer(pm["gen"], source, v.join(pp, "gen"), 1, 6) if "gen" in pm else None,
+        width=_width(pm["width"], source, v.join(pp, "width")) if "width" in pm else None,
+        max_gen=v.integer(pm["max_gen"], source, v.join(pp, "max_gen"), 1, 6) if "max_gen" in pm else None,
+        max_width=_width(pm["max_width"], source, v.join(pp, "max_width")) if "max_width" in pm else None,
+    )
+    np_ = v.join(path, "nvlink")
+    raw_nv = m.get("nvlink")
+    if raw_nv is False:
+        nvlink = NvlinkExpect(links=0)
+    else:
+        nm = v.mapping(raw_nv, source, np_, NVLINK_KEYS)
+        nvlink = NvlinkExpect(
+            links=v.integer(nm["links"], source, v.join(np_, "links"), 0, 72) if "links" in nm else None,
+            version=v.integer(nm["version"], source, v.join(np_, "version"), 1, 9) if "version" in nm else None,
+        )
+    cp = v.join(path, "counters")
+    cm = v.mapping(m.get("counters"), source, cp, COUNTER_KEYS)
+    return Expectations(
+        peer_access=peer,
+        topology=topo,
+        pcie=pcie,
+        nvlink=nvlink,
+        pcie_replay_budget=(v.integer(cm["pcie_replay"], source, v.join(cp, "pcie_replay"), 0)
+                            if "pcie_replay" in cm else None),
+        nvlink_crc_budget=(v.integer(cm["nvlink_crc"], source, v.join(cp, "nvlink_crc"), 0)
+                           if "nvlink_crc" in cm else None),
+        nvlink_crc_rate=(v.number(cm["nvlink_crc_per_s"], source, v.join(cp, "nvlink_crc_per_s"), 0)
+                         if "nvlink_crc_per_s" in cm else None),
+    )
+
+
+def _width(value: Any, source: str, path: str) -> int:
+    if isinstance(value, str) and value.lower().startswith("x") and value[1:].isdigit():
+        value = int(value[1:])
+    w = v.integer(value, source, path, 1, 32)
+    if w not in (1, 2, 4, 8, 12, 16, 32):
+        raise ConfigError(source, path, f"expected a PCIe width (1, 2, 4, 8, 12, 16, 32), got {w}")
+    return w
+
+
+@dataclass
+class ResolvedRig:
+    """A rig applied to the evidence of one machine: indices instead of selectors.
+
+    ``excluded`` names the pairs left out and why (auto-detection keeps only pairs that can
+    do P2P); ``missing`` holds one message per rig GPU that this machine does not show (a
+    GPU gone from the bus): the presence check fails with them; ``notes`` say how the
+    selection was made (``CUDA_VISIBLE_DEVICES``, MIG).
+    """
+
+    rig_name: str
+    source: str
+    gpus: list[int]
+    pairs: list[tuple[int, int]]
+    gpu_expect: dict[int, Expectations]
+    pair_expect: dict[tuple[int, int], Expectations]
+    excluded: dict[tuple[int, int], str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def no_pairs_reason(self) -> str | None:
+        """Why no pair is checked (a skip reason for every pair check), or ``None`` when some pair is."""
+        if self.pairs:
+            return None
+        if len(self.gpus) < 2:
+            which = ", ".join(f"gpu{g}" for g in self.gpus) or "none"
+            return f"no GPU pair to check: the rig selects {len(self.gpus)} GPU(s) on this machine ({which})"
+        if self.excluded:
+            why = "; ".join(f"gpu{a}-gpu{b}: {reason}" for (a, b), reason in sorted(self.excluded.items()))
+            return f"no GPU pair can do P2P here, so none is checked ({why}); name pairs in a rig file to check them"
+        return "no GPU pair to check: the evidence holds no pair of the rig's GPUs"
+
+
+def topology_supports_p2p(topology: str | None) -> bool:
+    """NVLink or PCIe within one host bridge: P2P is possible; across NUMA nodes (NODE/SYS) usually not."""
+    return topology is not None and topology_rank(topology) <= topology_rank("PHB")
+
+
+def auto_expectations_for_gpu(gpu: GpuEvidence) -> Expectations:
+    """No rig file: every link at the maximum this GPU reports, no PCIe replays."""
+    links = len(gpu.nvlinks)
+    versions = [link.version for link in gpu.nvlinks if link.version]
+    return Expectations(
+        pcie=LinkExpect(gen=gpu.pcie.max.gen, width=gpu.pcie.max.width),
+        nvlink=NvlinkExpect(links=links if links else None, version=max(versions) if versions else None),
+        pcie_replay_budget=0,
+        # NVLink CRC growth is reported but not judged without a rig budget: corrected (replayed) CRC
+        # errors are routine on NVLink 4+; our H200 pair logs a few per link per session.
+    )
+
+
+def why_no_p2p(ev: Evidence, pair: PairEvidence) -> str | None:
+    """Why this pair cannot do P2P on this machine, or ``None`` when it can (or may: not reported).
+
+    Auto-detection and ``gen-config`` select pairs with this. A pair whose NVML P2P status
+    says OK both ways is kept even when CUDA says no: the hardware claims P2P, so the peer
+    check runs and reports the conflict (IOMMU/ACS, a replaced kernel module).
+    """
+    mig = [g for g in (ev.gpu(pair.a), ev.gpu(pair.b)) if g.mig_mode]
+    if mig:
+        return (f"MIG is enabled on {' and '.join(g.label() for g in mig)}: CUDA gives MIG instances no peer "
+                f"access")
+    if pair.peer_access is not False or (pair.p2p_read == "OK" and pair.p2p_write == "OK"):
+        return None
+    facts = []
+    if pair.cuda_peer_ab is not None or pair.cuda_peer_ba is not None:
+        facts.append(f"CUDA can-access-peer {_yn(pair.cuda_peer_ab)}/{_yn(pair.cuda_peer_ba)}")
+    for name, code in (("read", pair.p2p_read), ("write", pair.p2p_write)):
+        if code is not None:
+            facts.append(f"NVML P2P {name} {code} ({P2P_STATUS_TEXT.get(code, code)})")
+    return "no peer access (" + ", ".join(facts or ["not reported"]) + ")"
+
+
+def _yn(x: bool | None) -> str:
+    return "?" if x is None else ("yes" if x else "no")
