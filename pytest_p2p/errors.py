@@ -66,3 +66,20 @@ class WriteError(P2PError, OSError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class CampaignError(P2PError):
+    """A campaign could not run (bad plan, a scenario over its time limit, a server that never came up)."""
+
+
+class RepFailed(CampaignError):
+    """One rep is not a measurement (its server died or was replaced, or no request completed).
+
+    The runner sets the rep's data aside (never aggregated, never a baseline) and re-runs it
+    on a fresh server; the message is the cause (exit code or signal, likely cause, log tail).
+    ``data`` is what the rep measured anyway (kept on disk beside the rep, never aggregated).
+    """
+
+    def __init__(self, cause: str, data: dict[str, object] | None = None) -> None:
+        super().__init__(cause)
+        self.data = data

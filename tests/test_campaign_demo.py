@@ -53,6 +53,9 @@ class FakeBackend:
         v = 100.0 * c * (1 + 0.05 * rep) * (1.10 if handle.name == "p2p_on" else 1.0)
         return {"output_throughput": v, "total_output_tokens": 50 * c, "completed": 2 * c, "failed": 0}
 
+    def death(self, handle: Any) -> str | None:
+        return None
+
     def proof(self, handle: Any, arm: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         return {"transport": arm.expect_transport, "nccl_version": "2.28.9"}, {"problems": []}
 
@@ -83,7 +86,14 @@ def _runner(tmp_path: Path, backend: FakeBackend, **cfg: Any) -> CampaignRunner:
                           backend=backend, results_root=tmp_path / "results", rig_name="fake",
                           evidence=load_snapshot(DEMO_SNAPSHOT), simulated=True,
                           lease=GpuLease(tmp_path / "locks"), progress=Progress("gpu0-gpu1", 12),
-                          render_plots=False)
+                          on_finished=_render)
+
+
+def _render(outcome: Any) -> None:
+    """What the report stage's pytest_p2p_campaign_finished does (the runner itself renders nothing)."""
+    from pytest_p2p.report.render import render_report
+
+    render_report(outcome.run_dir, plots=False)
 
 
 def test_runner_writes_the_results_tree_in_schedule_order(tmp_path: Path) -> None:
@@ -354,7 +364,7 @@ def test_probe_campaign_with_a_fake_nccl_worker(tmp_path: Path) -> None:
                            out_root=tmp_path, worker=[sys.executable, str(worker)])
     res = CampaignRunner(pair=(0, 1), config=cfg, kind="probe", arms=PRESETS, backend=backend,
                          results_root=tmp_path / "results", rig_name="probe", evidence=load_snapshot(DEMO_SNAPSHOT),
-                         lease=GpuLease(tmp_path / "locks"), render_plots=False).run()
+                         lease=GpuLease(tmp_path / "locks")).run()
     assert res.status == "complete" and res.points == ["s8KiB", "s128KiB"]
     agg = res.aggregate("p2p_off", "s8KiB")
     assert agg is not None and agg["metrics"]["time_us"]["values"] == pytest.approx([11.5 + 8192 / 26e3] * 2)

@@ -82,7 +82,7 @@ def test_sampler_survives_reader_errors() -> None:
 def test_window_holds_no_sample_read_before_its_start_mark() -> None:
     """A background read still in flight when ``start`` is marked must land before the window."""
 
-    class Slow(tm._Reader):
+    class Slow(tm.Reader):
         def read(self):  # type: ignore[override]
             t = time.time()
             if threading.current_thread().name == "p2p-telemetry":
@@ -108,13 +108,15 @@ def test_nvml_that_cannot_start_is_a_clear_error(monkeypatch) -> None:
     from pytest_p2p.errors import P2PError
 
     shut: list[bool] = []
-    fake = types.SimpleNamespace(nvmlInit=lambda: None, nvmlShutdown=lambda: shut.append(True))
+    fake = types.SimpleNamespace(nvmlInit=lambda: None, nvmlShutdown=lambda: shut.append(True),
+                                 nvmlDeviceGetCount=lambda: 1)
 
     def no_handle(i: int) -> None:
         raise RuntimeError("NVML_ERROR_INVALID_ARGUMENT")
 
     fake.nvmlDeviceGetHandleByIndex = no_handle
     monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delenv("PYTEST_P2P_NVML", raising=False)  # this test wants the fake NVML, not "no driver"
     with pytest.raises(P2PError, match=r"GPU\(s\) \[0, 7\].*INVALID_ARGUMENT"):
         tm.make_reader([0, 7], simulated=False)
     assert shut == [True]  # the init is undone
@@ -125,8 +127,9 @@ def test_nvml_row_from_a_fake_nvml_leaves_unreported_fields_empty():
     from test_live_nvml import fake_pynvml
 
     from pytest_p2p.campaign.telemetry import _nvml_read
+    from pytest_p2p.evidence.nvml import Nvml, NvmlGpu
 
-    row = _nvml_read(fake_pynvml(gen_cur=(5, 4)), 1, 1)
+    row = _nvml_read(NvmlGpu(Nvml(fake_pynvml(gen_cur=(5, 4))), 1, 1), 1)
     assert row["pcie.link.gen.current"] == 4 and row["pcie.link.width.current"] == 16
     assert row["throttle_reasons"] == 1 and row["energy_mj"] == 3125389 and row["power.draw"] == 78.779
     assert row["utilization.gpu"] is None and row["memory.used"] == 0 and row["simulated"] == ""

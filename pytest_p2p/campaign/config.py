@@ -27,6 +27,12 @@ Example (every key optional; the values shown are the defaults unless noted)::
       uplift_metric: output_throughput   # probe default: time_us
       uplift_direction: null  # higher | lower; null: from the metric's name
       request_timeout_s: null # null: the server section's request_timeout_s
+      rep_retries: 2          # a rep whose server died (or that completed no request) is re-run this often
+      max_reps: null          # adaptive: add interleaved pairs up to this many while the uplift is inconclusive
+      max_time_s: null        # adaptive: ... or until this many seconds of campaign have passed
+
+Every number is range-checked (``reps: 100000000`` or ``concurrency: 1e29`` is a
+ConfigError naming the key and the range, not a hang or a MemoryError an hour later).
 
 Why these knobs: the NCCL env is fixed at process start, so an arm switch costs a
 server start; cooldown and waiting for VRAM to be free keep one rep's leftovers out
@@ -48,23 +54,24 @@ from .schedule import MODES
 KINDS = ("auto", "model", "probe")
 DEFAULT_SIZES = (8 * 1024, 32 * 1024, 128 * 1024, 512 * 1024)
 
-# Direction of the metrics an uplift may be judged on; "higher" means bigger is better.
-DIRECTIONS: dict[str, str] = {
-    "output_throughput": "higher", "total_token_throughput": "higher", "request_throughput": "higher",
-    "tokens_per_joule": "higher", "busbw_gbs": "higher", "algbw_gbs": "higher",
-    "time_us": "lower", "joules_per_token": "lower", "avg_watts": "lower",
-}
-
 
 def metric_direction(metric: str) -> str | None:
-    """``higher``/``lower`` for known metrics; latency-like names (``*_ms``, ``*_us``) are lower-is-better."""
-    if metric in DIRECTIONS:
-        return DIRECTIONS[metric]
-    if metric.endswith(("_ms", "_us", "_s")):
-        return "lower"
-    if metric.endswith(("throughput", "_gbs")):
-        return "higher"
-    return None
+    """``higher``/``lower`` from the metric registry (:mod:`pytest_p2p.metrics`, the one definition);
+    ``None`` for a metric that is unknown or informational (cannot decide an uplift)."""
+    from ..metrics import direction
+
+    got = direction(metric)
+    return got if got in ("higher", "lower") else None
+
+
+# Upper bounds: far beyond any real campaign, low enough that a typo cannot hang or exhaust memory.
+MAX_REPS = 1000
+MAX_CONCURRENCY = 4096
+MAX_PROMPTS = 100_000
+MAX_TOKENS = 1_000_000
+MAX_SIZE = 16 * 1024**3
+DAY_S = 86_400.0
+WEEK_S = 7 * DAY_S
 
 
 _KEYS = (
@@ -72,6 +79,7 @@ _KEYS = (
     "prompts_per_concurrency", "input_len", "output_len", "cooldown_s", "idle_baseline_s",
     "vram_free_timeout_s", "vram_free_mib", "scenario_timeout_s", "telemetry_hz", "exclude_throttled",
     "min_uplift", "uplift_rule", "uplift_metric", "uplift_direction", "request_timeout_s",
+    "rep_retries", "max_reps", "max_time_s",
 )
 
 
@@ -101,6 +109,9 @@ class CampaignConfig:
     uplift_metric: str | None = None
     uplift_direction: str | None = None
     request_timeout_s: float | None = None
+    rep_retries: int = 2
+    max_reps: int | None = None
+    max_time_s: float | None = None
     source: str = "rig.yaml"
     explicit: frozenset[str] = field(default_factory=frozenset)  # keys the rig file set
 
@@ -143,7 +154,8 @@ class CampaignConfig:
         """Command-line overrides (``--p2p-reps``, ``--p2p-arms``, ``--p2p-campaign``)."""
         out = self
         if reps is not None:
-            out = replace(out, reps=reps)
+            reps = integer(reps, "--p2p-reps", "", lo=1, hi=MAX_REPS)
+            out = replace(out, reps=reps, max_reps=None if out.max_reps is None else max(out.max_reps, reps))
         if arms:
             out = replace(out, arms=tuple(arms))
         if kind is not None:
@@ -155,9 +167,9 @@ class CampaignConfig:
         return {k: getattr(self, k) for k in _KEYS if k != "min_uplift"}
 
 
-def _int_list(value: Any, source: str, path: str) -> tuple[int, ...]:
+def _int_list(value: Any, source: str, path: str, hi: int) -> tuple[int, ...]:
     items = [value] if isinstance(value, int) and not isinstance(value, bool) else sequence(value, source, path)
-    out = tuple(integer(v, source, join(path, i), lo=1) for i, v in enumerate(items))
+    out = tuple(integer(v, source, join(path, i), lo=1, hi=hi) for i, v in enumerate(items))
     if not out:
         raise ConfigError(source, path, "expected at least one value")
     if len(set(out)) != len(out):
@@ -169,7 +181,10 @@ def parse_campaign(value: Any, source: str, path: str = "campaign") -> CampaignC
     """Validate the ``campaign:`` section; ``None`` gives the defaults."""
     m = mapping(value, source, path, allowed=_KEYS)
     kw: dict[str, Any] = {"source": source, "explicit": frozenset(m)}
-    p = lambda key: join(path, key)  # noqa: E731
+
+    def p(key: str) -> str:
+        return join(path, key)
+
     if "kind" in m:
         kw["kind"] = string(m["kind"], source, p("kind"), KINDS)
     if "arms" in m:
@@ -181,26 +196,30 @@ def parse_campaign(value: Any, source: str, path: str = "campaign") -> CampaignC
             raise ConfigError(source, p("arms"), f"arm names repeat: {list(arms)}")
         kw["arms"] = arms
     if "concurrency" in m:
-        kw["concurrency"] = _int_list(m["concurrency"], source, p("concurrency"))
+        kw["concurrency"] = _int_list(m["concurrency"], source, p("concurrency"), MAX_CONCURRENCY)
     if "sizes" in m:
         sizes = tuple(size(v, source, join(p("sizes"), i)) for i, v in enumerate(sequence(m["sizes"], source,
                                                                                           p("sizes"))))
-        if not sizes or any(s <= 0 for s in sizes):
-            raise ConfigError(source, p("sizes"), "expected a list of positive sizes like [8KiB, 128KiB]")
+        if not sizes or any(s <= 0 or s > MAX_SIZE for s in sizes):
+            raise ConfigError(source, p("sizes"), f"expected a list of sizes from 1 B to {format_size(MAX_SIZE)} "
+                                                  "like [8KiB, 128KiB]")
         kw["sizes"] = sizes
-    for key, lo in (("reps", 1), ("seed", 0), ("warmup", 0), ("prompts_per_concurrency", 1),
-                    ("vram_free_mib", 0)):
+    for key, lo, hi in (("reps", 1, MAX_REPS), ("seed", 0, 2**32 - 1), ("warmup", 0, MAX_PROMPTS),
+                        ("prompts_per_concurrency", 1, MAX_PROMPTS), ("vram_free_mib", 0, 10**7),
+                        ("rep_retries", 0, 10)):
         if key in m:
-            kw[key] = integer(m[key], source, p(key), lo=lo)
+            kw[key] = integer(m[key], source, p(key), lo=lo, hi=hi)
     for key in ("input_len", "output_len"):
         if key in m and m[key] is not None:
-            kw[key] = integer(m[key], source, p(key), lo=1)
+            kw[key] = integer(m[key], source, p(key), lo=1, hi=MAX_TOKENS)
+    if "max_reps" in m and m["max_reps"] is not None:
+        kw["max_reps"] = integer(m["max_reps"], source, p("max_reps"), lo=1, hi=MAX_REPS)
     for key in ("cooldown_s", "idle_baseline_s", "vram_free_timeout_s"):
         if key in m:
-            kw[key] = number(m[key], source, p(key), lo=0)
-    for key in ("scenario_timeout_s", "request_timeout_s"):
+            kw[key] = number(m[key], source, p(key), lo=0, hi=DAY_S)
+    for key, hi_s in (("scenario_timeout_s", WEEK_S), ("request_timeout_s", DAY_S), ("max_time_s", WEEK_S)):
         if key in m and m[key] is not None:
-            kw[key] = number(m[key], source, p(key), lo=0.001)
+            kw[key] = number(m[key], source, p(key), lo=0.001, hi=hi_s)
     if "telemetry_hz" in m:
         kw["telemetry_hz"] = number(m["telemetry_hz"], source, p("telemetry_hz"), lo=1, hi=10)
     for key in ("smoke", "exclude_throttled"):
@@ -227,6 +246,9 @@ def parse_campaign(value: Any, source: str, path: str = "campaign") -> CampaignC
             errors.append(exc)
     if len(errors) == len(kinds):
         raise errors[0]
+    if cfg.max_reps is not None and cfg.max_reps < cfg.reps:
+        raise ConfigError(source, p("max_reps"), f"max_reps ({cfg.max_reps}) is below reps ({cfg.reps}): adaptive "
+                                                 "repetitions only add pairs")
     if cfg.uplift_rule == "ci_lower" and cfg.reps < 2:
         raise ConfigError(source, p("reps"), f"uplift_rule ci_lower needs reps >= 2 (a CI needs spread), got "
                                              f"{cfg.reps}")

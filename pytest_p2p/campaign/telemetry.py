@@ -22,10 +22,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import P2PError
 from ..util import atomic_write_text
+
+if TYPE_CHECKING:
+    from ..evidence.nvml import NvmlGpu
 
 COLUMNS = (
     "wall_epoch", "index", "pcie.link.gen.current", "pcie.link.width.current", "temperature.gpu",
@@ -59,37 +62,30 @@ def throttle_names(mask: int) -> list[str]:
     return [name for bit, name in REASON_NAMES.items() if mask & bit]
 
 
-def _nvml_read(pynvml: Any, handle: Any, index: int) -> Row:
+def _nvml_read(gpu: NvmlGpu, index: int) -> Row:
     """One row for one GPU; a field the GPU does not report is left empty (never guessed)."""
-
-    from ..evidence.live import clock_event_reasons, nvml_call
-
-    def get(name: str, *args: Any) -> Any:
-        return nvml_call(pynvml, name, handle, *args)  # not reported: an empty cell, not a failed rep
-
-    util = get("nvmlDeviceGetUtilizationRates")
-    mem = get("nvmlDeviceGetMemoryInfo")
-    power_mw = get("nvmlDeviceGetPowerUsage")
-    reasons = clock_event_reasons(pynvml, handle)
+    util = gpu.utilization()
+    mem = gpu.memory()
+    power = gpu.power_w()
     return {
         "wall_epoch": round(time.time(), 3),
         "index": index,
-        "pcie.link.gen.current": get("nvmlDeviceGetCurrPcieLinkGeneration"),
-        "pcie.link.width.current": get("nvmlDeviceGetCurrPcieLinkWidth"),
-        "temperature.gpu": get("nvmlDeviceGetTemperature", pynvml.NVML_TEMPERATURE_GPU),
-        "utilization.gpu": None if util is None else util.gpu,
-        "utilization.memory": None if util is None else util.memory,
-        "memory.used": None if mem is None else int(mem.used // (1024 * 1024)),
-        "power.draw": None if power_mw is None else round(power_mw / 1000.0, 3),
-        "clocks.current.sm": get("nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_SM),
-        "clocks.current.memory": get("nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_MEM),
-        "throttle_reasons": reasons,
-        "energy_mj": get("nvmlDeviceGetTotalEnergyConsumption"),
+        "pcie.link.gen.current": gpu.pcie_gen(),
+        "pcie.link.width.current": gpu.pcie_width(),
+        "temperature.gpu": gpu.temperature_c(),
+        "utilization.gpu": None if util is None else util.gpu_percent,
+        "utilization.memory": None if util is None else util.memory_percent,
+        "memory.used": None if mem is None else mem.used_mib,
+        "power.draw": None if power is None else round(power, 3),
+        "clocks.current.sm": gpu.sm_clock_mhz(),
+        "clocks.current.memory": gpu.mem_clock_mhz(),
+        "throttle_reasons": gpu.clock_event_reasons(),
+        "energy_mj": gpu.energy_mj(),
         "simulated": "",
     }
 
 
-class _Reader:
+class Reader:
     """Reads one row per GPU now; the NVML and the simulated readers share this interface."""
 
     simulated = False
@@ -97,36 +93,40 @@ class _Reader:
     def read(self) -> list[Row]:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def set_load(self, level: float) -> None:
+        """The runner says when the timed window runs (1.0) and when not (0.0); a simulation follows it."""
+
     def close(self) -> None:
         pass
 
 
-class NvmlReader(_Reader):
-    def __init__(self, gpus: Sequence[int]) -> None:
-        import pynvml  # lazily: only a real GPU run gets here
+_Reader = Reader  # the old private name
 
-        self._pynvml = pynvml
+
+class NvmlReader(Reader):
+    """Live rows through the evidence stage's NVML door (``evidence/nvml.py``), NVML open for the reader's life."""
+
+    def __init__(self, gpus: Sequence[int]) -> None:
+        from ..evidence.nvml import nvml_session
+
+        self._stack = contextlib.ExitStack()
         try:
-            pynvml.nvmlInit()
-        except Exception as exc:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
-            raise P2PError(f"telemetry: NVML cannot start ({type(exc).__name__}: {exc})") from None
-        try:
-            self._handles = [(g, pynvml.nvmlDeviceGetHandleByIndex(g)) for g in gpus]
-        except Exception as exc:
-            self.close()
-            raise P2PError(f"telemetry: NVML has no handle for GPU(s) {list(gpus)} "
-                           f"({type(exc).__name__}: {exc})") from None
+            nv = self._stack.enter_context(nvml_session())
+            self._gpus = [(g, nv.gpu(g)) for g in gpus]
+        except P2PError as exc:
+            self._stack.close()
+            raise P2PError(f"telemetry: NVML cannot read GPU(s) {list(gpus)}: {exc}") from None
 
     def read(self) -> list[Row]:
-        return [_nvml_read(self._pynvml, h, g) for g, h in self._handles]
+        return [_nvml_read(h, g) for g, h in self._gpus]
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            self._pynvml.nvmlShutdown()
+            self._stack.close()
 
 
 @dataclass
-class SimulatedReader(_Reader):
+class SimulatedReader(Reader):
     """Plausible-shaped numbers for the demo rig, every row marked ``SIMULATED``.
 
     Link state comes from the evidence the demo uses (its snapshot), power follows a
@@ -142,6 +142,9 @@ class SimulatedReader(_Reader):
     simulated: bool = True
     _energy_mj: dict[int, float] = field(default_factory=dict)
     _last: float | None = None
+
+    def set_load(self, level: float) -> None:
+        self.load = level
 
     def read(self) -> list[Row]:
         now = time.time()
@@ -200,7 +203,7 @@ class Sampler:
     energy and flags can be computed over exactly that window.
     """
 
-    def __init__(self, reader: _Reader, hz: float = 2.0) -> None:
+    def __init__(self, reader: Reader, hz: float = 2.0) -> None:
         self.reader = reader
         self.period = 1.0 / max(0.1, min(hz, 10.0))
         self.rows: list[Row] = []
@@ -336,7 +339,7 @@ def assess(rows: Sequence[Row], expected_link: Mapping[int, tuple[int | None, in
 
 
 def make_reader(gpus: Sequence[int], *, simulated: bool,
-                link: Mapping[int, tuple[int | None, int | None]] | None = None) -> _Reader:
+                link: Mapping[int, tuple[int | None, int | None]] | None = None) -> Reader:
     """NVML when the run is live, the labelled simulation otherwise.
 
     A live run never falls back to the simulation: a NVML that cannot start is an error

@@ -1,0 +1,121 @@
+"""Which pairs to re-run, and whether to add pairs: the campaign side of issue 9's robust, adaptive reps.
+
+Why re-run instead of averaging in: one throttled or otherwise odd rep at -20 % made a true
+0 % uplift pass in 85-100 % of campaigns. A pair is *screened* when the decision library's
+robust screen (:func:`pytest_p2p.stats.screen_pairs`: paired log ratios and per-arm values)
+or the telemetry (throttled, link downtrained) flags it; its rep files are set aside (kept,
+named ``run_<k>.try<n>.screened.json``) and the pair is measured again, once.
+
+Why add pairs: a noisy uplift cannot be decided from 3 pairs, and saying "inconclusive,
+N pairs would decide it" is only useful if the campaign can act on it. While a primary
+decision is inconclusive, the runner adds interleaved pairs up to ``campaign.max_reps`` or
+``campaign.max_time_s``; each look uses the per-look alpha of
+:class:`pytest_p2p.stats.SequentialPlan` (alpha spending), so the error rate holds across
+looks. When the budget ends first, the decision records how many pairs would decide it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..stats import Decision, Outcome, SequentialPlan, StatsError, decide_uplift, screen_pairs
+from .aggregate import is_measurement
+from .config import CampaignConfig
+
+Json = dict[str, object]
+Reps = Mapping[int, Mapping[str, object]]
+
+
+def _value(d: Mapping[str, object] | None, metric: str, kind: str) -> float | None:
+    if d is None or not is_measurement(d, kind):
+        return None
+    v = d.get(metric)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        return None
+    return float(v)
+
+
+def _flagged(d: Mapping[str, object] | None) -> list[str]:
+    f = d.get("flags") if d is not None else None
+    if not isinstance(f, dict):
+        return []
+    return [name for name in ("throttled", "downtrained") if f.get(name)]
+
+
+def pairs(a: Reps, b: Reps, metric: str, kind: str, reps: list[int]) -> tuple[list[int], list[float], list[float]]:
+    """The reps where both arms measured ``metric``, and the two value lists, in rep order."""
+    ks: list[int] = []
+    av: list[float] = []
+    bv: list[float] = []
+    for k in reps:
+        va, vb = _value(a.get(k), metric, kind), _value(b.get(k), metric, kind)
+        if va is not None and vb is not None:
+            ks.append(k)
+            av.append(va)
+            bv.append(vb)
+    return ks, av, bv
+
+
+def screen(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> dict[int, str]:
+    """``{rep: why}`` for the pairs to re-run at one point (telemetry flags first, then the robust screen)."""
+    why: dict[int, str] = {}
+    if config.exclude_throttled:
+        for k in reps:
+            for arm, d in ((config.arm_a, a.get(k)), (config.arm_b, b.get(k))):
+                flags = _flagged(d)
+                if flags:
+                    why.setdefault(k, f"telemetry flagged {arm} rep {k}: {', '.join(flags)}")
+    metric = config.metric(kind)
+    ks, av, bv = pairs(a, b, metric, kind, [k for k in reps if k not in why])
+    try:
+        odd = screen_pairs(av, bv, higher_is_better=config.direction(kind) == "higher")
+    except StatsError:
+        odd = []
+    for i in odd:
+        ratio = av[i] / bv[i]
+        why.setdefault(ks[i], f"outlying pair: {metric} {av[i]:.4g} vs {bv[i]:.4g} (ratio {ratio:.3f}) "
+                              f"against the other {len(ks) - 1} pair(s)")
+    return why
+
+
+@dataclass(frozen=True)
+class Budget:
+    """When adding pairs stops: ``max_reps`` pairs, or ``deadline`` (monotonic seconds)."""
+
+    max_reps: int
+    deadline: float | None
+
+
+def plan(config: CampaignConfig, alpha: float) -> SequentialPlan:
+    """The sequential plan of this campaign (a fixed design when ``max_reps`` is not above ``reps``)."""
+    last = max(config.reps, config.max_reps or config.reps)
+    return SequentialPlan(alpha=alpha, min_pairs=min(config.reps, last), max_pairs=last)
+
+
+def decide(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int], threshold: float,
+           alpha: float) -> Decision:
+    """The uplift decision at one point with the per-look alpha for the pairs measured so far."""
+    _, av, bv = pairs(a, b, config.metric(kind), kind, reps)
+    sp = plan(config, alpha)
+    look = sp.alpha_at(min(max(len(av), sp.min_pairs), sp.max_pairs)) or alpha
+    return decide_uplift(av, bv, threshold=threshold, higher_is_better=config.direction(kind) == "higher",
+                         alpha=min(look, 0.49), quantity=f"uplift of {config.arm_a} over {config.arm_b}")
+
+
+def should_add(decisions: Mapping[str, Decision], config: CampaignConfig, pairs_now: int, alpha: float) -> bool:
+    """Another pair while any decision is inconclusive and the plan allows more looks."""
+    return plan(config, alpha).should_continue(list(decisions.values()), pairs_now)
+
+
+def decision_json(d: Decision, *, stopped: str | None = None) -> Json:
+    """A decision as JSON (non-finite bounds as ``null``), with why adding pairs stopped."""
+
+    def num(x: float | None) -> float | None:
+        return x if x is not None and math.isfinite(x) else None
+
+    return {"quantity": d.quantity, "outcome": d.outcome.value, "estimate": num(d.estimate), "lower": num(d.lower),
+            "upper": num(d.upper), "level": d.level, "threshold": d.threshold, "n": d.n,
+            "pairs_needed": d.pairs_needed if d.outcome is Outcome.INCONCLUSIVE else None, "reason": d.reason,
+            "stopped": stopped}

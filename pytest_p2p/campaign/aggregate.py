@@ -1,0 +1,102 @@
+"""From rep files to scenario aggregates and the paired uplift per point.
+
+Which reps count: only measurements. A rep whose server died, or in which no request
+completed, never reaches here (the runner sets it aside and re-runs it); a rep flagged by
+telemetry (throttled, link downtrained) is kept on disk and dropped here when
+``exclude_throttled`` is set — from *both* arms of its pair, so the pairing stays intact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .config import CampaignConfig
+from .stats import StatsError, paired_uplift, summarize
+
+Json = dict[str, object]
+ENERGY_KEYS = ("tokens_per_joule", "joules_per_token", "avg_watts", "total_joules", "idle_total_watts")
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _flags(data: Mapping[str, object]) -> Mapping[str, object]:
+    f = data.get("flags")
+    return f if isinstance(f, dict) else {}
+
+
+def is_measurement(data: Mapping[str, object], kind: str) -> bool:
+    """A model rep with no completed request is not a measurement (its zeros would be averaged in)."""
+    if kind != "model":
+        return True
+    completed = _number(data.get("completed"))
+    return completed is not None and completed > 0
+
+
+def excluded(data: Mapping[str, object], config: CampaignConfig, kind: str) -> bool:
+    """Dropped from aggregates and pairing: not a measurement, or flagged with ``exclude_throttled`` on."""
+    if not is_measurement(data, kind):
+        return True
+    f = _flags(data)
+    return config.exclude_throttled and bool(f.get("throttled") or f.get("downtrained"))
+
+
+def aggregate(reps: Mapping[int, Mapping[str, object]], config: CampaignConfig, kind: str) -> Json:
+    """``{metrics: {name: summary}, energy: {...}, flags: {...}}`` of one scenario (``aggregate.json``)."""
+    kept = {k: d for k, d in sorted(reps.items()) if not excluded(d, config, kind)}
+    names: list[str] = []
+    for d in kept.values():
+        for key, val in d.items():
+            if _number(val) is not None and key not in names:
+                names.append(key)
+    metrics: Json = {}
+    for n in names:
+        values = [v for d in kept.values() if (v := _number(d.get(n))) is not None]
+        metrics[n] = summarize(values)
+    energy: Json = {}
+    for key in ENERGY_KEYS:
+        vals = [v for d in kept.values() if isinstance(e := d.get("energy"), dict)
+                and (v := _number(e.get(key))) is not None]
+        if vals:
+            energy[key] = summarize(vals)
+    methods = sorted({str(e.get("method")) for d in reps.values() if isinstance(e := d.get("energy"), dict)})
+    energy["method"] = ", ".join(methods) if methods else None
+    energy["simulated"] = any(bool(e.get("simulated")) for d in reps.values() if isinstance(e := d.get("energy"), dict))
+    flags = {
+        "throttled_reps": sorted(k for k, d in reps.items() if _flags(d).get("throttled")),
+        "downtrained_reps": sorted(k for k, d in reps.items() if _flags(d).get("downtrained")),
+        "excluded_reps": sorted(set(reps) - set(kept)),
+    }
+    return {"metrics": metrics, "energy": energy, "flags": flags}
+
+
+def paired_values(a_reps: Mapping[int, Mapping[str, object]], b_reps: Mapping[int, Mapping[str, object]],
+                  metric: str, config: CampaignConfig, kind: str,
+                  reps: list[int]) -> tuple[list[float | None], list[float | None]]:
+    """Arm A's and arm B's ``metric`` by rep; ``None`` on both sides where either rep is missing or excluded."""
+    av: list[float | None] = []
+    bv: list[float | None] = []
+    for k in reps:
+        da, db = a_reps.get(k), b_reps.get(k)
+        va = _number(da.get(metric)) if da is not None and not excluded(da, config, kind) else None
+        vb = _number(db.get(metric)) if db is not None and not excluded(db, config, kind) else None
+        ok = va is not None and vb is not None
+        av.append(va if ok else None)
+        bv.append(vb if ok else None)
+    return av, bv
+
+
+def uplift_at(a_reps: Mapping[int, Mapping[str, object]], b_reps: Mapping[int, Mapping[str, object]],
+              config: CampaignConfig, kind: str, reps: list[int]) -> Json:
+    """The paired uplift of arm A over arm B on the campaign's metric (``estimate``/``ci95``/``n``...)."""
+    metric = config.metric(kind)
+    higher = config.direction(kind) == "higher"
+    av, bv = paired_values(a_reps, b_reps, metric, config, kind, reps)
+    try:
+        up: Json = dict(paired_uplift(av, bv, higher_is_better=higher))
+    except StatsError as exc:
+        up = {"estimate": None, "ci95": None, "n": 0, "error": str(exc)}
+    return {**up, "metric": metric, "faster_arm": config.arm_a, "slower_arm": config.arm_b}

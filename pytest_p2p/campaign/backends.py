@@ -1,0 +1,205 @@
+"""What the runner drives: a server per arm and slot (model) or the NCCL all-reduce probe.
+
+The server/probe work is behind this small interface so the runner's bookkeeping is
+tested on CPU with a fake backend, while the real ones (vLLM or the stand-in through
+``serve.server.launch``; NCCL all-reduce through ``probes.allreduce.run_allreduce``)
+stay thin. A backend also answers :meth:`Backend.death`: whether the process it measures
+died or was replaced (see :mod:`.liveness`), so a dead server's rep is never stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from .config import CampaignConfig
+from ..errors import CampaignError
+from .liveness import Identity, death_cause
+
+if TYPE_CHECKING:
+    from ..probes.allreduce import AllReduceResult
+    from ..probes.arms import Arm
+    from ..probes.config import ProbeConfig
+    from ..serve.config import ServerConfig
+    from ..serve.server import RunningServer
+
+H = TypeVar("H")
+Json = dict[str, object]
+
+
+class Backend(Protocol[H]):
+    """What the runner needs from "a server" or "a probe"; ``H`` is the handle a slot yields."""
+
+    kind: str
+
+    def smoke(self, arm: Arm, log_path: Path) -> None: ...
+
+    def slot(self, arm: Arm, rep: int, log_path: Path) -> contextlib.AbstractContextManager[H]: ...
+
+    def warm(self, handle: H, point: str) -> None: ...
+
+    def measure(self, handle: H, point: str, rep: int) -> Json: ...
+
+    def death(self, handle: H) -> str | None: ...
+
+    def proof(self, handle: H, arm: Arm) -> tuple[Json | None, Json | None]: ...
+
+    def describe(self) -> Json | None: ...
+
+
+def concurrency_of(point: str) -> int:
+    return int(point[1:])
+
+
+@dataclass
+class ServerSlot:
+    """A running server and who it was when the slot began (to notice a death or a restart)."""
+
+    server: RunningServer
+    born: Identity
+
+
+@dataclass
+class ModelBackend:
+    """A server per arm and slot (vLLM or the stand-in, through the serve stage's ``launch``)."""
+
+    server: ServerConfig
+    campaign: CampaignConfig
+    pair: tuple[int, int]
+    rig_env: Mapping[str, str]
+    kind: str = "model"
+
+    def _load_kw(self) -> dict[str, object]:
+        load = self.server.load
+        return {
+            "input_len": self.campaign.input_len or load.input_len,
+            "output_len": self.campaign.output_len or load.output_len,
+            "seed": load.seed,
+            "request_timeout_s": self.campaign.request_timeout_s or self.server.request_timeout_s,
+            "endpoint": load.endpoint,
+        }
+
+    @contextlib.contextmanager
+    def slot(self, arm: Arm, rep: int, log_path: Path) -> Iterator[ServerSlot]:
+        from ..serve.server import launch
+
+        with launch(self.server, arm, self.pair, self.rig_env, log_path) as srv:
+            yield ServerSlot(srv, Identity.of(srv.process))
+
+    def _load(self, slot: ServerSlot, concurrency: int, num_prompts: int, **override: object) -> Json:
+        from ..serve.loadgen import run_load
+
+        srv = slot.server
+        kw = {**self._load_kw(), **override}
+        return dict(run_load(srv.base_url, srv.api_key, srv.model, concurrency=concurrency,
+                             num_prompts=num_prompts, warmup=0, **kw))  # type: ignore[arg-type]
+
+    def smoke(self, arm: Arm, log_path: Path) -> None:
+        with self.slot(arm, 0, log_path) as slot:
+            kw = self._load_kw()
+            res = self._load(slot, 1, 1, output_len=min(4, int(str(kw["output_len"]))),
+                             input_len=min(16, int(str(kw["input_len"]))))
+            if not res.get("completed"):
+                cause = self.death(slot)
+                raise CampaignError(f"smoke test of arm {arm.name}: the server answered no request "
+                                    f"(failed={res.get('failed')}){'; ' + cause if cause else ''}; "
+                                    f"server log: {log_path}")
+
+    def warm(self, handle: ServerSlot, point: str) -> None:
+        if self.campaign.warmup <= 0:
+            return
+        c = concurrency_of(point)
+        self._load(handle, c, max(self.campaign.warmup, c))
+
+    def measure(self, handle: ServerSlot, point: str, rep: int) -> Json:
+        c = concurrency_of(point)
+        return self._load(handle, c, c * self.campaign.prompts_per_concurrency)
+
+    def death(self, handle: ServerSlot) -> str | None:
+        return death_cause(handle.server.process, handle.born, handle.server.log_path)
+
+    def proof(self, handle: ServerSlot, arm: Arm) -> tuple[Json | None, Json | None]:
+        """(transport proof dict, attestation dict with ``problems``) from the server log."""
+        att = handle.server.attestation()
+        d: Json = dict(att.to_dict())
+        d["problems"] = list(att.problems(arm.expect_transport))
+        return dict(att.transport.to_dict()), d
+
+    def describe(self) -> Json | None:
+        s = self.server
+        return {"command": list(s.command), "model": s.model, "args": dict(s.args or {}),
+                "flags": list(s.flags or ()), "simulated": bool(s.simulated)}
+
+
+@dataclass
+class ProbeSlot:
+    """One probe run per arm and slot; run lazily inside the first point's timed window."""
+
+    arm: Arm
+    rep: int
+    log_path: Path
+    result: AllReduceResult | None = None
+
+
+@dataclass
+class ProbeBackend:
+    """The NCCL all-reduce probe (no model): one probe run per arm and slot covers every size."""
+
+    probe: ProbeConfig
+    campaign: CampaignConfig
+    pair: tuple[int, int]
+    rig_env: Mapping[str, str]
+    out_root: Path
+    kind: str = "probe"
+    worker: Sequence[str] | None = None  # replaces the torch worker command (tests use a fake one)
+
+    def smoke(self, arm: Arm, log_path: Path) -> None:
+        return None  # a probe run is its own smoke test: it fails fast with the last log line
+
+    @contextlib.contextmanager
+    def slot(self, arm: Arm, rep: int, log_path: Path) -> Iterator[ProbeSlot]:
+        # Lazy: the probe runs inside the first point's timed window, so that rep's telemetry
+        # (and its throttle/downtrain flags) covers the all-reduces; later points read its rows.
+        yield ProbeSlot(arm, rep, log_path)
+
+    def _result(self, handle: ProbeSlot) -> AllReduceResult:
+        if handle.result is None:
+            from ..probes.allreduce import run_allreduce
+
+            cfg = dataclasses.replace(self.probe, sizes=tuple(self.campaign.sizes), nccl_tests=False)
+            out = self.out_root / f"{handle.arm.name}_run{handle.rep}"
+            result = run_allreduce(self.pair, handle.arm, cfg, self.rig_env, out, worker=self.worker)
+            with contextlib.suppress(OSError):
+                if result.log_path is not None:
+                    shutil.copyfile(result.log_path, handle.log_path)
+            handle.result = result
+        return handle.result
+
+    def warm(self, handle: ProbeSlot, point: str) -> None:
+        return None
+
+    def measure(self, handle: ProbeSlot, point: str, rep: int) -> Json:
+        from ..util import parse_size
+
+        result = self._result(handle)
+        row = result.row(parse_size(point[1:]))
+        if row is None:
+            raise CampaignError(f"probe result of arm {result.arm} has no row for {point}")
+        return {"time_us": row.time_us, "busbw_gbs": row.busbw_gbs, "algbw_gbs": row.algbw_gbs,
+                "bytes": row.bytes, "correct": bool(result.correct)}
+
+    def death(self, handle: ProbeSlot) -> str | None:
+        return None  # a probe's processes end with the probe; a crash is a ProbeError of the probe itself
+
+    def proof(self, handle: ProbeSlot, arm: Arm) -> tuple[Json | None, Json | None]:
+        result = self._result(handle)
+        proof = result.proof
+        return (dict(proof.to_dict()) if proof is not None else None), None
+
+    def describe(self) -> Json | None:
+        return None

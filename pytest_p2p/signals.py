@@ -1,0 +1,87 @@
+"""SIGTERM and SIGHUP end a p2p run the way Ctrl-C does.
+
+Why: by default SIGTERM (a CI job cancelled or timed out, ``kill``) and SIGHUP (the
+terminal closed) end Python at once — no ``finally``, no fixture teardown, no ``atexit``.
+The stand-in or vLLM server is then re-parented to init and keeps the GPUs, and
+``run.json`` stays ``running`` for ever. Turned into ``KeyboardInterrupt`` in the main
+thread, they unwind like Ctrl-C: servers are torn down, ``run.json`` says ``interrupted``
+with the missing reps, and :func:`exit_status` gives the conventional ``128 + signal``
+exit code of a job cancelled by that signal.
+
+A second signal while the first one unwinds is recorded but does not raise again, so it
+cannot cut a teardown short (CI follows up with SIGKILL if it must). A handler someone
+else installed is left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+#: the signals treated like SIGINT (SIGHUP where the platform has it)
+SIGNALS: tuple[signal.Signals, ...] = tuple(
+    s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s is not None)
+
+_received: list[int] = []
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    first = not _received
+    _received.append(signum)
+    if first:
+        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+
+def _ours(handler: object) -> bool:
+    return handler is _handler
+
+
+def install() -> list[tuple[int, object]]:
+    """Treat SIGTERM/SIGHUP like SIGINT from now on; returns what to :func:`restore` (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    previous: list[tuple[int, object]] = []
+    for sig in SIGNALS:
+        current = signal.getsignal(sig)
+        if current in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(sig, _handler)
+            previous.append((sig, current))
+    return previous
+
+
+def restore(previous: list[tuple[int, object]]) -> None:
+    """Put back the handlers :func:`install` replaced (only where ours is still installed)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig, handler in previous:
+        if _ours(signal.getsignal(sig)):
+            signal.signal(sig, handler)  # type: ignore[arg-type]  # a handler getsignal returned
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM/SIGHUP raise ``KeyboardInterrupt`` inside the block (and the block's teardown runs)."""
+    previous = install()
+    try:
+        yield
+    finally:
+        restore(previous)
+
+
+def received() -> int | None:
+    """The first terminating signal received in this process, if any."""
+    return _received[0] if _received else None
+
+
+def exit_status() -> int | None:
+    """``128 + signal`` (143 for SIGTERM, 129 for SIGHUP) after a terminating signal, else ``None``."""
+    sig = received()
+    return None if sig is None else 128 + sig
+
+
+def reset() -> None:
+    """Forget received signals (tests run several sessions in one process)."""
+    _received.clear()

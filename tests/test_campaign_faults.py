@@ -1,0 +1,182 @@
+"""Faults through the real campaign path (issue 11): a server that dies mid-campaign, a server that
+answers nothing, SIGTERM/SIGHUP during a campaign, a full disk. The server is the SIMULATED stand-in
+launched by ``serve.server.launch`` exactly as vLLM would be; faults come from its fault modes."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_p2p.campaign.backends import ModelBackend
+from pytest_p2p.campaign.config import parse_campaign
+from pytest_p2p.campaign.runner import CampaignRunner
+from pytest_p2p.lease import GpuLease
+from pytest_p2p.probes.arms import PRESETS
+from pytest_p2p.serve.config import parse_server
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_SNAPSHOT = ROOT / "pytest_p2p" / "demo" / "h200x2-nvlink.snapshot.json"
+
+# Launches the stand-in like vLLM; with FAULT_ONCE_MARKER set, the fault applies to the first launch only
+# (the marker file records it), so a re-run on a fresh server can succeed. Its pid goes to PIDS_FILE.
+WRAPPER = r'''
+import os, sys
+marker, pids = os.environ.get("FAULT_ONCE_MARKER"), os.environ.get("PIDS_FILE")
+if pids:
+    with open(pids, "a") as fh:
+        fh.write(f"{os.getpid()}\n")
+if marker:
+    if os.path.exists(marker):
+        os.environ.pop("PYTEST_P2P_STANDIN_FAULT", None)
+    else:
+        open(marker, "w").close()
+os.execv(sys.executable, [sys.executable, "-m", "pytest_p2p.serve.standin", *sys.argv[1:]])
+'''
+
+
+def _server(tmp_path: Path, env: dict[str, str]) -> Any:
+    wrapper = tmp_path / "standin_wrapper.py"
+    wrapper.write_text(WRAPPER)
+    return parse_server({"command": [sys.executable, str(wrapper)], "model": "fault-model",
+                         "args": {"tensor-parallel-size": 2},
+                         "env": {"PYTEST_P2P_STANDIN_TTFT_MS": "2", "PYTEST_P2P_STANDIN_TPOT_MS": "1",
+                                 "PYTEST_P2P_STANDIN_JITTER": "0", "PIDS_FILE": str(tmp_path / "pids"), **env},
+                         "startup_timeout_s": 60, "request_timeout_s": 10,
+                         "load": {"input_len": 8, "output_len": 4, "warmup": 0}}, "fault-rig.yaml")
+
+
+def _runner(tmp_path: Path, env: dict[str, str], **cfg: Any) -> CampaignRunner[Any]:
+    from pytest_p2p.evidence.snapshot import load_snapshot
+
+    base: dict[str, Any] = {"kind": "model", "concurrency": [1], "reps": 2, "smoke": False, "warmup": 0,
+                            "prompts_per_concurrency": 2, "cooldown_s": 0, "idle_baseline_s": 0, "telemetry_hz": 10,
+                            "min_uplift": "-90%"}
+    base.update(cfg)
+    config = parse_campaign(base, "fault-rig.yaml")
+    backend = ModelBackend(server=_server(tmp_path, env), campaign=config, pair=(0, 1), rig_env={})
+    return CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS, backend=backend,
+                          results_root=tmp_path / "results", rig_name="faults", evidence=load_snapshot(DEMO_SNAPSHOT),
+                          simulated=True, lease=GpuLease(tmp_path / "locks"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_server_dying_mid_rep_is_set_aside_and_rerun_on_a_fresh_server(tmp_path: Path) -> None:
+    # request 1 is the launcher's readiness completion; the 3rd request (2nd of the timed window) kills it
+    res = _runner(tmp_path, {"PYTEST_P2P_STANDIN_FAULT": "die-after=2",
+                             "FAULT_ONCE_MARKER": str(tmp_path / "died-once")}).run()
+    assert res.status == "complete" and res.errors == [] and res.missing == []
+    (failure,) = res.set_aside
+    assert (failure.arm, failure.rep, failure.attempt, failure.kind) == ("p2p_on", 1, 1, "failed")
+    assert "died: exit code 70" in failure.cause and "die-after=2" in failure.cause  # exit code and log tail
+    scen = res.run_dir / "scenarios" / "p2p_on-c1"
+    raw = json.loads((scen / "run_1.try1.failed.json").read_text())
+    assert raw["failed"] == failure.cause and raw["completed"] == 1  # kept, but never aggregated
+    assert (scen / "server_run1.try1.failed.log").is_file()
+    assert json.loads((scen / "run_1.json").read_text())["meta"]["attempt"] == 2
+    thr = res.aggregate("p2p_on", "c1")["metrics"]["output_throughput"]  # type: ignore[index]
+    assert thr["n"] == 2 and min(thr["values"]) > 0
+    meta = json.loads((res.run_dir / "run.json").read_text())
+    assert meta["status"] == "complete" and meta["rep_failures"][0]["cause"] == failure.cause
+    assert any("set aside and re-run" in n for n in meta["notes"])
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    assert len(pids) == 5 and not any(_alive(p) for p in pids)  # 4 slots + 1 re-run, all reaped
+
+
+def test_server_that_always_dies_fails_the_campaign_and_stores_no_measurement(tmp_path: Path) -> None:
+    res = _runner(tmp_path, {"PYTEST_P2P_STANDIN_FAULT": "die-after=1"}, reps=1, rep_retries=1).run()
+    assert res.status == "failed"
+    assert sorted(res.missing) == ["p2p_off-c1 rep 1", "p2p_on-c1 rep 1"]
+    assert len(res.errors) == 2 and all("not measured after 2 attempt(s)" in e and "died" in e for e in res.errors)
+    assert res.aggregates == {} and res.uplift["c1"]["n"] == 0
+    meta = json.loads((res.run_dir / "run.json").read_text())
+    assert meta["status"] == "failed" and len(meta["errors"]) == 2 and len(meta["rep_failures"]) == 4
+    assert not list((res.run_dir / "scenarios" / "p2p_on-c1").glob("run_1.json"))
+
+
+def test_rep_with_no_completed_request_is_never_a_measurement(tmp_path: Path) -> None:
+    # every timed request gets HTTP 500 (the readiness completion, request 1, still passes)
+    res = _runner(tmp_path, {"PYTEST_P2P_STANDIN_FAULT": "http-500", "PYTEST_P2P_STANDIN_FAULT_AFTER": "1"},
+                  reps=1, rep_retries=0).run()
+    assert res.status == "failed" and res.aggregates == {}
+    assert all("no request completed (2 failed" in e for e in res.errors), res.errors
+    scen = res.run_dir / "scenarios" / "p2p_off-c1"
+    assert json.loads((scen / "run_1.try1.failed.json").read_text())["completed"] == 0
+
+
+SIGNAL_SCRIPT = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, {tests!r})
+    from pathlib import Path
+    from test_campaign_faults import _runner
+    _runner(Path({tmp!r}), {{"PYTEST_P2P_STANDIN_TTFT_MS": "300"}}, reps=3).run()
+''')
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_interrupt_like_ctrl_c(tmp_path: Path, sig: signal.Signals) -> None:
+    script = tmp_path / "campaign.py"
+    script.write_text(SIGNAL_SCRIPT.format(tests=str(Path(__file__).parent), tmp=str(tmp_path)))
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while not list((tmp_path / "results").glob("*/scenarios/p2p_on-c1/run_1.json")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.1)
+        os.kill(proc.pid, sig)
+        out = proc.communicate(timeout=60)[0].decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0 and "KeyboardInterrupt" in out and sig.name in out
+    (run_dir,) = (tmp_path / "results").iterdir()
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "interrupted" and "p2p_off-c1 rep 3" in meta["missing"]
+    assert "p2p_on-c1 rep 1" not in meta["missing"]
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    assert pids and not any(_alive(p) for p in pids), "a stand-in outlived the interrupted campaign"
+
+
+def test_disk_full_while_writing_a_rep_fails_the_campaign_and_keeps_earlier_reps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_p2p.util as util
+
+    real = util.os.replace
+    writes = {"reps": 0}
+
+    def replace(src: Any, dst: Any) -> None:
+        name = Path(dst).name
+        if name.startswith("run_") and name.endswith(".json") and ".try" not in name:
+            writes["reps"] += 1
+            if writes["reps"] == 3:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(util.os, "replace", replace)
+    runner = _runner(tmp_path, {}, reps=2)
+    with pytest.raises(OSError, match=r"run_2\.json.*No space left on device") as info:
+        runner.run()
+    assert info.value.errno == errno.ENOSPC
+    (run_dir,) = (tmp_path / "results").iterdir()
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "failed" and any("No space left" in e for e in meta["errors"])
+    assert meta["missing"] == ["p2p_off-c1 rep 2", "p2p_on-c1 rep 2"]
+    for arm in ("p2p_on", "p2p_off"):
+        assert json.loads((run_dir / "scenarios" / f"{arm}-c1" / "run_1.json").read_text())["completed"] == 2
