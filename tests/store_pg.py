@@ -8,7 +8,7 @@ postgresql``; binaries under ``/usr/lib/postgresql/<major>/bin``, or ``PYTEST_P2
 password (scram) authentication so that the tests see a URL with a secret in it. initdb and
 postgres refuse to run as root, so as root they run as ``nobody``.
 
-Test modules import the fixtures by their function names (``pg_fixture``,
+Test modules import BOTH fixtures by their function names (``pg_fixture``,
 ``store_target_fixture``); tests use them as ``pg`` and ``store_target``.
 
 Where no server can be started the tests that need one are skipped with the reason; set
