@@ -14,7 +14,8 @@ import pytest
 
 from pytest_p2p.probes.arms import PRESETS
 from pytest_p2p.serve.config import parse_server
-from pytest_p2p.serve.loadgen import make_prompts, run_load, run_load_async
+from pytest_p2p.serve.loadgen import run_load, run_load_async
+from pytest_p2p.serve.workload import WordTokenizer, token_prompts
 from pytest_p2p.serve.metrics import RequestRecord
 from pytest_p2p.serve.server import RunningServer, launch
 
@@ -38,9 +39,10 @@ def _served(srv: RunningServer) -> int:
 
 
 def test_prompts_deterministic_distinct_and_sized() -> None:
-    a, b = make_prompts(5, 12, seed=7), make_prompts(5, 12, seed=7)
-    assert a == b and len(set(a)) == 5 and all(len(p.split()) == 12 for p in a)
-    assert make_prompts(5, 12, seed=8) != a
+    tok = WordTokenizer()
+    a, b = token_prompts(tok, 5, 12, seed=7), token_prompts(tok, 5, 12, seed=7)
+    assert a == b and len(set(a)) == 5 and all(len(tok.encode(p)) == 12 for p in a)
+    assert token_prompts(tok, 5, 12, seed=8) != a
 
 
 def test_closed_loop_counts_from_usage_and_excludes_warmup(srv: RunningServer) -> None:
@@ -69,7 +71,7 @@ def test_chat_endpoint(srv: RunningServer) -> None:
 def test_bad_api_key_is_counted_not_raised(srv: RunningServer) -> None:
     r = run_load(srv.base_url, "wrong", srv.model, concurrency=2, num_prompts=2, input_len=2, output_len=2,
                  warmup=0)
-    assert r["completed"] == 0 and r["failed"] == 2 and r["errors"][0]["error"].startswith("HTTP 401")
+    assert r["completed"] == 0 and r["failed"] == 2 and r["error_summary"][0]["error"].startswith("HTTP 401")
 
 
 def test_refused_connection_fails_fast() -> None:
@@ -78,12 +80,12 @@ def test_refused_connection_fails_fast() -> None:
         port = s.getsockname()[1]
     r = run_load(f"http://127.0.0.1:{port}", "k", "m", concurrency=2, num_prompts=3, input_len=2, output_len=2,
                  warmup=1, request_timeout_s=5)
-    assert r["failed"] == 3 and r["warmup_failed"] == 1 and "connection error" in r["errors"][0]["error"]
+    assert r["failed"] == 3 and r["warmup_failed"] == 1 and "connection error" in r["error_summary"][0]["error"]
     assert r["duration"] < 5
 
 
 def test_works_inside_a_running_event_loop(srv: RunningServer) -> None:
-    async def inner() -> dict:
+    async def inner() -> object:
         return run_load(srv.base_url, srv.api_key, srv.model, concurrency=1, num_prompts=1, input_len=2,
                         output_len=2, warmup=0)
 
@@ -126,13 +128,15 @@ def test_sharded_run_reports_failures_too() -> None:
         port = s.getsockname()[1]
     r = run_load(f"http://127.0.0.1:{port}", "k", "m", concurrency=2, num_prompts=2, input_len=2, output_len=2,
                  warmup=0, client_processes=2, request_timeout_s=5)
-    assert r["failed"] == 2 and "connection error" in r["errors"][0]["error"]
+    assert r["failed"] == 2 and "connection error" in r["error_summary"][0]["error"]
 
 
 def test_a_failing_client_process_is_a_server_error_not_a_traceback() -> None:
     """A sharded run whose client process dies raises the user-facing ServerError (the campaign reports those)."""
     from pytest_p2p.errors import ServerError
 
-    with pytest.raises(ServerError, match="client process failed: AttributeError"):
-        run_load(12345, "key", "m", concurrency=2, num_prompts=2, input_len=1, output_len=1, warmup=0,  # type: ignore[arg-type]
-                 client_processes=2)
+    with pytest.raises(ServerError, match="client process failed: ServerError: raw transport"):
+        run_load("https://127.0.0.1:9", "key", "m", concurrency=2, num_prompts=2, input_len=1, output_len=1,
+                 warmup=0, client_processes=2, tokenizer="standin-words")
+    with pytest.raises(ServerError, match="base_url must be a string"):
+        run_load(12345, "key", "m", concurrency=1, num_prompts=1, input_len=1, output_len=1)  # type: ignore[arg-type]

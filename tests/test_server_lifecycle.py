@@ -51,11 +51,11 @@ def test_parse_server_defaults_and_argv() -> None:
                       "served_model_name": "tiny", "args": {"max-model-len": 2048, "enforce-eager": True,
                                                             "kv-cache-dtype": None, "x": [1, 2]},
                       "flags": ["disable-log-requests"], "env": {"HF_HUB_OFFLINE": 1}}, "rig.yaml")
-    argv = c.argv(["--disable-custom-all-reduce"], host="127.0.0.1", port=8011, api_key="k")
+    argv = c.argv(["--disable-custom-all-reduce"], host="127.0.0.1", port=8011)
     assert argv == ["/opt/venv/bin/python3", "-m", "vllm.entrypoints.cli.main", "serve", "/m",
                     "--max-model-len", "2048", "--enforce-eager", "--x", "1", "2", "--disable-log-requests",
                     "--disable-custom-all-reduce", "--served-model-name", "tiny",
-                    "--host", "127.0.0.1", "--port", "8011", "--api-key", "k"]
+                    "--host", "127.0.0.1", "--port", "8011"]
     assert c.env == {"HF_HUB_OFFLINE": "1"} and c.model_name == "tiny"
 
 
@@ -119,8 +119,10 @@ def test_launch_ready_load_teardown(arm_name: str, tmp_path: Path) -> None:
         assert env["RIG_ONLY"] == "r" and env["SERVER_ONLY"] == "s"  # server env over rig env
         assert env["NCCL_P2P_DISABLE"] == arm.env["NCCL_P2P_DISABLE"] and env[TOKEN_ENV] == srv.token
         assert srv.simulated and srv.base_url.startswith("http://127.0.0.1:") and srv.model == "tiny-model"
-        assert "--disable-custom-all-reduce" in srv.argv and srv.api_key in srv.argv
-        assert srv.api_key not in str(srv.to_dict())
+        assert "--disable-custom-all-reduce" in srv.argv and "--api-key" not in srv.argv
+        # the per-launch secret is in the environment, never on the command line other users can read
+        assert env["VLLM_API_KEY"] == srv.api_key and srv.api_key.encode() not in _cmdline_bytes(srv.pid)
+        assert srv.api_key not in str(srv.to_dict()) and srv.api_key not in srv.log_text()
         result = run_load(srv.base_url, srv.api_key, srv.model, concurrency=4, num_prompts=8, input_len=8,
                           output_len=8, warmup=1, request_timeout_s=5)
         assert result["completed"] == 8 and result["failed"] == 0 and result["total_output_tokens"] == 64
@@ -131,6 +133,10 @@ def test_launch_ready_load_teardown(arm_name: str, tmp_path: Path) -> None:
     assert srv.process.returncode is not None and find_leftovers(token, pid) == []
     assert any("NVML not available" in n for n in srv.notes)
     assert "teardown of arm" in (tmp_path / "server.log").read_text()
+
+
+def _cmdline_bytes(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
 
 
 def _assert_clean(tmp_path: Path) -> None:
@@ -146,7 +152,7 @@ def test_fail_start_is_server_error_with_cause_and_tail(kind: str, cause: str, t
         pytest.fail("must not become ready")
     msg = str(exc.value)
     assert f"likely cause: {cause}" in msg and "exited with code 1" in msg and "SIMULATED fault" in msg
-    assert "gpu0-gpu1" in msg and "<api-key>" in msg
+    assert "gpu0-gpu1" in msg and "--api-key" not in msg  # the secret is in the environment, not argv
     _assert_clean(tmp_path)
 
 
@@ -154,9 +160,17 @@ def test_port_in_use(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
-        with pytest.raises(ServerError, match="likely cause: port in use"), \
+        with pytest.raises(ServerError, match=f"already in use by pid {os.getpid()} "), \
                 launch(cfg(), PRESETS["p2p_on"], (0, 1), None, tmp_path / "server.log", port=s.getsockname()[1]):
             pass
+    assert not (tmp_path / "server.log").exists() or "launching" not in (tmp_path / "server.log").read_text()
+
+
+def test_port_taken_after_the_check_is_still_a_cause(tmp_path: Path) -> None:
+    """A listener appearing between the check and the bind: our server's own error names the cause."""
+    with pytest.raises(ServerError, match="likely cause: port in use"), \
+            launch(cfg(fault="fail-start=port"), PRESETS["p2p_on"], (0, 1), None, tmp_path / "server.log"):
+        pass
 
 
 def test_missing_command(tmp_path: Path) -> None:
@@ -214,7 +228,7 @@ def test_faults_under_load_are_counted_failures(fault: str, error: str, tmp_path
                           output_len=6, warmup=0, request_timeout_s=1.0)
         assert time.monotonic() - t0 < 10
         assert result["completed"] == 0 and result["failed"] == 2
-        assert error in result["errors"][0]["error"]
+        assert error in result["error_summary"][0]["error"]
     _assert_clean(tmp_path)
 
 
@@ -223,7 +237,11 @@ def test_die_after_n_keeps_measured_results(tmp_path: Path) -> None:
         result = run_load(srv.base_url, srv.api_key, srv.model, concurrency=1, num_prompts=5, input_len=4,
                           output_len=4, warmup=0, request_timeout_s=2)
         assert result["completed"] == 2 and result["failed"] == 3  # 1 readiness + 2 served, then death
-        assert all("connection error" in e["error"] for e in result["errors"])
+        assert all("connection error" in e["error"] for e in result["error_summary"])
+        assert [bool(e) for e in result["errors"]] == [False, False, True, True, True]  # bench's per-request form
+        death = srv.death()
+        assert death is not None and death.reason == "exited" and death.exit_code == 70 and death.signal is None
+        assert "engine core died" in death.log_tail and death.pid == srv.pid
         with pytest.raises(ServerError, match="exited with code 70 while in use"):
             srv.check_alive()
     _assert_clean(tmp_path)

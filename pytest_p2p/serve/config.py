@@ -3,8 +3,8 @@
 The command is a list so that it can be any argv prefix (``vllm serve``, or
 ``/opt/venv/bin/python3 -m vllm.entrypoints.cli.main serve`` where the ``vllm``
 script is not on ``PATH``). The model is appended after it, then the constant
-``args``/``flags``, then the arm's flags, then the per-run ``--host --port --api-key``
-that only the launcher knows.
+``args``/``flags``, then the arm's flags, then the per-run ``--host --port`` that only
+the launcher knows (the per-run API key goes in the environment, ``VLLM_API_KEY``).
 
 The literal first word ``python`` means *the interpreter running pytest*
 (``sys.executable``), so the demo rig's ``[python, -m, pytest_p2p.serve.standin]``
@@ -73,9 +73,12 @@ class ServerConfig:
             argv[0] = sys.executable
         return argv
 
-    def argv(self, arm_flags: list[str] | tuple[str, ...] = (), *, host: str, port: int,
-             api_key: str) -> list[str]:
-        """Full argv for one launch: command, model, rig args/flags, the arm's flags, per-run flags."""
+    def argv(self, arm_flags: list[str] | tuple[str, ...] = (), *, host: str, port: int) -> list[str]:
+        """Full argv for one launch: command, model, rig args/flags, the arm's flags, per-run flags.
+
+        The per-launch API key is not here: it travels as ``VLLM_API_KEY`` in the environment,
+        so ``/proc/PID/cmdline`` (readable by every user) never shows it.
+        """
         out = self.executable_argv()
         if self.model:
             out.append(self.model)
@@ -85,7 +88,7 @@ class ServerConfig:
         out.extend(arm_flags)
         if self.served_model_name:
             out += ["--served-model-name", self.served_model_name]
-        out += ["--host", host, "--port", str(port), "--api-key", api_key]
+        out += ["--host", host, "--port", str(port)]
         return out
 
     def to_dict(self) -> dict[str, Any]:

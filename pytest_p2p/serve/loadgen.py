@@ -1,26 +1,26 @@
-"""Closed-loop OpenAI load generator with ``vllm bench serve``'s measurement rules.
+"""OpenAI-API load generator with ``vllm bench serve``'s workload and measurement rules.
 
-Why not shell out to ``vllm bench serve``: the plugin must measure the stand-in on a
-CPU box with only the ``openai`` client installed, count every failure explicitly,
-and never retry silently. So this module reimplements the *measurement* (same
-timestamps, same metric definitions, same JSON keys; see docs/metrics.md) on top of
-``openai.AsyncOpenAI`` with:
+Why not shell out to ``vllm bench serve``: the plugin must measure the stand-in on a CPU
+box, count every failure explicitly and never retry silently, and keep up with a server
+that streams tens of thousands of tokens per second. So this module reimplements the
+*measurement* (same workload in tokens, same timestamps, same metric definitions, same
+JSON keys -- docs/metrics.md) with:
 
-* ``max_retries=0`` -- a retried request would hide a server failure and skew TTFT;
-* an explicit ``httpx.AsyncClient`` (``trust_env=False`` so a proxy variable cannot
-  route 127.0.0.1 traffic elsewhere; connection limits >= concurrency so requests never
-  queue inside the client; explicit timeouts);
-* fixed input/output lengths (``ignore_eos`` and ``min_tokens``) and seeded prompts, so
-  P2P-on and P2P-off arms get byte-identical work;
-* streamed responses with ``include_usage`` (and vLLM's ``continuous_usage_stats``):
-  output tokens are the server's count, not a re-tokenisation. The raw SSE lines are
-  parsed here (``with_streaming_response``) rather than by the SDK's typed stream:
-  building a pydantic object per token would make the client the bottleneck well below
-  10 000 tokens/s (benchmarks/harness_ceiling.py).
+* the workload of :mod:`.workload`: prompts of exactly ``input_len`` tokens of the
+  served model's tokenizer, ``ignore_eos`` and ``max_tokens = output_len``, seeded so
+  every arm gets byte-identical work; closed loop (``request_rate=inf``) or seeded
+  Poisson/gamma arrivals capped at ``concurrency``;
+* a transport that keeps up (:mod:`.transport`; ``raw`` by default, the ``openai`` SDK
+  over httpx or aiohttp on request) with ``max_retries=0`` semantics: a retried request
+  would hide a server failure and skew TTFT;
+* client processes sharded automatically from the concurrency and the cores
+  (:func:`plan_processes`), each pinned to its own core, all released by one barrier;
+* the client's own health recorded per run -- CPU use of each client process and the
+  lateness of its event loop -- and ``client_saturated`` set when it could not keep up.
 
-A request is *successful* only if its stream delivered at least one content chunk, a
-usage report and the final ``[DONE]``; a stream cut short, an HTTP error, a timeout
-or a dropped connection is a counted failure with its reason, never an exception.
+A request is *successful* only if its stream delivered a content chunk, a well-formed
+usage report and the final ``[DONE]``; anything else is a counted failure with its
+reason, never an exception out of :func:`run_load`.
 """
 
 from __future__ import annotations
@@ -28,26 +28,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import random
+import math
+import os
 import time
-from collections.abc import Sequence
-from typing import Any
+import types
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from ..errors import ServerError
-from .metrics import PERCENTILES, RequestRecord, compute_metrics
+from .metrics import PERCENTILES, RequestRecord, goodput, peaks, percentile, summarize
+from .result import ClientStats, LoadResult
+from .transport import TRANSPORTS, StreamError, StreamParser, Transport, make_transport
+from .workload import STANDIN_TOKENIZER, arrival_offsets, load_tokenizer, token_prompts
 
-# Common English words that are single tokens (with their leading space) in Llama-style
-# tokenizers, so that ``input_len`` words are close to ``input_len`` prompt tokens. The
-# reported ``total_input_tokens`` still comes from the server's usage, not from this.
-_VOCAB = (  # noqa: SIM905 - one readable string, not 130 quoted words
-    " the of and to in is that for it as with on was be by at this from are or an have not "
-    "but which one all were they there can when more been has would what if will about up out "
-    "so them some time these two may other then do first any like now my over such our man "
-    "me even most made after also did many before must through back years where much your way "
-    "well down should because each just those people how too little state good very make world "
-    "still own see men work long get here between both life being under never day same another "
-    "know while last might us great old year off come since against go came right used take "
-    "three").split()
+#: streams one client process serves before another is started (docs/performance.md)
+STREAMS_PER_PROCESS = 16
 
 
 def require_client() -> None:
@@ -55,16 +51,12 @@ def require_client() -> None:
     try:
         import openai  # noqa: F401
     except ImportError:
-        raise ServerError("the load generator needs the 'openai' package (a dependency of pytest-p2p and of "
-                          "vLLM): pip install 'openai>=1.40'") from None
+        raise ServerError("the load generator's 'openai' transports need the 'openai' package (a dependency "
+                          "of pytest-p2p and of vLLM): pip install 'openai>=1.40'") from None
 
 
-def http_module() -> Any:
-    """The httpx module the installed ``openai`` SDK is built on.
-
-    ``openai`` 1.x/2.x use ``httpx``; later releases use a fork (``httpx2``). Limits,
-    timeouts and the client passed to the SDK must come from the same module.
-    """
+def http_module() -> types.ModuleType:
+    """The httpx module the installed ``openai`` SDK is built on (``httpx`` or its fork ``httpx2``)."""
     import importlib
 
     import openai
@@ -77,304 +69,362 @@ def http_module() -> Any:
     return httpx
 
 
-def make_prompts(n: int, input_len: int, seed: int) -> list[str]:
-    """``n`` deterministic prompts of ``input_len`` words; distinct so prefix caching cannot help."""
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(_VOCAB) for _ in range(input_len)) for _ in range(n)]
+@dataclass(frozen=True)
+class LoadSpec:
+    """One run's workload and client settings (``vllm bench serve`` names where it has one)."""
+
+    concurrency: int
+    num_prompts: int
+    input_len: int
+    output_len: int
+    seed: int = 0
+    warmup: int = 1
+    request_timeout_s: float = 300.0
+    endpoint: str = "completions"
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    tokenizer: str | None = None  # None: the model directory the server reports, or the stand-in's words
+    transport: str = "raw"
+    client_processes: int = 0  # 0: plan_processes(concurrency)
+    goodput_slos_ms: Mapping[str, float] = field(default_factory=dict)
+    continuous_usage: bool = False
+    keep_chunk_times: bool = False
+    percentiles: tuple[float, ...] = PERCENTILES
+    pin: bool = True
+
+    def check(self) -> None:
+        """``ValueError`` naming the first out-of-range field."""
+        ints = {"concurrency": (self.concurrency, 1, 100_000), "num_prompts": (self.num_prompts, 1, 10_000_000),
+                "input_len": (self.input_len, 1, 10_000_000), "output_len": (self.output_len, 1, 10_000_000),
+                "warmup": (self.warmup, 0, 1_000_000), "client_processes": (self.client_processes, 0, 4096)}
+        for name, (value, lo, hi) in ints.items():
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise ValueError(f"{name} must be an integer {lo}..{hi}; got {value!r}")
+        if self.endpoint not in ("completions", "chat"):
+            raise ValueError(f"endpoint must be 'completions' or 'chat', got {self.endpoint!r}")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
+        if not 0 < self.request_timeout_s <= 7 * 86400:
+            raise ValueError(f"request_timeout_s must be in (0, 604800], got {self.request_timeout_s!r}")
+        if not self.request_rate > 0 or not 0 < self.burstiness < 1e6:
+            raise ValueError(f"request_rate and burstiness must be > 0, got {self.request_rate}, {self.burstiness}")
 
 
-def _describe(exc: BaseException, timeout_s: float) -> str:
-    import openai
+def plan_processes(concurrency: int, cores: int | None = None) -> int:
+    """Client processes for ``concurrency`` streams: one per :data:`STREAMS_PER_PROCESS`, at most half the cores.
 
-    if isinstance(exc, (asyncio.TimeoutError, openai.APITimeoutError)):
-        return f"timeout: no complete response within {timeout_s:g} s"
-    if isinstance(exc, openai.APIStatusError):
-        return f"HTTP {exc.status_code}: {str(exc.message)[:200]}"
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__ or exc
-        return f"connection error: {type(cause).__name__}: {str(cause)[:200]}"
-    return f"{type(exc).__name__}: {str(exc)[:200]}"
+    The other half is left to the server (vLLM's API server and engine core are busy
+    processes of their own); a 2-core box therefore always runs one in-process loop.
+    """
+    n = len(os.sched_getaffinity(0)) if cores is None else cores
+    return max(1, min(max(1, n // 2), math.ceil(concurrency / STREAMS_PER_PROCESS)))
 
 
-async def _request(client: Any, *, chat: bool, model: str, prompt: str, output_len: int, rid: str,
-                   timeout_s: float, continuous_usage: bool, keep_chunk_times: bool) -> RequestRecord:
-    rec = RequestRecord(prompt_len=0)
-    extra_body: dict[str, Any] = {
-        "stream_options": {"include_usage": True, **({"continuous_usage_stats": True} if continuous_usage else {})},
-        "ignore_eos": True, "min_tokens": output_len, "temperature": 0.0,
-    }
-    if chat:
-        call = client.chat.completions.with_streaming_response.create
-        kwargs: dict[str, Any] = {"messages": [{"role": "user", "content": prompt}],
-                                  "max_completion_tokens": output_len}
+@dataclass(frozen=True)
+class _Job:
+    """What one client process runs: its share of the measured requests and its concurrency."""
+
+    base_url: str
+    api_key: str
+    model: str
+    spec: LoadSpec
+    prompts: tuple[str, ...]
+    offsets: tuple[float, ...]
+    warm_ids: tuple[int, ...]
+    ids: tuple[int, ...]
+    concurrency: int
+    cpu: int | None = None
+
+
+@dataclass
+class _Shard:
+    warm: list[RequestRecord]
+    records: dict[int, RequestRecord]
+    t0: float
+    t1: float
+    stats: ClientStats
+
+
+def _payload(job: _Job, prompt: str) -> dict[str, object]:
+    s = job.spec
+    opts: dict[str, object] = {"include_usage": True}
+    if s.continuous_usage:
+        opts["continuous_usage_stats"] = True
+    body: dict[str, object] = {"model": job.model, "stream": True, "stream_options": opts, "temperature": 0.0,
+                               "ignore_eos": True}
+    if s.endpoint == "chat":
+        body.update(messages=[{"role": "user", "content": prompt}], max_completion_tokens=s.output_len)
     else:
-        call = client.completions.with_streaming_response.create
-        kwargs = {"prompt": prompt, "max_tokens": output_len}
-    times: list[float] | None = [] if keep_chunk_times else None
-    st = time.perf_counter()
-    rec.start_time = st
-    last = st
-    first = False
-    done = False
-    usage: dict[str, Any] | None = None
+        body.update(prompt=prompt, max_tokens=s.output_len)
+    return body
 
-    async def consume() -> None:
-        nonlocal last, first, done, usage
-        async with call(model=model, stream=True, extra_body=extra_body,
-                        extra_headers={"x-request-id": rid}, **kwargs) as resp:
-            buf = b""
-            # Raw bytes, split into SSE events here: httpx's text and line decoders cost more
-            # per token than the JSON parse. All events of one network read share its arrival
-            # time, exactly as in vLLM's benchmark client.
-            async for raw in resp.iter_bytes():
-                now = time.perf_counter()
-                buf += raw
-                while True:
-                    cut = buf.find(b"\n\n")
-                    if cut < 0:
-                        break
-                    event, buf = buf[:cut], buf[cut + 2:]
-                    for line in event.split(b"\n"):
-                        if not line.startswith(b"data:"):
-                            continue  # ": ping" comments, event names
-                        payload = line[5:].strip()
-                        if payload == b"[DONE]":
-                            done = True
-                            continue
-                        data = json.loads(payload)
-                        if data.get("usage"):
-                            usage = data["usage"]
-                        if "error" in data and not data.get("choices"):
-                            raise RuntimeError(f"error event in stream: {str(data['error'])[:200]}")
-                        choices = data.get("choices")
-                        if not choices:
-                            continue
-                        if chat:
-                            delta = choices[0].get("delta") or {}
-                            if not (delta.get("content") or delta.get("reasoning_content")
-                                    or delta.get("reasoning")):
-                                continue  # the role preamble carries no token
-                        if not first:
-                            first = True
-                            rec.ttft = now - st
-                        else:
-                            rec.itl.append(now - last)
-                        last = now
-                        if times is not None:
-                            times.append(now)
 
+async def _request(transport: Transport, job: _Job, prompt: str, rid: str, keep_times: bool) -> RequestRecord:
+    rec = RequestRecord(prompt_len=job.spec.input_len)
+    parser = StreamParser(rec, chat=job.spec.endpoint == "chat", keep_times=keep_times)
+    path = "chat/completions" if job.spec.endpoint == "chat" else "completions"
+    timeout = job.spec.request_timeout_s
+    rec.start_time = time.perf_counter()
     try:
-        await asyncio.wait_for(consume(), timeout_s)
-    except Exception as exc:  # noqa: BLE001 - every failure is counted with its reason
-        rec.error = _describe(exc, timeout_s)
-    else:
-        if not first:
-            rec.error = "stream carried no content chunk (cannot measure TTFT)"
-        elif not done:
-            rec.error = "stream cut short: ended before data: [DONE]"
-        elif usage is None or usage.get("completion_tokens") is None:
-            rec.error = "no usage report in stream: server did not count completion tokens"
-        else:
-            rec.success = True
-            rec.output_tokens = int(usage["completion_tokens"])
-            rec.prompt_len = int(usage.get("prompt_tokens") or 0)
-    rec.latency = last - st
-    rec.chunk_times = times
+        await asyncio.wait_for(transport.stream(path, _payload(job, prompt), rid, parser.feed), timeout)
+        parser.finish()
+        rec.success = True
+    except (asyncio.TimeoutError, TimeoutError):
+        rec.error = f"timeout: no complete response within {timeout:g} s"
+    except StreamError as exc:
+        rec.error = str(exc)
+    except (ConnectionError, OSError) as exc:
+        rec.error = f"connection error: {type(exc).__name__}: {str(exc)[:200]}"
+    except Exception as exc:  # noqa: BLE001 - every failure is counted with its reason, none escapes
+        rec.error = f"{type(exc).__name__}: {str(exc)[:200]}"
+    rec.latency = (parser.last or rec.start_time) - rec.start_time
+    rec.chunk_times = parser.times if keep_times else None
     return rec
 
 
-def _check_shape(concurrency: int, num_prompts: int, input_len: int, output_len: int, warmup: int,
-                 endpoint: str) -> None:
-    if concurrency < 1 or num_prompts < 1 or input_len < 1 or output_len < 1 or warmup < 0:
-        raise ValueError("concurrency, num_prompts, input_len, output_len must be >= 1 and warmup >= 0; got "
-                         f"{concurrency}, {num_prompts}, {input_len}, {output_len}, {warmup}")
-    if endpoint not in ("completions", "chat"):
-        raise ValueError(f"endpoint must be 'completions' or 'chat', got {endpoint!r}")
+async def _lag_probe(samples: list[float], stop: asyncio.Event) -> None:
+    """How long a callback made ready now waits for the loop: the bound on a chunk timestamp's lateness."""
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        await asyncio.sleep(0.005)
+        fut: asyncio.Future[None] = loop.create_future()
+        t = time.perf_counter()
+        loop.call_soon(fut.set_result, None)
+        await fut
+        samples.append(time.perf_counter() - t)
 
 
-async def _drive(base_url: str, api_key: str, model: str, prompts: Sequence[str], warm_ids: Sequence[int],
-                 ids: Sequence[int], offset: int, *, concurrency: int, output_len: int, request_timeout_s: float,
-                 chat: bool, continuous_usage: bool, keep_chunk_times: bool, gate: Any = None,
-                 ) -> tuple[list[RequestRecord], dict[int, RequestRecord], float, float]:
-    """Warm up, pass the ``gate`` (other client processes), then run ``ids`` closed-loop at ``concurrency``.
-
-    Measured request ``i`` sends ``prompts[offset + i]`` with request id ``req-<i>``.
-    """
-    import openai
-
-    httpx = http_module()
-
-    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
-    timeout = httpx.Timeout(request_timeout_s, connect=min(10.0, request_timeout_s))
-    http = httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
-    client = openai.AsyncOpenAI(base_url=base_url.rstrip("/") + "/v1", api_key=api_key, max_retries=0,
-                                timeout=timeout, http_client=http)
-    common = dict(chat=chat, model=model, output_len=output_len, timeout_s=request_timeout_s,
-                  continuous_usage=continuous_usage)
-    async with http:
-        sem = asyncio.Semaphore(concurrency)
+async def _drive(job: _Job, gate: Callable[[], None] | None = None) -> _Shard:
+    """Warm up, pass the ``gate`` (the other client processes), then run ``job.ids``."""
+    s = job.spec
+    transport = make_transport(s.transport, job.base_url, job.api_key, connections=job.concurrency + 4,
+                               timeout_s=s.request_timeout_s)
+    try:
+        sem = asyncio.Semaphore(job.concurrency)
 
         async def warm_one(i: int) -> RequestRecord:
             async with sem:
-                return await _request(client, prompt=prompts[i], rid=f"warmup-{i}", keep_chunk_times=False,
-                                      **common)  # type: ignore[arg-type]
+                return await _request(transport, job, job.prompts[i], f"warmup-{i}", False)
 
-        warm = list(await asyncio.gather(*(warm_one(i) for i in warm_ids)))
+        warm = list(await asyncio.gather(*(warm_one(i) for i in job.warm_ids)))
         if gate is not None:
             gate()
         records: dict[int, RequestRecord] = {}
-        queue = list(ids)
-        queue.reverse()
+        base = s.warmup
 
-        async def worker() -> None:
-            while queue:
-                i = queue.pop()
-                records[i] = await _request(client, prompt=prompts[offset + i], rid=f"req-{i}",
-                                            keep_chunk_times=keep_chunk_times, **common)  # type: ignore[arg-type]
+        async def one(i: int) -> None:
+            records[i] = await _request(transport, job, job.prompts[base + i], f"req-{i}", s.keep_chunk_times)
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(ids)))))
-        t1 = time.perf_counter()
-    return warm, records, t0, t1
+        lags: list[float] = []
+        stop = asyncio.Event()
+        probe = asyncio.ensure_future(_lag_probe(lags, stop))
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        if math.isinf(s.request_rate):
+            queue = list(reversed(job.ids))
 
+            async def worker() -> None:
+                while queue:
+                    await one(queue.pop())
 
-def _result(warm: Sequence[RequestRecord], done: Sequence[RequestRecord], duration: float,
-            percentiles: Sequence[float], **shape: Any) -> dict[str, Any]:
-    result = compute_metrics(done, duration, percentiles)
-    errors: dict[str, int] = {}
-    for r in done:
-        if not r.success:
-            errors[r.error] = errors.get(r.error, 0) + 1
-    result.update(shape)
-    result.update({
-        "warmup_failed": sum(1 for r in warm if not r.success),
-        "errors": [{"error": e, "count": n} for e, n in sorted(errors.items(), key=lambda kv: -kv[1])][:10],
-        "input_lens": [r.prompt_len for r in done], "output_lens": [r.output_tokens for r in done],
-        "ttfts": [r.ttft for r in done],
-    })
-    return result
+            await asyncio.gather(*(worker() for _ in range(min(job.concurrency, len(job.ids)))))
+        else:
+            async def gated(i: int) -> None:
+                async with sem:
+                    await one(i)
 
-
-async def run_load_async(base_url: str, api_key: str, model: str, *, concurrency: int, num_prompts: int,
-                         input_len: int, output_len: int, seed: int = 0, warmup: int = 1,
-                         request_timeout_s: float = 300.0, endpoint: str = "completions",
-                         continuous_usage: bool = True, percentiles: Sequence[float] = PERCENTILES,
-                         keep_chunk_times: bool = False,
-                         records_out: list[RequestRecord] | None = None) -> dict[str, Any]:
-    """Run ``warmup`` unmeasured requests, then ``num_prompts`` at closed-loop ``concurrency`` (one event loop)."""
-    require_client()
-    _check_shape(concurrency, num_prompts, input_len, output_len, warmup, endpoint)
-    prompts = make_prompts(warmup + num_prompts, input_len, seed)
-    warm, recs, t0, t1 = await _drive(
-        base_url, api_key, model, prompts, list(range(warmup)), list(range(num_prompts)), warmup,
-        concurrency=concurrency,
-        output_len=output_len, request_timeout_s=request_timeout_s, chat=endpoint == "chat",
-        continuous_usage=continuous_usage, keep_chunk_times=keep_chunk_times)
-    done = [recs[i] for i in range(num_prompts)]
-    if records_out is not None:
-        records_out.extend(done)
-    return _result(warm, done, t1 - t0, percentiles, endpoint=endpoint, max_concurrency=concurrency,
-                   num_prompts=num_prompts, input_len=input_len, output_len=output_len, seed=seed, warmup=warmup,
-                   client_processes=1)
+            tasks = []
+            for i in job.ids:
+                delay = t0 + job.offsets[i] - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.ensure_future(gated(i)))
+            await asyncio.gather(*tasks)
+        t1, cpu1 = time.perf_counter(), time.process_time()
+        stop.set()
+        await probe
+    finally:
+        await transport.close()
+    stats = ClientStats(cpu_s=cpu1 - cpu0, wall_s=t1 - t0, lag_p99_ms=percentile(lags, 99.0) * 1e3,
+                        requests=len(job.ids))
+    return _Shard(warm, records, t0, t1, stats)
 
 
-def _shard_main(conn: Any, barrier: Any, base_url: str, api_key: str, model: str, prompts: list[str],
-                warm_ids: list[int], ids: list[int], offset: int, kwargs: dict[str, Any]) -> None:
-    """One client process of a sharded run: its own event loop, client and connection pool."""
+def _shard_main(conn: object, barrier: object, job: _Job) -> None:
+    """One client process of a sharded run: pinned, its own event loop and connections."""
+    import multiprocessing.connection
+    import threading
+
+    assert isinstance(conn, multiprocessing.connection.Connection)
     try:
-        conn.send(("ok", asyncio.run(_drive(base_url, api_key, model, prompts, warm_ids, ids, offset,
-                                            gate=lambda: barrier.wait(kwargs["request_timeout_s"] + 60),
-                                            **kwargs))))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises
+        if job.cpu is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, {job.cpu})
+        wait = barrier.wait  # type: ignore[attr-defined]
+        out = asyncio.run(_drive(job, gate=lambda: wait(job.spec.request_timeout_s + 60)))
+        conn.send(("ok", out))
+    except (Exception, threading.BrokenBarrierError) as exc:  # noqa: BLE001 - reported to the parent
         with contextlib.suppress(Exception):
-            barrier.abort()
+            barrier.abort()  # type: ignore[attr-defined]
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
 
 
-def _run_sharded(base_url: str, api_key: str, model: str, *, processes: int, concurrency: int, num_prompts: int,
-                 input_len: int, output_len: int, seed: int, warmup: int, request_timeout_s: float,
-                 endpoint: str, continuous_usage: bool = True, percentiles: Sequence[float] = PERCENTILES,
-                 keep_chunk_times: bool = False, records_out: list[RequestRecord] | None = None) -> dict[str, Any]:
-    """The closed loop split over ``processes`` client processes that start measuring together.
-
-    Concurrency and requests are dealt round-robin; every process warms up, then all wait
-    at one barrier, so ``duration`` spans the first measured send to the last finish.
-    ``perf_counter`` is CLOCK_MONOTONIC on Linux, one clock for all processes.
-    """
+def _run_sharded(jobs: Sequence[_Job]) -> list[_Shard]:
+    """Every job in its own spawned process; they warm up, meet at one barrier, then measure together."""
     import multiprocessing
 
-    _check_shape(concurrency, num_prompts, input_len, output_len, warmup, endpoint)
-    processes = max(1, min(processes, concurrency, num_prompts))
-    prompts = make_prompts(warmup + num_prompts, input_len, seed)
     ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads or an event loop
-    barrier = ctx.Barrier(processes)
-    kwargs = dict(output_len=output_len, request_timeout_s=request_timeout_s, chat=endpoint == "chat",
-                  continuous_usage=continuous_usage, keep_chunk_times=keep_chunk_times)
+    barrier = ctx.Barrier(len(jobs))
     children, pipes = [], []
-    for w in range(processes):
+    for job in jobs:
         parent, child = ctx.Pipe(duplex=False)
-        share = concurrency // processes + (1 if w < concurrency % processes else 0)
-        proc = ctx.Process(target=_shard_main, daemon=True, args=(
-            child, barrier, base_url, api_key, model, prompts, list(range(w, warmup, processes)),
-            list(range(w, num_prompts, processes)), warmup, {**kwargs, "concurrency": share}))
+        proc = ctx.Process(target=_shard_main, daemon=True, args=(child, barrier, job))
         proc.start()
         child.close()
         children.append(proc)
         pipes.append(parent)
-    warm: list[RequestRecord] = []
-    recs: dict[int, RequestRecord] = {}
-    starts, ends, problems = [], [], []
+    shards: list[_Shard] = []
+    problems: list[str] = []
     try:
         for pipe in pipes:
             try:
                 status, payload = pipe.recv()
             except EOFError:
                 status, payload = "error", "client process died"
-            if status != "ok":
-                problems.append(payload)
-                continue
-            w_warm, w_recs, t0, t1 = payload
-            warm.extend(w_warm)
-            recs.update(w_recs)
-            starts.append(t0)
-            ends.append(t1)
+            if status == "ok":
+                shards.append(payload)
+            else:
+                problems.append(str(payload))
     finally:
         for proc in children:
             proc.join(5)
             if proc.is_alive():
                 proc.kill()
+                proc.join(1)
     if problems:
-        raise ServerError(f"load generator against {base_url}: client process failed: {'; '.join(problems)}")
-    done = [recs[i] for i in range(num_prompts)]
+        raise ServerError(f"load generator against {jobs[0].base_url}: client process failed: "
+                          f"{'; '.join(problems)}")
+    return shards
+
+
+def discover_tokenizer(base_url: str, api_key: str, model: str, timeout_s: float = 10.0) -> str:
+    """The tokenizer to use for ``model``: its directory as the server lists it, or the stand-in's words.
+
+    vLLM lists ``root`` (the path or hub id it loaded) under ``/v1/models``; the stand-in
+    says ``owned_by: ... SIMULATED``. A server that cannot be asked gets the stand-in's
+    words -- its requests will fail and be counted anyway.
+    """
+    req = urllib.request.Request(base_url.rstrip("/") + "/v1/models", headers={"Authorization": f"Bearer {api_key}"})
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=timeout_s) as resp:
+            data = json.loads(resp.read())
+        entries = [m for m in data.get("data", []) if isinstance(m, dict) and m.get("id") == model]
+    except (OSError, ValueError, AttributeError):
+        return STANDIN_TOKENIZER
+    if not entries or "SIMULATED" in str(entries[0].get("owned_by", "")):
+        return STANDIN_TOKENIZER
+    return str(entries[0].get("root") or model)
+
+
+def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,
+                  records_out: list[RequestRecord] | None = None) -> LoadResult:
+    """Run ``spec.warmup`` unmeasured requests, then ``spec.num_prompts`` measured ones; the typed result."""
+    if not isinstance(base_url, str):
+        raise ServerError(f"load generator: base_url must be a string like http://127.0.0.1:8000, got "
+                          f"{base_url!r}")
+    spec.check()
+    if spec.transport != "raw":
+        require_client()
+    tokenizer_id = spec.tokenizer or discover_tokenizer(base_url, api_key, model)
+    tok = load_tokenizer(tokenizer_id)
+    prompts = tuple(token_prompts(tok, spec.warmup + spec.num_prompts, spec.input_len, spec.seed))
+    offsets = tuple(arrival_offsets(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed))
+    n = min(spec.client_processes or plan_processes(spec.concurrency), spec.concurrency, spec.num_prompts)
+    cores = sorted(os.sched_getaffinity(0))
+    jobs = []
+    for w in range(n):
+        share = spec.concurrency // n + (1 if w < spec.concurrency % n else 0)
+        cpu = cores[-1 - w % len(cores)] if spec.pin and n > 1 and len(cores) > n else None
+        jobs.append(_Job(base_url, api_key, model, spec, prompts, offsets, tuple(range(w, spec.warmup, n)),
+                         tuple(range(w, spec.num_prompts, n)), share, cpu))
+    if n > 1:
+        shards = _run_sharded(jobs)
+    else:
+        shards = [_run_coroutine(jobs[0])]
+    warm = [r for sh in shards for r in sh.warm]
+    recs: dict[int, RequestRecord] = {}
+    for sh in shards:
+        recs.update(sh.records)
+    done = [recs[i] for i in range(spec.num_prompts)]
     if records_out is not None:
         records_out.extend(done)
-    return _result(warm, done, max(ends) - min(starts), percentiles, endpoint=endpoint,
-                   max_concurrency=concurrency, num_prompts=num_prompts, input_len=input_len,
-                   output_len=output_len, seed=seed, warmup=warmup, client_processes=processes)
+    duration = max(sh.t1 for sh in shards) - min(sh.t0 for sh in shards)
+    return _result(spec, model, tokenizer_id, warm, done, max(duration, 1e-9), [sh.stats for sh in shards])
 
 
-def run_load(base_url: str, api_key: str, model: str, *, concurrency: int, num_prompts: int, input_len: int,
-             output_len: int, seed: int = 0, warmup: int = 1, request_timeout_s: float = 300.0,
-             endpoint: str = "completions", client_processes: int = 1, **kwargs: Any) -> dict[str, Any]:
-    """Synchronous entry point: one event loop (in a thread if one is already running), or sharded.
-
-    ``client_processes > 1`` splits the closed loop over that many client processes, for
-    token rates beyond one core's ceiling (docs/performance.md).
-    """
-    require_client()
-    coro_kwargs = dict(concurrency=concurrency, num_prompts=num_prompts, input_len=input_len,
-                       output_len=output_len, seed=seed, warmup=warmup, request_timeout_s=request_timeout_s,
-                       endpoint=endpoint, **kwargs)
-    if client_processes > 1:
-        return _run_sharded(base_url, api_key, model, processes=client_processes, **coro_kwargs)
+def _run_coroutine(job: _Job) -> _Shard:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(run_load_async(base_url, api_key, model, **coro_kwargs))
+        return asyncio.run(_drive(job))
     # called from inside an event loop (e.g. an async test): run on a private loop in a thread
     import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, run_load_async(base_url, api_key, model, **coro_kwargs)).result()
+        return pool.submit(asyncio.run, _drive(job)).result()
+
+
+def _result(spec: LoadSpec, model: str, tokenizer_id: str, warm: Sequence[RequestRecord],
+            done: Sequence[RequestRecord], duration: float, clients: list[ClientStats]) -> LoadResult:
+    ok = [r for r in done if r.success]
+    total_in = sum(r.prompt_len for r in ok)
+    total_out = sum(r.output_tokens for r in ok)
+    stats: dict[str, float] = {}
+    tpots = [(r.latency - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
+    for name, values in (("ttft", [r.ttft for r in ok]), ("tpot", tpots),
+                         ("itl", [g for r in ok for g in r.itl]), ("e2el", [r.latency for r in ok])):
+        stats.update(summarize(name, values, spec.percentiles))
+    peak_tok, peak_req = peaks(done)
+    slos = dict(spec.goodput_slos_ms)
+    return LoadResult(
+        model_id=model, tokenizer_id=tokenizer_id, endpoint=spec.endpoint, num_prompts=spec.num_prompts,
+        input_len=spec.input_len, output_len=spec.output_len, seed=spec.seed, warmup=spec.warmup,
+        max_concurrency=spec.concurrency, request_rate=spec.request_rate, burstiness=spec.burstiness,
+        transport=spec.transport, duration=duration, completed=len(ok), failed=len(done) - len(ok),
+        total_input_tokens=total_in, total_output_tokens=total_out,
+        server_input_tokens=sum(r.server_prompt_tokens for r in ok),
+        request_throughput=len(ok) / duration, request_goodput=goodput(done, duration, slos) if slos else None,
+        output_throughput=total_out / duration, total_token_throughput=(total_in + total_out) / duration,
+        max_output_tokens_per_s=peak_tok, max_concurrent_requests=peak_req, latency_stats=stats,
+        input_lens=[r.prompt_len for r in done],
+        output_lens=[r.output_tokens for r in done], ttfts=[r.ttft for r in done], itls=[list(r.itl) for r in done],
+        errors=[r.error for r in done], warmup_failed=sum(1 for r in warm if not r.success),
+        goodput_slos_ms=slos, clients=clients)
+
+
+def run_load(base_url: str, api_key: str, model: str, *, concurrency: int, num_prompts: int, input_len: int,
+             output_len: int, records_out: list[RequestRecord] | None = None, **options: object) -> dict[str, object]:
+    """Keyword form of :func:`generate_load` returning the plain ``vllm bench serve`` JSON (``to_dict()``).
+
+    ``options`` are :class:`LoadSpec` fields (``seed``, ``warmup``, ``transport``, ...). New
+    code should call :func:`generate_load` for the typed :class:`LoadResult`.
+    """
+    return generate_load(base_url, api_key, model, make_spec(concurrency=concurrency, num_prompts=num_prompts,
+                                                             input_len=input_len, output_len=output_len, **options),
+                         records_out).to_dict()
+
+
+def make_spec(**fields: object) -> LoadSpec:
+    """A :class:`LoadSpec` from keywords; an unknown keyword is a ``TypeError`` naming it."""
+    unknown = set(fields) - set(LoadSpec.__dataclass_fields__)
+    if unknown:
+        raise TypeError(f"load generator: unknown option(s) {', '.join(sorted(unknown))}")
+    base = LoadSpec(concurrency=1, num_prompts=1, input_len=1, output_len=1)
+    return replace(base, **fields)  # type: ignore[arg-type]
+
+
+async def run_load_async(base_url: str, api_key: str, model: str, **kwargs: object) -> dict[str, object]:
+    """:func:`run_load` from a coroutine (the run itself happens on its own loop in a worker thread)."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, lambda: run_load(base_url, api_key, model, **kwargs))  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ Statistics match numpy's defaults, which vLLM uses: population standard deviatio
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,7 @@ class RequestRecord:
     latency: float = 0.0
     start_time: float = 0.0
     error: str = ""
+    server_prompt_tokens: int = 0  # the server's usage.prompt_tokens (its tokenizer's count, BOS included)
     chunk_times: list[float] | None = None  # absolute chunk arrival times, only when asked for
 
 
@@ -105,3 +106,63 @@ def compute_metrics(records: Sequence[RequestRecord], duration: float,
     for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
         result.update(summarize(name, values, pcts))
     return result
+
+
+def token_times(rec: RequestRecord) -> list[float]:
+    """Absolute arrival times of a successful request's content chunks (send + TTFT + cumulated ITLs)."""
+    if not rec.success:
+        return []
+    t = rec.start_time + rec.ttft
+    out = [t]
+    for gap in rec.itl:
+        t += gap
+        out.append(t)
+    return out
+
+
+def peaks(records: Sequence[RequestRecord]) -> tuple[float, int]:
+    """``(max_output_tokens_per_s, max_concurrent_requests)`` in ``vllm bench serve``'s 1-second buckets.
+
+    Buckets are whole seconds from the earliest send; a token counts in the bucket of its
+    arrival, a request in every bucket from its send to its last chunk (so the second
+    figure can exceed the concurrency by the requests that replaced each other within a
+    second, exactly as bench reports it).
+    """
+    if not records:
+        return 0.0, 0
+    t0 = min(r.start_time for r in records)
+    tokens: dict[int, int] = {}
+    running: dict[int, int] = {}
+    for r in records:
+        if not r.success:
+            continue
+        for t in token_times(r):
+            b = int(t - t0)
+            tokens[b] = tokens.get(b, 0) + 1
+        for b in range(int(r.start_time - t0), int(r.start_time + r.latency - t0) + 1):
+            running[b] = running.get(b, 0) + 1
+    return float(max(tokens.values(), default=0)), max(running.values(), default=0)
+
+
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+
+
+def goodput(records: Sequence[RequestRecord], duration: float, slos_ms: Mapping[str, float]) -> float:
+    """Requests per second that completed within every SLO (``vllm bench serve --goodput ttft:50 tpot:10``).
+
+    A request's TPOT is ``(e2el - ttft) / (output_tokens - 1)``, 0 for a single token.
+    """
+    unknown = set(slos_ms) - set(GOODPUT_METRICS)
+    if unknown:
+        raise ValueError(f"goodput SLOs are for {', '.join(GOODPUT_METRICS)}; got {', '.join(sorted(unknown))}")
+    if duration <= 0:
+        raise ValueError(f"benchmark duration must be positive, got {duration}")
+    good = 0
+    for r in records:
+        if not r.success:
+            continue
+        tpot = (r.latency - r.ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else 0.0
+        values = {"ttft": r.ttft, "tpot": tpot, "e2el": r.latency}
+        if all(values[k] * 1000.0 <= slo for k, slo in slos_ms.items()):
+            good += 1
+    return good / duration

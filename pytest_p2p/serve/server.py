@@ -33,13 +33,20 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..envs import subprocess_env
 from ..errors import ServerError
 from .config import ServerConfig
+from .procs import TOKEN_ENV, cmdline, find_leftovers, has_token, kill_tree, port_owners, session_of
 
-TOKEN_ENV = "PYTEST_P2P_SERVER_TOKEN"
+if TYPE_CHECKING:
+    from .attest import Attestation
+
+#: vLLM reads its API key from this variable, so the per-launch secret never appears in argv
+API_KEY_ENV = "VLLM_API_KEY"
+__all__ = ["API_KEY_ENV", "TOKEN_ENV", "RunningServer", "ServerDeath", "find_leftovers", "kill_tree", "launch",
+           "likely_cause", "tail", "teardown"]
 _LIVE: dict[int, tuple[int, str]] = {}  # leader pid -> (session id, token): killed at interpreter exit
 
 
@@ -108,85 +115,6 @@ def tail(path: Path, lines: int = 30) -> str:
 # ----------------------------------------------------------------------------- processes
 
 
-def _proc_state(pid: int) -> tuple[str, int] | None:
-    """(state letter, session id) from /proc/<pid>/stat, or None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read().decode("latin-1")
-    except OSError:
-        return None
-    rest = stat[stat.rfind(")") + 2:].split()
-    # fields after "comm": state ppid pgrp session ...
-    return rest[0], int(rest[3])
-
-
-def _has_token(pid: int, token: str) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            return f"{TOKEN_ENV}={token}".encode() in fh.read().split(b"\0")
-    except OSError:
-        return False
-
-
-def find_leftovers(token: str, session_id: int | None = None) -> list[int]:
-    """Live (non-zombie) pids that carry the env marker or belong to the session, excluding us."""
-    me = os.getpid()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        if pid == me:
-            continue
-        st = _proc_state(pid)
-        if st is None or st[0] in ("Z", "X"):
-            continue
-        if (session_id is not None and st[1] == session_id) or _has_token(pid, token):
-            found.append(pid)
-    return sorted(found)
-
-
-def _signal(pids: Sequence[int], sig: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
-def kill_tree(session_id: int, token: str, *, grace_s: float = 10.0,
-              proc: subprocess.Popen[bytes] | None = None) -> list[int]:
-    """SIGTERM the session and every marked process, wait ``grace_s``, then SIGKILL; return survivors.
-
-    ``proc`` (the leader we started) is reaped with ``wait`` so it does not linger as a zombie.
-    """
-    pids = find_leftovers(token, session_id)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(session_id, signal.SIGTERM)
-    _signal(pids, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if proc is not None:
-            proc.poll()
-        if not find_leftovers(token, session_id):
-            break
-        time.sleep(0.1)
-    left = find_leftovers(token, session_id)
-    if left:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(session_id, signal.SIGKILL)
-        _signal(left, signal.SIGKILL)
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline:
-            if proc is not None:
-                proc.poll()
-            if not find_leftovers(token, session_id):
-                break
-            time.sleep(0.05)
-    if proc is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=1.0)
-    return find_leftovers(token, session_id)
-
-
 @atexit.register
 def _kill_all_at_exit() -> None:
     """Last resort after Ctrl-C twice or an internal error: no server outlives the test session."""
@@ -206,32 +134,52 @@ class GpuUse:
 
 
 def gpu_usage(indices: Sequence[int]) -> list[GpuUse] | None:
-    """Memory used and compute pids per GPU via NVML; None when NVML is not available (CPU box)."""
+    """Memory used and compute pids per GPU (through evidence/nvml.py); None when NVML cannot be used.
+
+    An index this machine does not have (a pair's second GPU on a one-GPU machine) is left
+    out: no process of ours can be on it, and it must not turn teardown into an NVML error.
+    """
+    from ..errors import EvidenceError
+    from ..evidence.nvml import nvml_session
+
     try:
-        import pynvml
-    except ImportError:
+        with nvml_session() as nv:
+            n = nv.count()
+            out = []
+            for i in indices:
+                if not 0 <= int(i) < n:
+                    continue
+                g = nv.gpu(int(i))
+                mem = g.memory()
+                if mem is not None:
+                    out.append(GpuUse(int(i), float(mem.used_mib), g.running_pids() or []))
+            return out
+    except EvidenceError:
         return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - NVMLError_LibraryNotFound, driver missing: no GPU to check
-        return None
-    try:
-        out = []
-        for i in indices:
-            h = pynvml.nvmlDeviceGetHandleByIndex(int(i))
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            try:
-                procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
-            except pynvml.NVMLError:
-                procs = []
-            out.append(GpuUse(int(i), mem.used / 2**20, sorted(int(p.pid) for p in procs)))
-        return out
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
 
 
 # ----------------------------------------------------------------------------- running server
+
+
+@dataclass(frozen=True)
+class ServerDeath:
+    """Why a server we started is no longer the server we measure (exited, or its port is someone else's)."""
+
+    arm: str
+    pair: str
+    pid: int
+    reason: str  # "exited", "port taken over", "not listening"
+    exit_code: int | None
+    signal: str | None
+    cause: str
+    log_path: str
+    log_tail: str
+
+    def message(self) -> str:
+        how = (f"exited with code {self.exit_code}" + (f" ({self.signal})" if self.signal else "")
+               if self.reason == "exited" else self.reason)
+        return (f"server for arm {self.arm} on {self.pair} (pid {self.pid}) {how} while in use; likely cause: "
+                f"{self.cause}; log {self.log_path}:\n{self.log_tail}")
 
 
 @dataclass
@@ -258,27 +206,68 @@ class RunningServer:
     def openai_base_url(self) -> str:
         return self.base_url + "/v1"
 
+    @property
+    def port(self) -> int:
+        return int(self.base_url.rsplit(":", 1)[1])
+
+    @property
+    def tokenizer_id(self) -> str:
+        """What the load generator tokenizes prompts with: the model directory, or the stand-in's words."""
+        from .workload import STANDIN_TOKENIZER
+
+        return STANDIN_TOKENIZER if self.simulated else self.config.model
+
     def alive(self) -> bool:
+        """True while the process we started runs (:meth:`death` also checks who holds the port)."""
         return self.process.poll() is None
+
+    def ours(self, pid: int) -> bool:
+        """Whether ``pid`` is this server's leader or one of its processes (same session or env marker)."""
+        return pid == self.pid or session_of(pid) == self.pid or has_token(pid, self.token)
+
+    def death(self) -> ServerDeath | None:
+        """``None`` while the server we started runs and still owns its port; else what happened.
+
+        The campaign asks this between and after reps: a rep measured against a dead,
+        restarted or replaced server is not a measurement.
+        """
+        code = self.process.poll()
+        reason = "exited" if code is not None else ""
+        if not reason:
+            owners = port_owners(self.port)
+            if owners == []:
+                reason = f"no longer listens on port {self.port}"
+            elif owners and not all(self.ours(p) for p in owners):
+                strangers = [p for p in owners if not self.ours(p)]
+                reason = (f"lost port {self.port} to pid {strangers[0]} ({cmdline(strangers[0])}), "
+                          "which is not a process of this server")
+        if not reason:
+            return None
+        text = tail(self.log_path, 200)
+        sig = None
+        if code is not None and code < 0:
+            with contextlib.suppress(ValueError):
+                sig = signal.Signals(-code).name
+        return ServerDeath(arm=self.arm, pair=pair_key(self.pair), pid=self.pid, reason=reason, exit_code=code,
+                           signal=sig, cause=likely_cause(text, code), log_path=str(self.log_path),
+                           log_tail=tail(self.log_path))
+
+    def check_alive(self) -> None:
+        """:class:`ServerError` with the :class:`ServerDeath` message when :meth:`death` finds one."""
+        dead = self.death()
+        if dead is not None:
+            raise ServerError(dead.message())
 
     def log_text(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
-    def attestation(self) -> Any:
+    def attestation(self) -> Attestation:
         """What the log proves about NCCL / all-reduce (parsed by ``serve.attest``)."""
         from .attest import parse_server_log
 
         return parse_server_log(self.log_text(), str(self.log_path))
 
-    def check_alive(self) -> None:
-        code = self.process.poll()
-        if code is not None:
-            text = tail(self.log_path, 200)
-            raise ServerError(
-                f"server for arm {self.arm} on {pair_key(self.pair)} exited with code {code} while in use; "
-                f"likely cause: {likely_cause(text, code)}; log {self.log_path}:\n{tail(self.log_path)}")
-
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"base_url": self.base_url, "model": self.model, "log_path": str(self.log_path), "pid": self.pid,
                 "simulated": self.simulated, "arm": self.arm, "pair": list(self.pair),
                 "argv": [a if a != self.api_key else "<api-key>" for a in self.argv],
@@ -321,7 +310,7 @@ def _wait_ready(srv: RunningServer, deadline: float, request_timeout_s: float) -
             text = tail(srv.log_path, 400)
             raise ServerError(
                 f"{where} exited with code {code} before it was ready ({stage}); "
-                f"likely cause: {likely_cause(text, code)}; command: {' '.join(srv.to_dict()['argv'])}; "
+                f"likely cause: {likely_cause(text, code)}; command: {' '.join(srv.argv)}; "
                 f"log {srv.log_path}, last lines:\n{tail(srv.log_path)}")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -350,6 +339,7 @@ def _wait_ready(srv: RunningServer, deadline: float, request_timeout_s: float) -
                                  {"model": srv.model, "prompt": "Hello", "max_tokens": 1, "temperature": 0.0},
                                  min(request_timeout_s, max(1.0, remaining)))
             if status == 200 and json.loads(body).get("choices"):
+                prove_identity(srv)
                 return
             last = f"completion -> HTTP {status}: {body[:200].decode(errors='replace')}"
             if status >= 400:
@@ -364,6 +354,41 @@ def _wait_ready(srv: RunningServer, deadline: float, request_timeout_s: float) -
             # "last answer" is the latest one, not a "connection refused" from the first second.
             last = str(exc) if type(exc) is ConnectionError else f"{type(exc).__name__}: {exc}"
         time.sleep(0.1 if srv.simulated else 1.0)
+
+
+def prove_identity(srv: RunningServer) -> None:
+    """The server that answered is the one we started: it holds our secret, and our process owns the port.
+
+    An unauthenticated server already listening on the port answers /health, /v1/models and
+    a completion like ours would; it does not refuse a wrong key, and its pid is not ours.
+    """
+    where = f"port {srv.port} for arm {srv.arm} on {pair_key(srv.pair)}"
+    status, _ = _http("GET", srv.base_url + "/v1/models", "p2p-wrong-" + secrets.token_hex(8), None, 5.0)
+    owners = port_owners(srv.port)
+    strangers = [p for p in owners or [] if not srv.ours(p)]
+    if strangers or status != 401:
+        who = (f"pid {strangers[0]} ({cmdline(strangers[0])})" if strangers
+               else "a process we cannot identify" if owners is None else "another process")
+        raise ServerError(f"an impostor answers on {where}: {who} is listening there, not the server we started "
+                          f"(pid {srv.pid}){'' if status == 401 else f', and it answered a wrong API key with HTTP {status}'}"
+                          f"; stop it or pick another port; our server's log {srv.log_path}:\n{tail(srv.log_path)}")
+    if owners is None:
+        srv.notes.append(f"port {srv.port}: /proc does not say which pid listens; identity proven by the API key")
+
+
+def check_port_free(host: str, port: int) -> None:
+    """:class:`ServerError` naming the process (pid, command) that already listens on ``port``."""
+    owners = port_owners(port)
+    if owners:
+        raise ServerError(f"port {port} on {host} is already in use by pid {owners[0]} ({cmdline(owners[0])}); "
+                          "a server started there would fail with 'address in use' and that process would be "
+                          "measured instead; stop it or leave the port unset (a free one is chosen)")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ServerError(f"port {port} on {host} cannot be bound ({exc.strerror or exc}): another process "
+                              "(not visible to us) holds it; stop it or leave the port unset") from None
 
 
 @contextlib.contextmanager
@@ -382,13 +407,16 @@ def launch(config: ServerConfig, arm: ArmLike, pair: Sequence[int], rig_env: Map
     token = uuid.uuid4().hex
     api_key = "p2p-" + secrets.token_urlsafe(18)
     port = port or free_port(host)
+    check_port_free(host, port)
     arm_vllm_env = arm.vllm_env() if hasattr(arm, "vllm_env") else None  # e.g. symmetric-memory all-reduce
-    env = subprocess_env(pair, rig_env, config.env, arm.env, arm_vllm_env, extra_env, {TOKEN_ENV: token})
-    argv = config.argv(list(arm.vllm_flags()), host=host, port=port, api_key=api_key)
+    # the secret travels in the environment (readable only by us and root), never in argv (/proc/PID/cmdline)
+    env = subprocess_env(pair, rig_env, config.env, arm.env, arm_vllm_env, extra_env,
+                         {TOKEN_ENV: token, API_KEY_ENV: api_key})
+    argv = config.argv(list(arm.vllm_flags()), host=host, port=port)
     idle = gpu_usage(pair)
     with open(log, "ab") as fh:
-        fh.write(f"# pytest-p2p: launching arm {arm.name} on {pair_key(pair)}: "
-                 f"{' '.join(a if a != api_key else '<api-key>' for a in argv)}\n".encode())
+        fh.write(f"# pytest-p2p: launching arm {arm.name} on {pair_key(pair)} (API key in ${API_KEY_ENV}): "
+                 f"{' '.join(argv)}\n".encode())
         fh.flush()
         try:
             proc = subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

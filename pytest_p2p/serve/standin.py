@@ -115,6 +115,7 @@ def print_nccl_lines(ranks: int, transport: str, custom_ar: bool) -> None:
     out.append(f"(Worker pid={pid + 1}) INFO {time.strftime('%m-%d %H:%M:%S')} [pynccl.py:113] "
                f"vLLM is using nccl=={NCCL_VERSION}")
     if ranks > 1:
+        comm_id = f"{(pid * 2654435761) & 0xFFFFFFFFFFFF:012x}"
         for r in range(ranks):
             p = f"{host}:{pid + 1 + r}:{pid + 1 + r} [{r}] NCCL INFO"
             peer = (r + 1) % ranks
@@ -126,6 +127,8 @@ def print_nccl_lines(ranks: int, transport: str, custom_ar: bool) -> None:
                 else:
                     out.append(f"{p} Channel {ch:02d} : {r}[{r}] -> {peer}[{peer}] via {transport}")
             out.append(f"{p} Connected all rings, use ring PXN 0 GDR 1")
+            out.append(f"{p} ncclCommInitRankConfig comm 0x{0x5e000000 + 0x10000 * r:x} rank {r} nranks {ranks} "
+                       f"cudaDev {r} nvmlDev {r} busId {0x18 + 0x10 * r:x}000 commId 0x{comm_id} - Init COMPLETE")
         backends = ["CUSTOM", "PYNCCL"] if custom_ar and transport.startswith("P2P") else ["PYNCCL"]
         out.append(f"(Worker pid={pid + 1}) INFO {time.strftime('%m-%d %H:%M:%S')} [cuda_communicator.py:245] "
                    f"Using {backends!r} all-reduce backends (in dispatch order) for group 'tp:0' out of "

@@ -1,0 +1,157 @@
+"""Processes and ports of a launched server: find its whole tree, stop it, and name who owns a port.
+
+Why a module of its own: teardown must find every process of a server -- including the
+vLLM EngineCore/Worker processes that a SIGKILLed API server leaves re-parented to init
+(vLLM issue #55510) -- by the env marker :data:`TOKEN_ENV` it inherited; and the
+launcher must prove that the process answering on the port is the one it started, not
+an impostor that was listening there first (issue 11). Both read ``/proc`` only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+
+TOKEN_ENV = "PYTEST_P2P_SERVER_TOKEN"
+
+
+def proc_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, session id) from /proc/<pid>/stat, or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("latin-1")
+    except OSError:
+        return None
+    rest = stat[stat.rfind(")") + 2:].split()
+    # fields after "comm": state ppid pgrp session ...
+    return rest[0], int(rest[3])
+
+
+def has_token(pid: int, token: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return f"{TOKEN_ENV}={token}".encode() in fh.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def find_leftovers(token: str, session_id: int | None = None) -> list[int]:
+    """Live (non-zombie) pids that carry the env marker or belong to the session, excluding us."""
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        if pid == me:
+            continue
+        st = proc_state(pid)
+        if st is None or st[0] in ("Z", "X"):
+            continue
+        if (session_id is not None and st[1] == session_id) or has_token(pid, token):
+            found.append(pid)
+    return sorted(found)
+
+
+def _signal(pids: Sequence[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def kill_tree(session_id: int, token: str, *, grace_s: float = 10.0,
+              proc: subprocess.Popen[bytes] | None = None) -> list[int]:
+    """SIGTERM the session and every marked process, wait ``grace_s``, then SIGKILL; return survivors.
+
+    ``proc`` (the leader we started) is reaped with ``wait`` so it does not linger as a zombie.
+    """
+    pids = find_leftovers(token, session_id)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(session_id, signal.SIGTERM)
+    _signal(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if proc is not None:
+            proc.poll()
+        if not find_leftovers(token, session_id):
+            break
+        time.sleep(0.1)
+    left = find_leftovers(token, session_id)
+    if left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(session_id, signal.SIGKILL)
+        _signal(left, signal.SIGKILL)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            if proc is not None:
+                proc.poll()
+            if not find_leftovers(token, session_id):
+                break
+            time.sleep(0.05)
+    if proc is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)
+    return find_leftovers(token, session_id)
+
+
+def _listen_inodes(port: int) -> set[str]:
+    """Socket inodes listening on TCP ``port`` (IPv4 and IPv6) from /proc/net/tcp*."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as fh:
+                next(fh, None)
+                for line in fh:
+                    f = line.split()
+                    if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                        found.add(f[9])
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def port_owners(port: int) -> list[int] | None:
+    """PIDs holding a socket that listens on ``port``; ``[]`` if none; ``None`` if /proc cannot tell.
+
+    A listener whose process we may not inspect (another user's) shows up as an inode
+    without a pid: then the answer is ``None`` ("someone we cannot see").
+    """
+    inodes = _listen_inodes(port)
+    if not inodes:
+        return [] if os.path.exists("/proc/net/tcp") else None
+    targets = {f"socket:[{i}]" for i in inodes}
+    pids = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{entry}/fd/{fd}") in targets:
+                    pids.add(int(entry))
+                    break
+            except OSError:
+                continue
+    return sorted(pids) or None
+
+
+def cmdline(pid: int, limit: int = 160) -> str:
+    """A process's command line for a message ("?" when it is gone or not ours to read)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return "?"
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:limit] or "?"
+
+
+def session_of(pid: int) -> int | None:
+    st = proc_state(pid)
+    return None if st is None else st[1]

@@ -1,0 +1,207 @@
+"""The load generator's typed result, and its ``vllm bench serve`` JSON form.
+
+Why typed: the campaign, the fixtures and the verdict read a run's numbers; a dict of
+``Any`` let a misspelt key or a string count flow silently into an average. Why the
+bench JSON form too: users' scripts read ``vllm bench serve --save-result`` files, so
+:meth:`LoadResult.to_dict` carries every key bench writes (same names, same units,
+``itls`` per request, ``request_goodput`` null without SLOs) plus ours (docs/metrics.md).
+
+The client's own health travels with the numbers: ``client_saturated`` is true when a
+client process was busy >= :data:`SATURATED_CPU` of the measured window or its event
+loop ran late by more than :data:`SATURATED_LAG_MS` at p99 -- then the client, not the
+server, shaped TPOT and ITL, and the run must not feed a verdict (the campaign and the
+verdict read this key).
+
+For callers written against the old dict result, a ``LoadResult`` is also a read-only
+``Mapping`` of its JSON form, and ``result[key] = value`` adds a label (like bench's
+``--metadata KEY=VALUE``), e.g. the arm a fixture ran it on.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+JSONValue = object  # a JSON-serialisable value (str, int, float, bool, None, lists and dicts of them)
+
+#: a client process busy this fraction of the measured window could not keep up
+SATURATED_CPU = 0.90
+#: event-loop lateness (p99, ms) beyond which chunk timestamps are not trustworthy
+SATURATED_LAG_MS = 10.0
+
+
+@dataclass(frozen=True)
+class ClientStats:
+    """What one client process spent on a run (measured window only)."""
+
+    cpu_s: float
+    wall_s: float
+    lag_p99_ms: float
+    requests: int
+
+    @property
+    def util(self) -> float:
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclass
+class LoadResult(Mapping[str, JSONValue]):
+    """One measured run: the workload asked for, what came back, and how healthy the client was."""
+
+    # workload
+    model_id: str
+    tokenizer_id: str
+    endpoint: str
+    num_prompts: int
+    input_len: int
+    output_len: int
+    seed: int
+    warmup: int
+    max_concurrency: int
+    request_rate: float
+    burstiness: float
+    transport: str
+    # outcome
+    duration: float
+    completed: int
+    failed: int
+    total_input_tokens: int
+    total_output_tokens: int
+    server_input_tokens: int
+    request_throughput: float
+    request_goodput: float | None
+    output_throughput: float
+    total_token_throughput: float
+    max_output_tokens_per_s: float
+    max_concurrent_requests: int
+    latency_stats: dict[str, float]  # mean_/median_/std_/pNN_ {ttft,tpot,itl,e2el} _ms
+    input_lens: list[int]
+    output_lens: list[int]
+    ttfts: list[float]
+    itls: list[list[float]]
+    errors: list[str]  # one per measured request, "" when it succeeded (bench's form)
+    warmup_failed: int
+    goodput_slos_ms: dict[str, float]
+    # the client
+    clients: list[ClientStats]
+    date: str = field(default_factory=lambda: _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    labels: dict[str, JSONValue] = field(default_factory=dict)
+    _json: dict[str, JSONValue] | None = field(default=None, repr=False, compare=False)
+
+    # --------------------------------------------------------------- client health
+    @property
+    def client_processes(self) -> int:
+        return len(self.clients)
+
+    @property
+    def client_cpu_s(self) -> float:
+        return math.fsum(c.cpu_s for c in self.clients)
+
+    @property
+    def client_cpu_util_max(self) -> float:
+        return max((c.util for c in self.clients), default=0.0)
+
+    @property
+    def client_loop_lag_p99_ms(self) -> float:
+        return max((c.lag_p99_ms for c in self.clients), default=0.0)
+
+    @property
+    def client_saturation(self) -> str:
+        """Why the client could not keep up, or ``""``."""
+        why = []
+        if self.client_cpu_util_max >= SATURATED_CPU:
+            why.append(f"a client process was busy {self.client_cpu_util_max:.0%} of the window "
+                       f"(limit {SATURATED_CPU:.0%})")
+        if self.client_loop_lag_p99_ms > SATURATED_LAG_MS:
+            why.append(f"client event loop late by {self.client_loop_lag_p99_ms:.1f} ms at p99 "
+                       f"(limit {SATURATED_LAG_MS:g} ms)")
+        return "; ".join(why)
+
+    @property
+    def client_saturated(self) -> bool:
+        return bool(self.client_saturation)
+
+    def error_summary(self) -> list[dict[str, JSONValue]]:
+        """The ten most frequent failure reasons with their counts."""
+        counts: dict[str, int] = {}
+        for e in self.errors:
+            if e:
+                counts[e] = counts.get(e, 0) + 1
+        return [{"error": e, "count": n} for e, n in sorted(counts.items(), key=lambda kv: -kv[1])][:10]
+
+    # --------------------------------------------------------------- JSON
+    def to_dict(self) -> dict[str, JSONValue]:
+        """``vllm bench serve``'s result keys (same names and units), then ours; plain JSON (a fresh dict)."""
+        return dict(self._cached())
+
+    def _cached(self) -> dict[str, JSONValue]:
+        if self._json is None:
+            self._json = self._build()
+        return self._json
+
+    def _build(self) -> dict[str, JSONValue]:
+        out: dict[str, JSONValue] = {
+            "date": self.date, "endpoint_type": "openai-chat" if self.endpoint == "chat" else "openai",
+            "label": self.labels.get("label"), "model_id": self.model_id, "tokenizer_id": self.tokenizer_id,
+            "num_prompts": self.num_prompts,
+            "request_rate": "inf" if math.isinf(self.request_rate) else self.request_rate,
+            "burstiness": self.burstiness, "max_concurrency": self.max_concurrency,
+            "duration": self.duration, "completed": self.completed, "failed": self.failed,
+            "total_input_tokens": self.total_input_tokens, "total_output_tokens": self.total_output_tokens,
+            "request_throughput": self.request_throughput, "request_goodput": self.request_goodput,
+            "output_throughput": self.output_throughput, "total_token_throughput": self.total_token_throughput,
+            "max_output_tokens_per_s": self.max_output_tokens_per_s,
+            "max_concurrent_requests": self.max_concurrent_requests,
+            "input_lens": list(self.input_lens), "output_lens": list(self.output_lens),
+            "ttfts": list(self.ttfts), "itls": [list(x) for x in self.itls],
+            "generated_texts": [""] * len(self.errors), "errors": list(self.errors),
+            **self.latency_stats,
+            # ours (docs/metrics.md)
+            "endpoint": self.endpoint, "input_len": self.input_len, "output_len": self.output_len,
+            "seed": self.seed, "warmup": self.warmup, "warmup_failed": self.warmup_failed,
+            "server_input_tokens": self.server_input_tokens, "goodput_slos_ms": dict(self.goodput_slos_ms),
+            "error_summary": self.error_summary(), "transport": self.transport,
+            "client_processes": self.client_processes, "client_cpu_s": self.client_cpu_s,
+            "client_cpu_util_max": self.client_cpu_util_max,
+            "client_loop_lag_p99_ms": self.client_loop_lag_p99_ms,
+            "client_saturated": self.client_saturated, "client_saturation": self.client_saturation,
+        }
+        out.update({k: v for k, v in self.labels.items() if k != "label"})
+        return out
+
+    # --------------------------------------------------------------- Mapping (old dict callers)
+    def __getitem__(self, key: str) -> JSONValue:
+        return self._cached()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cached())
+
+    def __len__(self) -> int:
+        return len(self._cached())
+
+    def __setitem__(self, key: str, value: JSONValue) -> None:
+        """A label carried into the JSON form (bench's ``--metadata``)."""
+        self.labels[key] = value
+        self._json = None
+
+    def metric(self, name: str) -> float:
+        """One numeric key of the JSON form as a float (``KeyError`` naming the key if absent or not numeric)."""
+        value = self._cached().get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise KeyError(f"load result has no numeric key {name!r}")
+        return float(value)
+
+
+def bench_keys() -> frozenset[str]:
+    """The keys ``vllm bench serve`` 0.24 writes for a text-generation run with default percentiles."""
+    base = {"date", "endpoint_type", "label", "model_id", "tokenizer_id", "num_prompts", "request_rate",
+            "burstiness", "max_concurrency", "duration", "completed", "failed", "total_input_tokens",
+            "total_output_tokens", "request_throughput", "request_goodput", "output_throughput",
+            "total_token_throughput", "max_output_tokens_per_s", "max_concurrent_requests", "input_lens",
+            "output_lens", "ttfts", "itls", "generated_texts", "errors"}
+    for m in ("ttft", "tpot", "itl", "e2el"):
+        base |= {f"mean_{m}_ms", f"median_{m}_ms", f"std_{m}_ms", f"p99_{m}_ms"}
+    return frozenset(base)
+

@@ -1,0 +1,196 @@
+"""The workload in tokens: exact prompt lengths with the served model's tokenizer, seeded arrivals.
+
+Why tokens, not words: "128 input tokens" must mean 128 tokens to the server, or an
+arm's prefill work depends on how a tokenizer happens to split English words (the word
+prompts were 2.1x the tokens asked for). Like ``vllm bench serve --dataset-name random``
+each prompt is a random sequence of non-special token ids, decoded to text and
+re-encoded; unlike it, a prompt whose re-encoding is not exactly ``input_len`` tokens
+is redrawn (bench keeps it and reports the mismatch), so ``total_input_tokens`` is
+exactly ``num_prompts * input_len``.
+
+The tokenizer is named by ``tokenizer_id``:
+
+* a directory with ``tokenizer.json`` (vLLM's model directory, e.g. the tiny Llama of
+  ``serve.tinymodel``): loaded with the ``tokenizers`` package, no transformers needed;
+* ``standin-words``: the SIMULATED stand-in counts whitespace-separated words as tokens,
+  so its prompts are ``input_len`` words from a fixed vocabulary;
+* anything else: ``transformers.AutoTokenizer.from_pretrained`` when installed.
+
+Everything is seeded: the same ``(seed, input_len, num_prompts)`` gives byte-identical
+prompts and arrival times for every arm of a comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ..errors import ServerError
+
+STANDIN_TOKENIZER = "standin-words"
+
+# Single-token words for the stand-in's whitespace "tokenizer" (one word = one token there).
+_WORDS = tuple((
+    "the of and to in is that for it as with on was be by at this from are or an have not but which one all "
+    "were they there can when more been has would what if will about up out so them some time these two may "
+    "other then do first any like now my over such our man me even most made after also did many before must "
+    "through back years where much your way well down should because each just those people how too little "
+    "state good very make world still own see men work long get here between both life being under never day "
+    "same another know while last might us great old year off come since against go came right used take "
+    "three").split())
+
+
+class Tokenizer(Protocol):
+    """What the workload needs of a tokenizer (no special tokens added on encode)."""
+
+    name: str
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def allowed_ids(self) -> list[int]: ...
+
+
+@dataclass
+class WordTokenizer:
+    """The stand-in's tokenizer: one token per whitespace-separated word (SIMULATED servers only)."""
+
+    name: str = STANDIN_TOKENIZER
+
+    def encode(self, text: str) -> list[int]:
+        index = {w: i for i, w in enumerate(_WORDS)}
+        return [index.get(w, 0) for w in text.split()]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(_WORDS[i % len(_WORDS)] for i in ids)
+
+    def allowed_ids(self) -> list[int]:
+        return list(range(len(_WORDS)))
+
+
+class HFTokenizer:
+    """A Hugging Face fast tokenizer from ``tokenizer.json`` (or transformers' AutoTokenizer)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._tok: object
+        path = Path(name)
+        file = path / "tokenizer.json" if path.is_dir() else path
+        if file.is_file() and file.name.endswith(".json"):
+            try:
+                from tokenizers import Tokenizer as _Tok
+            except ImportError:
+                raise ServerError(f"tokenizer {name}: the 'tokenizers' package is needed to read {file} "
+                                  "(pip install tokenizers)") from None
+            try:
+                fast = _Tok.from_file(str(file))
+            except Exception as exc:  # noqa: BLE001 - the library raises bare Exception on a bad file
+                raise ServerError(f"tokenizer {name}: cannot read {file}: {exc}") from None
+            specials = _special_ids(file)
+            self._encode = lambda t: list(fast.encode(t, add_special_tokens=False).ids)
+            self._decode = lambda ids: str(fast.decode(list(ids), skip_special_tokens=False))
+            self._vocab = int(fast.get_vocab_size(with_added_tokens=True))
+        else:
+            try:
+                from transformers import AutoTokenizer
+            except ImportError:
+                raise ServerError(f"tokenizer {name!r} is neither a directory with tokenizer.json nor loadable "
+                                  "without 'transformers' (pip install transformers, or pass the model "
+                                  "directory as tokenizer)") from None
+            try:
+                auto = AutoTokenizer.from_pretrained(name)
+            except Exception as exc:  # noqa: BLE001 - hub/IO/format errors of many kinds
+                raise ServerError(f"tokenizer {name!r}: {type(exc).__name__}: {str(exc)[:300]}") from None
+            specials = set(int(i) for i in auto.all_special_ids)
+            self._encode = lambda t: list(auto.encode(t, add_special_tokens=False))
+            self._decode = lambda ids: str(auto.decode(list(ids)))
+            self._vocab = int(len(auto))
+        self._allowed = [i for i in range(self._vocab) if i not in specials]
+        if not self._allowed:
+            raise ServerError(f"tokenizer {name}: no non-special token ids")
+
+    def encode(self, text: str) -> list[int]:
+        return self._encode(text)  # type: ignore[no-any-return]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._decode(ids)  # type: ignore[no-any-return]
+
+    def allowed_ids(self) -> list[int]:
+        return self._allowed
+
+
+def _special_ids(file: Path) -> set[int]:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        return {int(t["id"]) for t in data.get("added_tokens") or [] if t.get("special")}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return set()
+
+
+def load_tokenizer(tokenizer_id: str) -> Tokenizer:
+    """The tokenizer named by ``tokenizer_id`` (see the module docstring)."""
+    if tokenizer_id == STANDIN_TOKENIZER:
+        return WordTokenizer()
+    return HFTokenizer(tokenizer_id)
+
+
+def token_prompts(tokenizer: Tokenizer, n: int, input_len: int, seed: int, *, max_draws: int = 50) -> list[str]:
+    """``n`` distinct seeded prompts that re-encode to exactly ``input_len`` tokens each.
+
+    Each is drawn as random allowed ids, then decode -> encode -> truncate/extend is
+    repeated a few times (a BPE merges across the joins); a prompt that still misses
+    its length is redrawn, never kept. Raises :class:`ServerError` if a tokenizer cannot
+    produce the length at all (e.g. ``input_len`` beyond what it can round-trip).
+    """
+    if n < 0 or input_len < 1:
+        raise ValueError(f"need n >= 0 and input_len >= 1, got {n}, {input_len}")
+    rng = random.Random(seed)
+    allowed = tokenizer.allowed_ids()
+    out: list[str] = []
+    seen: set[str] = set()
+    for i in range(n):
+        for _ in range(max_draws):
+            ids = [allowed[rng.randrange(len(allowed))] for _ in range(input_len)]
+            text, exact = "", False
+            for _ in range(10):
+                text = tokenizer.decode(ids)
+                ids = tokenizer.encode(text)
+                if len(ids) == input_len:
+                    exact = True
+                    break
+                ids = ids[:input_len] + [allowed[rng.randrange(len(allowed))]
+                                         for _ in range(input_len - len(ids))]
+            if exact and text not in seen:
+                out.append(text)
+                seen.add(text)
+                break
+        else:
+            raise ServerError(f"tokenizer {tokenizer.name}: no prompt of exactly {input_len} tokens after "
+                              f"{max_draws} draws (prompt {i})")
+    return out
+
+
+def arrival_offsets(n: int, request_rate: float, burstiness: float, seed: int) -> list[float]:
+    """Seeded send offsets in seconds: all 0 for ``inf`` (closed loop), else gamma-distributed gaps.
+
+    ``burstiness`` 1.0 is a Poisson process (exponential gaps) as in ``vllm bench serve``;
+    lower is burstier, higher more regular; the mean rate is ``request_rate`` either way.
+    """
+    if math.isinf(request_rate):
+        return [0.0] * n
+    if not request_rate > 0 or not burstiness > 0:
+        raise ValueError(f"request_rate and burstiness must be > 0, got {request_rate}, {burstiness}")
+    rng = random.Random(seed ^ 0x5EED)
+    theta = 1.0 / (request_rate * burstiness)
+    t = 0.0
+    out = []
+    for _ in range(n):
+        out.append(t)
+        t += rng.gammavariate(burstiness, theta)
+    return out
