@@ -1,23 +1,38 @@
-"""Option resolution with a stated precedence, in the manner of pytest-timeout.
+"""The one table of pytest-p2p's settings, and their resolution with a stated precedence.
 
-Every ``--p2p-*`` setting that also has an ini key and an environment variable is
-resolved as: **command line > environment variable > ini file > default**. The
-resolved value remembers where it came from, so an error can say
-``PYTEST_P2P_RIG=/nope.yaml: no such file`` instead of just "no such file".
+Every ``--p2p-*`` option is one :class:`Option` row in :data:`TABLE`: its flag, its
+``dest``, its ini key, its environment variable, its converter, its default and its help.
+:func:`declare` registers the whole table (``plugin.py`` calls it from its one
+``pytest_addoption``); :func:`resolve` reads one row. Nothing else spells a flag, an ini
+key or an env variable, so they cannot drift apart (issue 15).
+
+Precedence, in the manner of pytest-timeout: **command line > environment variable >
+ini file > default**. The resolved value remembers where it came from, so an error can
+say ``PYTEST_P2P_RIG=/nope.yaml: no such file`` instead of just "no such file".
+
+This module is imported in every pytest process where the package is installed (the
+options are always declared, even when the plugin stays inert), so it imports nothing
+of the package at module level and nothing heavy at all.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-import pytest
-
-from .errors import ConfigError
+if TYPE_CHECKING:
+    import pytest
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+GROUP = "p2p"
+GROUP_TITLE = "GPU interconnect checks (pytest-p2p)"
+ENV_PREFIX = "PYTEST_P2P_"
+INI_PREFIX = "p2p_"
 
 
 @dataclass(frozen=True)
@@ -31,54 +46,206 @@ class Resolved(Generic[T]):
         return self.origin if self.origin == "default" else f"{self.origin}={shown}"
 
 
-def resolve(
-    config: pytest.Config,
-    *,
-    dest: str,
-    flag: str,
-    env: str | None,
-    ini: str | None,
-    default: T,
-    convert: Callable[[str], T] | None = None,
-) -> Resolved[T]:
-    """Resolve one option; ``convert`` turns the text (from any origin) into the value and may raise ValueError."""
+@dataclass(frozen=True)
+class Option(Generic[T_co]):
+    """One setting: how it is spelled on each origin, how its text becomes a value, its default.
+
+    ``flag`` is None for a setting that only an ini key / env variable carries (``p2p_enable``).
+    ``path`` marks a filesystem path: :func:`resolve_path` makes a relative one absolute
+    against the rootdir when it came from the ini file, else against where pytest ran.
+    """
+
+    dest: str
+    flag: str | None
+    help: str
+    default: T_co
+    ini: str | None = None
+    env: str | None = None
+    convert: Callable[[str], T_co] | None = None
+    metavar: str | None = None
+    action: str = "store"
+    nargs: str | None = None
+    const: str | None = None
+    path: bool = False
+    ini_type: str | None = None  # pytest's addini type ("bool" for p2p_enable); None: a string
+
+    @property
+    def origins(self) -> tuple[str, ...]:
+        """Every spelling a user may write, for docs and error messages."""
+        return tuple(x for x in (self.flag, self.env, self.ini and f"ini {self.ini}") if x)
+
+
+# -- converters (text from any origin -> value; ValueError says what was expected) ---------------------
+def one_of(*choices: str) -> Callable[[str], str]:
+    def convert(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return text
+
+    return convert
+
+
+def positive_int(text: str | int) -> int:
+    n = int(text)
+    if n < 1:
+        raise ValueError("expected an integer >= 1")
+    return n
+
+
+def arm_list(text: str) -> list[str]:
+    arms = [a.strip() for a in str(text).split(",") if a.strip()]
+    if len(arms) < 2:
+        raise ValueError("expected at least two comma-separated arms, e.g. p2p_on,p2p_off")
+    return arms
+
+
+def truthy(text: str) -> bool:
+    low = str(text).strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("expected true or false")
+
+
+CAMPAIGN_MODES = ("auto", "probe", "model", "off")
+FAIL_ON_CHOICES = ("regression", "never")
+
+# -- the table ------------------------------------------------------------------------------------------
+RIG: Option[str | None] = Option(
+    "p2p_rig", "--p2p-rig", "rig file (YAML) naming the GPUs, pairs and expectations; default: auto-detect",
+    None, ini="p2p_rig", env="PYTEST_P2P_RIG", metavar="PATH", path=True)
+SNAPSHOT: Option[str | None] = Option(
+    "p2p_snapshot", "--p2p-snapshot",
+    "replay evidence recorded by 'python -m pytest_p2p snapshot' instead of reading NVML live",
+    None, ini="p2p_snapshot", env="PYTEST_P2P_SNAPSHOT", metavar="PATH", path=True)
+RESULTS: Option[str] = Option(
+    "p2p_results", "--p2p-results", "results directory root (default: ./p2p-results)",
+    "p2p-results", ini="p2p_results", env="PYTEST_P2P_RESULTS", metavar="DIR", path=True)
+LIVE: Option[bool] = Option(
+    "p2p_live", "--p2p-live",
+    "demand live NVML: fail instead of falling back to the embedded demo rig when no GPU answers",
+    False, action="store_true")
+PROBE_REPLAY: Option[str | None] = Option(
+    "p2p_probe_replay", "--p2p-probe-replay",
+    "replay recorded probe results (JSON + NCCL logs written by a real run) instead of running the all-reduce "
+    "and copy probes", None, ini="p2p_probe_replay", env="PYTEST_P2P_PROBE_REPLAY", metavar="DIR", path=True)
+CAMPAIGN: Option[str | None] = Option(
+    "p2p_campaign", "--p2p-campaign",
+    "campaign kind: auto (the rig's; model if it has a server), probe (NCCL all-reduce only, quick), "
+    "model (a server per arm and rep) or off", None, ini="p2p_campaign", env="PYTEST_P2P_CAMPAIGN",
+    convert=one_of(*CAMPAIGN_MODES), metavar="auto|probe|model|off")
+REPS: Option[int | None] = Option(
+    "p2p_reps", "--p2p-reps", "timed repetitions per arm and point (overrides campaign.reps)",
+    None, ini="p2p_reps", env="PYTEST_P2P_REPS", convert=positive_int, metavar="N")
+ARMS: Option[list[str] | None] = Option(
+    "p2p_arms", "--p2p-arms", "comma-separated arms to compare, first over second (overrides campaign.arms)",
+    None, ini="p2p_arms", env="PYTEST_P2P_ARMS", convert=arm_list, metavar="A,B")
+COMPARE: Option[str | None] = Option(
+    "p2p_compare", "--p2p-compare",
+    "compare campaign results with the named baseline (default 'accepted'); write it as --p2p-compare=NAME",
+    None, metavar="NAME", nargs="?", const="accepted")
+SAVE_BASELINE: Option[str | None] = Option(
+    "p2p_save_baseline", "--p2p-save-baseline",
+    "store this session's campaign runs and accept them under NAME (default 'accepted')",
+    None, metavar="NAME", nargs="?", const="accepted")
+FAIL_ON: Option[str] = Option(
+    "p2p_fail_on", "--p2p-fail-on", "fail tests on a regression verdict (default) or only report it",
+    "regression", ini="p2p_fail_on", env="PYTEST_P2P_FAIL_ON", metavar="regression|never")
+DB: Option[str | None] = Option(
+    "p2p_db", "--p2p-db",
+    "baseline/history SQLite database (default .p2p/history.db under the rootdir, or the rig's baseline.db)",
+    None, ini="p2p_db", env="PYTEST_P2P_DB", metavar="PATH", path=True)
+ENABLE: Option[bool] = Option(
+    "p2p_enable", None, "activate pytest-p2p for every run of this project (otherwise only a p2p run: "
+    "-m p2p, a --p2p-* option, a PYTEST_P2P_* variable or p2p_* ini key, --pyargs pytest_p2p)",
+    False, ini="p2p_enable", env="PYTEST_P2P_ENABLE", convert=truthy, ini_type="bool")
+
+#: Every setting, in the order ``pytest --help`` lists them.
+TABLE: tuple[Option[object], ...] = (
+    RIG, SNAPSHOT, RESULTS, LIVE, PROBE_REPLAY, CAMPAIGN, REPS, ARMS, COMPARE, SAVE_BASELINE, FAIL_ON, DB, ENABLE,
+)
+
+
+def _help(opt: Option[object]) -> str:
+    also = [x for x in (opt.ini and f"ini '{opt.ini}'", opt.env and f"env {opt.env}") if x]
+    if not also:
+        return opt.help
+    return f"{opt.help} (also {' and '.join(also)}; precedence: command line > env > ini)"
+
+
+def declare(parser: pytest.Parser, table: Sequence[Option[object]] = TABLE) -> None:
+    """Register every row: its flag in the ``p2p`` group and its ini key (cheap; imports nothing)."""
+    group = parser.getgroup(GROUP, GROUP_TITLE)
+    for opt in table:
+        if opt.flag is not None:
+            kwargs: dict[str, object] = {"action": opt.action, "dest": opt.dest, "help": _help(opt)}
+            # absent on the command line reads as None, so resolve() falls through to env / ini / default
+            kwargs["default"] = None
+            if opt.action == "store":
+                kwargs["metavar"] = opt.metavar
+                if opt.nargs is not None:
+                    kwargs["nargs"] = opt.nargs
+                    kwargs["const"] = opt.const
+            group.addoption(opt.flag, **kwargs)
+        if opt.ini is not None:
+            if opt.ini_type is None:
+                parser.addini(opt.ini, help=opt.help, default=None)
+            else:
+                parser.addini(opt.ini, help=opt.help, type=opt.ini_type, default=None)  # type: ignore[arg-type]
+
+
+def _ini_text(config: pytest.Config, ini: str) -> str | None:
+    try:
+        raw = config.getini(ini)
+    except (ValueError, KeyError):
+        return None
+    if raw in (None, "", [], False):  # a bool ini key reads False when unset: the same as not given
+        return None
+    if raw is True:
+        return "true"
+    return str(raw)
+
+
+def resolve(config: pytest.Config, opt: Option[T]) -> Resolved[T]:
+    """Resolve one row: command line > env > ini > default; the converter sees the text from any origin."""
     candidates: list[tuple[str | None, str]] = []
-    cli = config.getoption(dest, default=None)
+    cli = config.getoption(opt.dest, default=None)
     if cli is not None:
-        if convert is None or not isinstance(cli, str):
-            return Resolved(cli, flag)
-        candidates.append((cli, flag))
-    if env:
-        candidates.append((os.environ.get(env) or None, env))
-    if ini:
-        try:
-            raw = config.getini(ini)
-        except (ValueError, KeyError):
-            raw = None
-        candidates.append((str(raw) if raw not in (None, "", []) else None, f"ini {ini}"))
+        if opt.convert is None or not isinstance(cli, str):
+            return Resolved(cli, opt.flag or opt.dest)
+        candidates.append((cli, opt.flag or opt.dest))
+    if opt.env:
+        candidates.append((os.environ.get(opt.env) or None, opt.env))
+    if opt.ini:
+        candidates.append((_ini_text(config, opt.ini), f"ini {opt.ini}"))
     for raw_value, origin in candidates:
         if raw_value is None:
             continue
-        if convert is None:
+        if opt.convert is None:
             return Resolved(raw_value, origin)  # type: ignore[arg-type]
         try:
-            return Resolved(convert(raw_value), origin, raw_value)
+            return Resolved(opt.convert(raw_value), origin, raw_value)
         except ValueError as exc:
+            from .errors import ConfigError  # lazy: an inert plugin imports no more than it must
+
             raise ConfigError(origin, "", f"bad value {raw_value!r}: {exc}") from None
-    return Resolved(default, "default")
+    return Resolved(opt.default, "default")
 
 
-def add_ini_and_option(
-    group: pytest.OptionGroup,
-    parser: pytest.Parser,
-    flag: str,
-    *,
-    ini: str,
-    env: str,
-    help: str,
-    metavar: str | None = None,
-) -> None:
-    """Register ``--p2p-x`` plus its ini key, naming the env variable and precedence in the help."""
-    full = f"{help} (also ini '{ini}' and env {env}; precedence: command line > env > ini)"
-    group.addoption(flag, action="store", default=None, metavar=metavar, help=full)
-    parser.addini(ini, help=help, default=None)
+def given(config: pytest.Config, opt: Option[object]) -> bool:
+    """Whether the user set this row anywhere (command line, env or ini), whatever its value."""
+    if opt.flag is not None and config.getoption(opt.dest, default=None) is not None:
+        return True
+    if opt.env and os.environ.get(opt.env):
+        return True
+    return bool(opt.ini) and _ini_text(config, opt.ini or "") is not None
+
+
+def path_of(config: pytest.Config, resolved: Resolved[str]) -> Path:
+    """A path setting made absolute: from the ini file against the rootdir, else against where pytest ran."""
+    path = Path(resolved.value).expanduser()
+    if path.is_absolute():
+        return path
+    base = config.rootpath if resolved.origin.startswith("ini") else Path(config.invocation_params.dir)
+    return base / path

@@ -24,6 +24,13 @@ MARKERS = (
 )
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Every ``--p2p-*`` option and ``p2p_*`` ini key, from the one table in options.py."""
+    from .options import declare
+
+    declare(parser)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)

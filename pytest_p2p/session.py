@@ -26,7 +26,7 @@ import pytest
 
 from .errors import EvidenceError
 from .evidence.model import Evidence
-from .options import Resolved, resolve
+from .options import LIVE, RESULTS, RIG, SNAPSHOT, Resolved, path_of, resolve
 from .rig import ResolvedRig, Rig, auto_rig, load_rig
 from .rig import resolve as resolve_rig
 
@@ -135,12 +135,10 @@ class P2PSession:
 
 
 def _from_config(config: pytest.Config) -> P2PSession:
-    rig_opt = resolve(config, dest="p2p_rig", flag="--p2p-rig", env="PYTEST_P2P_RIG", ini="p2p_rig", default=None)
-    snap: Resolved[str | None] = resolve(config, dest="p2p_snapshot", flag="--p2p-snapshot", env="PYTEST_P2P_SNAPSHOT",
-                   ini="p2p_snapshot", default=None)
-    results = resolve(config, dest="p2p_results", flag="--p2p-results", env="PYTEST_P2P_RESULTS",
-                      ini="p2p_results", default="p2p-results")
-    require_live = bool(config.getoption("p2p_live", default=False))
+    rig_opt = resolve(config, RIG)
+    snap = resolve(config, SNAPSHOT)
+    results = resolve(config, RESULTS)
+    require_live = bool(resolve(config, LIVE).value)
     if snap.value is not None and require_live:
         raise pytest.UsageError(f"--p2p-live demands live NVML but {snap.where()} asks for a replay")
     demo_reason: str | None = None
@@ -166,10 +164,7 @@ def _from_config(config: pytest.Config) -> P2PSession:
 
 def _path(config: pytest.Config, value: str, origin: str) -> Path:
     """A relative path from an ini file is relative to the rootdir (as ``p2p_db`` is), else to where pytest ran."""
-    path = Path(value).expanduser()
-    if path.is_absolute():
-        return path
-    return (config.rootpath if origin.startswith("ini") else Path(config.invocation_params.dir)) / path
+    return path_of(config, Resolved(value, origin))
 
 
 def get_session(config: pytest.Config) -> P2PSession:

@@ -201,7 +201,7 @@ def test_not_p2p_marker_expression_is_not_a_p2p_run(pytester):
 def test_resolve_converts_command_line_text_like_env_and_ini(pytester, monkeypatch):
     """One conversion for every origin, and errors and where() show what the user wrote."""
     from pytest_p2p.errors import ConfigError
-    from pytest_p2p.options import resolve
+    from pytest_p2p.options import Option, resolve
 
     class Cfg:
         def __init__(self, cli):
@@ -213,12 +213,13 @@ def test_resolve_converts_command_line_text_like_env_and_ini(pytester, monkeypat
         def getini(self, name):
             return ""
 
-    r = resolve(Cfg("3"), dest="d", flag="--p2p-reps", env="X_REPS", ini="x", default=1, convert=int)
+    reps = Option("d", "--p2p-reps", "h", 1, ini="x", env="X_REPS", convert=int)
+    r = resolve(Cfg("3"), reps)
     assert r.value == 3 and r.where() == "--p2p-reps=3"
     monkeypatch.setenv("X_REPS", "4")
-    assert resolve(Cfg(None), dest="d", flag="--f", env="X_REPS", ini="x", default=1, convert=int).value == 4
+    assert resolve(Cfg(None), reps).value == 4
     with pytest.raises(ConfigError, match=r"--p2p-reps: bad value 'x'"):
-        resolve(Cfg("x"), dest="d", flag="--p2p-reps", env=None, ini=None, default=1, convert=int)
+        resolve(Cfg("x"), Option("d", "--p2p-reps", "h", 1, convert=int))
 
 
 def test_error_counters_read_nvml_once_at_the_end_for_all_gpus(pytester, monkeypatch):

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 
 from ..errors import ConfigError, P2PError
-from ..options import add_ini_and_option, resolve
+from ..options import ARMS, CAMPAIGN, CAMPAIGN_MODES, REPS, Option, resolve
 
-MODES = ("auto", "probe", "model", "off")
+MODES = CAMPAIGN_MODES
 STAMP_KEY = pytest.StashKey[str]()
 PLAN_KEY = pytest.StashKey["Plan"]()
 RESULTS_KEY = pytest.StashKey[dict]()
@@ -60,41 +60,8 @@ class Plan:
     origin: str
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("p2p", "GPU interconnect checks (pytest-p2p)")
-    add_ini_and_option(group, parser, "--p2p-campaign", ini="p2p_campaign", env="PYTEST_P2P_CAMPAIGN",
-                       help="campaign kind: auto (the rig's; model if it has a server), probe (NCCL all-reduce "
-                            "only, quick), model (a server per arm and rep) or off", metavar="auto|probe|model|off")
-    add_ini_and_option(group, parser, "--p2p-reps", ini="p2p_reps", env="PYTEST_P2P_REPS",
-                       help="timed repetitions per arm and point (overrides campaign.reps)", metavar="N")
-    add_ini_and_option(group, parser, "--p2p-arms", ini="p2p_arms", env="PYTEST_P2P_ARMS",
-                       help="comma-separated arms to compare, first over second (overrides campaign.arms)",
-                       metavar="A,B")
-
-
-def _mode(text: str) -> str:
-    if text not in MODES:
-        raise ValueError(f"expected one of {', '.join(MODES)}")
-    return text
-
-
-def _reps(text: str | int) -> int:
-    n = int(text)
-    if n < 1:
-        raise ValueError("expected an integer >= 1")
-    return n
-
-
-def _arms(text: str) -> list[str]:
-    arms = [a.strip() for a in str(text).split(",") if a.strip()]
-    if len(arms) < 2:
-        raise ValueError("expected at least two comma-separated arms, e.g. p2p_on,p2p_off")
-    return arms
-
-
-def _resolved(config: pytest.Config, name: str, convert: Any) -> tuple[Any, str]:
-    r = resolve(config, dest=f"p2p_{name}", flag=f"--p2p-{name}", env=f"PYTEST_P2P_{name.upper()}",
-                ini=f"p2p_{name}", default=None, convert=convert)
+def _resolved(config: pytest.Config, opt: Option[Any]) -> tuple[Any, str]:
+    r = resolve(config, opt)
     return r.value, r.where()
 
 
@@ -108,8 +75,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Option values are checked now (a usage error before collection); what depends on the rig
     # and the evidence waits for collection, so that ``pytest --help`` never touches NVML.
     try:
-        for name, convert in (("campaign", _mode), ("reps", _reps), ("arms", _arms)):
-            _resolved(config, name, convert)
+        for opt in (CAMPAIGN, REPS, ARMS):
+            _resolved(config, opt)
     except P2PError as exc:
         raise pytest.UsageError(f"pytest-p2p: {exc}") from None
 
@@ -143,9 +110,9 @@ def plan(config: pytest.Config) -> Plan:
         return got
     from ..session import get_session
 
-    mode, mode_origin = _resolved(config, "campaign", _mode)
-    reps, _ = _resolved(config, "reps", _reps)
-    arms, arms_origin = _resolved(config, "arms", _arms)
+    mode, mode_origin = _resolved(config, CAMPAIGN)
+    reps, _ = _resolved(config, REPS)
+    arms, arms_origin = _resolved(config, ARMS)
     session = get_session(config)
     rig = session.rig
     cfg = rig.campaign.with_overrides(reps=reps, arms=arms)

@@ -13,24 +13,10 @@ import re
 import pytest
 
 from ..errors import P2PError
-from ..options import add_ini_and_option
 from ..session import P2PSession, get_session
 from .model import Evidence
 
 _ENV_VARS = ("PYTEST_P2P_RIG", "PYTEST_P2P_SNAPSHOT")
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("p2p", "GPU interconnect checks (pytest-p2p)")
-    add_ini_and_option(group, parser, "--p2p-rig", ini="p2p_rig", env="PYTEST_P2P_RIG", metavar="PATH",
-                       help="rig file (YAML) naming the GPUs, pairs and expectations; default: auto-detect")
-    add_ini_and_option(group, parser, "--p2p-snapshot", ini="p2p_snapshot", env="PYTEST_P2P_SNAPSHOT",
-                       metavar="PATH", help="replay evidence recorded by 'python -m pytest_p2p snapshot' "
-                                            "instead of reading NVML live")
-    add_ini_and_option(group, parser, "--p2p-results", ini="p2p_results", env="PYTEST_P2P_RESULTS", metavar="DIR",
-                       help="results directory root (default: ./p2p-results)")
-    group.addoption("--p2p-live", action="store_true", default=False,
-                    help="demand live NVML: fail instead of falling back to the embedded demo rig when no GPU answers")
 
 
 def _requested(config: pytest.Config) -> bool:

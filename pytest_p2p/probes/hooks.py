@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from ..errors import P2PError, ProbeError
-from ..options import add_ini_and_option, resolve
+from ..options import PROBE_REPLAY, resolve
 from ..util import format_size
 from .allreduce import AllReduceResult, proof_from_log
 from .arms import Arm
@@ -232,13 +232,6 @@ def uplift_table(faster: AllReduceResult, slower: AllReduceResult, sizes: tuple[
 _STATE = pytest.StashKey[ProbeState]()
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("p2p", "GPU interconnect checks (pytest-p2p)")
-    add_ini_and_option(group, parser, "--p2p-probe-replay", ini="p2p_probe_replay", env="PYTEST_P2P_PROBE_REPLAY",
-                       metavar="DIR", help="replay recorded probe results (JSON + NCCL logs written by a real run) "
-                                           "instead of running the all-reduce and copy probes")
-
-
 def _get_session(config: pytest.Config) -> Any:
     from ..evidence.hooks import session_or_usage_error
 
@@ -265,8 +258,7 @@ def probe_state(config: pytest.Config) -> ProbeState:
     state = config.stash.get(_STATE, None)
     if state is None:
         session = _get_session(config)
-        opt = resolve(config, dest="p2p_probe_replay", flag="--p2p-probe-replay", env="PYTEST_P2P_PROBE_REPLAY",
-                      ini="p2p_probe_replay", default=None)
+        opt = resolve(config, PROBE_REPLAY)
         replay, origin = None, ""
         if opt.value is not None:
             replay = Path(str(opt.value))

@@ -21,28 +21,14 @@ from typing import Any
 import pytest
 
 from ..errors import ConfigError, P2PError
-from ..options import Resolved, add_ini_and_option, resolve
+from ..options import COMPARE, DB, FAIL_ON_CHOICES, SAVE_BASELINE, Resolved, resolve
+from ..options import FAIL_ON as FAIL_ON_OPTION
 from .config import DEFAULT_DB, BaselineConfig, check_name
 
 #: The rig loader may put the rig file's ``baseline:`` section (a BaselineConfig) here.
 BASELINE_CONFIG_KEY = pytest.StashKey[BaselineConfig]()
 SESSION_KEY = pytest.StashKey["BaselineSession"]()
-FAIL_ON = ("regression", "never")
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("p2p", "GPU interconnect checks (pytest-p2p)")
-    group.addoption("--p2p-compare", action="store", nargs="?", const="accepted", default=None, metavar="NAME",
-                    help="compare campaign results with the named baseline (default 'accepted'); "
-                         "write it as --p2p-compare=NAME")
-    group.addoption("--p2p-save-baseline", action="store", nargs="?", const="accepted", default=None,
-                    metavar="NAME", help="store this session's campaign runs and accept them under NAME "
-                                         "(default 'accepted')")
-    add_ini_and_option(group, parser, "--p2p-fail-on", ini="p2p_fail_on", env="PYTEST_P2P_FAIL_ON",
-                       metavar="regression|never",
-                       help="fail tests on a regression verdict (default) or only report it")
-    add_ini_and_option(group, parser, "--p2p-db", ini="p2p_db", env="PYTEST_P2P_DB", metavar="PATH",
-                       help=f"baseline/history SQLite database (default {DEFAULT_DB} under the rootdir)")
+FAIL_ON = FAIL_ON_CHOICES
 
 
 @dataclass(eq=False)
@@ -179,7 +165,7 @@ class BaselineSession:
 
 
 def _db_path(config: pytest.Config, cfg: BaselineConfig) -> Resolved[Path]:
-    got = resolve(config, dest="p2p_db", flag="--p2p-db", env="PYTEST_P2P_DB", ini="p2p_db", default=None)
+    got = resolve(config, DB)
     if got.value is None:
         base = config.rootpath
         raw, origin = (cfg.db, "rig baseline.db") if cfg.db else (DEFAULT_DB, "default")
@@ -211,12 +197,11 @@ def _rig_config(config: pytest.Config) -> BaselineConfig:
 def _session(config: pytest.Config) -> BaselineSession:
     if SESSION_KEY in config.stash:
         return config.stash[SESSION_KEY]
-    fail_on = resolve(config, dest="p2p_fail_on", flag="--p2p-fail-on", env="PYTEST_P2P_FAIL_ON",
-                      ini="p2p_fail_on", default="regression")
+    fail_on = resolve(config, FAIL_ON_OPTION)
     if fail_on.value not in FAIL_ON:
         raise ConfigError(fail_on.origin, "", f"expected one of {', '.join(FAIL_ON)}, got {fail_on.value!r}")
-    compare = config.getoption("p2p_compare", default=None)
-    save = config.getoption("p2p_save_baseline", default=None)
+    compare = resolve(config, COMPARE).value
+    save = resolve(config, SAVE_BASELINE).value
     if compare is not None:
         check_name(compare, "--p2p-compare")
     if save is not None:
