@@ -206,3 +206,16 @@ def test_read_only_database_is_one_error(pg: PgServer, tmp_path):
             st.save_run_dir(write_run(tmp_path, "r1"))
         assert st.runs() == []
     _clean(str(got.value))
+
+
+def test_a_schema_of_its_own_through_the_url(pg: PgServer, tmp_path):
+    """docs/fleet.md: ``options=-csearch_path%3D...`` keeps the store apart from a foreign ``runs`` table."""
+    url = pg.create_database()
+    _psql(url, "CREATE TABLE public.runs (x int)", "CREATE SCHEMA fleet")
+    with pytest.raises(StoreError, match="did not create"):
+        Store(url)
+    with Store(url + "?options=-csearch_path%3Dfleet") as st:
+        st.save_run_dir(write_run(tmp_path, "r1"))
+        assert [r.run_id for r in st.runs()] == ["r1"]
+    assert _psql(url, "SELECT count(*) FROM fleet.runs") == [(1,)]
+    assert _psql(url, "SELECT count(*) FROM public.runs") == [(0,)]
