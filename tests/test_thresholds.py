@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pytest_p2p.campaign.config import parse_campaign
 from pytest_p2p.campaign.stats import paired_uplift
 from pytest_p2p.errors import ConfigError
-from pytest_p2p.verdict.thresholds import TooFewRepsError, judge, parse_min_uplift, point_key
+from pytest_p2p.verdict.thresholds import UpliftVerdict, judge, parse_min_uplift, point_key
 
 
 def test_parse_min_uplift_per_point_model_and_probe() -> None:
@@ -25,32 +27,41 @@ def test_parse_min_uplift_errors_name_the_field() -> None:
         parse_min_uplift(None, "median", "model", "rig.yaml", "campaign.uplift_rule")
 
 
-def test_point_rule_judges_the_estimate() -> None:
-    rule = parse_min_uplift({"default": "5%", 8: "8%"}, "point", "model", "r", "p")
-    up = paired_uplift([106.0, 107.0, 105.0], [100.0, 100.0, 100.0])
-    v = judge(up, "c1", rule, metric="output_throughput", faster_arm="p2p_on", slower_arm="p2p_off")
-    assert v.passed and v.threshold == pytest.approx(0.05)
-    v8 = judge(up, "c8", rule, metric="output_throughput", faster_arm="p2p_on", slower_arm="p2p_off")
-    assert not v8.passed and "below the threshold +8.0 %" in v8.message
+def _j(up: dict[str, object], point: str = "c1", value: object = "5%", rule: str = "bounds") -> UpliftVerdict:
+    return judge(up, point, parse_min_uplift(value, rule, "model", "r", "p"), metric="output_throughput",
+                 faster_arm="p2p_on", slower_arm="p2p_off")
 
 
-def test_ci_lower_rule_is_stricter() -> None:
+def test_bounds_rule_three_outcomes() -> None:
+    clear = _j(paired_uplift([110.0, 110.5, 109.8, 110.2], [100.0, 100.3, 99.9, 100.1]))
+    assert clear.passed and clear.outcome == "pass" and clear.pairs_needed is None
+    below = _j(paired_uplift([101.0, 101.3, 100.8, 101.1], [100.0, 100.3, 99.9, 100.1]))
+    assert not below.passed and below.outcome == "fail" and "upper bound is below" in below.message
+    # +6 % estimated on 3 pairs against +5 %: a point rule passed this; bounds cannot decide it
+    close = _j(paired_uplift([106.0, 107.0, 105.0], [100.0, 100.0, 100.0]))
+    assert close.outcome == "inconclusive" and not close.passed
+    assert close.pairs_needed is not None and close.pairs_needed > 3 and "pairs would decide" in close.message
+
+
+def test_old_rule_names_are_judged_on_bounds() -> None:
     up = paired_uplift([115.0, 101.0, 112.0], [100.0, 100.0, 100.0])
-    point = judge(up, "c1", parse_min_uplift("5%", "point", "model", "r", "p"), metric="m",
-                  faster_arm="a", slower_arm="b")
-    lower = judge(up, "c1", parse_min_uplift("5%", "ci_lower", "model", "r", "p"), metric="m",
-                  faster_arm="a", slower_arm="b")
-    assert point.passed and not lower.passed and "CI lower bound" in lower.message
+    for rule in ("point", "ci_lower", "bounds"):
+        assert _j(up, rule=rule).outcome == "inconclusive"
 
 
-def test_too_few_reps_is_an_error_not_a_pass() -> None:
-    up = paired_uplift([150.0], [100.0])
-    with pytest.raises(TooFewRepsError, match="needs at least 2 paired rep"):
-        judge(up, "c1", parse_min_uplift("5%", "ci_lower", "model", "r", "p"), metric="m", faster_arm="a",
-              slower_arm="b")
-    with pytest.raises(TooFewRepsError):
-        judge(paired_uplift([None], [1.0]), "c1", parse_min_uplift("5%", "point", "model", "r", "p"),
-              metric="m", faster_arm="a", slower_arm="b")
+def test_per_point_threshold_and_plan_alpha() -> None:
+    rule = parse_min_uplift({"default": "5%", 8: "8%"}, "bounds", "model", "r", "p")
+    assert rule.threshold("c8") == pytest.approx(0.08) and rule.alpha_for(3) == pytest.approx(0.01)
+    planned = replace(rule, plan=(3, 6))
+    assert planned.alpha_for(3) == pytest.approx(0.005) and planned.alpha_for(4) == pytest.approx(0.01 / 6)
+    assert planned.alpha_for(1) == pytest.approx(0.005) and planned.alpha_for(9) == pytest.approx(0.01 / 6)
+
+
+def test_too_few_pairs_is_inconclusive_never_a_pass() -> None:
+    one = _j(paired_uplift([150.0], [100.0]))
+    assert one.outcome == "inconclusive" and not one.passed and "2 pairs" in one.message
+    none = _j(paired_uplift([None], [1.0]))
+    assert none.outcome == "inconclusive" and not none.passed and none.estimate is None
 
 
 def test_campaign_config_parses_and_rejects() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_p2p.verdict.policy import inconclusive
 from pytest_p2p.verdict.thresholds import TooFewRepsError
 
 pytestmark = pytest.mark.p2p
@@ -34,13 +35,20 @@ def test_campaign_complete(p2p_campaign: Any) -> None:
         f"campaign {c.pair_key} is {c.status}{_sim(c)} {_where(c)}:\n  " + "\n  ".join(problems))
 
 
-def test_uplift(p2p_campaign: Any, p2p_point: str) -> None:
-    """Arm A over arm B at this point, paired by rep, judged by the rig's ``min_uplift`` rule."""
+def test_uplift(p2p_campaign: Any, p2p_point: str, request: pytest.FixtureRequest) -> None:
+    """Arm A over arm B at this point, paired by rep, against the rig's ``min_uplift``.
+
+    Decided on confidence bounds (``pytest_p2p.stats.decide_uplift``): pass when the lower
+    bound clears the threshold, fail when the upper bound is below it; inconclusive skips
+    with the reason and the pairs that would decide (``--p2p-strict`` makes it fail).
+    """
     c = p2p_campaign
     try:
         verdict = c.uplift_verdict(p2p_point)
     except TooFewRepsError as exc:
         pytest.fail(f"{exc}{_sim(c)} {_where(c)}", pytrace=False)
+    if verdict.inconclusive:
+        inconclusive(request.config, f"{verdict.message}{_sim(c)} {_where(c)}")
     assert verdict.passed, f"{verdict.message}{_sim(c)} {_where(c)}"
 
 

@@ -1,78 +1,52 @@
-"""Noise-aware comparison of a scenario's metrics with a baseline.
+"""Noise-aware comparison of a campaign's scenarios with a baseline: the run is the unit.
 
-The method (validated by ``benchmarks/verdict_power.py``; figures in docs/baselines.md):
+The method (validated by ``benchmarks/verdict_power.py``; figures in docs/baselines.md)
+is :func:`pytest_p2p.stats.decide_change`: each baseline run contributes its mean (log
+scale), the current run is judged as one new run against their spread (a prediction
+interval with correct degrees of freedom), and the decision is on confidence bounds:
 
-* Work on log values, so a change is a ratio and tolerances are relative.
-* A baseline is K accepted runs. From them, and the current run's n reps, estimate the
-  within-run variance sigma^2 (pooled over all runs) and the run-to-run variance tau^2
-  (spread of the baseline run means beyond what sigma^2/n explains).
-* The change d = mean(current reps) - mean(baseline run means) has standard error
-  SE^2 = Var(baseline mean) + tau^2 + s_cur^2/n, with Satterthwaite degrees of freedom;
-  s_cur^2 is the pooled variance, or the current run's own when an F screen says it is
-  clearly larger, so a noisier current run widens its own interval instead of raising
-  false alarms; Var(baseline mean) is floored by what the reps alone allow.
-* Decision with the tolerance as the practical threshold (equivalence-style):
-  **regression** when the degradation is significant at one-sided ``alpha`` *and* at
-  least the tolerance; **improvement** likewise in the good direction; **unchanged** when
-  the one-sided 95 % upper bound of the degradation is below ``detect`` (the smallest
-  drop we promise to catch, 2x the tolerance); otherwise **inconclusive**, with the
-  number of reps that would give 95 % power against a ``detect``-sized drop.
+* **regression** when the upper bound of the change (in the good direction) is below
+  ``-tolerance`` — the *bound* clears the tolerance, not the point estimate;
+* **unchanged** when a drop of twice the tolerance is ruled out at 95 %;
+* **improvement** when the lower bound is above ``+tolerance`` (information: consider
+  accepting the run);
+* **inconclusive** otherwise, with the reps that would decide; and with fewer than 3
+  baseline runs ("baseline too short: N runs") unless the drop is beyond 3x the
+  tolerance with an assumed run-to-run spread.
+
+Only **primary** metrics can fail (``baseline.primary`` in the rig file, else the metric
+registry's defaults); Holm's procedure over every primary of every scenario of the
+campaign (and the uplift history, :mod:`.campaign_judge`) keeps the campaign's
+family-wise false-alarm rate at ``baseline.alpha`` (1 %).  Other metrics are judged the
+same way and reported with their own Holm-adjusted significance, as information.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from .. import metrics as registry
+from ..stats import Decision, Outcome, RunStats, StatsError, decide_change
 from .config import BaselineConfig, Tolerance
-from .stats_t import t_quantile, z_quantile
+
+if TYPE_CHECKING:
+    from .campaign_judge import CampaignComparison
 
 REGRESSION, IMPROVEMENT, UNCHANGED = "regression", "improvement", "unchanged"
 INCONCLUSIVE, NOT_COMPARABLE, NO_BASELINE, UNJUDGED = "inconclusive", "not comparable", "no baseline", "unjudged"
-POWER = 0.95
-MAX_SUGGESTED_REPS = 200
-
-# Metric direction table: "higher" is better, "lower" is better, "info" is reported only.
-_EXACT = {
-    "output_throughput": "higher", "total_token_throughput": "higher", "request_throughput": "higher",
-    "request_goodput": "higher", "max_output_tokens_per_s": "higher", "tokens_per_joule": "higher",
-    "busbw_gbs": "higher", "algbw_gbs": "higher", "bandwidth_gbs": "higher",
-    "joules_per_token": "lower", "time_us": "lower", "latency_us": "lower", "duration": "lower",
-    # Power alone is neither good nor bad (a faster run may draw more); efficiency is judged
-    # through tokens_per_joule / joules_per_token instead.
-    "avg_watts": "info", "completed": "info", "total_input_tokens": "info", "total_output_tokens": "info",
-    "max_concurrent_requests": "info", "num_prompts": "info", "failed": "info", "warmup_failed": "info",
-}
-# Spread statistics (std_ttft_ms, ...) describe noise, not speed: reported, not judged.
-_INFO_PREFIXES = ("std_",)
-_PATTERNS = ((re.compile(r"_(ms|us|s)$"), "lower"), (re.compile(r"(throughput|_gbs|_per_s|per_joule)$"), "higher"))
-_UNITS = (("output_throughput", "tok/s"), ("total_token_throughput", "tok/s"), ("request_throughput", "req/s"),
-          ("_per_s", "tok/s"), ("_gbs", "GB/s"), ("_ms", "ms"), ("_us", "us"), ("tokens_per_joule", "tok/J"),
-          ("joules_per_token", "J/tok"), ("watts", "W"))
 
 
 def direction(metric: str, overrides: Mapping[str, str] | None = None) -> str | None:
-    """``"higher"``, ``"lower"``, ``"info"`` or ``None`` (unknown: reported, not judged)."""
-    if overrides and metric in overrides:
-        return overrides[metric]
-    if metric in _EXACT:
-        return _EXACT[metric]
-    if metric.startswith(_INFO_PREFIXES):
-        return "info"
-    for rx, d in _PATTERNS:
-        if rx.search(metric):
-            return d
-    return None
+    """``"higher"``, ``"lower"``, ``"info"`` or ``None`` (unknown: reported, not judged); the registry's."""
+    return registry.direction(metric, overrides)
 
 
 def unit(metric: str) -> str:
-    for suffix, u in _UNITS:
-        if metric.endswith(suffix):
-            return u
-    return ""
+    return registry.unit(metric)
 
 
 class PerformanceRegression(AssertionError):
@@ -101,6 +75,17 @@ class Sample:
             return sum(self.values) / len(self.values)
         return self.mean
 
+    def run_stats(self) -> RunStats | None:
+        """Log-scale summary, or None when the values are not all positive."""
+        try:
+            if self.values:
+                return RunStats.of(self.values)
+            if self.mean is not None:
+                return RunStats.of_summary(self.mean, self.std, int(self.n or 1))
+        except StatsError:
+            return None
+        return None
+
 
 @dataclass
 class Judgement:
@@ -109,54 +94,66 @@ class Judgement:
     base: float | None = None  # baseline mean (linear)
     current: float | None = None
     change: float | None = None  # relative, current/base - 1
-    ci: tuple[float, float] | None = None  # relative change interval at 1 - 2*alpha
+    ci: tuple[float, float] | None = None  # relative change interval at ci_level
     ci_level: float | None = None
     k: int = 0  # baseline runs used
     n: int = 0  # current reps
     needed_reps: int | None = None
     reason: str = ""
     details: dict[str, float] = field(default_factory=dict)
+    primary: bool = False
+    decision: Decision | None = None
+    adjusted_p: float | None = None  # Holm-adjusted over the campaign (primaries and others separately)
 
 
-def _log_stats(s: Sample) -> tuple[float, float | None, int] | None:
-    """(mean, variance, n) of the log values, or None when not positive/empty."""
-    if s.values:
-        if any(x <= 0 for x in s.values):
-            return None
-        logs = [math.log(x) for x in s.values]
-        n = len(logs)
-        m = sum(logs) / n
-        var = sum((x - m) ** 2 for x in logs) / (n - 1) if n > 1 else None
-        return m, var, n
-    if s.mean is None or s.mean <= 0:
-        return None
-    n = int(s.n or 1)
-    var = (s.std / s.mean) ** 2 if s.std is not None and n > 1 else None
-    return math.log(s.mean), var, n
+def _raw(gain: float, higher: bool) -> float:
+    """A gain (``+`` better) as the relative change ``cur/base - 1``."""
+    return gain if higher else 1.0 / (1.0 + gain) - 1.0 if gain > -1 else math.inf
 
 
-def _chi2_quantile(p: float, k: int) -> float:
-    """Wilson-Hilferty approximation of the chi-square quantile (ample for a variance screen)."""
-    z = z_quantile(p)
-    c = 2.0 / (9.0 * k)
-    return k * max(1.0 - c + z * math.sqrt(c), 0.0) ** 3
+def relative_tolerance(tol: Tolerance, base_mean: float | None) -> float:
+    """The tolerance as a fraction of the baseline mean (``abs`` turned relative), capped at 99 %."""
+    if not base_mean:
+        return min(tol.rel, 0.99)
+    return min(tol.threshold(base_mean) / abs(base_mean), 0.99)
 
 
-def _tq(p: float, df: float) -> float:
-    return t_quantile(p, max(1.0, round(df, 1)))
+def verdict_of(d: Decision, higher: bool, tolerance: float) -> str:
+    """Map a decision to the verdict words; an improvement is a pass whose lower bound clears +tolerance."""
+    if d.outcome is Outcome.FAIL:
+        return REGRESSION
+    if d.outcome is Outcome.INCONCLUSIVE:
+        return INCONCLUSIVE
+    gain_tol = tolerance if higher else 1.0 / (1.0 - tolerance) - 1.0
+    return IMPROVEMENT if d.lower > gain_tol else UNCHANGED
+
+
+def apply_decision(j: Judgement, d: Decision, tolerance: float) -> Judgement:
+    higher = j.direction == "higher"
+    j.decision = d
+    j.verdict = verdict_of(d, higher, tolerance)
+    if d.n and math.isfinite(d.lower) and math.isfinite(d.upper):
+        lo, hi = _raw(d.lower, higher), _raw(d.upper, higher)
+        j.ci = (min(lo, hi), max(lo, hi))
+        j.ci_level = d.level
+    j.needed_reps = d.pairs_needed
+    j.reason = d.reason
+    if j.verdict == IMPROVEMENT:
+        j.reason += "; better by more than the tolerance: consider accepting this run"
+    return j
 
 
 def judge(baseline: Sequence[Sample], current: Sample, metric_direction: str | None, tol: Tolerance,
-          cfg: BaselineConfig | None = None) -> Judgement:
-    """Compare one metric of one scenario (see the module doc for the method)."""
+          cfg: BaselineConfig | None = None, *, quantity: str = "change") -> Judgement:
+    """Compare one metric of one scenario, on its own (no multiplicity control: see the module doc)."""
     cfg = cfg or BaselineConfig()
     if metric_direction not in ("higher", "lower"):
         return Judgement(UNJUDGED, metric_direction, reason="direction unknown: reported, not judged"
                          if metric_direction is None else "informational metric: reported, not judged")
-    base_stats = [st for st in (_log_stats(b) for b in baseline) if st is not None]
-    cur = _log_stats(current)
-    base_lin = [b.linear_mean() for b in baseline if b.linear_mean() is not None]
-    base_mean_lin = sum(base_lin) / len(base_lin) if base_lin else None  # type: ignore[arg-type]
+    base_stats = [st for st in (b.run_stats() for b in baseline) if st is not None]
+    cur = current.run_stats()
+    base_lin = [m for m in (b.linear_mean() for b in baseline) if m is not None]
+    base_mean_lin = sum(base_lin) / len(base_lin) if base_lin else None
     cur_lin = current.linear_mean()
     j = Judgement(UNCHANGED, metric_direction, base=base_mean_lin, current=cur_lin, k=len(base_stats),
                   n=current.count())
@@ -168,108 +165,20 @@ def judge(baseline: Sequence[Sample], current: Sample, metric_direction: str | N
         return j
     if base_mean_lin and cur_lin is not None:
         j.change = cur_lin / base_mean_lin - 1.0
-    sign = -1.0 if metric_direction == "higher" else 1.0  # bad = sign * d
-    r_bad = min(tol.threshold(base_mean_lin or 0.0) / base_mean_lin, 0.99) if base_mean_lin else tol.rel
-    thr_bad = -math.log(1 - r_bad) if sign < 0 else math.log(1 + r_bad)
-    thr_good = math.log(1 + r_bad) if sign < 0 else -math.log(1 - r_bad)
-    detect = 2.0 * thr_bad
-    cm, cvar, n = cur
-    k = len(base_stats)
-    means = [m for m, _, _ in base_stats]
-    base_m = sum(means) / k
-    d = cm - base_m
-    bad = sign * d
-
-    if cfg.rule == "fixed" or n < 1:
-        j.verdict = REGRESSION if bad >= thr_bad else IMPROVEMENT if -bad >= thr_good else UNCHANGED
+    r_bad = relative_tolerance(tol, base_mean_lin)
+    higher = metric_direction == "higher"
+    if cfg.rule == "fixed":
+        gain = (j.change or 0.0) if higher else (1.0 / (1.0 + (j.change or 0.0)) - 1.0)
+        j.verdict = REGRESSION if gain <= -r_bad else IMPROVEMENT if gain >= r_bad else UNCHANGED
         j.reason = f"rule 'fixed': change compared with the tolerance only ({r_bad:.1%})"
         return j
-
-    # within-run variance, pooled over every run that has reps
-    num = sum((nb - 1) * vb for _, vb, nb in base_stats if vb is not None and nb > 1)
-    df_w = sum(nb - 1 for _, vb, nb in base_stats if vb is not None and nb > 1)
-    if cvar is not None and n > 1:
-        num += (n - 1) * cvar
-        df_w += n - 1
-    if df_w == 0:
-        j.verdict = INCONCLUSIVE
-        j.reason = "no spread known: neither the baseline nor the current run has 2+ reps"
-        j.needed_reps = max(cfg.min_reps, 3)
-        return j
-    sw2 = num / df_w
-    # The current run's own spread replaces the pooled one only when it is clearly larger
-    # (an F test at 1 %): a noisier run (throttling, a neighbour's job) then widens its own
-    # interval, while the usual luck of 3 reps does not cost power.
-    s_cur2, df_cur = sw2, float(df_w)
-    if cvar is not None and n > 1 and cvar > sw2 * _chi2_quantile(0.99, n - 1) / (n - 1):
-        s_cur2, df_cur = cvar, float(n - 1)
-    mean_inv_n = sum(1.0 / nb for _, _, nb in base_stats) / k
-    if k >= 2:
-        sm2 = sum((m - base_m) ** 2 for m in means) / (k - 1)
-        tau2 = max(0.0, sm2 - sw2 * mean_inv_n)
-        # floor: the baseline mean is never known better than its reps allow, even when a
-        # few baseline runs happen to agree closely (K = 3 gives sm2 only 2 degrees of freedom)
-        var_base = max(sm2, sw2 * mean_inv_n) / k
-        df_base = float(k - 1)
-    else:
-        sm2, tau2 = sw2 * mean_inv_n, 0.0
-        var_base = sm2
-        df_base = float(df_w)
-    df_tau = float(max(k - 1, 1))
-    if k < 3:
-        # With fewer than 3 baseline runs the run-to-run spread cannot be estimated; assume it
-        # is as large as the per-rep spread rather than zero, so that one lucky baseline run
-        # does not turn ordinary run-to-run variation into a "regression".
-        tau2, df_tau = max(tau2, sw2), float(df_w)
-
-    def se_df(reps: int) -> tuple[float, float]:
-        parts = [(var_base, df_base), (tau2, df_tau), (s_cur2 / reps, df_cur)]
-        v = sum(p for p, _ in parts)
-        den = sum(p * p / dd for p, dd in parts if p > 0)
-        return math.sqrt(v), (v * v / den if den > 0 else float(df_w))
-
-    se, df = se_df(n)
-    tq = _tq(1 - cfg.alpha, df)
-    lo, hi = d - tq * se, d + tq * se
-    j.ci = (math.exp(lo) - 1.0, math.exp(hi) - 1.0)
-    j.ci_level = 1 - 2 * cfg.alpha
-    j.details = {"se_log": se, "df": df, "sigma_within": math.sqrt(sw2), "tau": math.sqrt(tau2),
-                 "threshold": r_bad, "t": tq}
-    if n < cfg.min_reps:
-        j.verdict, j.reason = INCONCLUSIVE, f"only {n} rep(s), the configured minimum is {cfg.min_reps}"
+    if j.n < cfg.min_reps:
+        j.verdict, j.reason = INCONCLUSIVE, f"only {j.n} rep(s), the configured minimum is {cfg.min_reps}"
         j.needed_reps = cfg.min_reps
         return j
-    upper_bad = bad + _tq(POWER, df) * se
-    if bad - tq * se > 0 and bad >= thr_bad:
-        j.verdict = REGRESSION
-        j.reason = f"worse by more than the tolerance ({r_bad:.1%}) and beyond noise"
-    elif -bad - tq * se > 0 and -bad >= thr_good:
-        j.verdict = IMPROVEMENT
-        j.reason = f"better by more than the tolerance ({r_bad:.1%}) and beyond noise; consider accepting this run"
-    elif upper_bad < detect:
-        j.verdict = UNCHANGED
-        j.reason = f"a drop of {1 - math.exp(-detect):.0%} or more is ruled out at 95 %" if sign < 0 else \
-            f"a rise of {math.exp(detect) - 1:.0%} or more is ruled out at 95 %"
-    else:
-        j.verdict = INCONCLUSIVE
-        j.needed_reps = reps_for_power(se_df, thr_bad, detect, cfg.alpha)
-        more = (f"about {j.needed_reps} reps would give 95 % power against a {r_bad * 2:.0%} change"
-                if j.needed_reps else f"more reps of this run alone cannot decide: the baseline's {k} run(s) "
-                "and the run-to-run spread dominate (accept more baseline runs or reduce noise)")
-        j.reason = f"too noisy to decide; {more}"
-    return j
-
-
-def reps_for_power(se_df: Any, thr_bad: float, detect: float, alpha: float) -> int | None:
-    """Smallest rep count with >= 95 % chance to flag a ``detect``-sized degradation."""
-    z = z_quantile(POWER)
-    n = 2
-    while n <= MAX_SUGGESTED_REPS:
-        se, df = se_df(n)
-        if detect - max(thr_bad, _tq(1 - alpha, df) * se) >= z * se:
-            return n
-        n = n + 1 if n < 20 else int(n * 1.25)
-    return None
+    d = decide_change(base_stats, cur, tolerance=r_bad, higher_is_better=higher, alpha=cfg.alpha,
+                      quantity=quantity, min_runs=cfg.min_runs)
+    return apply_decision(j, d, r_bad)
 
 
 def _num(x: float | None) -> str:
@@ -309,15 +218,28 @@ class ScenarioComparison:
     excluded: list[str] = field(default_factory=list)  # baseline runs not comparable, with why
     verdict: str = UNCHANGED
     message: str = ""
+    primaries: tuple[str, ...] = ()
 
     @property
     def regressions(self) -> dict[str, Judgement]:
-        return {m: j for m, j in self.metrics.items() if j.verdict == REGRESSION}
+        """Primary metrics that regressed (only these fail the check)."""
+        return {m: j for m, j in self.metrics.items() if j.verdict == REGRESSION and j.primary}
+
+    @property
+    def worse_info(self) -> dict[str, Judgement]:
+        """Non-primary metrics judged worse: reported as information, never a failure."""
+        return {m: j for m, j in self.metrics.items() if j.verdict == REGRESSION and not j.primary}
 
     def lines(self, verdicts: Sequence[str] | None = None) -> list[str]:
         """One line per metric (only those with a verdict in ``verdicts`` when given)."""
-        return [f"{j.verdict:>14}: {describe(m, self.arm, self.point, j)}" for m, j in sorted(self.metrics.items())
-                if verdicts is None or j.verdict in verdicts]
+        out = []
+        for m, j in sorted(self.metrics.items(), key=lambda kv: (not kv[1].primary, kv[0])):
+            if verdicts is not None and j.verdict not in verdicts:
+                continue
+            role = "primary" if j.primary else "info"
+            adj = f", Holm-adjusted p {j.adjusted_p:.2g}" if j.adjusted_p is not None else ""
+            out.append(f"{j.verdict:>14}: [{role}{adj}] {describe(m, self.arm, self.point, j)}")
+        return out
 
     def summary(self) -> str:
         counts: dict[str, int] = {}
@@ -325,76 +247,36 @@ class ScenarioComparison:
             counts[j.verdict] = counts.get(j.verdict, 0) + 1
         parts = ", ".join(f"{c} {v}" for v, c in sorted(counts.items()))
         return f"{self.arm}-{self.point}: {self.verdict} vs baseline {self.baseline_name!r} " \
-               f"({len(self.baseline_runs)} run(s)): {parts}"
+               f"({len(self.baseline_runs)} run(s); primary {', '.join(self.primaries) or 'none'}): {parts}"
+
+    def inconclusive_reasons(self) -> list[str]:
+        return sorted({f"{m}: {j.reason}" for m, j in self.metrics.items()
+                       if j.primary and j.verdict == INCONCLUSIVE})
 
 
-def _overall(verdicts: Sequence[str]) -> str:
+def overall(primary_verdicts: Sequence[str]) -> str:
+    """A scenario's verdict from its primaries: any regression, else any inconclusive, else improvement."""
     for v in (REGRESSION, INCONCLUSIVE, IMPROVEMENT, UNCHANGED, NO_BASELINE, UNJUDGED):
-        if v in verdicts:
+        if v in primary_verdicts:
             return v
-    return NO_BASELINE
+    return INCONCLUSIVE
 
 
 def compare_scenario(store: Any, run_dir: Any, arm: str, point: str, cfg: BaselineConfig,
-                     name: str | None = None) -> ScenarioComparison:
-    """Compare ``<run_dir>/scenarios/<arm>-<point>`` with the runs accepted under ``name``."""
-    from pathlib import Path
+                     name: str | None = None, campaign: CampaignComparison | None = None) -> ScenarioComparison:
+    """Compare ``<run_dir>/scenarios/<arm>-<point>`` with the runs accepted under ``name``.
 
-    from .attribution import explain
-    from .fingerprint import build_fingerprint, comparability, read_json
-    from .store import aggregate_rows
+    The scenario is judged as part of its whole campaign (multiplicity control needs every
+    primary of the run); pass ``campaign`` to reuse a :func:`~.campaign_judge.compare_campaign`.
+    """
+    from .campaign_judge import compare_campaign
 
-    run_dir = Path(run_dir)
-    name = name or cfg.name
-    fp = build_fingerprint(run_dir)
-    out = ScenarioComparison(arm, point, name)
-    agg_path = run_dir / "scenarios" / f"{arm}-{point}" / "aggregate.json"
-    rows = {r.metric: r for r in aggregate_rows(read_json(agg_path, "scenario aggregate"), f"{arm}-{point}",
-                                                agg_path)}
-    candidates = store.baseline_runs(name, fp["rig"], fp["pair"]["ident"], fp.get("kind"), cfg.depth,
-                                     exclude=fp["run_id"])
-    want = comparability(fp, arm)
-    usable = []
-    for rec in candidates:
-        have = comparability(rec.fingerprint, arm)
-        diff = [k for k in want if want[k] != have.get(k)]
-        if diff:
-            out.excluded.append(f"{rec.run_id}: " + ", ".join(f"{k} {have.get(k)!r} -> {want[k]!r}" for k in diff))
-        else:
-            usable.append(rec)
-    if not candidates:
-        out.verdict = NO_BASELINE
-        out.message = (f"no run of rig {fp['rig']!r}, pair {fp['pair']['ident']} accepted under baseline "
-                       f"{name!r} yet (save one with --p2p-save-baseline={name})")
-        return out
-    if not usable:
-        out.verdict = NOT_COMPARABLE
-        out.message = f"not comparable with baseline {name!r}: " + "; ".join(out.excluded)
-        return out
-    out.baseline_runs = [r.run_id for r in usable]
-    base_rows: dict[str, list[Sample]] = {}
-    for rec in usable:
-        for r in store.metrics(rec.run_id, arm, point):
-            base_rows.setdefault(r.metric, []).append(Sample.of(r.values, r.mean, r.std, r.n))
-    for metric, row in rows.items():
-        cur = Sample.of(row.values, row.mean, row.std, row.n)
-        if metric not in base_rows:
-            out.metrics[metric] = Judgement(NO_BASELINE, direction(metric, cfg.directions),
-                                            current=cur.linear_mean(), n=cur.count(),
-                                            reason="metric absent from the baseline runs")
-            continue
-        out.metrics[metric] = judge(base_rows[metric], cur, direction(metric, cfg.directions),
-                                    cfg.tolerance(metric), cfg)
-    out.verdict = _overall([j.verdict for j in out.metrics.values()])
-    newest = usable[0]
-    since = (newest.started_at or newest.saved_at or "")[:10] or None
-    heads = [describe(m, arm, point, j) for m, j in sorted(out.regressions.items())]
-    if heads:
-        out.message = explain(" | ".join(heads), newest.fingerprint, fp, arm=arm, scenario=f"{arm}-{point}",
-                              since=since)
-    else:
-        out.message = f"{arm}-{point}: {out.verdict} against baseline {name!r} ({len(usable)} run(s))"
-    return out
+    camp = campaign or compare_campaign(store, Path(run_dir), cfg, name)
+    got = camp.scenarios.get((arm, point))
+    if got is None:
+        return ScenarioComparison(arm, point, camp.baseline_name, verdict=NO_BASELINE,
+                                  message=f"scenario {arm}-{point} is not in {run_dir}")
+    return got
 
 
 def compare_links(base_fp: Mapping[str, Any], cur_fp: Mapping[str, Any]) -> list[tuple[str, str, str]]:

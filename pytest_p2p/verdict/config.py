@@ -1,20 +1,24 @@
 """The ``baseline:`` section of the rig file: where history lives and how strictly to judge.
 
-Defaults come from ``benchmarks/verdict_power.py`` (see docs/baselines.md): a 5 %
-practical tolerance, a one-sided 0.5 % significance level per direction and the 20
-most recent accepted runs as the baseline keep false alarms under 1 % at per-rep
-CV 2-8 % while catching a 10 % drop with 3 reps at CV <= 3 %.
+Defaults come from ``benchmarks/verdict_power.py`` (see docs/baselines.md): the 20 most
+recent accepted runs, a campaign-level family-wise alpha of 1 % (Holm over every primary
+of every scenario and the uplift history), a 3 % practical tolerance and at least 3
+baseline runs keep false alarms of unchanged campaigns under 1 % per campaign while
+catching a 10 % drop of a primary metric (see the table there for the conditions).
 
 ```yaml
 baseline:
   db: .p2p/history.db        # relative to the rootdir
   name: accepted             # default baseline for --p2p-compare
   depth: 20                  # most recent accepted runs used per key
-  rule: noise                # noise (t interval + tolerance) | fixed (tolerance only)
-  alpha: 0.005               # one-sided significance per direction
+  rule: noise                # noise (bounds + tolerance) | fixed (tolerance only)
+  alpha: 1%                  # family-wise false-alarm rate of a whole campaign (Holm)
   min_reps: 2
+  min_runs: 3                # fewer baseline runs: inconclusive "baseline too short" unless far off
+  primary: [output_throughput]  # only these can fail (default: the metric registry's per kind)
+  uplift_tolerance: 3%       # a drop of the on/off uplift ratio against its history worth failing
   tolerance:
-    default: 5%
+    default: 3%
     mean_ttft_ms: {rel: 10%, abs: 2.0}
   directions: {my_metric: higher}
 ```
@@ -29,6 +33,7 @@ from typing import Any
 
 from .. import validate as v
 from ..errors import ConfigError
+from ..metrics import default_primaries, direction
 
 DEFAULT_DB = ".p2p/history.db"
 DEFAULT_NAME = "accepted"
@@ -40,7 +45,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 class Tolerance:
     """A change smaller than ``max(rel * |baseline|, abs)`` is not worth failing CI for."""
 
-    rel: float = 0.05
+    rel: float = 0.03
     abs: float = 0.0
 
     def threshold(self, baseline: float) -> float:
@@ -53,14 +58,21 @@ class BaselineConfig:
     name: str = DEFAULT_NAME
     depth: int = 20
     rule: str = "noise"
-    alpha: float = 0.005
+    alpha: float = 0.01  # family-wise over the campaign's primaries
     min_reps: int = 2
+    min_runs: int = 3
     default_tolerance: Tolerance = Tolerance()
     tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
     directions: Mapping[str, str] = field(default_factory=dict)  # metric -> "higher" | "lower"
+    primary: tuple[str, ...] = ()  # empty: metrics.default_primaries(kind, point)
+    uplift_tolerance: float | None = None  # None: the primary metric's relative tolerance
 
     def tolerance(self, metric: str) -> Tolerance:
         return self.tolerances.get(metric, self.default_tolerance)
+
+    def primaries(self, kind: str | None, point: str) -> tuple[str, ...]:
+        """The metrics of this scenario that can fail the check."""
+        return self.primary or default_primaries(kind or "model", point)
 
 
 def check_name(name: str, source: str, path: str = "") -> str:
@@ -87,7 +99,8 @@ def _tolerance(value: Any, source: str, path: str) -> Tolerance:
 def parse_baseline(value: Any, source: str, path: str) -> BaselineConfig:
     """Parse the ``baseline`` section (``None``: defaults)."""
     m = v.mapping(value, source, path, allowed=(
-        "db", "name", "depth", "rule", "alpha", "min_reps", "tolerance", "directions"))
+        "db", "name", "depth", "rule", "alpha", "min_reps", "min_runs", "tolerance", "directions", "primary",
+        "uplift_tolerance"))
     kw: dict[str, Any] = {}
     if "db" in m:
         kw["db"] = v.string(m["db"], source, v.join(path, "db"))
@@ -98,7 +111,13 @@ def parse_baseline(value: Any, source: str, path: str) -> BaselineConfig:
     if "rule" in m:
         kw["rule"] = v.string(m["rule"], source, v.join(path, "rule"), choices=RULES)
     if "alpha" in m:
-        kw["alpha"] = v.number(m["alpha"], source, v.join(path, "alpha"), lo=1e-6, hi=0.2)
+        kw["alpha"] = v.percent(m["alpha"], source, v.join(path, "alpha"))
+        if not 1e-6 <= kw["alpha"] <= 0.2:
+            raise ConfigError(source, v.join(path, "alpha"), f"expected 0.0001 % .. 20 %, got {kw['alpha']:.4%}")
+    if "min_runs" in m:
+        kw["min_runs"] = v.integer(m["min_runs"], source, v.join(path, "min_runs"), lo=1, hi=1000)
+    if "uplift_tolerance" in m:
+        kw["uplift_tolerance"] = _tolerance(m["uplift_tolerance"], source, v.join(path, "uplift_tolerance")).rel
     if "min_reps" in m:
         kw["min_reps"] = v.integer(m["min_reps"], source, v.join(path, "min_reps"), lo=1, hi=1000)
     if "tolerance" in m:
@@ -121,4 +140,16 @@ def parse_baseline(value: Any, source: str, path: str) -> BaselineConfig:
             k: v.string(d, source, v.join(dpath, k), choices=("higher", "lower"))
             for k, d in v.mapping(m["directions"], source, dpath).items()
         }
+    if "primary" in m:
+        ppath = v.join(path, "primary")
+        raw_p = m["primary"]
+        names = [raw_p] if isinstance(raw_p, str) else v.sequence(raw_p, source, ppath)
+        prim = []
+        for i, name in enumerate(names):
+            text = v.string(name, source, v.join(ppath, str(i)))
+            if direction(text, kw.get("directions")) not in ("higher", "lower"):
+                raise ConfigError(source, ppath, f"primary metric {text!r} has no direction to judge "
+                                                 "(add it under baseline.directions)")
+            prim.append(text)
+        kw["primary"] = tuple(prim)
     return BaselineConfig(**kw)

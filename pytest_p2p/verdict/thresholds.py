@@ -1,12 +1,19 @@
 """The uplift threshold rule: does arm A beat arm B by enough at this point?
 
 The rig file says ``min_uplift: {default: 5%, 8: 8%}`` (keys are concurrencies for a
-model campaign, sizes for a probe campaign) and ``uplift_rule: point | ci_lower``:
+model campaign, sizes for a probe campaign).  The rule is
+:func:`pytest_p2p.stats.decide_uplift` — three outcomes on one-sided confidence bounds at
+``alpha`` (default 1 %): **pass** when the lower bound clears the threshold, **fail** when
+the upper bound is below it, **inconclusive** otherwise, with the pairs that would decide.
+Why not the point estimate: on 3 noisy pairs it passed a true 0 % uplift in up to 23 %
+of campaigns and failed a true +9 % one in up to 28 % (issue 9).  Each kind of wrong
+verdict now has probability at most ``alpha``.
 
-* ``point``: the paired point estimate must reach the threshold. Needs >= 1 pair.
-* ``ci_lower``: the lower bound of the 95 % CI must reach it — the conservative rule
-  ("we are confident the uplift is at least X"). Needs >= 2 pairs; with fewer the
-  rule cannot be evaluated and that is an error, never a silent pass.
+``uplift_rule`` is kept for old rig files: ``bounds`` (the rule above), and the former
+``point`` / ``ci_lower`` are read as ``bounds`` (a point estimate is never judged).
+When the campaign adds pairs adaptively (``plan = (first look, max pairs)``), the
+verdict at ``n`` pairs uses the per-look alpha of :class:`~pytest_p2p.stats.SequentialPlan`,
+so the error rate holds across the looks.
 """
 
 from __future__ import annotations
@@ -16,15 +23,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, P2PError
+from ..stats import Outcome, SequentialPlan, StatsError, decide_uplift
 from ..util import format_size, parse_size
 from ..validate import join, percent
 
-RULES = ("point", "ci_lower")
-MIN_PAIRS = {"point": 1, "ci_lower": 2}
+RULES = ("bounds", "point", "ci_lower")
+MIN_PAIRS = {"bounds": 2, "point": 2, "ci_lower": 2}
+DEFAULT_ALPHA = 0.01
 
 
 class TooFewRepsError(P2PError):
-    """The chosen uplift rule needs more paired reps than the campaign produced."""
+    """Kept for callers that catch it; the bounds rule reports too few pairs as inconclusive instead."""
 
 
 def point_key(key: Any, kind: str, source: str = "rig.yaml", path: str = "campaign.min_uplift") -> str:
@@ -49,7 +58,9 @@ class UpliftRule:
 
     default: float = 0.05
     per_point: Mapping[str, float] = field(default_factory=dict)
-    rule: str = "point"
+    rule: str = "bounds"
+    alpha: float = DEFAULT_ALPHA
+    plan: tuple[int, int] | None = None  # (first look, max pairs) when pairs are added adaptively
 
     def threshold(self, point: str) -> float:
         return self.per_point.get(point, self.default)
@@ -57,8 +68,17 @@ class UpliftRule:
     def min_pairs(self) -> int:
         return MIN_PAIRS[self.rule]
 
+    def alpha_for(self, pairs: int) -> float:
+        """The one-sided alpha of a verdict taken at ``pairs`` pairs (per-look alpha under a plan)."""
+        if self.plan is None:
+            return self.alpha
+        first, last = self.plan
+        sp = SequentialPlan(self.alpha, max(1, min(first, last)), max(first, last))
+        return sp.alpha_at(min(max(pairs, sp.min_pairs), sp.max_pairs))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"default": self.default, "per_point": dict(self.per_point), "rule": self.rule}
+        return {"default": self.default, "per_point": dict(self.per_point), "rule": self.rule,
+                "alpha": self.alpha, "plan": list(self.plan) if self.plan else None}
 
 
 def parse_min_uplift(value: Any, rule: str, kind: str, source: str, path: str) -> UpliftRule:
@@ -67,6 +87,7 @@ def parse_min_uplift(value: Any, rule: str, kind: str, source: str, path: str) -
         raise ConfigError(source, path, f"uplift rule must be one of {', '.join(RULES)}, got {rule!r}")
     if value is None:
         return UpliftRule(rule=rule)
+    # ``rule`` is validated above; every rule name is judged on bounds (see the module doc)
     if not isinstance(value, Mapping):
         return UpliftRule(default=percent(value, source, path), rule=rule)
     default = 0.05
@@ -86,12 +107,19 @@ class UpliftVerdict:
     faster_arm: str
     slower_arm: str
     estimate: float | None
-    ci95: tuple[float, float] | None
+    ci95: tuple[float, float] | None  # the decision interval, coverage ``level`` (1 - 2 alpha)
     n: int
     threshold: float
     rule: str
-    passed: bool
+    passed: bool  # outcome == "pass"
     message: str
+    outcome: str = "pass"  # pass | fail | inconclusive
+    pairs_needed: int | None = None
+    level: float | None = None
+
+    @property
+    def inconclusive(self) -> bool:
+        return self.outcome == Outcome.INCONCLUSIVE.value
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -99,38 +127,34 @@ class UpliftVerdict:
             "slower_arm": self.slower_arm, "estimate": self.estimate,
             "ci95": list(self.ci95) if self.ci95 else None, "n": self.n,
             "threshold": self.threshold, "rule": self.rule, "passed": self.passed, "message": self.message,
+            "outcome": self.outcome, "pairs_needed": self.pairs_needed, "level": self.level,
         }
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:+.1f} %"
 
 
 def judge(uplift: Mapping[str, Any], point: str, rule: UpliftRule, *, metric: str, faster_arm: str,
           slower_arm: str) -> UpliftVerdict:
-    """Apply ``rule`` to one :func:`~pytest_p2p.campaign.stats.paired_uplift` result.
+    """Apply the bounds rule to one :func:`~pytest_p2p.campaign.stats.paired_uplift` result.
 
-    Raises :class:`TooFewRepsError` when the rule cannot be evaluated with the pairs at hand.
+    Uses the paired ratios it carries (already turned round for lower-is-better metrics).
+    Fewer than 2 pairs is *inconclusive* (no spread known), never a pass and never an error.
     """
-    n = int(uplift.get("n") or 0)
-    est = uplift.get("estimate")
-    ci = uplift.get("ci95")
-    need = rule.min_pairs()
-    what = f"uplift of {faster_arm} over {slower_arm} in {metric} at {point}"
-    if n < need or est is None or (rule.rule == "ci_lower" and ci is None):
-        raise TooFewRepsError(
-            f"{what}: the '{rule.rule}' rule needs at least {need} paired rep(s) of both arms, got {n} "
-            f"(raise campaign.reps / --p2p-reps, or use uplift_rule: point)"
-        )
+    ratios = [float(r) for r in (uplift.get("ratios") or [])]
     thr = rule.threshold(point)
-    judged = float(ci[0]) if rule.rule == "ci_lower" and ci is not None else float(est)
-    passed = judged >= thr
-    ci_t = (float(ci[0]), float(ci[1])) if ci is not None else None
-    ci_text = f", 95 % CI {_pct(ci_t[0])} .. {_pct(ci_t[1])}" if ci_t else ""
-    basis = "CI lower bound" if rule.rule == "ci_lower" else "point estimate"
-    verdict = "meets" if passed else "is below"
-    message = (f"{what}: {_pct(float(est))}{ci_text} over {n} paired rep(s); "
-               f"{basis} {_pct(judged)} {verdict} the threshold {_pct(thr)}")
+    what = f"uplift of {faster_arm} over {slower_arm} in {metric} at {point}"
+    alpha = rule.alpha_for(len(ratios))
+    try:
+        d = decide_uplift(ratios, [1.0] * len(ratios), threshold=thr, alpha=alpha, quantity=what)
+    except StatsError as exc:
+        d = None
+        message = f"{what}: cannot be judged ({exc})"
+    if d is None or not ratios:
+        message = f"{what}: no paired reps of both arms to judge" if not ratios else message
+        return UpliftVerdict(point=point, metric=metric, faster_arm=faster_arm, slower_arm=slower_arm,
+                             estimate=None, ci95=None, n=len(ratios), threshold=thr, rule=rule.rule, passed=False,
+                             message=message, outcome=Outcome.INCONCLUSIVE.value, pairs_needed=None)
+    ci = (d.lower, d.upper) if d.n >= 2 else None
+    message = d.reason + f" (one-sided alpha {alpha:.3g} per wrong verdict)"
     return UpliftVerdict(point=point, metric=metric, faster_arm=faster_arm, slower_arm=slower_arm,
-                         estimate=float(est), ci95=ci_t, n=n, threshold=thr, rule=rule.rule,
-                         passed=passed, message=message)
+                         estimate=d.estimate, ci95=ci, n=d.n, threshold=thr, rule=rule.rule,
+                         passed=d.outcome is Outcome.PASS, message=message, outcome=d.outcome.value,
+                         pairs_needed=d.pairs_needed, level=d.level)

@@ -1,0 +1,111 @@
+"""A campaign judged as a whole: primaries only, Holm over the family, the uplift's history, the screen."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from verdict_rundir import baseline_runs, write_run
+
+from pytest_p2p.verdict.campaign_judge import compare_campaign, screen_run
+from pytest_p2p.verdict.compare import INCONCLUSIVE, NO_BASELINE, REGRESSION, UNCHANGED
+from pytest_p2p.verdict.config import BaselineConfig
+from pytest_p2p.verdict.store import Store
+
+POINTS = ("c1", "c8")
+
+
+def _scale_arm(run_dir: Path, arm: str, metric: str, factor: float) -> None:
+    for agg in (run_dir / "scenarios").glob(f"{arm}-*/aggregate.json"):
+        data = json.loads(agg.read_text())
+        m = data["metrics"][metric]
+        m["values"] = [v * factor for v in m["values"]]
+        m["mean"] *= factor
+        m["std"] *= factor
+        agg.write_text(json.dumps(data))
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    st = Store(tmp_path / "h.db")
+    for d in baseline_runs(tmp_path / "base", count=8, points=POINTS, cv=0.01):
+        st.accept(st.save_run_dir(d), "accepted")
+    yield st
+    st.close()
+
+
+def _cur(tmp_path: Path, **kw: object) -> Path:
+    return write_run(tmp_path / "cur", "now", started_at="2026-06-25T10:00:00Z", seed=999, points=POINTS,
+                     cv=0.01, **kw)  # type: ignore[arg-type]
+
+
+def test_unchanged_campaign_passes_everywhere(store: Store, tmp_path: Path) -> None:
+    camp = compare_campaign(store, _cur(tmp_path), BaselineConfig())
+    assert camp.verdict == UNCHANGED, [sc.lines() for sc in camp.scenarios.values()]
+    assert set(camp.scenarios) == {(a, p) for a in ("p2p_on", "p2p_off") for p in POINTS}
+    # 4 scenario primaries + 2 uplift histories under one Holm family
+    assert camp.family == 6
+    assert all(sc.primaries == ("output_throughput",) for sc in camp.scenarios.values())
+    assert camp.uplift_verdict("c8")[0] == UNCHANGED
+
+
+def test_p2p_only_loss_is_an_uplift_regression(store: Store, tmp_path: Path) -> None:
+    cur = _cur(tmp_path)
+    _scale_arm(cur, "p2p_on", "output_throughput", 0.90)
+    camp = compare_campaign(store, cur, BaselineConfig())
+    verdict, text = camp.uplift_verdict("c8")
+    assert verdict == REGRESSION and "uplift(output_throughput)" in text
+    assert camp.scenarios[("p2p_off", "c8")].verdict == UNCHANGED
+
+
+def test_both_arms_slower_moves_levels_not_the_uplift(store: Store, tmp_path: Path) -> None:
+    camp = compare_campaign(store, _cur(tmp_path, scale={"output_throughput": 0.85}), BaselineConfig())
+    assert camp.uplift_verdict("c1")[0] == UNCHANGED
+    assert camp.scenarios[("p2p_on", "c1")].verdict == REGRESSION
+
+
+def test_non_primary_metrics_never_fail(store: Store, tmp_path: Path) -> None:
+    camp = compare_campaign(store, _cur(tmp_path, scale={"mean_ttft_ms": 1.5}), BaselineConfig())
+    sc = camp.scenarios[("p2p_on", "c8")]
+    assert sc.verdict == UNCHANGED and not sc.regressions
+    assert "mean_ttft_ms" in sc.worse_info and sc.metrics["mean_ttft_ms"].adjusted_p is not None
+    assert any("[info" in line for line in sc.lines())
+
+
+def test_rig_primary_override(store: Store, tmp_path: Path) -> None:
+    cfg = BaselineConfig(primary=("output_throughput", "mean_ttft_ms"))
+    camp = compare_campaign(store, _cur(tmp_path, scale={"mean_ttft_ms": 1.5}), cfg)
+    assert set(camp.scenarios[("p2p_on", "c8")].regressions) == {"mean_ttft_ms"}
+
+
+def test_short_baseline_is_inconclusive(tmp_path: Path) -> None:
+    st = Store(tmp_path / "h.db")
+    for d in baseline_runs(tmp_path / "base", count=2, points=POINTS, cv=0.01):
+        st.accept(st.save_run_dir(d), "accepted")
+    camp = compare_campaign(st, _cur(tmp_path, scale={"output_throughput": 0.95}), BaselineConfig())
+    sc = camp.scenarios[("p2p_on", "c8")]
+    assert sc.verdict == INCONCLUSIVE and "baseline too short: 2 run(s)" in sc.message
+    st.close()
+
+
+def test_no_baseline(tmp_path: Path) -> None:
+    st = Store(tmp_path / "h.db")
+    camp = compare_campaign(st, _cur(tmp_path), BaselineConfig())
+    assert camp.scenarios[("p2p_on", "c1")].verdict == NO_BASELINE
+    assert camp.uplift_verdict("c1")[0] == NO_BASELINE
+    st.close()
+
+
+def test_screen_flags_throttled_and_outlying_reps(tmp_path: Path) -> None:
+    clean = write_run(tmp_path, "clean", cv=0.01, reps=4)
+    assert screen_run(clean) == []
+    hot = write_run(tmp_path, "hot", cv=0.01, throttled={"p2p_on-c8": [2]})
+    assert screen_run(hot) == ["p2p_on-c8: throttled reps [2]"]
+    odd = write_run(tmp_path, "odd", cv=0.01, reps=4)
+    agg = odd / "scenarios" / "p2p_off-c8" / "aggregate.json"
+    data = json.loads(agg.read_text())
+    data["metrics"]["output_throughput"]["values"][1] *= 0.7
+    agg.write_text(json.dumps(data))
+    problems = screen_run(odd)
+    assert len(problems) == 1 and "p2p_off-c8: output_throughput rep(s) [2] outlying" in problems[0]
