@@ -159,11 +159,13 @@ def test_plots_are_written_and_labelled_simulated(tmp_path: Path) -> None:
     _telemetry(rd, "p2p_on", "c4")
     r = render_report(rd.path)
     names = sorted(p.name for p in r.plots)
-    assert names == ["latency_tpot_itl.png", "telemetry_p2p_on-c4.png", "throughput.png", "tokens_per_joule.png",
-                     "uplift.png"]
+    assert names == ["latency_tpot_itl.png", "latency_ttft.png", "pcie_link.png", "telemetry_p2p_on.png",
+                     "throughput.png", "tokens_per_joule.png", "uplift.png"]
     for p in r.plots:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
-    assert r.notes == ["no telemetry timeline for arm p2p_off: no telemetry_run<k>.csv on disk"]
+    assert r.notes == ["no telemetry timeline for arm p2p_off: no telemetry CSV on disk",
+                       "p2p_matrix.png skipped: no P2P copy probe result (p2pcopy.json) and no "
+                       "p2pBandwidthLatencyTest output"]
     md = r.summary_md.read_text()
     assert md.startswith("# SIMULATED — ") and "![uplift](plots/uplift.png)" in md
     assert "**SIMULATED**" in md
@@ -187,7 +189,7 @@ def test_simulated_label_is_drawn_into_every_plot(tmp_path: Path, monkeypatch: p
     rd = _campaign(tmp_path, simulated=True)
     _telemetry(rd, "p2p_off", "c1")
     render_report(rd.path)
-    assert len(seen) == 5
+    assert len(seen) == 7
 
 
 def test_probe_plots(tmp_path: Path) -> None:
@@ -209,8 +211,8 @@ def test_without_matplotlib_the_summary_still_renders(tmp_path: Path, monkeypatc
     rd = _campaign(tmp_path)
     r = render_report(rd.path)
     assert r.plots == [] and r.summary_md.is_file()
-    assert r.notes == ["plots skipped: matplotlib is not installed (pip install 'pytest-p2p[plots]')"]
-    assert "plots skipped: matplotlib is not installed" in r.summary_md.read_text()
+    assert r.notes == ["plots skipped: matplotlib is not importable (it is a dependency of pytest-p2p: reinstall it)"]
+    assert "plots skipped: matplotlib is not importable" in r.summary_md.read_text()
 
 
 def test_rerender_is_stable(tmp_path: Path) -> None:

@@ -1,28 +1,23 @@
 """PNG plots of a run directory, drawn from its ``summary.json`` dict and telemetry CSVs.
 
-matplotlib is optional (``pytest-p2p[plots]``): it is imported here, lazily, with the
-non-interactive ``Agg`` backend so that a headless CI box never needs a display. If it
-is absent the report still writes every summary file and says plots were skipped.
+matplotlib is a dependency but imported here, lazily, with the non-interactive ``Agg``
+backend, so that ``pytest --help`` never pays for it and a headless CI box never needs a
+display. If it cannot be imported the report still writes every summary file and says
+plots were skipped. Hardware plots (telemetry, PCIe link, P2P matrix) are in plots_hw.
 Every plot of simulated data carries SIMULATED in its title and in its corner.
 """
 
 from __future__ import annotations
 
-import csv
 import io
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pytest_p2p.report import terminal
-from pytest_p2p.report.results import PLOTS, ResultsDir
+from pytest_p2p.report.plots_hw import TelemetryLookup
 from pytest_p2p.util import atomic_write_bytes, parse_size
-
-_TELEMETRY_PANELS = (
-    ("utilization.gpu", "GPU utilization (%)"),
-    ("temperature.gpu", "Temperature (°C)"),
-    ("power.draw", "Power (W)"),
-)
 
 
 def _pyplot() -> Any:
@@ -141,52 +136,19 @@ def _uplift_plot(summary: dict[str, Any], path: Path, what: str) -> Path | None:
     return _save(fig, path)
 
 
-def _float(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        v = float(str(text).strip().split()[0])
-    except (ValueError, IndexError):
-        return None
-    return v if math.isfinite(v) else None
+def render_plots(summary: dict[str, Any], out_dir: Path, telemetry: TelemetryLookup, *,
+                 copy_result: Mapping[str, Any] | None = None,
+                 matrix_text: str | None = None) -> tuple[list[Path], list[str]]:
+    """Write ``out_dir/*.png``; returns the paths and notes on what was skipped and why.
 
-
-def _telemetry_plot(summary: dict[str, Any], csv_path: Path, label: str, path: Path) -> Path | None:
-    rows_by_gpu: dict[str, list[dict[str, str]]] = {}
-    with csv_path.open(newline="", encoding="utf-8", errors="replace") as fh:
-        reader = csv.DictReader(fh)
-        if not reader.fieldnames or "wall_epoch" not in reader.fieldnames:
-            return None
-        for row in reader:
-            rows_by_gpu.setdefault(row.get("index") or "?", []).append(row)
-    times = [t for rows in rows_by_gpu.values() for r in rows if (t := _float(r.get("wall_epoch"))) is not None]
-    if not times:
-        return None
-    t0 = min(times)
-    plt = _pyplot()
-    fig, axes = plt.subplots(len(_TELEMETRY_PANELS), 1, figsize=(8, 7), sharex=True)
-    for ax, (col, ylabel) in zip(axes, _TELEMETRY_PANELS, strict=True):
-        for gpu, rows in sorted(rows_by_gpu.items()):
-            pts = [(t - t0, v) for r in rows
-                   if (t := _float(r.get("wall_epoch"))) is not None and (v := _float(r.get(col))) is not None]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=f"GPU{gpu}", linewidth=1.2)
-        ax.set_ylabel(ylabel)
-        ax.grid(True, alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8, loc="best")
-    axes[-1].set_xlabel("time since first sample (s)")
-    _title(fig, axes[0], f"telemetry timeline {label}", summary)
-    return _save(fig, path)
-
-
-def render_plots(summary: dict[str, Any], rd: ResultsDir) -> tuple[list[Path], list[str]]:
-    """Write ``plots/*.png``; returns the paths and notes on what was skipped and why."""
+    ``telemetry(arm, point)`` gives that scenario's CSVs by rep; ``copy_result`` is a
+    ``p2pcopy.json`` dict and ``matrix_text`` a cuda-samples p2pBandwidthLatencyTest output,
+    either of which feeds the P2P matrix plot.
+    """
     try:
         plt = _pyplot()
     except ImportError:
-        return [], ["plots skipped: matplotlib is not installed (pip install 'pytest-p2p[plots]')"]
-    out_dir = rd.path / PLOTS
+        return [], ["plots skipped: matplotlib is not importable (it is a dependency of pytest-p2p: reinstall it)"]
     written: list[Path] = []
     notes: list[str] = []
     if not summary.get("scenarios"):
@@ -194,71 +156,105 @@ def render_plots(summary: dict[str, Any], rd: ResultsDir) -> tuple[list[Path], l
     probe = summary.get("kind") == "probe"
     xlabel = "message size (bytes, log scale)" if probe else "concurrency (requests in flight)"
 
-    if probe:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-        _arm_plot(axes[0], _series(summary, "metrics", "time_us"), "time per op (µs)", xlabel, True)
-        axes[0].set_yscale("log")
-        _arm_plot(axes[1], _series(summary, "metrics", "busbw_gbs"), "bus bandwidth (GB/s)", xlabel, True)
-        for ax in axes:
+    def pair_of_panels(specs: list[tuple[str, str, str]], head: str, name: str, zero: bool = False) -> None:
+        fig, axes = plt.subplots(1, len(specs), figsize=(5.5 * len(specs), 4.5), squeeze=False)
+        for ax, (where, key, ylabel) in zip(axes[0], specs, strict=True):
+            _arm_plot(ax, _series(summary, where, key), ylabel, xlabel, True)
             _ticks(ax, summary)
-            ax.tick_params(axis="x", labelrotation=45)
-        _title(fig, axes[0], "probe time and bus bandwidth vs message size", summary)
-        written.append(_save(fig, out_dir / "probe_time_busbw.png"))
+            if zero:
+                ax.set_ylim(bottom=0)
+            if probe:
+                ax.tick_params(axis="x", labelrotation=45)
+        _title(fig, axes[0][0], head, summary)
+        written.append(_save(fig, out_dir / name))
+
+    if probe:
+        pair_of_panels([("metrics", "time_us", "time per op (µs)"), ("metrics", "busbw_gbs", "bus bandwidth (GB/s)")],
+                       "probe time and bus bandwidth vs message size", "probe_time_busbw.png")
         up = _uplift_plot(summary, out_dir / "uplift.png", "latency uplift (slower time / faster time − 1)")
     else:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-        _arm_plot(axes[0], _series(summary, "metrics", "output_throughput"), "output throughput (tok/s)", xlabel,
-                  True)
-        _arm_plot(axes[1], _series(summary, "metrics", "total_token_throughput"), "total throughput (tok/s)",
-                  xlabel, True)
-        for ax in axes:
-            _ticks(ax, summary)
-        _title(fig, axes[0], "throughput vs concurrency", summary)
-        written.append(_save(fig, out_dir / "throughput.png"))
+        pair_of_panels([("metrics", "output_throughput", "output throughput (tok/s)"),
+                        ("metrics", "total_token_throughput", "total throughput (tok/s)")],
+                       "throughput vs concurrency", "throughput.png", zero=True)
         up = _uplift_plot(summary, out_dir / "uplift.png", "output-throughput uplift")
-
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-        _arm_plot(axes[0], _series(summary, "metrics", "mean_tpot_ms"), "mean TPOT (ms)", xlabel, True)
-        _arm_plot(axes[1], _series(summary, "metrics", "mean_itl_ms"), "mean ITL (ms)", xlabel, True)
-        for ax in axes:
-            _ticks(ax, summary)
-        _title(fig, axes[0], "per-token latency: TPOT and ITL", summary)
-        written.append(_save(fig, out_dir / "latency_tpot_itl.png"))
-
-        tpj = _series(summary, "energy", "tokens_per_joule")
-        if tpj:
-            fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-            _arm_plot(axes[0], tpj, "tokens per joule (tok/J)", xlabel, True)
-            _arm_plot(axes[1], _series(summary, "energy", "avg_watts"), "average power of the pair (W)", xlabel,
-                      True)
-            for ax in axes:
-                _ticks(ax, summary)
-            _title(fig, axes[0], "energy efficiency", summary)
-            written.append(_save(fig, out_dir / "tokens_per_joule.png"))
+        pair_of_panels([("metrics", "mean_tpot_ms", "mean TPOT (ms)"), ("metrics", "mean_itl_ms", "mean ITL (ms)")],
+                       "per-token latency: TPOT and ITL", "latency_tpot_itl.png", zero=True)
+        if _series(summary, "metrics", "mean_ttft_ms"):
+            pair_of_panels([("metrics", "mean_ttft_ms", "mean TTFT (ms)"), ("metrics", "p99_ttft_ms", "p99 TTFT (ms)")],
+                           "time to first token", "latency_ttft.png", zero=True)
+        else:
+            notes.append("latency_ttft.png skipped: no scenario has mean_ttft_ms")
+        if _series(summary, "energy", "tokens_per_joule"):
+            pair_of_panels([("energy", "tokens_per_joule", "tokens per joule (tok/J)"),
+                            ("energy", "avg_watts", "average power of the pair (W)")],
+                           "energy efficiency", "tokens_per_joule.png", zero=True)
         else:
             notes.append("tokens_per_joule.png skipped: no rep carries energy.tokens_per_joule")
     if up is not None:
         written.append(up)
     else:
         notes.append("uplift.png skipped: no point has a paired rep of two arms")
-
-    # One telemetry timeline per arm: its highest point, its first rep with a CSV.
-    by_arm: dict[str, list[str]] = {}
-    for sc in summary["scenarios"]:
-        by_arm.setdefault(sc["arm"], []).append(sc["point"])
-    for arm, points in by_arm.items():
-        for point in sorted(points, key=terminal.point_sort_key, reverse=True):
-            files = rd.telemetry_files(arm, point)
-            if not files:
-                continue
-            rep, csv_path = next(iter(files.items()))
-            label = f"{arm}-{point} run {rep}"
-            p = _telemetry_plot(summary, csv_path, label, out_dir / f"telemetry_{arm}-{point}.png")
-            if p is not None:
-                written.append(p)
-            else:
-                notes.append(f"telemetry plot for {label} skipped: {csv_path.name} has no wall_epoch samples")
-            break
-        else:
-            notes.append(f"no telemetry timeline for arm {arm}: no telemetry_run<k>.csv on disk")
+    written += _hw_plots(plt, summary, out_dir, telemetry, copy_result, matrix_text, notes)
     return written, notes
+
+
+def _hw_plots(plt: Any, summary: dict[str, Any], out_dir: Path, telemetry: TelemetryLookup,
+              copy_result: Mapping[str, Any] | None, matrix_text: str | None, notes: list[str]) -> list[Path]:
+    from pytest_p2p.report import plots_hw
+
+    def title(fig: Any, text: str) -> None:
+        _title(fig, None, text, summary)
+
+    written: list[Path] = []
+    by_arm: dict[str, list[Path]] = {}
+    for arm in dict.fromkeys(sc["arm"] for sc in summary["scenarios"]):
+        files = plots_hw.arm_files(summary, telemetry, arm)
+        by_arm[arm] = files
+        if not files:
+            notes.append(f"no telemetry timeline for arm {arm}: no telemetry CSV on disk")
+            continue
+        p = plots_hw.telemetry_plot(plt, title, files, arm, out_dir / f"telemetry_{arm}.png", _save)
+        if p is None:
+            notes.append(f"telemetry plot for {arm} skipped: its CSVs have no wall_epoch samples")
+        else:
+            written.append(p)
+    p = plots_hw.pcie_plot(plt, title, by_arm, out_dir / "pcie_link.png", _save)
+    if p is None:
+        notes.append("pcie_link.png skipped: no telemetry sample carries pcie.link.gen.current")
+    else:
+        written.append(p)
+    matrices = _matrices(copy_result, matrix_text, notes)
+    if matrices is not None:
+        gpus, mats, source = matrices
+        p = plots_hw.matrix_plot(plt, title, gpus, mats, source, out_dir / "p2p_matrix.png", _save)
+        if p is not None:
+            written.append(p)
+    return written
+
+
+def _matrices(copy_result: Mapping[str, Any] | None, matrix_text: str | None,
+              notes: list[str]) -> tuple[list[int], dict[str, list[list[float | None]]], str] | None:
+    from pytest_p2p.report import plots_hw
+
+    if copy_result is not None:
+        got = plots_hw.copy_matrices(copy_result)
+        if got is not None:
+            return got[0], got[1], "P2P copy probe: peer vs host-staged copies"
+    if matrix_text:
+        from pytest_p2p.errors import P2PError
+        from pytest_p2p.probes.p2pmatrix import parse_p2p_bandwidth_latency
+
+        try:
+            res = parse_p2p_bandwidth_latency(matrix_text, "p2pBandwidthLatencyTest output", strict=False)
+        except P2PError as exc:
+            notes.append(f"p2p_matrix.png skipped: {exc}")
+            return None
+        names = {"latency_gpu_disabled": "latency_disabled", "latency_gpu_enabled": "latency_enabled",
+                 "unidirectional_bw_disabled": "bandwidth_disabled", "unidirectional_bw_enabled": "bandwidth_enabled"}
+        mats = {names[k]: v for k, v in res.matrices.items() if k in names}
+        labels = next((res.labels[k] for k in res.matrices if k in names), [])
+        if mats and labels:
+            return list(labels), mats, "cuda-samples p2pBandwidthLatencyTest"
+    notes.append("p2p_matrix.png skipped: no P2P copy probe result (p2pcopy.json) and no "
+                 "p2pBandwidthLatencyTest output")
+    return None

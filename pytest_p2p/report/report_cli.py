@@ -1,9 +1,12 @@
 """``python -m pytest_p2p report DIR [--no-plots]``: re-render a results directory, no GPU needed.
 
-DIR is one run directory (it holds ``run.json``) or a results root holding several;
-each run's summary files and plots are rebuilt from its rep files and its glance
-table is printed. A bad directory or a corrupt file raises a ``P2PError`` naming the
-file, which ``cli.py`` turns into exit code 2.
+DIR is one run directory (it holds ``run.json``), a results root holding several, or a
+p2p-bench results directory (the seed report's layout: ``summary.csv`` and
+``scenarios/<arm>-c<N>/aggregate.json``), which is read as it is and rendered into
+``DIR/pytest-p2p-report/`` (or ``--out``) without touching its own files. Each run's
+summary files and plots are rebuilt from its files and its glance table is printed.
+A bad directory or a corrupt file raises a ``P2PError`` naming the file, which
+``cli.py`` turns into exit code 2.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .results import RUN_META, ResultsError
+from ..errors import ResultsError
+from .results import RUN_META
 
 
 def _run_dirs(path: Path) -> list[Path]:
@@ -23,7 +27,8 @@ def _run_dirs(path: Path) -> list[Path]:
             return found
     if not path.exists():
         raise ResultsError(f"{path}: no such results directory")
-    raise ResultsError(f"{path}: neither a run directory (no {RUN_META}) nor a results root holding run directories")
+    raise ResultsError(f"{path}: neither a run directory (no {RUN_META}), nor a results root holding run "
+                       "directories, nor a p2p-bench results directory (summary.csv, scenarios/<arm>-c<N>/)")
 
 
 def main(argv: list[str]) -> int:
@@ -34,10 +39,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("dir", metavar="DIR", help="a run directory <results>/<run-id>/, or a results root")
     p.add_argument("--no-plots", action="store_true", help="write the summary files only")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the paths written")
+    p.add_argument("--out", metavar="OUT", help="p2p-bench directories only: where to write "
+                   "(default DIR/pytest-p2p-report/)")
     args = p.parse_args(argv)
+
+    from pytest_p2p.seedlayout import is_seed_layout
 
     from .render import render_report
     from .terminal import glance_table, uplift_line
+
+    if is_seed_layout(args.dir):
+        return _seed(Path(args.dir), args.out, not args.no_plots, args.quiet)
 
     for i, run_dir in enumerate(_run_dirs(Path(args.dir))):
         rendered = render_report(run_dir, plots=not args.no_plots)
@@ -52,4 +64,28 @@ def main(argv: list[str]) -> int:
             print(f"note: {note}")
         for path in rendered.paths:
             print(f"wrote {path}")
+    return 0
+
+
+def _seed(path: Path, out: str | None, plots: bool, quiet: bool) -> int:
+    from .proof import proof_for_seed, proof_text
+    from .seed_report import render_seed_report
+    from .terminal import glance_table, uplift_line
+
+    rendered = render_seed_report(path, out=out, plots=plots)
+    if not quiet:
+        print(glance_table(rendered.summary))
+        print(f"(± = {rendered.summary['std_convention']} std, as p2p-bench writes it; "
+              f"uplift = {rendered.summary['uplift_convention']})")
+        print(uplift_line(rendered.summary))
+        from pytest_p2p.seedlayout import read_seed_run
+
+        for line in proof_text(proof_for_seed(read_seed_run(path))):
+            print(line)
+        for m in rendered.summary.get("missing") or []:
+            print(f"missing: {m}")
+    for note in rendered.notes:
+        print(f"note: {note}")
+    for p in rendered.paths:
+        print(f"wrote {p}")
     return 0

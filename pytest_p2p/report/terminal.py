@@ -7,7 +7,6 @@ a reader who knows that report recognises the table at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from pytest_p2p.util import format_size, parse_size
@@ -66,7 +65,8 @@ def _cell(stat: dict[str, Any] | None, digits: int, with_std: bool) -> str:
         return "-"
     text = _fmt(float(stat["mean"]), digits)
     std = stat.get("std")
-    if with_std and std is not None and (stat.get("n") or 0) >= 2:
+    n = stat.get("n")
+    if with_std and std is not None and (n is None or n >= 2):  # n None: a stored std of unknown count
         text += f" ±{float(std):.{digits}f}"
     return text
 
@@ -104,11 +104,18 @@ def title(summary: dict[str, Any]) -> str:
 
 def _text_table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    align: Callable[[str, int, int], str] = lambda s, w, i: s.ljust(w) if i < 2 else s.rjust(w)  # noqa: E731
-    line = lambda cells: " | ".join(align(c, widths[i], i) for i, c in enumerate(cells))  # noqa: E731
+
+    def line(cells: list[str]) -> str:
+        return " | ".join(c.ljust(widths[i]) if i < 2 else c.rjust(widths[i]) for i, c in enumerate(cells))
+
     out = [line(headers), "-+-".join("-" * w for w in widths)]
     out.extend(line(r) for r in rows)
     return "\n".join(out)
+
+
+def text_table(headers: list[str], rows: list[list[str]]) -> str:
+    """Aligned plain-text table: first two columns left, the rest right (numbers)."""
+    return _text_table(headers, rows)
 
 
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -126,6 +133,8 @@ def glance_table(summary: dict[str, Any]) -> str:
 
 
 def _uplift_label(summary: dict[str, Any], faster: str, slower: str, multi: bool) -> str:
+    if not multi and isinstance(summary.get("uplift_label"), str):
+        return str(summary["uplift_label"])  # e.g. a p2p-bench directory, whose arms carry no expectation
     arms = summary.get("arms") or {}
     probe = summary.get("kind") == "probe"
     what = "latency uplift" if probe else "output-throughput uplift"

@@ -1,0 +1,274 @@
+"""Read a p2p-bench results directory (the seed report's layout) as it is on disk.
+
+Rig owners arrive with results from p2p-bench (the harness behind the seed report). Its
+layout is not ours, so ``report DIR`` and ``baseline save DIR`` read it through this
+module instead of asking for a ``run.json`` the seed never wrote::
+
+    <dir>/summary.csv                      arm,concurrency,output_tok_s,output_tok_s_std,...
+    <dir>/env/p2p_evidence.json            versions, topo matrix, cuda-samples p2pBandwidthLatencyTest text
+    <dir>/scenarios/<arm>-c<N>/aggregate.json        {n_runs, metrics: {name: {mean, std, values}},
+                                                      energy: {mean_watts}}
+                              run_<k>.json            ``vllm bench serve`` result keys
+                              transport_proof.json    {nccl_used_p2p, nccl_used_shm, nccl_version}
+                              scenario.json           {env, flags, args} of the server
+                              telemetry.csv, telemetry_run<k>.csv   nvidia-smi --query-gpu columns
+                              power_run<k>.json       {avg_watts, start, end}
+
+The seed's ``std`` is the POPULATION standard deviation (ddof=0): 63.9867, 63.3248,
+53.5476 give 4.7727, not the sample 5.845. :func:`std_convention` checks which one a
+directory's numbers follow instead of assuming. Nothing here is a pytest or stage
+module: it is stage-free (errors, util only) so the report and the baseline store can
+both call it. Everything it cannot find is listed in :attr:`SeedRun.missing`, never
+filled in.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ResultsError
+
+_SCENARIO_RE = re.compile(r"^(?P<arm>[A-Za-z0-9][A-Za-z0-9_.]*)-c(?P<c>[0-9]+)$")
+_RUN_RE = re.compile(r"^run_([0-9]+)\.json$")
+_POWER_RE = re.compile(r"^power_run([0-9]+)\.json$")
+_TELEMETRY_RE = re.compile(r"^telemetry(?:_run([0-9]+))?\.csv$")
+_MAX_JSON_BYTES = 32 * 1024 * 1024
+
+JSONValue = object  # what json.loads returns; narrowed with isinstance where read
+
+
+@dataclass(frozen=True)
+class SeedStat:
+    """One metric of one scenario as aggregate.json holds it (``std`` in the file's convention)."""
+
+    mean: float
+    std: float | None
+    values: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class SeedScenario:
+    """``scenarios/<arm>-c<N>/``: what p2p-bench wrote for one arm at one concurrency."""
+
+    arm: str
+    concurrency: int
+    path: Path
+    metrics: Mapping[str, SeedStat]
+    mean_watts: float | None
+    runs: Mapping[int, Mapping[str, float]]  # run_<k>.json, numeric keys only
+    power_watts: Mapping[int, float]  # power_run<k>.json avg_watts
+    transport: Mapping[str, JSONValue] | None  # transport_proof.json
+    server: Mapping[str, JSONValue] | None  # scenario.json
+    telemetry: Mapping[int, Path]  # rep -> telemetry CSV (telemetry.csv is rep 1)
+    declared_runs: int | None = None  # aggregate.json n_runs
+
+    @property
+    def name(self) -> str:
+        return f"{self.arm}-c{self.concurrency}"
+
+    @property
+    def point(self) -> str:
+        """Our point name for this concurrency (``c8``)."""
+        return f"c{self.concurrency}"
+
+    @property
+    def n_runs(self) -> int:
+        return max([len(s.values) for s in self.metrics.values()] + [len(self.runs), self.declared_runs or 0])
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """A whole p2p-bench results directory."""
+
+    path: Path
+    scenarios: tuple[SeedScenario, ...]
+    summary_rows: tuple[Mapping[str, str], ...]  # summary.csv as text cells
+    evidence: Mapping[str, JSONValue] | None  # env/p2p_evidence.json
+    missing: tuple[str, ...] = field(default=())
+
+    @property
+    def arms(self) -> list[str]:
+        out: list[str] = []
+        for s in self.scenarios:
+            if s.arm not in out:
+                out.append(s.arm)
+        return out
+
+    @property
+    def std_convention(self) -> str:
+        return std_convention(self)
+
+
+def is_seed_layout(path: str | Path) -> bool:
+    """A p2p-bench results directory: no ``run.json``, and a summary.csv or scenario aggregates."""
+    p = Path(path)
+    if not p.is_dir() or (p / "run.json").is_file():
+        return False
+    if (p / "summary.csv").is_file() and (p / "scenarios").is_dir():
+        return True
+    return any(_SCENARIO_RE.match(d.name) and (d / "aggregate.json").is_file()
+               for d in (p / "scenarios").glob("*-c*"))
+
+
+def _load(path: Path) -> JSONValue:
+    try:
+        if path.stat().st_size > _MAX_JSON_BYTES:
+            raise ResultsError(f"{path}: larger than {_MAX_JSON_BYTES // 2**20} MiB; not a p2p-bench result file")
+        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+        raise ResultsError(f"{path}: not valid JSON ({exc}); restore the file from the p2p-bench run") from None
+
+
+def _object(path: Path) -> dict[str, JSONValue] | None:
+    if not path.is_file():
+        return None
+    data = _load(path)
+    if not isinstance(data, dict):
+        raise ResultsError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def _num(v: JSONValue) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def _stats(path: Path, metrics: JSONValue) -> dict[str, SeedStat]:
+    out: dict[str, SeedStat] = {}
+    if not isinstance(metrics, dict):
+        return out
+    for name, st in metrics.items():
+        if not isinstance(st, dict) or (mean := _num(st.get("mean"))) is None:
+            continue
+        raw = st.get("values")
+        values = tuple(v for x in raw if (v := _num(x)) is not None) if isinstance(raw, list) else ()
+        out[str(name)] = SeedStat(mean=mean, std=_num(st.get("std")), values=values)
+    return out
+
+
+def _numbered(d: Path, pattern: re.Pattern[str]) -> dict[int, Path]:
+    out: dict[int, Path] = {}
+    for f in d.iterdir():
+        m = pattern.match(f.name)
+        if m:
+            out[int(m.group(1) or 1)] = f
+    return dict(sorted(out.items()))
+
+
+def _scenario(d: Path, arm: str, conc: int, missing: list[str]) -> SeedScenario:
+    agg = _object(d / "aggregate.json")
+    metrics = _stats(d / "aggregate.json", (agg or {}).get("metrics"))
+    energy = (agg or {}).get("energy")
+    watts = _num(energy.get("mean_watts")) if isinstance(energy, dict) else None
+    runs: dict[int, dict[str, float]] = {}
+    for k, f in _numbered(d, _RUN_RE).items():
+        data = _object(f) or {}
+        runs[k] = {str(key): v for key, raw in data.items() if (v := _num(raw)) is not None}
+    power: dict[int, float] = {}
+    for k, f in _numbered(d, _POWER_RE).items():
+        w = _num((_object(f) or {}).get("avg_watts"))
+        if w is not None:
+            power[k] = w
+    name = d.name
+    if agg is None:
+        missing.append(f"{name}: no aggregate.json (means computed from the run files, population std)")
+        metrics = _from_runs(runs)
+    if not runs:
+        missing.append(f"{name}: no run_<k>.json (per-run values only where aggregate.json lists them)")
+    if watts is None and power:
+        watts = sum(power.values()) / len(power)
+    if watts is None:
+        missing.append(f"{name}: no power reading (energy.mean_watts / power_run<k>.json): no tok/J")
+    transport = _object(d / "transport_proof.json")
+    if transport is None:
+        missing.append(f"{name}: no transport_proof.json: the transport of this scenario is unproven")
+    telemetry = _numbered(d, _TELEMETRY_RE)
+    if not telemetry:
+        missing.append(f"{name}: no telemetry CSV")
+    return SeedScenario(arm=arm, concurrency=conc, path=d, metrics=metrics, mean_watts=watts, runs=runs,
+                        power_watts=power, transport=transport, server=_object(d / "scenario.json"),
+                        telemetry=telemetry, declared_runs=_declared(agg))
+
+
+def _declared(agg: Mapping[str, JSONValue] | None) -> int | None:
+    n = (agg or {}).get("n_runs")
+    return n if isinstance(n, int) and not isinstance(n, bool) and 0 < n < 10**6 else None
+
+
+def _from_runs(runs: Mapping[int, Mapping[str, float]]) -> dict[str, SeedStat]:
+    names = sorted({k for r in runs.values() for k in r})
+    out: dict[str, SeedStat] = {}
+    for n in names:
+        vals = tuple(r[n] for r in runs.values() if n in r)
+        mean = sum(vals) / len(vals)
+        out[n] = SeedStat(mean=mean, std=math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals)), values=vals)
+    return out
+
+
+def read_seed_run(path: str | Path) -> SeedRun:
+    """Read every file of a p2p-bench results directory; a corrupt file is a ResultsError naming it."""
+    p = Path(path)
+    if not is_seed_layout(p):
+        raise ResultsError(f"{p}: not a p2p-bench results directory (needs summary.csv and "
+                           "scenarios/<arm>-c<N>/aggregate.json, and no run.json)")
+    missing: list[str] = []
+    scenarios: list[SeedScenario] = []
+    for d in sorted((p / "scenarios").iterdir()) if (p / "scenarios").is_dir() else []:
+        m = _SCENARIO_RE.match(d.name)
+        if d.is_dir() and m:
+            scenarios.append(_scenario(d, m.group("arm"), int(m.group("c")), missing))
+    rows: list[dict[str, str]] = []
+    summary_csv = p / "summary.csv"
+    if summary_csv.is_file():
+        try:
+            with summary_csv.open(newline="", encoding="utf-8", errors="replace") as fh:
+                rows = [{str(k): str(v or "") for k, v in r.items() if k is not None} for r in csv.DictReader(fh)]
+        except (OSError, csv.Error) as exc:
+            raise ResultsError(f"{summary_csv}: cannot read as CSV ({exc})") from None
+    else:
+        missing.append("summary.csv absent: the table comes from the scenario aggregates alone")
+    if not scenarios:
+        missing.append("no scenarios/<arm>-c<N>/ directory: only summary.csv is shown")
+    evidence = _object(p / "env" / "p2p_evidence.json")
+    if evidence is None:
+        missing.append("env/p2p_evidence.json absent: no P2P latency/bandwidth matrix, no driver version")
+    return SeedRun(path=p, scenarios=tuple(scenarios), summary_rows=tuple(rows), evidence=evidence,
+                   missing=tuple(missing))
+
+
+def std_convention(run: SeedRun) -> str:
+    """``population (ddof=0)``, ``sample (ddof=1)`` or ``unknown``, judged from stored values and std."""
+    votes = {"population": 0, "sample": 0}
+    for sc in run.scenarios:
+        for st in sc.metrics.values():
+            n = len(st.values)
+            if n < 2 or st.std is None:
+                continue
+            mean = sum(st.values) / n
+            ss = sum((v - mean) ** 2 for v in st.values)
+            pop, samp = math.sqrt(ss / n), math.sqrt(ss / (n - 1))
+            if abs(pop - samp) < 1e-12:
+                continue
+            votes["population" if abs(st.std - pop) <= abs(st.std - samp) else "sample"] += 1
+    if not any(votes.values()):
+        return "unknown (no per-run values stored; p2p-bench writes the population std)"
+    return "population (ddof=0)" if votes["population"] >= votes["sample"] else "sample (ddof=1)"
+
+
+def sample_std(stat: SeedStat) -> float | None:
+    """The sample std (ddof=1) of a stat, from its values or by rescaling a population std."""
+    n = len(stat.values)
+    if n >= 2:
+        mean = sum(stat.values) / n
+        return math.sqrt(sum((v - mean) ** 2 for v in stat.values) / (n - 1))
+    return None
