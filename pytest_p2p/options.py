@@ -152,10 +152,11 @@ SAVE_BASELINE: Option[str | None] = Option(
 FAIL_ON: Option[str] = Option(
     "p2p_fail_on", "--p2p-fail-on", "fail tests on a regression verdict (default) or only report it",
     "regression", ini="p2p_fail_on", env="PYTEST_P2P_FAIL_ON", metavar="regression|never")
-DB: Option[str | None] = Option(
+DB: Option[str | None] = Option(  # not path=True: a postgresql:// URL must reach the store untouched
     "p2p_db", "--p2p-db",
-    "baseline/history SQLite database (default .p2p/history.db under the rootdir, or the rig's baseline.db)",
-    None, ini="p2p_db", env="PYTEST_P2P_DB", metavar="PATH", path=True)
+    "baseline/history store: an SQLite file (default .p2p/history.db under the rootdir, or the rig's "
+    "baseline.db) or a postgresql:// URL shared by a fleet of runners (docs/fleet.md; shown redacted)",
+    None, ini="p2p_db", env="PYTEST_P2P_DB", metavar="PATH|URL")
 ENABLE: Option[bool] = Option(
     "p2p_enable", None, "activate pytest-p2p for every run of this project (otherwise only a p2p run: "
     "-m p2p, a --p2p-* option, a PYTEST_P2P_* variable or p2p_* ini key, --pyargs pytest_p2p)",

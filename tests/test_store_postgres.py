@@ -9,6 +9,7 @@ server are one paragraph each.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 from store_pg import PASSWORD, PgServer, pg_fixture  # noqa: F401 - fixture
@@ -17,7 +18,7 @@ from verdict_rundir import write_run
 from pytest_p2p.errors import StoreError
 from pytest_p2p.verdict import store_postgres
 from pytest_p2p.verdict.store import SCHEMA_VERSION, Store, StoreSaveError, save_campaign_runs
-from pytest_p2p.verdict.store_base import redact, scrub
+from pytest_p2p.verdict.store_base import redact, scrub, target_of
 
 
 def _psql(url: str, *sql: str) -> list[tuple[object, ...]]:
@@ -61,6 +62,27 @@ def _clean(text: str) -> None:
 ])
 def test_redact(url, shown):
     assert redact(url) == shown
+
+
+def test_target_of_keeps_urls_and_anchors_paths(tmp_path):
+    url = "postgresql://ci:hunter2@db:5432/p2p?sslmode=require"
+    assert target_of(f"  {url} ", tmp_path) == url
+    assert target_of("h.db", tmp_path) == tmp_path / "h.db"
+    assert target_of("/abs/h.db", tmp_path) == Path("/abs/h.db")
+    with pytest.raises(StoreError, match="not a store pytest-p2p knows") as got:
+        target_of("mysql://ci:hunter2@db/p2p", tmp_path)
+    assert "hunter2" not in str(got.value) and "mysql://ci:***@db" in str(got.value)
+    with pytest.raises(StoreError, match="not a store pytest-p2p knows"):
+        Store("postgresql+psycopg://ci:hunter2@db/p2p")
+
+
+def test_a_url_folded_into_a_path_is_refused_not_created(tmp_path):
+    """``Path(url)`` folds ``//``: such a 'path' must never become directories named after the password."""
+    folded = tmp_path / Path("postgresql://ci:hunter2@db/p2p")
+    with pytest.raises(StoreError, match="turned into a file path") as got:
+        Store(folded)
+    assert "hunter2" not in str(got.value)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_scrub_removes_raw_and_decoded_password():

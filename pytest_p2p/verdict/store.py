@@ -28,12 +28,21 @@ from typing import Any
 
 from ..errors import P2PError, StoreError
 from .fingerprint import build_fingerprint, load_run, pair_ident, read_json
-from .store_base import SCHEMA_VERSION, Backend, StoreMissing, StoreSaveError, is_url, redact
+from .store_base import (
+    ANY_URL,
+    SCHEMA_VERSION,
+    Backend,
+    StoreMissing,
+    StoreSaveError,
+    is_url,
+    redact,
+    target_of,
+)
 from .store_sqlite import APPLICATION_ID, BUSY_TIMEOUT_MS, MIGRATIONS, SqliteBackend, _v1, _v2
 
 __all__ = ["APPLICATION_ID", "BUSY_TIMEOUT_MS", "MIGRATIONS", "SCHEMA_VERSION", "MetricRow", "RunRecord", "Store",
            "StoreMissing", "StoreSaveError", "_v1", "_v2", "aggregate_rows", "exists", "is_url", "redact",
-           "save_campaign_runs"]
+           "save_campaign_runs", "target_of"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,9 @@ class Store:
 
             self.path = None
             self.backend = PostgresBackend(str(path), create=create, timeout_s=timeout)
+        elif isinstance(path, str) and ANY_URL.match(path):
+            target_of(path, Path.cwd())  # raises: a URL of a scheme we do not speak
+            raise AssertionError(path)
         else:
             self.path = Path(path)
             self.backend = SqliteBackend(self.path, create=create, timeout_s=timeout)

@@ -89,9 +89,42 @@ class StoreSaveError(StoreError):
         return str(self)
 
 
+#: Any ``scheme://`` (redacted like a PostgreSQL URL; refused unless it is one).
+ANY_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+#: A PostgreSQL URL that ``pathlib.Path`` has mangled (``postgresql:/u:pw@h/db``).
+MANGLED_URL = re.compile(r"(?:^|/)(postgres(?:ql)?):/+(?=[^/])", re.IGNORECASE)
+
+
 def is_url(target: str | Path) -> bool:
     """A PostgreSQL URL (``postgresql://`` or ``postgres://``) rather than an SQLite path."""
     return isinstance(target, str) and target.lower().startswith(URL_SCHEMES)
+
+
+def target_of(raw: str, base: Path) -> str | Path:
+    """A ``--p2p-db`` / ``baseline.db`` value as :class:`Store` takes it.
+
+    A PostgreSQL URL is returned untouched (``Path`` would fold its ``//`` and the URL,
+    password included, would become directory names); a path is expanded (``~``) and made
+    absolute against ``base`` (the rootdir for an ini or rig value, else where pytest ran).
+    """
+    text = raw.strip()
+    if is_url(text):
+        return text
+    if ANY_URL.match(text):
+        raise StoreError(f"baseline database {redact(text)}: not a store pytest-p2p knows — give an SQLite "
+                         "file path or a postgresql:// URL (docs/fleet.md)")
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def check_not_a_url(path: Path) -> None:
+    """Refuse a PostgreSQL URL that reached the SQLite backend folded into a path (never create it)."""
+    m = MANGLED_URL.search(str(path))
+    if m:
+        url = f"{m.group(1)}://" + str(path)[m.end():]
+        raise StoreError(f"baseline database {redact(url)}: a PostgreSQL URL was turned into a file path "
+                         "before it reached the store (pass the --p2p-db text through store_base.target_of); "
+                         "nothing was created")
 
 
 def _password(url: str) -> str | None:
@@ -110,7 +143,7 @@ def redact(target: str | Path) -> str:
     ``postgresql://ci:***@db:5432/p2p?sslmode=verify-full&password=***``: the user, host,
     database and TLS options stay (they say where), every secret goes.
     """
-    if not is_url(target):
+    if not isinstance(target, str) or not ANY_URL.match(target):
         return str(target)
     url = str(target)
     scheme, rest = url.split("://", 1)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import StoreError
-from .store_base import SCHEMA, SCHEMA_VERSION, StoreMissing, schema_steps, store_error
+from .store_base import SCHEMA, SCHEMA_VERSION, StoreMissing, check_not_a_url, schema_steps, store_error
 
 APPLICATION_ID = 0x50325031  # "P2P1": marks the file as a pytest-p2p store
 BUSY_TIMEOUT_MS = 30_000
@@ -82,6 +82,7 @@ class SqliteBackend:
 
     def __init__(self, path: str | Path, *, create: bool = True, timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> None:
         self.path = Path(path)
+        check_not_a_url(self.path)
         self.where = str(self.path)
         self.timeout_s = timeout_s
         self._checked = False
