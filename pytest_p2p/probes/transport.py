@@ -79,8 +79,10 @@ _CHANNELS_RE = re.compile(
 _NVLS_SUPPORT_RE = re.compile(r"^NVLS multicast support is (?P<not>not )?available on dev (?P<dev>\d{1,4})")
 _NVLS_USE_RE = re.compile(r"^(?:Connected NVLS|NVLS comm \S{1,40} (?:rank|headRank) )")
 _COLLNET_USE_RE = re.compile(r"^(?:rank \d{1,9} Connected CollNet|Connected Collnet Chains|Connected CollNet)")
+# CollNet given up: NCCL's own fallback warnings, or the SHARP plugin failing to create its group.
 _COLLNET_ABANDON_RE = re.compile(
-    r"Cannot initialize CollNet|CollNet is not supported or fails to initialize|CollNet setup failed", re.IGNORECASE
+    r"Cannot initialize CollNet|CollNet is not supported or fails to initialize|CollNet setup failed|"
+    r"SHARP group create.{0,80}fail", re.IGNORECASE
 )
 _GDR_HCA_RE = re.compile(
     r"^NET/(?P<plugin>[^:\s]{1,64}) ?: GPU Direct RDMA (?P<state>Enabled|Disabled) for HCA (?P<hca>\d{1,4}) "
@@ -194,7 +196,7 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
     proof.has_info = info > 0
     _versions(proof, versions, vllm_versions)
     proof.device_id_format = _device_id_format(proof)
-    _collnet(proof, collnet_connected, abandon)
+    _collnet(proof, collnet_connected, abandon, "collnet_zero" in ev.counts)
     _nvls(proof, nvls_counts)
     proof.complete, proof.completeness = _completeness(proof, init, unparsed)
     if proof.collnet_state is None and proof.used_collnet is None and proof.complete:
@@ -278,6 +280,8 @@ def _other_line(t: str, msg: NcclMessage, proof: TransportProof, ev: Evidence, v
         return
     m = _CHANNELS_RE.match(t)
     if m:
+        if m["collnet"] is not None and int(m["collnet"]) == 0:
+            ev.add("collnet_zero", msg)  # a sign, not an absence; a count > 0 proves nothing (2.28 prints nChannels)
         if m["nvls"] is not None:
             n = int(m["nvls"])
             nvls_counts.append(n)
@@ -335,7 +339,7 @@ def _versions(proof: TransportProof, versions: list[str], vllm_versions: list[st
         proof.nccl_version = vllm_versions[0]  # vLLM's "vLLM is using nccl==X" (pynccl.py)
 
 
-def _collnet(proof: TransportProof, connected: bool, abandon: list[NcclMessage]) -> None:
+def _collnet(proof: TransportProof, connected: bool, abandon: list[NcclMessage], zero: bool) -> None:
     """CollNet is used only when its setup finished and was not abandoned.
 
     ``CollNet 00/0 : 4 [receive] via COLLNET/SHARP/0/GDRDMA`` lines are the *setup*; NCCL
@@ -351,6 +355,8 @@ def _collnet(proof: TransportProof, connected: bool, abandon: list[NcclMessage])
         proof.collnet_state, proof.used_collnet = "unconfirmed", None
         proof.warnings.append("CollNet connection lines but no 'Connected CollNet' line: CollNet setup never "
                               "finished in this log (hung, or an excerpt); CollNet is not claimed")
+    elif zero:
+        proof.collnet_state, proof.used_collnet = "zero_channels", False
 
 
 def _nvls(proof: TransportProof, counts: list[int]) -> None:

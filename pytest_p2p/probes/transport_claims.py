@@ -92,6 +92,8 @@ def _collnet_lines(proof: TransportProof, lines: Mapping[str, Lines]) -> Lines:
         return list(lines.get("collnet_abandoned", []))
     if proof.collnet_state == "connected":
         return sorted(set(lines.get("collnet", []) + lines.get("used_collnet", [])[:2]))[:MAX_EVIDENCE]
+    if proof.collnet_state == "zero_channels":
+        return list(lines.get("collnet_zero", []))
     if proof.collnet_state == "unconfirmed":
         return []  # set up, never confirmed: nothing proves use, and citing the setup would read as proof
     if proof.used_collnet is False:

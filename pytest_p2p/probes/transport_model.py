@@ -148,7 +148,7 @@ class TransportProof:
     nvls_supported: bool | None = None
     used_nvls: bool | None = None
     used_collnet: bool | None = None
-    collnet_state: str | None = None  # "connected" | "abandoned" | "unconfirmed" | None (no CollNet lines)
+    collnet_state: str | None = None  # "connected" | "abandoned" | "unconfirmed" | "zero_channels" | None
     device_id_format: str | None = None  # "bus_id" | "device_index"
     warnings: list[str] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=dict)
