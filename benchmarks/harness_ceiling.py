@@ -13,8 +13,14 @@ another core when there is one) at concurrency 1...256 and reports:
   Linux, so the clocks are the same clock), p50/p99/max in ms. ITL error is the error of
   each inter-chunk gap: (recv_k - recv_k-1) - (send_k - send_k-1).
 
+With ``--client-processes 0`` (automatic sharding, as in campaigns) the client processes
+pin themselves to the highest cores and the stand-in is pinned to core 0;
+``--transports raw openai aiohttp`` with ``--client-processes 1`` compares what one client
+core ingests per transport (the measurement behind the default transport).
+
 Usage: ``python benchmarks/harness_ceiling.py [--concurrency 1 4 16 64 256] [--tpot-ms 2]
-[--output-len 128] [--json out.json]``. Results and method: docs/performance.md.
+[--output-len 128] [--client-processes 0] [--transports raw] [--json out.json]``.
+Results and method: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_p2p.serve.config import parse_server
-from pytest_p2p.serve.loadgen import run_load
+from pytest_p2p.serve.loadgen import generate_load, make_spec
 from pytest_p2p.serve.metrics import RequestRecord, percentile
 from pytest_p2p.serve.server import launch
 
@@ -91,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input-len", type=int, default=32)
     p.add_argument("--requests-per-stream", type=int, default=3)
     p.add_argument("--json", type=Path)
-    p.add_argument("--client-processes", type=int, default=1,
-                   help="shard the client (the one-core ceiling is measured with 1)")
+    p.add_argument("--client-processes", type=int, default=0,
+                   help="0: automatic sharding as in campaigns; 1: the one-core ceiling")
+    p.add_argument("--transports", nargs="+", default=["raw"])
     p.add_argument("--no-pin", action="store_true", help="do not pin client and stand-in to separate cores")
     args = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="harness-ceiling-"))
@@ -106,47 +113,54 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     cpus = len(os.sched_getaffinity(0))
-    if not args.no_pin:
-        _pin(0, 0)
+    one_core = args.client_processes == 1
+    if not args.no_pin and one_core:
+        _pin(0, 0)  # this process is the client; sharded clients pin themselves to the highest cores
     with launch(cfg, _Arm(), (0,), None, tmp / "server.log") as srv:
         if not args.no_pin:
-            _pin(srv.pid, 1)
-        for c in args.concurrency:
-            ts_log.write_text("")
-            records: list[RequestRecord] = []
-            cpu0, srv0, wall0 = _client_cpu_s(), _cpu_s(srv.pid), time.perf_counter()
-            r = run_load(srv.base_url, srv.api_key, srv.model, concurrency=c,
-                         num_prompts=c * args.requests_per_stream, input_len=args.input_len,
-                         output_len=args.output_len, warmup=min(c, 8), keep_chunk_times=True, records_out=records,
-                         request_timeout_s=120, client_processes=args.client_processes)
-            cpu = _client_cpu_s() - cpu0
-            srv_cpu = _cpu_s(srv.pid) - srv0
-            wall = time.perf_counter() - wall0
-            time.sleep(0.2)  # the stand-in flushes its send log at the end of each request
-            sends: dict[str, list[float]] = defaultdict(list)
-            for line in ts_log.read_text().splitlines():
-                rid, _, t = line.split()
-                sends[rid].append(float(t))
-            tokens = r["total_output_tokens"]
-            row = {
-                "concurrency": c, "completed": r["completed"], "failed": r["failed"],
-                "output_tok_s": r["output_throughput"],
-                "offered_tok_s": c * 1000.0 / args.tpot_ms if args.tpot_ms else float("inf"),
-                "client_cpu_s": cpu, "client_cpu_util": cpu / wall,
-                # warm-up tokens cost client CPU too, so they count towards the ceiling
-                "client_ceiling_tok_s": (tokens + (min(c, 8) - r["warmup_failed"]) * args.output_len) / cpu
-                if cpu else float("inf"),
-                "standin_cpu_util": srv_cpu / wall,
-                "mean_itl_ms": r["mean_itl_ms"], "p99_itl_ms": r["p99_itl_ms"],
-                **_errors(records, sends),
-            }
-            rows.append(row)
-            print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
-    head = ("| C | tok/s ingested | client CPU | client ceiling tok/s (1 core) | stand-in CPU | "
-            "TTFT err p99 ms | ITL err p99 ms | ITL err max ms |")
-    print("\n" + head + "\n|" + "---|" * 8)
+            _pin(srv.pid, 1 if one_core else 0)
+        for transport in args.transports:
+            for c in args.concurrency:
+                ts_log.write_text("")
+                records: list[RequestRecord] = []
+                warm = min(c, 8)
+                spec = make_spec(concurrency=c, num_prompts=c * args.requests_per_stream, input_len=args.input_len,
+                                 output_len=args.output_len, warmup=warm, keep_chunk_times=True,
+                                 request_timeout_s=120.0, client_processes=args.client_processes,
+                                 transport=transport, tokenizer="standin-words")
+                cpu0, srv0, wall0 = _client_cpu_s(), _cpu_s(srv.pid), time.perf_counter()
+                res = generate_load(srv.base_url, srv.api_key, srv.model, spec, records_out=records)
+                cpu = _client_cpu_s() - cpu0
+                srv_cpu = _cpu_s(srv.pid) - srv0
+                wall = time.perf_counter() - wall0
+                time.sleep(0.2)  # the stand-in flushes its send log at the end of each request
+                sends: dict[str, list[float]] = defaultdict(list)
+                for line in ts_log.read_text().splitlines():
+                    rid, _, t = line.split()
+                    sends[rid].append(float(t))
+                tokens = res.total_output_tokens
+                row = {
+                    "transport": transport, "concurrency": c, "client_processes": res.client_processes,
+                    "completed": res.completed, "failed": res.failed, "output_tok_s": res.output_throughput,
+                    "offered_tok_s": c * 1000.0 / args.tpot_ms if args.tpot_ms else float("inf"),
+                    "client_cpu_s": cpu, "client_cpu_util": cpu / wall,
+                    "client_cpu_util_max": res.client_cpu_util_max, "client_loop_lag_p99_ms": res.client_loop_lag_p99_ms,
+                    "client_saturated": res.client_saturated,
+                    # warm-up tokens cost client CPU too, so they count towards the ceiling
+                    "client_ceiling_tok_s": (tokens + (warm - res.warmup_failed) * args.output_len) / cpu
+                    if cpu else float("inf"),
+                    "standin_cpu_util": srv_cpu / wall,
+                    "mean_itl_ms": res.latency_stats["mean_itl_ms"], "p99_itl_ms": res.latency_stats["p99_itl_ms"],
+                    **_errors(records, sends),
+                }
+                rows.append(row)
+                print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+    head = ("| transport | C | client processes | tok/s ingested | client CPU (busiest process) | "
+            "client ceiling tok/s per CPU-s | stand-in CPU | TTFT err p99 ms | ITL err p99 ms | ITL err max ms |")
+    print("\n" + head + "\n|" + "---|" * 10)
     for row in rows:
-        print(f"| {row['concurrency']} | {row['output_tok_s']:.0f} | {row['client_cpu_util'] * 100:.0f} % | "
+        print(f"| {row['transport']} | {row['concurrency']} | {row['client_processes']} | {row['output_tok_s']:.0f} | "
+              f"{row['client_cpu_util_max'] * 100:.0f} % | "
               f"{row['client_ceiling_tok_s']:.0f} | {row['standin_cpu_util'] * 100:.0f} % | "
               f"{row['ttft_err_p99_ms']:.3f} | {row['itl_err_p99_ms']:.3f} | {row['itl_err_max_ms']:.3f} |")
     if args.json:

@@ -357,23 +357,28 @@ def _wait_ready(srv: RunningServer, deadline: float, request_timeout_s: float) -
 
 
 def prove_identity(srv: RunningServer) -> None:
-    """The server that answered is the one we started: it holds our secret, and our process owns the port.
+    """The server that answered is the one we started: our process owns the port, or it holds our secret.
 
     An unauthenticated server already listening on the port answers /health, /v1/models and
-    a completion like ours would; it does not refuse a wrong key, and its pid is not ours.
+    a completion like ours would; its pid is not ours, and it does not refuse a wrong key.
+    The owner from /proc decides when /proc can tell; otherwise the key check does.
     """
     where = f"port {srv.port} for arm {srv.arm} on {pair_key(srv.pair)}"
-    status, _ = _http("GET", srv.base_url + "/v1/models", "p2p-wrong-" + secrets.token_hex(8), None, 5.0)
     owners = port_owners(srv.port)
     strangers = [p for p in owners or [] if not srv.ours(p)]
-    if strangers or status != 401:
-        who = (f"pid {strangers[0]} ({cmdline(strangers[0])})" if strangers
-               else "a process we cannot identify" if owners is None else "another process")
-        raise ServerError(f"an impostor answers on {where}: {who} is listening there, not the server we started "
-                          f"(pid {srv.pid}){'' if status == 401 else f', and it answered a wrong API key with HTTP {status}'}"
-                          f"; stop it or pick another port; our server's log {srv.log_path}:\n{tail(srv.log_path)}")
-    if owners is None:
+    status = 0
+    if not strangers:
+        status, _ = _http("GET", srv.base_url + "/v1/models", "p2p-wrong-" + secrets.token_hex(8), None, 5.0)
+    if strangers or (not owners and status != 401):
+        who = (f"pid {strangers[0]} ({cmdline(strangers[0])}) is listening there" if strangers
+               else f"a process that answers a wrong API key with HTTP {status} is listening there")
+        raise ServerError(f"an impostor answers on {where}: {who}, not the server we started (pid {srv.pid}); "
+                          f"stop it or pick another port; our server's log {srv.log_path}:\n{tail(srv.log_path)}")
+    if not owners:
         srv.notes.append(f"port {srv.port}: /proc does not say which pid listens; identity proven by the API key")
+    elif status != 401:
+        srv.notes.append(f"the server does not enforce its API key (a wrong key got HTTP {status}); "
+                         f"does it read ${API_KEY_ENV}?")
 
 
 def check_port_free(host: str, port: int) -> None:

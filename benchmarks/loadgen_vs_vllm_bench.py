@@ -1,0 +1,286 @@
+"""Is our load generator as exact as ``vllm bench serve``? Both against one real vLLM server, interleaved.
+
+Why: if the client is slower than the server, the client -- not the interconnect -- shapes
+TPOT and ITL and a P2P uplift is compressed. ``vllm bench serve`` is the reference vLLM
+users trust, so ours is measured against it: the same server, the same workload (random
+token prompts of ``--input-len`` tokens, ``--output-len`` tokens with ignore_eos), each
+concurrency C run as ``--pairs`` interleaved pairs (bench first in even pairs, ours
+first in odd ones, so drift cancels), fresh seeds per run (no prefix-cache hits).
+
+Bench runs inside one persistent worker process that imports ``vllm.benchmarks.serve``
+once (its CLI would pay vLLM's import per run) and is called with the CLI's own argument
+parser; its CPU time per run is read from /proc. Ours runs in this process (and its
+spawned client processes) through :func:`pytest_p2p.serve.loadgen.generate_load`.
+
+Output: one JSON line per run, ``runs.json`` and ``table.md`` under ``--out``; the table
+has per C the median over pairs of ours/bench output throughput and the relative
+differences of mean TPOT, mean ITL and p99 ITL, and both input-token totals.
+``--standin`` runs the whole thing on a CPU box against the SIMULATED stand-in with a
+fake bench module (``--bench-module``), to debug it before a GPU is spent.
+
+    PYTHONPATH=/tmp/site:. python3 benchmarks/loadgen_vs_vllm_bench.py --model-dir DIR --out OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_p2p.metrics import metric
+from pytest_p2p.serve.config import parse_server
+from pytest_p2p.serve.loadgen import generate_load, make_spec
+from pytest_p2p.serve.server import launch
+
+KEYS = ("output_throughput", "mean_tpot_ms", "mean_itl_ms", "p99_itl_ms", "median_itl_ms", "mean_ttft_ms",
+        "total_input_tokens", "total_output_tokens", "completed", "failed", "duration")
+
+_WORKER = r"""
+import argparse, contextlib, json, os, sys, importlib
+mod = importlib.import_module(sys.argv[1])
+P = argparse.ArgumentParser
+for where in ("vllm.utils.argparse_utils", "vllm.utils"):
+    try:
+        P = getattr(importlib.import_module(where), "FlexibleArgumentParser"); break
+    except Exception:
+        pass
+parser = P()
+mod.add_cli_args(parser)
+print(json.dumps({"ready": True, "flags": sorted(parser._option_string_actions)}), flush=True)
+for line in sys.stdin:
+    argv = json.loads(line)
+    t = os.times()
+    try:
+        args = parser.parse_args(argv)
+        with contextlib.redirect_stdout(sys.stderr):
+            mod.main(args)
+        ok, err = True, ""
+    except BaseException as exc:
+        ok, err = False, f"{type(exc).__name__}: {exc}"
+    u = os.times()
+    print(json.dumps({"ok": ok, "error": err, "cpu_s": (u.user - t.user) + (u.system - t.system)}), flush=True)
+"""
+
+
+@dataclass
+class _Arm:
+    name: str = "bench"
+    env: dict[str, str] = field(default_factory=dict)
+
+    def vllm_flags(self) -> list[str]:
+        return []
+
+
+class Bench:
+    """A persistent ``vllm bench serve`` worker: one import, many runs, results from its --save-result file."""
+
+    def __init__(self, python: str, module: str, env: dict[str, str], log: Path) -> None:
+        self.log = open(log, "ab")  # noqa: SIM115 - lives as long as the worker
+        self.python, self.env, self.cli = python, env, False
+        self.proc = subprocess.Popen([python, "-c", _WORKER, module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, env=env, text=True)
+        assert self.proc.stdout is not None
+        hello = json.loads(self.proc.stdout.readline() or '{"ready": false}')
+        if not hello.get("ready"):
+            raise RuntimeError(f"bench worker did not start; see {log}")
+        self.flags = set(hello["flags"])
+
+    def run(self, argv: list[str], out: Path) -> tuple[dict[str, object] | None, str, float]:
+        """One bench run in the worker; if that fails, the real CLI (and the CLI from then on)."""
+        argv = self.known(argv)
+        err = ""
+        if not self.cli:
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            self.proc.stdin.write(json.dumps(argv) + "\n")
+            self.proc.stdin.flush()
+            reply = json.loads(self.proc.stdout.readline() or '{"ok": false, "error": "worker died", "cpu_s": 0}')
+            if reply["ok"] and out.exists():
+                return json.loads(out.read_text()), "", float(reply["cpu_s"])
+            err = str(reply.get("error") or f"no result file {out}")
+            print(f"# bench worker failed ({err}); trying the CLI", flush=True)
+        import resource
+
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run([self.python, "-m", "vllm.entrypoints.cli.main", "bench", "serve", *argv],
+                              stdout=self.log, stderr=self.log, env=self.env, check=False)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        if done.returncode == 0 and out.exists():
+            self.cli = True
+            return json.loads(out.read_text()), "", cpu
+        return None, f"{err}; CLI exit {done.returncode}", cpu
+
+    def known(self, argv: list[str]) -> list[str]:
+        """``argv`` without the flags (and their values) this bench version does not have, e.g. --num-warmups."""
+        out: list[str] = []
+        skip = False
+        for i, a in enumerate(argv):
+            if skip:
+                skip = False
+                continue
+            if a.startswith("--") and a not in self.flags:
+                skip = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+                print(f"# bench: this version has no {a}; dropped", flush=True)
+                continue
+            out.append(a)
+        return out
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def _server_config(args: argparse.Namespace) -> object:
+    if args.standin:
+        return parse_server({"command": [sys.executable, "-m", "pytest_p2p.serve.standin", "serve"],
+                             "model": args.model_dir, "served_model_name": "tiny",
+                             "args": {"ttft-ms": 5, "tpot-ms": 2, "jitter": 0.02},
+                             "startup_timeout_s": 60, "request_timeout_s": 120, "teardown_timeout_s": 10},
+                            "loadgen_vs_vllm_bench.py")
+    return parse_server({
+        "command": [args.python, "-m", "vllm.entrypoints.cli.main", "serve"], "model": args.model_dir,
+        "served_model_name": "tiny", "simulated": False,
+        "args": {"load-format": "dummy", "attention-backend": "FLASH_ATTN", "tensor-parallel-size": 1,
+                 "max-model-len": 1024, "gpu-memory-utilization": 0.5, "max-num-seqs": max(args.concurrency),
+                 "dtype": "bfloat16"},
+        "env": {"VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+                "NCCL_NVLS_ENABLE": "0"},
+        "startup_timeout_s": args.startup_timeout, "request_timeout_s": 300, "teardown_timeout_s": 30,
+    }, "loadgen_vs_vllm_bench.py")
+
+
+def _bench_argv(args: argparse.Namespace, base_url: str, c: int, n: int, seed: int, out: Path) -> list[str]:
+    return ["--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions", "--model", "tiny",
+            "--tokenizer", args.model_dir, "--dataset-name", "random", "--random-input-len", str(args.input_len),
+            "--random-output-len", str(args.output_len), "--random-range-ratio", "0", "--num-prompts", str(n),
+            "--max-concurrency", str(c), "--request-rate", "inf", "--ignore-eos", "--seed", str(seed),
+            "--num-warmups", str(min(c, args.max_warmup)), "--percentile-metrics", "ttft,tpot,itl,e2el",
+            "--metric-percentiles", "50,99", "--disable-tqdm", "--save-result", "--result-dir", str(out.parent),
+            "--result-filename", out.name]
+
+
+def _med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def table(runs: list[dict[str, object]], concurrency: list[int]) -> str:
+    """Per C: medians over pairs; ratio in the direction the metric registry gives (>= 1.0: ours no worse)."""
+    thr = metric("output_throughput")
+    head = ("| C | pairs | output tok/s bench | ours | ours/bench (median, min-max) | mean TPOT ms bench / ours "
+            "(diff) | mean ITL ms bench / ours (diff) | p99 ITL ms bench / ours (diff) | input tokens bench / "
+            "ours | ours client CPU max | bench client CPU |")
+    lines = [head, "|" + "---|" * 11]
+    for c in concurrency:
+        pairs: dict[int, dict[str, dict[str, object]]] = {}
+        for r in runs:
+            if r["concurrency"] == c and r.get("result"):
+                pairs.setdefault(int(r["pair"]), {})[str(r["who"])] = r
+        full = [p for p in pairs.values() if "bench" in p and "ours" in p]
+        if not full:
+            lines.append(f"| {c} | 0 | - | - | - | - | - | - | - | - | - |")
+            continue
+
+        def vals(who: str, key: str) -> list[float]:
+            return [float(p[who]["result"][key]) for p in full]  # type: ignore[index]
+
+        ratio = [o / b if thr.higher_is_better else b / o
+                 for o, b in zip(vals("ours", "output_throughput"), vals("bench", "output_throughput"))]
+
+        def diff(key: str) -> str:
+            d = [100.0 * (o / b - 1.0) for o, b in zip(vals("ours", key), vals("bench", key)) if b]
+            return f"{_med(vals('bench', key)):.3f} / {_med(vals('ours', key)):.3f} ({_med(d):+.1f} %)"
+
+        cpu_o = max(float(p["ours"]["result"].get("client_cpu_util_max", 0.0)) for p in full)  # type: ignore[union-attr]
+        cpu_b = max(float(p["bench"]["client_cpu_util"]) for p in full)  # type: ignore[arg-type]
+        lines.append(
+            f"| {c} | {len(full)} | {_med(vals('bench', 'output_throughput')):.0f} | "
+            f"{_med(vals('ours', 'output_throughput')):.0f} | {_med(ratio):.3f} ({min(ratio):.3f}-{max(ratio):.3f}) | "
+            f"{diff('mean_tpot_ms')} | {diff('mean_itl_ms')} | {diff('p99_itl_ms')} | "
+            f"{_med(vals('bench', 'total_input_tokens')):.0f} / {_med(vals('ours', 'total_input_tokens')):.0f} | "
+            f"{cpu_o:.0%} | {cpu_b:.0%} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--python", default=sys.executable)
+    p.add_argument("--bench-module", default="vllm.benchmarks.serve")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64, 256])
+    p.add_argument("--pairs", type=int, default=3)
+    p.add_argument("--input-len", type=int, default=128)
+    p.add_argument("--output-len", type=int, default=256)
+    p.add_argument("--waves", type=int, default=4, help="requests per run = max(--min-prompts, waves * C)")
+    p.add_argument("--min-prompts", type=int, default=8)
+    p.add_argument("--max-warmup", type=int, default=16)
+    p.add_argument("--transport", default="raw")
+    p.add_argument("--startup-timeout", type=float, default=400)
+    p.add_argument("--deadline-epoch", type=float, default=0.0, help="start no new pair after this time.time()")
+    p.add_argument("--out", type=Path, default=Path("loadgen-vs-bench"))
+    p.add_argument("--standin", action="store_true", help="SIMULATED dry run on a CPU box")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    cfg = _server_config(args)
+    runs: list[dict[str, object]] = []
+    print(f"# cores {len(os.sched_getaffinity(0))}, loadavg {os.getloadavg()}, python {sys.version.split()[0]}",
+          flush=True)
+    with launch(cfg, _Arm(), (0,), None, args.out / "server.log") as srv:  # type: ignore[arg-type]
+        print(f"# server ready in {srv.ready_s:.1f} s, pid {srv.pid}; notes {srv.notes}", flush=True)
+        env = {**os.environ, "OPENAI_API_KEY": srv.api_key, "NCCL_NVLS_ENABLE": "0"}
+        bench = Bench(args.python, args.bench_module, env, args.out / "bench-worker.log")
+        try:
+            for pair in range(args.pairs):
+                if args.deadline_epoch and time.time() > args.deadline_epoch:
+                    print(f"# deadline reached: stopping before pair {pair}", flush=True)
+                    break
+                for c in args.concurrency:
+                    n = max(args.min_prompts, args.waves * c)
+                    order = ("bench", "ours") if pair % 2 == 0 else ("ours", "bench")
+                    for who in order:
+                        seed = 1000 * pair + 10 * c + (1 if who == "ours" else 2)
+                        row: dict[str, object] = {"pair": pair, "concurrency": c, "who": who, "num_prompts": n,
+                                                  "seed": seed}
+                        t0 = time.perf_counter()
+                        if who == "bench":
+                            out = args.out / f"bench-p{pair}-c{c}.json"
+                            res, err, cpu = bench.run(_bench_argv(args, srv.base_url, c, n, seed, out), out)
+                            if res is not None:
+                                row["client_cpu_util"] = cpu / max(float(res["duration"]), 1e-9)  # type: ignore[arg-type]
+                                row["result"] = {k: res.get(k) for k in KEYS}
+                            row["error"] = err
+                        else:
+                            spec = make_spec(concurrency=c, num_prompts=n, input_len=args.input_len,
+                                             output_len=args.output_len, seed=seed, warmup=min(c, args.max_warmup),
+                                             tokenizer=args.model_dir if not args.standin else None,
+                                             transport=args.transport, request_timeout_s=300.0)
+                            r = generate_load(srv.base_url, srv.api_key, srv.model, spec).to_dict()
+                            row["result"] = {k: r[k] for k in (*KEYS, "client_processes", "client_cpu_util_max",
+                                                               "client_loop_lag_p99_ms", "client_saturated",
+                                                               "server_input_tokens", "tokenizer_id")}
+                        row["wall_s"] = time.perf_counter() - t0
+                        runs.append(row)
+                        print(json.dumps(row), flush=True)
+                        (args.out / "runs.json").write_text(json.dumps(runs, indent=1))
+        finally:
+            bench.close()
+            dead = srv.death()
+            print(f"# server at the end: {'alive, same process' if dead is None else dead.message()}", flush=True)
+    md = table(runs, args.concurrency)
+    (args.out / "table.md").write_text(md + "\n")
+    print(md, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
