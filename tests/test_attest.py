@@ -93,3 +93,32 @@ def test_nccl_version_mismatch_is_a_problem():
 def test_garbage_does_not_raise():
     att = parse_server_log("\x00\x1b[31m(Worker pid=) Using [ all-reduce backends\r\n" * 3, "g.log")
     assert att.dispatch == [] and att.vllm_version is None
+
+
+def test_engine_config_line_wins_over_advice_text():
+    text = ("(APIServer pid=1) INFO [api_utils.py:273] non-default args: {'tensor_parallel_size': 2}\n"
+            "(EngineCore pid=2) INFO [core.py:114] Initializing a V1 LLM engine (v0.11.0) with config: "
+            "model='m', tensor_parallel_size=2, disable_custom_all_reduce=False, quantization=None\n"
+            "(Worker pid=3) WARNING [custom_all_reduce.py:1] Custom allreduce is disabled because your platform "
+            "lacks GPU P2P capability or P2P test failed. To silence this warning, specify "
+            "disable_custom_all_reduce=True explicitly.\n")
+    att = parse_server_log(text, "w.log")
+    assert att.disable_custom_all_reduce is False  # the engine ran with False; the warning only advises True
+    assert [n for n, _ in att.evidence["disable_custom_all_reduce"]] == [2]
+    assert att.custom_ar_disabled and att.custom_ar_disabled[0][0] == 3  # custom AR off at run time: evidence
+
+
+def test_transport_cli_attests_vllm_logs(capsys):
+    from pytest_p2p.probes.transport_cli import main
+
+    bad = str(LOGS / "synth_vllm-0.24.0_tp2_p2p_off_custom_ar.log")
+    assert main([bad, "--expect", "SHM"]) == 1
+    out = capsys.readouterr().out
+    assert "ok:" not in out and "FAIL:" in out and "CUSTOM" in out and "line 161" in out
+    assert "all-reduce backends" in out
+    good = str(LOGS / "vllm-0.24.0-h200x2" / "serve_tp2_p2p_off_disable_custom_ar.log")
+    assert main([good, "--expect", "SHM"]) == 0
+    assert "ok:" in capsys.readouterr().out
+    assert main([bad, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["vllm_attestation"]["p2p_bypass_backends"] == ["CUSTOM"]
