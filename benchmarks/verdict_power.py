@@ -1,22 +1,24 @@
-"""Detection power and false-alarm rate of the baseline verdict, by simulation.
+"""False alarms and detection of the verdict, by simulation (issue 9, item 10).
 
-Every campaign here is SIMULATED: a baseline of K accepted runs (3 reps each) and one
-current run of n reps, drawn from a noise model, with a known injected effect (0 = nothing
-changed, -10 % = a throughput drop). The verdict code under test is the plugin's own
-``pytest_p2p.verdict.compare.judge``; nothing is re-implemented here.
+Every campaign here is SIMULATED, with known truth.  A campaign is 4 concurrencies x 2 arms;
+each arm x point has one primary metric (output throughput) judged against K baseline
+runs, plus the uplift history at each point: 12 primary tests in one Holm family at the
+campaign alpha (1 %), exactly as ``pytest_p2p.verdict.campaign_judge`` does.  (The other
+~25 metrics of a real campaign cannot fail a check, so they do not enter the failure rate.)
 
-Noise models (per-rep, multiplicative, on top of a run-to-run component tau):
-  normal CV 2/3/5/8 %  — the seed report's +-2-8 % per rep
-  heavy-t3 CV 5 %      — Student-t(3) reps scaled to the same SD (rare big excursions)
-  contaminated CV 3 %  — 5 % of reps are 15 % slow (a background job, a throttled rep)
+Noise model, on log values: a run effect per (run, arm) with SD ``tau`` (run-to-run
+spread, independent per arm: the harder case for the uplift history), per-rep noise with
+SD ``cv`` (within-run), a linear drift of ``-drift`` per slot in schedule order, and in
+the current run one rep (one slot of arm p2p_on, all its points) 20 % low that telemetry
+did not flag.  The screen (``stats.screen_pairs``) re-runs a flagged rep as an extra pair
+at the end of the schedule; ``--no-screen`` shows what happens without it.
 
-Rules: ``noise`` (the default: t interval + tolerance, see compare.py), ``fixed``
-(tolerance on the means only, what a plain threshold would do) and ``sequential``
-(``noise`` at half alpha per look; when the first look at 3 reps is inconclusive, add
-reps up to the suggested count, at most 12, and look once more).
+The decision rules are re-implemented here in numpy (scipy's t distribution) for speed;
+``fidelity()`` first checks them against the package's own ``decide_change`` /
+``decide_uplift`` / ``family_wise`` on random inputs and aborts on any disagreement.
 
-Usage: python benchmarks/verdict_power.py [--sims N] [--seed S] [--tau 0.01]
-Runs in well under 2 minutes on 2 cores with the default --sims.
+Usage: python benchmarks/verdict_power.py [--trials 4000] [--seed 1] [--quick]
+Needs numpy and scipy (benchmarks only; the plugin needs neither).
 """
 
 from __future__ import annotations
@@ -25,88 +27,331 @@ import argparse
 import math
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from scipy import stats as sst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_p2p.verdict.compare import INCONCLUSIVE, REGRESSION, Sample, judge  # noqa: E402
-from pytest_p2p.verdict.config import BaselineConfig, Tolerance  # noqa: E402
+from pytest_p2p.stats import (  # noqa: E402
+    Outcome, RunStats, SequentialPlan, decide_change, decide_uplift, family_wise,
+)
 
-NOISES = {"normal 2%": ("normal", 0.02), "normal 3%": ("normal", 0.03), "normal 5%": ("normal", 0.05),
-          "normal 8%": ("normal", 0.08), "heavy-t3 5%": ("t3", 0.05), "contam. 3%": ("contam", 0.03)}
+ALPHA = 0.01  # campaign family-wise
+UPLIFT_ALPHA = 0.01  # per uplift verdict
+TOL = 0.03  # baseline tolerance (default)
+UP_THR = 0.05  # uplift threshold (default min_uplift)
+OUTLIER = math.log(0.8)
+A, P = 2, 4  # arms (on, off), points
 
 
-def draw(rng: np.random.Generator, kind: str, cv: float, tau: float, runs: int, reps: int) -> np.ndarray:
-    """runs x reps multiplicative factors around 1."""
-    run_eff = rng.normal(0.0, tau, size=(runs, 1))
-    if kind == "normal":
-        eps = rng.normal(0.0, cv, size=(runs, reps))
-    elif kind == "t3":
-        eps = cv * rng.standard_t(3, size=(runs, reps)) / math.sqrt(3.0)
+# ----------------------------------------------------------------------------- rules (numpy)
+
+def tq(p: float | np.ndarray, df: np.ndarray) -> np.ndarray:
+    return np.asarray(sst.t.ppf(p, df))
+
+
+def decide_change_np(bm: np.ndarray, bv: np.ndarray, nb: int, cm: np.ndarray, cv: np.ndarray, nc: int,
+                     tol: float, alpha: float, min_runs: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """bm/bv (..., K) baseline run log means/variances; cm/cv (...) current.  -> (fail, pass, p)."""
+    k = bm.shape[-1]
+    thr = math.log1p(-tol)
+    g = cm - bm.mean(-1)
+    df_w = k * (nb - 1) + (nc - 1)
+    sw2 = ((nb - 1) * bv.sum(-1) + (nc - 1) * cv) / df_w if df_w else np.zeros_like(cm)
+    # the package's F screen: a current run clearly noisier than the history widens its own interval
+    sb2 = bv.mean(-1)
+    kk = nc - 1
+    c = 2.0 / (9.0 * kk)
+    crit = max(1.0 - c + float(sst.norm.ppf(0.99)) * math.sqrt(c), 0.0) ** 3
+    extra = np.where((cv > sb2 * crit) & (sb2 > 0), (cv - sb2) / nc, 0.0) if nb > 1 else np.zeros_like(cm)
+    if k >= min_runs:
+        sm2 = bm.var(-1, ddof=1)
+        a1 = sm2 * (1 + 1 / k)
+        a2 = sw2 * (1 / nc - 1 / nb)
+        floor = sm2 / k + sw2 / nc
+        use = a1 + a2 >= floor
+        v = np.where(use, a1 + a2, floor)
+        den = np.where(use, a1 ** 2 / (k - 1) + a2 ** 2 / df_w, (sm2 / k) ** 2 / (k - 1) + (sw2 / nc) ** 2 / df_w)
+        v = v + extra
+        den = den + extra ** 2 / max(1, nc - 1)
+        df = np.maximum(1.0, np.where(den > 0, v * v / np.where(den > 0, den, 1), k - 1))
+        fthr = thr
     else:
-        eps = rng.normal(0.0, cv, size=(runs, reps)) + np.where(rng.random((runs, reps)) < 0.05, math.log(0.85), 0)
-    return np.exp(run_eff + eps)
+        tau = np.maximum(abs(thr), np.sqrt(sw2))
+        v = tau ** 2 * (1 + 1 / k) + sw2 * (1 / nc + (1 / nb) / k) + extra
+        df = np.full_like(v, float(df_w) if df_w else np.inf)
+        fthr = 3 * thr
+    se = np.sqrt(v)
+    p = sst.t.cdf((g - fthr) / se, df)
+    fail = g + tq(1 - alpha, df) * se < fthr
+    ok = (g - tq(0.95, df) * se > 2 * thr) if k >= min_runs else np.zeros_like(fail)
+    return fail, ok, p
 
 
-def one(rng: np.random.Generator, noise: str, k: int, n: int, effect: float, rule: str, tau: float,
-        cfg: BaselineConfig) -> tuple[str, int]:
-    kind, cv = NOISES[noise]
-    base = [Sample.of(row) for row in (100.0 * draw(rng, kind, cv, tau, k, 3)).tolist()]
-    cur_all = 100.0 * (1.0 + effect) * draw(rng, kind, cv, tau, 1, 12)[0]
-    tol = Tolerance(0.05)
-    if rule == "fixed":
-        return judge(base, Sample.of(cur_all[:n]), "higher", tol, replace(cfg, rule="fixed")).verdict, n
-    if rule == "noise":
-        return judge(base, Sample.of(cur_all[:n]), "higher", tol, cfg).verdict, n
-    half = replace(cfg, alpha=cfg.alpha / 2)
-    j = judge(base, Sample.of(cur_all[:n]), "higher", tol, half)
-    if j.verdict != INCONCLUSIVE or not j.needed_reps or j.needed_reps <= n:
-        return j.verdict, n
-    m = min(12, j.needed_reps)
-    return judge(base, Sample.of(cur_all[:m]), "higher", tol, half).verdict, m
+def holm_any(p: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """p (T, m) -> (any rejection per trial, rejected mask (T, m))."""
+    m = p.shape[1]
+    order = np.argsort(p, axis=1)
+    ps = np.take_along_axis(p, order, 1) * (m - np.arange(m))
+    adj_sorted = np.maximum.accumulate(np.minimum(ps, 1.0), axis=1)
+    adj = np.empty_like(adj_sorted)
+    np.put_along_axis(adj, order, adj_sorted, 1)
+    rej = adj <= alpha
+    return rej.any(1), rej
 
 
-def cell(noise: str, k: int, n: int, rule: str, sims: int, seed: int, tau: float) -> dict[str, float]:
-    cfg = BaselineConfig()
-    rng = np.random.default_rng(seed)
-    out: dict[str, float] = {}
-    for effect, tag in ((0.0, "null"), (-0.10, "drop")):
-        verdicts = [one(rng, noise, k, n, effect, rule, tau, cfg) for _ in range(sims)]
-        out[f"{tag}_reg"] = sum(v == REGRESSION for v, _ in verdicts) / sims
-        out[f"{tag}_inc"] = sum(v == INCONCLUSIVE for v, _ in verdicts) / sims
-        out[f"{tag}_reps"] = sum(r for _, r in verdicts) / sims
-    return out
+def uplift_np(r: np.ndarray, thr: float, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """r (..., n) paired log ratios -> (pass, fail)."""
+    n = r.shape[-1]
+    m, s = r.mean(-1), r.std(-1, ddof=1)
+    half = float(sst.t.ppf(1 - alpha, n - 1)) * s / math.sqrt(n)
+    t = math.log1p(thr)
+    return m - half >= t, m + half < t
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sims", type=int, default=1000, help="simulated campaigns per cell and effect")
-    ap.add_argument("--seed", type=int, default=20260616)
-    ap.add_argument("--tau", type=float, default=0.01, help="run-to-run SD of the log mean (default 1 %%)")
-    args = ap.parse_args(argv)
-    t0 = time.perf_counter()
-    print(f"SIMULATED campaigns: {args.sims} per cell and effect, tau {args.tau:.1%}, tolerance 5 %, "
-          f"alpha {BaselineConfig().alpha} one-sided, baseline runs of 3 reps\n")
-    print("| rule | noise | K | n | false alarm (no change) | inconclusive (no change) | detect -10 % "
-          "| inconclusive (-10 %) | mean reps (-10 %) |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    worst_fa: dict[str, float] = {}
-    grid = [("noise", nz, k, n) for nz in NOISES for k in (3, 10, 20) for n in (3, 5, 10)]
-    grid += [("fixed", nz, 10, 3) for nz in NOISES] + [("sequential", nz, 10, 3) for nz in NOISES]
-    for i, (rule, noise, k, n) in enumerate(grid, start=1):
-        r = cell(noise, k, n, rule, args.sims, args.seed + i, args.tau)
-        worst_fa[rule] = max(worst_fa.get(rule, 0.0), r["null_reg"])
-        print(f"| {rule} | {noise} | {k} | {n} | {r['null_reg']:.1%} | {r['null_inc']:.1%} | {r['drop_reg']:.1%} "
-              f"| {r['drop_inc']:.1%} | {r['drop_reps']:.1f} |")
-    print()
-    for rule, fa in worst_fa.items():
-        print(f"worst false-alarm rate, rule {rule}: {fa:.1%}")
-    print(f"elapsed {time.perf_counter() - t0:.1f} s")
-    return 0
+# ----------------------------------------------------------------------------- the screen (numpy)
+
+def outliers_np(x: np.ndarray, z: float = 5.0, floor: float = 0.02) -> np.ndarray:
+    """x (..., n) log values -> flags (..., n), as ``stats.outliers``."""
+    n = x.shape[-1]
+    if n < 3:
+        return np.zeros(x.shape, bool)
+    flags = np.zeros(x.shape, bool)
+    for i in range(n):
+        rest = np.delete(x, i, axis=-1)
+        med = np.median(rest, -1)
+        scale = np.maximum(1.4826 * np.median(np.abs(rest - med[..., None]), -1), floor)
+        flags[..., i] = np.abs(x[..., i] - med) > z * scale
+    too_many = flags.sum(-1) > n // 3
+    flags[too_many] = False
+    return flags
+
+
+# ----------------------------------------------------------------------------- campaigns
+
+def slot_positions(n: int, schedule: str) -> np.ndarray:
+    """(A, n) slot index of arm a's rep r: ABBA reverses every other block."""
+    pos = np.zeros((A, n))
+    for r in range(n):
+        first = 0 if (schedule == "ab" or r % 2 == 0) else 1
+        pos[first, r], pos[1 - first, r] = 2 * r, 2 * r + 1
+    return pos
+
+
+def draw_runs(rng: np.random.Generator, t: int, runs: int, n: int, cv: float, tau: float, drift: float,
+              schedule: str) -> np.ndarray:
+    """(T, runs, A, P, n) log values of unchanged runs (level 0)."""
+    x = rng.normal(0.0, cv, (t, runs, A, P, n))
+    x += rng.normal(0.0, tau, (t, runs, A, 1, 1))
+    x += -drift * slot_positions(n, schedule)[None, None, :, None, :]
+    return x
+
+
+def screen_and_rerun(rng: np.random.Generator, cur: np.ndarray, eff: np.ndarray, cv: float,
+                     drift: float) -> np.ndarray:
+    """cur (T, A, P, n), eff (T, A, 1, 1) the run's own effect: each flagged pair is re-run once
+    (fresh values of both arms, in new slots at the end of the schedule)."""
+    ratios = cur[:, 0] - cur[:, 1]
+    flag = outliers_np(ratios) | outliers_np(cur[:, 0]) | outliers_np(cur[:, 1])  # (T, P, n)
+    if not flag.any():
+        return cur
+    n = cur.shape[-1]
+    fresh = eff + rng.normal(0.0, cv, cur.shape) - drift * (2 * n + np.arange(A))[None, :, None, None]
+    return np.where(flag[:, None], fresh, cur)
+
+
+def run_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return x.mean(-1), x.var(-1, ddof=1)
+
+
+def campaign_fail(rng: np.random.Generator, t: int, k: int, n: int, cv: float, tau: float, drift: float,
+                  schedule: str, *, outlier: bool, screen: bool, offset: tuple[float, float] = (0.0, 0.0),
+                  one_scenario: float = 0.0, adaptive_max: int = 0) -> dict[str, float]:
+    """Per-campaign rates: any primary fails (scenario or uplift), and which kind."""
+    base = draw_runs(rng, t, k, n, cv, tau, drift, schedule)
+    nmax = max(n, adaptive_max)
+    eff = rng.normal(0.0, tau, (t, A, 1, 1))
+    cur_full = rng.normal(0.0, cv, (t, A, P, nmax)) + eff - drift * slot_positions(nmax, schedule)[None, :, None, :]
+    cur_full[:, 0] += offset[0]
+    cur_full[:, 1] += offset[1]
+    cur_full[:, 0, P - 1] += one_scenario
+    if outlier:
+        cur_full[:, 0, :, 1] += OUTLIER
+    looks = list(range(n, nmax + 1)) if adaptive_max else [n]
+    plan = SequentialPlan(ALPHA, n, nmax) if adaptive_max else None
+    bm, bv = run_stats(base)  # (T, K, A, P)
+    br = base[:, :, 0] - base[:, :, 1]  # (T, K, P, n) paired log ratios per baseline run
+    brm, brv = run_stats(br)
+    done = np.zeros(t, bool)
+    failed = np.zeros(t, bool)
+    fail_sc = np.zeros(t, bool)
+    fail_up = np.zeros(t, bool)
+    hit = np.zeros(t, bool)
+    for nc in looks:
+        cur = cur_full[..., :nc]
+        if screen and nc >= 3:
+            cur = screen_and_rerun(rng, cur, eff, cv, drift)
+        alpha = plan.alpha_at(nc) if plan else ALPHA
+        cm, cvv = run_stats(cur)  # (T, A, P)
+        f1, ok1, p1 = decide_change_np(np.moveaxis(bm, 1, -1), np.moveaxis(bv, 1, -1), n, cm, cvv, nc, TOL, alpha)
+        rm, rv = run_stats(cur[:, 0] - cur[:, 1])  # (T, P)
+        f2, ok2, p2 = decide_change_np(np.moveaxis(brm, 1, -1), np.moveaxis(brv, 1, -1), n, rm, rv, nc, TOL, alpha)
+        p = np.concatenate([p1.reshape(t, -1), p2.reshape(t, -1)], 1)
+        anyrej, rej = holm_any(p, alpha)
+        new = anyrej & ~done
+        failed |= new
+        fail_sc |= new & rej[:, :A * P].any(1)
+        fail_up |= new & rej[:, A * P:].any(1)
+        hit |= new & rej[:, P - 1]  # the p2p_on scenario at the last point
+        allpass = np.concatenate([ok1.reshape(t, -1), ok2.reshape(t, -1)], 1).all(1)
+        done |= anyrej | allpass
+        if done.all():
+            break
+    return {"fail": failed.mean(), "scenario": fail_sc.mean(), "uplift": fail_up.mean(), "hit": hit.mean()}
+
+
+def uplift_rule(rng: np.random.Generator, t: int, true_up: float, cv: float, drift: float, schedule: str,
+                n: int, adaptive_max: int = 0, outlier: bool = False) -> tuple[float, float, float]:
+    """(pass, fail, inconclusive) rates of the min-uplift rule at one point."""
+    nmax = max(n, adaptive_max)
+    x = rng.normal(0, cv, (t, A, nmax)) - drift * slot_positions(nmax, schedule)[None]
+    x[:, 0] += math.log1p(true_up)
+    if outlier:
+        x[:, 0, 1] += OUTLIER
+    plan = SequentialPlan(UPLIFT_ALPHA, n, nmax) if adaptive_max else None
+    res_pass = np.zeros(t, bool)
+    res_fail = np.zeros(t, bool)
+    done = np.zeros(t, bool)
+    for nc in range(n, nmax + 1) if adaptive_max else [n]:
+        r = x[:, 0, :nc] - x[:, 1, :nc]
+        ps, fl = uplift_np(r, UP_THR, plan.alpha_at(nc) if plan else UPLIFT_ALPHA)
+        res_pass |= ps & ~done
+        res_fail |= fl & ~done
+        done |= ps | fl
+    return res_pass.mean(), res_fail.mean(), 1 - done.mean()
+
+
+# ----------------------------------------------------------------------------- fidelity check
+
+def fidelity(rng: np.random.Generator, trials: int = 300) -> None:
+    bad = 0
+    for i in range(trials):
+        k = int(rng.choice([1, 2, 3, 5, 10]))
+        nb, nc = 3, int(rng.choice([3, 4, 6]))
+        base = rng.normal(0, rng.uniform(0.005, 0.08), (k, nb)) + rng.normal(0, 0.02, (k, 1))
+        cur = rng.normal(rng.normal(0, 0.06), 0.03, nc)
+        runs = [RunStats.of(list(np.exp(b))) for b in base]
+        d = decide_change(runs, RunStats.of(list(np.exp(cur))), tolerance=TOL, alpha=ALPHA)
+        f, ok, p = decide_change_np(base.mean(1), base.var(1, ddof=1), nb, np.array(cur.mean()),
+                                    np.array(cur.var(ddof=1)), nc, TOL, ALPHA)
+        want = "fail" if f else ("pass" if ok else "inconclusive")
+        if want != d.outcome.value or abs(float(p) - (d.p_value or 0)) > 1e-6:
+            bad += 1
+        r = rng.normal(0.05, 0.05, 4)
+        u = decide_uplift(list(np.exp(r)), [1.0] * 4, threshold=UP_THR, alpha=UPLIFT_ALPHA)
+        ps, fl = uplift_np(r, UP_THR, UPLIFT_ALPHA)
+        if (u.outcome is Outcome.PASS) != bool(ps) or (u.outcome is Outcome.FAIL) != bool(fl):
+            bad += 1
+        if i % 30 == 0:  # Holm against the package
+            pv = rng.uniform(0, 0.02, 12)
+            ds = [decide_change(runs, RunStats.of(list(np.exp(cur))), tolerance=TOL, alpha=ALPHA)] * 12
+            ds = [type(ds[0])(**{**d.__dict__, "p_value": float(x), "outcome": Outcome.FAIL}) for x in pv]
+            pkg = np.array([x.outcome is Outcome.FAIL for x in family_wise(ds, ALPHA)])
+            _, rej = holm_any(pv[None], ALPHA)
+            bad += int((pkg != rej[0]).any())
+    if bad:
+        raise SystemExit(f"fidelity: {bad} disagreements between numpy rules and the package")
+    print(f"fidelity: numpy rules agree with pytest_p2p.stats on {trials} random cases (+ Holm)")
+
+
+# ----------------------------------------------------------------------------- report
+
+def pct(x: float) -> str:
+    return f"{100 * x:.2f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trials", type=int, default=4000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="fewer cells (smoke)")
+    args = ap.parse_args()
+    rng = np.random.default_rng(args.seed)
+    t0 = time.time()
+    fidelity(rng)
+    t = args.trials
+    ks = [1, 3, 10, 30]
+    cvs = [0.01, 0.03, 0.05, 0.08] if not args.quick else [0.03]
+    taus = [0.0, 0.01, 0.02, 0.03] if not args.quick else [0.03]
+    print(f"\n## 1. Unchanged campaigns that fail (per campaign, %), {t} trials a cell")
+    print("12 primary tests (8 scenarios + 4 uplift histories), Holm at 1 %, 3 reps, ABBA, drift 0.5 %/slot, "
+          "one unflagged -20 % rep; screen on / off\n")
+    print("| K | within CV | run-to-run | screen on: fail | (scenario / uplift) | screen off: fail |")
+    print("|---|---|---|---|---|---|")
+    worst = 0.0
+    for k in ks:
+        for cv in cvs:
+            for tau in taus:
+                on = campaign_fail(rng, t, k, 3, cv, tau, 0.005, "abba", outlier=True, screen=True)
+                off = campaign_fail(rng, t, k, 3, cv, tau, 0.005, "abba", outlier=True, screen=False)
+                worst = max(worst, on["fail"])
+                print(f"| {k} | {cv:.0%} | {tau:.0%} | {pct(on['fail'])} | {pct(on['scenario'])} / "
+                      f"{pct(on['uplift'])} | {pct(off['fail'])} |")
+    print(f"\nworst unchanged-campaign failure rate (screen on): {pct(worst)} %")
+
+    print("\n## 2. Detection of a true -10 % drop of the primary (%), within CV <= 3 %")
+    print("(a) in every scenario (system regression), (b) in one scenario only (p2p_on at c8); "
+          "3 reps fixed / adaptive 3..6 (SequentialPlan alpha spending)\n")
+    print("| K | within CV | run-to-run | (a) fixed 3 | (a) adaptive <=6 | (b) fixed 3 | (b) adaptive <=6 |")
+    print("|---|---|---|---|---|---|---|")
+    drop = math.log(0.9)
+    for k in (10, 30):
+        for cv in (0.01, 0.02, 0.03):
+            for tau in (0.0, 0.01, 0.02):
+                cells = []
+                for adaptive in (0, 6):
+                    a = campaign_fail(rng, t, k, 3, cv, tau, 0.005, "abba", outlier=False, screen=True,
+                                      offset=(drop, drop), adaptive_max=adaptive)
+                    b = campaign_fail(rng, t, k, 3, cv, tau, 0.005, "abba", outlier=False, screen=True,
+                                      one_scenario=drop, adaptive_max=adaptive)
+                    cells.append((a["fail"], b["hit"]))
+                print(f"| {k} | {cv:.0%} | {tau:.0%} | {pct(cells[0][0])} | {pct(cells[1][0])} | "
+                      f"{pct(cells[0][1])} | {pct(cells[1][1])} |")
+
+    print("\n## 3. Both arms 3 % slower (a slower day) vs P2P-only loss (p2p_on -4 %), K = 10, 3 reps, screen on")
+    print("| within CV | run-to-run | both -3 %: any fail | of which uplift | p2p_on -4 %: uplift history fails |"
+          " any fail |")
+    print("|---|---|---|---|---|---|")
+    for cv in (0.01, 0.03):
+        for tau in (0.0, 0.01, 0.02):
+            both = campaign_fail(rng, t, 10, 3, cv, tau, 0.005, "abba", outlier=False, screen=True,
+                                 offset=(math.log(0.97), math.log(0.97)))
+            only = campaign_fail(rng, t, 10, 3, cv, tau, 0.005, "abba", outlier=False, screen=True,
+                                 offset=(math.log(0.96), 0.0))
+            print(f"| {cv:.0%} | {tau:.0%} | {pct(both['fail'])} | {pct(both['uplift'])} | {pct(only['uplift'])} |"
+                  f" {pct(only['fail'])} |")
+
+    print(f"\n## 4. Minimum-uplift rule (threshold +5 %, alpha 1 % per wrong verdict), {t} trials a cell")
+    print("pass / fail / inconclusive %, drift 0.5 %/slot; 'fixed 4' = 4 pairs ABBA, 'adaptive' = 3..6 pairs "
+          "ABBA with alpha spending; 'AB 3' = the old AB-AB-AB with 3 pairs\n")
+    print("| per-rep CV | true uplift | fixed 4 (ABBA) | adaptive 3..6 | AB 3 | ABBA 4 + outlier rep |")
+    print("|---|---|---|---|---|---|")
+    worst_wrong = 0.0
+    for cv in (0.01, 0.03, 0.05, 0.08):
+        for up in (0.0, 0.02, 0.04, 0.05, 0.06, 0.08, 0.10):
+            cells = []
+            for n, adapt, sched, outl in ((4, 0, "abba", False), (3, 6, "abba", False), (3, 0, "ab", False),
+                                          (4, 0, "abba", True)):
+                ps, fl, inc = uplift_rule(rng, t, up, cv, 0.005, sched, n, adapt, outl)
+                cells.append(f"{pct(ps)} / {pct(fl)} / {pct(inc)}")
+                if abs(up - UP_THR) >= 0.03 - 1e-9 and not outl:
+                    worst_wrong = max(worst_wrong, fl if up >= UP_THR else ps)
+            print(f"| {cv:.0%} | {up:+.0%} | " + " | ".join(cells) + " |")
+    print(f"\nworst wrong-verdict rate at >= 3 pp from the threshold (no outlier): {pct(worst_wrong)} %")
+    print(f"\nelapsed {time.time() - t0:.0f} s")
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

@@ -86,9 +86,29 @@ def _pooled_within(runs: Sequence[RunStats]) -> tuple[float, int]:
     return (num / df if df else 0.0), df
 
 
+def _noisy_current(current: RunStats, sw2: float, df_w: int) -> float:
+    """Extra variance of a current run clearly noisier than the history (0 otherwise).
+
+    An F screen at 1 % (chi-square approximation, ample here): when the current run's own
+    rep variance exceeds the pooled one by more than chance allows (a rep hit by a
+    neighbour's job, a throttled rep nobody flagged), its mean is less certain than the
+    history says, so the excess widens its own interval instead of raising a false alarm.
+    """
+    if current.log_var is None or current.n < 2 or df_w == 0 or sw2 <= 0:
+        return 0.0
+    k = current.n - 1
+    z = z_quantile(0.99)
+    c = 2.0 / (9.0 * k)
+    crit = max(1.0 - c + z * math.sqrt(c), 0.0) ** 3
+    return (current.log_var - sw2) / current.n if current.log_var > sw2 * crit else 0.0
+
+
 def _variance(base: Sequence[RunStats], cur_n: int, sw2: float, df_w: int, tol_log: float,
-              ) -> tuple[float, float, float, float]:
-    """``(V, df, s_m, tau)``: prediction variance of current minus baseline mean, and its df."""
+              extra: float = 0.0) -> tuple[float, float, float, float]:
+    """``(V, df, s_m, tau)``: prediction variance of current minus baseline mean, and its df.
+
+    ``extra`` (:func:`_noisy_current`) is added with ``cur_n - 1`` degrees of freedom.
+    """
     k = len(base)
     means = [b.log_mean for b in base]
     inv_nb = math.fsum(1.0 / b.n for b in base) / k
@@ -105,11 +125,14 @@ def _variance(base: Sequence[RunStats], cur_n: int, sw2: float, df_w: int, tol_l
         else:  # more reps now than the baseline had, and little run-to-run spread
             v = floor
             den = (sm2 / k) ** 2 / (k - 1) + ((sw2 / cur_n) ** 2 / df_w if df_w else 0.0)
+        if extra > 0:
+            v += extra
+            den += extra * extra / max(1, cur_n - 1)
         df = v * v / den if den > 0 else float(k - 1)
         return v, max(1.0, df), math.sqrt(sm2), tau
     # too short: assume the run-to-run spread, do not estimate it
     tau = max(abs(tol_log), math.sqrt(sw2))
-    v = tau * tau * (1.0 + 1.0 / k) + sw2 * (1.0 / cur_n + inv_nb / k)
+    v = tau * tau * (1.0 + 1.0 / k) + sw2 * (1.0 / cur_n + inv_nb / k) + extra
     return v, float(df_w) if df_w else math.inf, math.sqrt(sw2), tau
 
 
@@ -140,15 +163,18 @@ def decide_change(baseline: Sequence[RunStats], current: RunStats, *, tolerance:
         return Decision(quantity, Outcome.INCONCLUSIVE, math.expm1(g), -1.0, math.inf, level,
                         math.expm1(thr), current.n, None,
                         f"baseline too short: {k} run(s), and no spread known (no run has 2+ reps)")
-    v, df, s_m, tau = _variance(baseline, current.n, sw2, df_w, thr, )
+    sb2, df_b = _pooled_within(baseline)
+    extra = _noisy_current(current, sb2, df_b)
+    v, df, s_m, tau = _variance(baseline, current.n, sw2, df_w, thr, extra)
     se = math.sqrt(v)
     fail_thr = FAR_FACTOR * thr if short else thr
     tq = t_quantile(1 - alpha, df)
     lo, hi = g - tq * se, g + tq * se
     p = t_cdf((g - fail_thr) / se, df) if se > 0 else (0.0 if g < fail_thr else 1.0)
     est = math.expm1(g)
+    noisy = f", this run noisier than its history (+{math.sqrt(extra) * 100:.2g} %)" if extra else ""
     spread = (f"run-to-run spread {tau * 100:.2g} %{' (assumed)' if short else ''}, within-run "
-              f"{math.sqrt(sw2) * 100:.2g} %, {k} baseline run(s), {current.n} rep(s), df {df:.1f}")
+              f"{math.sqrt(sw2) * 100:.2g} %, {k} baseline run(s), {current.n} rep(s), df {df:.1f}{noisy}")
     head = (f"{quantity} {est * 100:+.1f} % ({level * 100:.4g} % CI {math.expm1(lo) * 100:+.1f} .. "
             f"{math.expm1(hi) * 100:+.1f} %; {spread})")
     if hi < fail_thr:
