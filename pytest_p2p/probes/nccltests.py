@@ -31,10 +31,10 @@ _VERSION_RE = re.compile(
 )
 _PROGRAM_RE = re.compile(r"^#\s*Collective test (?:starting|concluded): (?P<p>\S+)")
 _DEVICE_RE = re.compile(
-    r"^#\s+Rank\s+(?P<rank>\d+)(?: Group\s+(?P<group>\d+))?(?: Pid\s+(?P<pid>\d+))? on\s+(?P<host>\S+) "
-    r"device\s+(?P<dev>\d+) \[(?P<bus>[^\]]+)\] (?P<name>.*?)\s*$"
+    r"^#\s+Rank\s+(?P<rank>\d{1,9})(?: Group\s+(?P<group>\d{1,9}))?(?: Pid\s+(?P<pid>\d{1,9}))? on\s+(?P<host>\S+) "
+    r"device\s+(?P<dev>\d{1,9}) \[(?P<bus>[^\]]+)\] (?P<name>.*?)\s*$"
 )
-_OOB_RE = re.compile(r"^#?\s*Out of bounds values\s*:\s*(?P<n>\d+)")
+_OOB_RE = re.compile(r"^#?\s*Out of bounds values\s*:\s*(?P<n>\d{1,18})\b")
 _AVG_RE = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(?P<bw>[-+0-9.eE]+|nan|inf)")
 _ROW_RE = re.compile(r"^\s*\d+\s+\d+\s+\S+")
 
@@ -123,16 +123,29 @@ def _num(tok: str, where: str) -> float | None:
     if tok.upper() == "N/A":
         return None
     try:
-        return float(tok)
+        x = float(tok)
     except ValueError:
-        raise ProbeError(f"{where}: expected a number, got {tok!r}") from None
+        raise ProbeError(f"{where}: expected a number, got {tok[:40]!r}") from None
+    return None if math.isnan(x) else x
+
+
+# What a hostile or corrupt file can make Python's own conversions raise; each becomes a ProbeError.
+_UNREADABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError)
 
 
 def parse_all_reduce_perf(text: str, source: str = "<all_reduce_perf output>") -> NcclTestsResult:
-    """Parse ``all_reduce_perf`` stdout or its ``-J`` JSON (auto-detected); :class:`ProbeError` if unreadable."""
-    if text.lstrip().startswith("{"):
-        return _parse_json(text, source)
-    return _parse_text(text, source)
+    """Parse ``all_reduce_perf`` stdout or its ``-J`` JSON (auto-detected); :class:`ProbeError` if unreadable.
+
+    Total: any text gives a result or a :class:`ProbeError` naming the source (the specific
+    checks below name the line; anything they miss is still reported, never a traceback).
+    """
+    try:
+        if text.lstrip().startswith("{"):
+            return _parse_json(text, source)
+        return _parse_text(text, source)
+    except _UNREADABLE as exc:
+        raise ProbeError(f"{source}: unreadable all_reduce_perf output ({type(exc).__name__}: "
+                         f"{str(exc)[:200]})") from None
 
 
 def _parse_text(text: str, source: str) -> NcclTestsResult:
@@ -162,12 +175,14 @@ def _parse_text(text: str, source: str) -> NcclTestsResult:
             elif m := _AVG_RE.match(s):
                 res.avg_busbw = float(m.group("bw"))
                 saw_footer = True
-            elif re.search(r"\bsize\b.*\bcount\b.*\btype\b", s):
+            elif {"size", "count", "type"} <= set(s.lstrip("#").split()):
                 names = s.lstrip("#").split()
                 has_root = "root" in names
                 body = names[5:] if has_root else names[4:]
                 wrong_cols = [i for i, n in enumerate(body) if n in ("#wrong", "error")]
                 half = wrong_cols[1] - wrong_cols[0] if len(wrong_cols) >= 2 else 4
+                if half not in (4, 8):  # a header we do not know: guess from each row instead
+                    half = None
                 if "cputime" in body:
                     res.time_kind = "cputime"
             continue
@@ -193,13 +208,17 @@ def _text_row(line: str, number: int, where: str, half: int | None, has_root: bo
         has_root = len(tokens) > 4 and re.fullmatch(r"-?\d+", tokens[4]) is not None
     lead = 5 if has_root else 4
     rest = tokens[lead:]
+    if len(tokens) < lead:
+        raise ProbeError(f"{where}: malformed all_reduce_perf row: {line.strip()[:200]!r}")
     if half is None:
         half = 8 if len(rest) in (16, 18) else 4
     try:
+        if any(len(t) > 20 for t in tokens[:5]):
+            raise ValueError("a number too long to be a size, count or root")
         size, count = int(tokens[0]), int(tokens[1])
         root = int(tokens[4]) if has_root else None
     except (ValueError, IndexError):
-        raise ProbeError(f"{where}: malformed all_reduce_perf row: {line.strip()!r}") from None
+        raise ProbeError(f"{where}: malformed all_reduce_perf row: {line.strip()[:200]!r}") from None
     if len(rest) < half:
         raise ProbeError(
             f"{where}: truncated all_reduce_perf row (expected {2 * half} values after the "
@@ -222,6 +241,8 @@ def _measure(vals: list[str], where: str, old: bool) -> Measurement:
                                          (_num(x, where) for x in vals[4:8]), strict=True) if v is not None}
     if old:
         return Measurement(t, a, b, None, w, per_iter)
+    if w is not None and not math.isfinite(w):
+        raise ProbeError(f"{where}: #wrong is {w}, not a count")
     return Measurement(t, a, b, None if w is None else int(w), None, per_iter)
 
 
@@ -244,12 +265,14 @@ def _parse_json(text: str, source: str) -> NcclTestsResult:
         raise ProbeError(f"{source}: not nccl-tests -J output (no 'results' list)")
     config: dict[str, Any] = doc["config"] if isinstance(doc.get("config"), dict) else {}
     res = NcclTestsResult(rows=[], format="json")
-    res.nccl_version = _nccl_code(doc["nccl_version"]) if isinstance(doc.get("nccl_version"), int) else None
+    code = doc.get("nccl_version")
+    res.nccl_version = _nccl_code(code) if isinstance(code, int) and 0 <= code < 10**7 else None
     # doc["version"] is the JSON file format version, not the nccl-tests release: the JSON does not carry that.
-    args = doc.get("args") or []
-    if args and isinstance(args[0], str):
+    args = doc.get("args")
+    if isinstance(args, list) and args and isinstance(args[0], str):
         res.program = args[0].rsplit("/", 1)[-1]
-    for d in config.get("devices") or doc.get("devices") or []:
+    devices = config.get("devices") or doc.get("devices") or []
+    for d in devices if isinstance(devices, list) else []:
         if not isinstance(d, dict):
             continue
         res.devices.append({"rank": d.get("rank"), "host": d.get("hostname"), "device": d.get("device"),
@@ -262,7 +285,7 @@ def _parse_json(text: str, source: str) -> NcclTestsResult:
             oop, ip = (_jmeasure(r.get(k), res) for k in ("out_of_place", "in_place"))
             res.rows.append(NcclTestsRow(int(r["size"]), int(r["count"]), str(r["type"]).strip(),
                                          str(r["redop"]).strip(), root, oop, ip, None))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise ProbeError(f"{where}: malformed result ({type(exc).__name__}: {exc})") from None
     if not res.rows:
         raise ProbeError(f"{source}: nccl-tests JSON has an empty 'results' list")
@@ -278,6 +301,8 @@ def _parse_json(text: str, source: str) -> NcclTestsResult:
 def _jmeasure(m: Any, res: NcclTestsResult) -> Measurement | None:
     if m is None:
         return None
+    if not isinstance(m, dict):
+        raise TypeError(f"a measurement is an object, got {type(m).__name__}")
     if "cpu_time" in m:
         res.time_kind = "cputime"
     w = _jnum(m.get("nwrong"))

@@ -31,12 +31,13 @@ _HEADINGS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"P2P=Enabled Latency.*Matrix"), "latency_enabled"),
 )
 _DEVICE_RE = re.compile(
-    r"^Device: (?P<i>\d+), (?P<name>.*?), pciBusID: (?P<bus>[0-9a-fA-F]+), pciDeviceID: (?P<dev>[0-9a-fA-F]+), "
-    r"pciDomainID:\s*(?P<dom>[0-9a-fA-F]+)"
+    r"^Device: (?P<i>\d{1,6}), (?P<name>.*?), pciBusID: (?P<bus>[0-9a-fA-F]{1,8}), "
+    r"pciDeviceID: (?P<dev>[0-9a-fA-F]{1,8}), pciDomainID:\s*(?P<dom>[0-9a-fA-F]{1,8})"
 )
-_ACCESS_RE = re.compile(r"^Device=(?P<i>\d+) (?P<can>CAN|CANNOT) Access Peer Device=(?P<j>\d+)")
-_HEADER_RE = re.compile(r"^\s*(?P<kind>D\\D|GPU|CPU)(?P<cols>(?:\s+\d+)+)\s*$")
-_ROW_RE = re.compile(r"^\s*(?P<i>\d+)\s+(?P<vals>.*?)\s*$")
+_ACCESS_RE = re.compile(r"^Device=(?P<i>\d{1,6}) (?P<can>CAN|CANNOT) Access Peer Device=(?P<j>\d{1,6})")
+_HEADER_RE = re.compile(r"^\s*(?P<kind>D\\D|GPU|CPU)(?P<cols>(?:\s+\d{1,6})+)\s*$")
+_ROW_RE = re.compile(r"^\s*(?P<i>\d{1,6})\s+(?P<vals>.*?)\s*$")
+MAX_DEVICES = 1024  # no node has more GPUs; a header naming more is not this tool's output
 _NUM_RE = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^(?:-?inf|nan)$", re.IGNORECASE)
 
 
@@ -67,7 +68,18 @@ class P2PMatrixResult:
 
 def parse_p2p_bandwidth_latency(text: str, source: str = "<p2pBandwidthLatencyTest output>", *,
                                 strict: bool = True) -> P2PMatrixResult:
-    """Parse ``p2pBandwidthLatencyTest`` stdout; :class:`ProbeError` names the line of anything truncated."""
+    """Parse ``p2pBandwidthLatencyTest`` stdout; :class:`ProbeError` names the line of anything truncated.
+
+    Total: any text gives a result or a :class:`ProbeError` (never another exception).
+    """
+    try:
+        return _parse(text, source, strict)
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
+        raise ProbeError(f"{source}: unreadable p2pBandwidthLatencyTest output ({type(exc).__name__}: "
+                         f"{str(exc)[:200]})") from None
+
+
+def _parse(text: str, source: str, strict: bool) -> P2PMatrixResult:
     res = P2PMatrixResult()
     lines = text.splitlines()
     heading: str | None = None  # the matrix family announced by the last heading
@@ -151,6 +163,9 @@ def parse_p2p_bandwidth_latency(text: str, source: str = "<p2pBandwidthLatencyTe
             m = _HEADER_RE.match(line)
             if m and heading is not None:
                 cols = [int(c) for c in m.group("cols").split()]
+                if len(cols) > MAX_DEVICES or len(set(cols)) != len(cols):
+                    raise ProbeError(f"{source}: line {number}: a matrix header with {len(cols)} column(s) "
+                                     f"({len(set(cols))} distinct) is not p2pBandwidthLatencyTest output")
                 kind = m.group("kind")
                 if heading.startswith("latency_"):
                     suffix = heading[len("latency_"):]
