@@ -27,13 +27,18 @@ def _verdict(j: Judgement) -> None:
         pytest.fail(j.message(), pytrace=False)
 
 
-def test_rig_gpus_present(p2p_session):
-    """Every GPU the rig file names is on this machine (a GPU gone from the bus fails here, by name)."""
+def test_rig_selection(p2p_session):
+    """Every GPU the rig names is on this machine (a GPU gone from the bus fails here, by bus id), and some
+    pair is checked — else this skips with the reason (one GPU, MIG, no P2P between any two GPUs)."""
     resolved = p2p_session.resolved
-    if p2p_session.rig.auto:
-        pytest.skip("no rig file: auto-detection checks the GPUs it finds")
     if resolved.missing:
         pytest.fail("\n".join(f"{resolved.source}: {m}" for m in resolved.missing), pytrace=False)
+    if resolved.no_pairs_reason:
+        pytest.skip(resolved.no_pairs_reason)
+    for (a, b), why in sorted(resolved.excluded.items()):
+        print(f"gpu{a}-gpu{b} not checked: {why}")
+    for note in resolved.notes:
+        print(note)
 
 
 def test_peer_access(p2p_session, p2p_evidence, p2p_pair):
