@@ -41,6 +41,7 @@ from .evidence.expect import (
 )
 from .evidence.genconfig import rig_to_yaml_dict
 from .evidence.model import Evidence
+from .evidence.visible import visible_gpus
 from .util import is_bus_id, normalize_bus_id
 
 if TYPE_CHECKING:  # the stages' section types; their modules are imported when a rig is parsed
@@ -189,10 +190,24 @@ def _parse_rig(data: Any, source: str, text: str | None, default_name: str) -> R
         a, b = (parse_selector(p, source, f"pair.{key}") for p in parts)
         pair_expect[(a, b)] = parse_expectations(val, source, f"pair.{key}", only=("peer_access", "topology"))
     sections = parse_sections(top, source)
+    _cross_check(top, sections, source)
     digest_src = text if text is not None else repr(data)  # bounded by check_bounded above
     digest = hashlib.sha256(digest_src.encode("utf-8")).hexdigest()[:16]
     return Rig(name=name, source=source, description=description, gpus=gpus, pairs=pairs, env=env,
                expect=expect, gpu_expect=gpu_expect, pair_expect=pair_expect, sections=sections, digest=digest)
+
+
+def _cross_check(top: Mapping[str, Any], sections: RigSections, source: str) -> None:
+    """What one section says about another, named at rig-load time (not as a collection error later)."""
+    undefined = [a for a in sections.campaign.arms if a not in sections.arms]
+    if undefined:
+        raise ConfigError(source, "campaign.arms", f"names {', '.join(undefined)}, which this rig file does not "
+                                                   f"define (defined: {', '.join(sections.arms)})")
+    server = sections.server
+    wants_model = "server" in top or sections.campaign.kind == "model"
+    if wants_model and not server.model and not server.simulated:
+        raise ConfigError(source, "server.model", "missing: the model the server loads (a Hugging Face id or a "
+                                                  "local path); a model campaign cannot start without it")
 
 
 def parse_selector(value: Any, source: str, path: str) -> Selector:
@@ -367,40 +382,6 @@ class _Resolver:
                                                          f"the pair of GPUs {a} and {b}")
             pairs.append((a, b))
         return pairs, excluded
-
-
-def visible_gpus(evidence: Evidence, visible: str) -> tuple[list[int], str]:
-    """The NVML GPUs that ``CUDA_VISIBLE_DEVICES`` selects, and a note saying how it was read.
-
-    Read as CUDA reads it: indices (PCI bus order under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``),
-    ``GPU-`` UUIDs or unique prefixes, ``MIG-`` instances; the first entry that names no GPU
-    ends the list. The order does not matter here: checks name GPUs by NVML index.
-    """
-    chosen: list[int] = []
-    extra: list[str] = []
-    for raw in visible.split(",")[:1024]:
-        entry = raw.strip()
-        match: list[int] = []
-        if entry.lstrip("-").isdigit() and len(entry) < 6:
-            match = [g.index for g in evidence.gpus if g.index == int(entry)]
-        elif entry.upper().startswith("GPU-") and len(entry) > 4:
-            match = [g.index for g in evidence.gpus if g.uuid.upper().startswith(entry.upper())]
-        elif entry.upper().startswith("MIG-"):
-            extra.append(f"{entry[:60]} is a MIG instance: MIG instances have no peer access, so it adds no pair")
-            continue
-        if len(match) != 1:
-            if entry:
-                extra.append(f"{entry[:60]!r} names no single GPU here, so CUDA ignores it and every entry after it")
-            break
-        if match[0] not in chosen:
-            chosen.append(match[0])
-    if chosen != sorted(chosen):
-        extra.append("the order is ignored: checks name GPUs by NVML index (PCI bus order)")
-    if any(e.strip().isdigit() for e in visible.split(",")) and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
-        extra.append("indices are read in PCI bus order; set CUDA_DEVICE_ORDER=PCI_BUS_ID so that CUDA agrees")
-    which = ", ".join(f"gpu{i}" for i in sorted(chosen)) or "none"
-    note = f"CUDA_VISIBLE_DEVICES={visible[:100]!r} limits auto-detection to {which}"
-    return sorted(chosen), note + ("; " + "; ".join(extra) if extra else "")
 
 
 __all__ = ["COUNTER_KEYS", "EXPECT_KEYS", "NVLINK_KEYS", "PCIE_KEYS", "Expectations", "LinkExpect", "NvlinkExpect",
