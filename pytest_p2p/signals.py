@@ -71,6 +71,18 @@ def terminate_as_interrupt() -> Iterator[None]:
         restore(previous)
 
 
+def checkpoint() -> None:
+    """Raise ``KeyboardInterrupt`` again if a terminating signal came in.
+
+    Python runs a signal handler between any two bytecodes, also inside a destructor or a
+    ``weakref`` callback, where a raised exception is only printed as "unraisable" and lost.
+    A campaign calls this between reps and points, so such a lost interrupt still stops it.
+    """
+    sig = received()
+    if sig is not None:
+        raise KeyboardInterrupt(f"{signal.Signals(sig).name} received")
+
+
 def received() -> int | None:
     """The first terminating signal received in this process, if any."""
     return _received[0] if _received else None

@@ -180,3 +180,65 @@ def test_disk_full_while_writing_a_rep_fails_the_campaign_and_keeps_earlier_reps
     assert meta["missing"] == ["p2p_off-c1 rep 2", "p2p_on-c1 rep 2"]
     for arm in ("p2p_on", "p2p_off"):
         assert json.loads((run_dir / "scenarios" / f"{arm}-c1" / "run_1.json").read_text())["completed"] == 2
+
+
+PYTEST_RIG = """
+rig: sigterm-rig
+description: SIMULATED rig for the SIGTERM test (stand-in server)
+pairs: [[0, 1]]
+server:
+  command: [{python}, {wrapper}]
+  model: sig-model
+  simulated: true
+  args: {{tensor-parallel-size: 2}}
+  env: {{PYTEST_P2P_STANDIN_TTFT_MS: "300", PYTEST_P2P_STANDIN_TPOT_MS: "1", PIDS_FILE: {pids}}}
+  startup_timeout_s: 60
+  request_timeout_s: 30
+  load: {{input_len: 8, output_len: 4, warmup: 0}}
+campaign:
+  kind: model
+  concurrency: [1]
+  reps: 3
+  smoke: false
+  warmup: 0
+  prompts_per_concurrency: 2
+  cooldown_s: 0
+  idle_baseline_s: 0
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_signal_to_pytest_during_a_campaign_exits_like_a_cancelled_job(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: signal.Signals) -> None:
+    """The campaign path under pytest: rc 128+signal, run.json interrupted with the missing reps, no orphan."""
+    wrapper = tmp_path / "standin_wrapper.py"
+    wrapper.write_text(WRAPPER)
+    rig = tmp_path / "rig.yaml"
+    rig.write_text(PYTEST_RIG.format(python=json.dumps(sys.executable), wrapper=json.dumps(str(wrapper)),
+                                     pids=json.dumps(str(tmp_path / "pids"))))
+    for var in ("PYTEST_P2P_RIG", "PYTEST_P2P_SNAPSHOT", "PYTEST_P2P_CAMPAIGN", "PYTEST_P2P_REPS",
+                "PYTEST_P2P_ARMS", "PYTEST_P2P_RESULTS", "PYTEST_P2P_DB"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PYTEST_P2P_LOCK_DIR", str(tmp_path / "locks"))
+    results = tmp_path / "res"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--pyargs",
+                             "pytest_p2p.checks.test_campaign", "--p2p-rig", str(rig), "--p2p-snapshot",
+                             str(DEMO_SNAPSHOT), "--p2p-results", str(results)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(results.glob("*/scenarios/p2p_on-c1/run_1.json")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.1)
+        os.kill(proc.pid, sig)
+        out = proc.communicate(timeout=90)[0].decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + sig, out[-3000:]
+    assert "INTERNALERROR" not in out, out[-3000:]
+    (run_dir,) = [d for d in results.iterdir() if d.is_dir()]
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "interrupted" and "p2p_off-c1 rep 3" in meta["missing"], out[-3000:]
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    assert pids and not any(_alive(p) for p in pids), "a stand-in outlived the cancelled pytest"

@@ -12,7 +12,14 @@
   host-wide directory) keeps two servers or probes off one GPU. The controller hands its
   run stamp to workers through ``workerinput`` (as pytest-randomly hands its seed), so all
   run ids of one session share it; workers return their run directories through
-  ``workeroutput`` and only the controller records them for the terminal summary.
+  ``workeroutput`` and the controller fires ``pytest_p2p_campaign_finished`` again for them.
+* **Publishing** (:mod:`.hookspecs`): when a campaign's run directory is final, the
+  ``pytest_p2p_campaign_finished`` hook gets a :class:`~.outcome.CampaignOutcome`; the
+  report and verdict stages implement it. The campaign imports neither.
+* **No pair** (one GPU, MIG, no P2P-capable pair): the campaign checks skip with the rig's
+  reason instead of pytest's "got empty parameter set".
+* **SIGTERM / SIGHUP** unwind like Ctrl-C for the whole p2p session (:mod:`pytest_p2p.signals`),
+  and the session ends with ``128 + signal`` (143 for SIGTERM), the code of a cancelled job.
 """
 
 from __future__ import annotations
@@ -20,19 +27,28 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .. import signals
 from ..errors import ConfigError, P2PError
 from ..options import ARMS, CAMPAIGN, CAMPAIGN_MODES, REPS, Option, resolve
+
+if TYPE_CHECKING:
+    from ..session import P2PSession
+    from .config import CampaignConfig
+    from .outcome import CampaignOutcome
+    from .result import CampaignResult
 
 MODES = CAMPAIGN_MODES
 STAMP_KEY = pytest.StashKey[str]()
 PLAN_KEY = pytest.StashKey["Plan"]()
-RESULTS_KEY = pytest.StashKey[dict]()
+RESULTS_KEY = pytest.StashKey["dict[tuple[int, int], CampaignResult | P2PError]"]()
+SIGNALS_KEY = pytest.StashKey["list[tuple[int, object]]"]()
 WORKER_STAMP = "p2p_run_stamp"
-WORKER_RUN_DIRS = "p2p_run_dirs"
+WORKER_OUTCOMES = "p2p_campaign_outcomes"
 
 
 class Scenario(str):
@@ -53,7 +69,7 @@ class Plan:
     """What this session's campaigns will run (resolved once, at collection)."""
 
     kind: str  # model | probe | off
-    config: Any  # CampaignConfig
+    config: CampaignConfig
     arms: list[str]
     points: list[str]
     skip_reason: str | None
@@ -65,7 +81,15 @@ def _resolved(config: pytest.Config, opt: Option[Any]) -> tuple[Any, str]:
     return r.value, r.where()
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Publish ``pytest_p2p_campaign_finished`` (contract 6): report and verdict implement it."""
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    config.stash[SIGNALS_KEY] = signals.install()  # SIGTERM/SIGHUP unwind like Ctrl-C on every path
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and WORKER_STAMP in workerinput:
         config.stash[STAMP_KEY] = str(workerinput[WORKER_STAMP])
@@ -87,20 +111,42 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput[WORKER_STAMP] = node.config.stash[STAMP_KEY]
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    signals.restore(config.stash.get(SIGNALS_KEY, []))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A session ended by SIGTERM/SIGHUP exits ``128 + signal``, as a cancelled job does (SIGINT keeps pytest's 2)."""
+    code = signals.exit_status()
+    if code is not None:
+        session.exitstatus = code
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A SIGTERM/SIGHUP whose interrupt Python lost (raised inside a destructor) still ends the session."""
+    signals.checkpoint()
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
-    """xdist worker -> controller: the run directories it finished, recorded by the controller only."""
-    dirs = (getattr(node, "workeroutput", None) or {}).get(WORKER_RUN_DIRS) or []
-    for d in dirs:
-        _record(node.config, d)
+    """xdist worker -> controller: the campaigns it finished, published again on the controller."""
+    from .outcome import CampaignOutcome
+
+    got = (getattr(node, "workeroutput", None) or {}).get(WORKER_OUTCOMES) or []
+    worker = str((getattr(node, "workerinput", None) or {}).get("workerid", "worker"))
+    for data in got:
+        if isinstance(data, dict):
+            _publish(node.config, CampaignOutcome.from_dict(data, worker=worker))
 
 
-def _record(config: pytest.Config, path: Any) -> None:
-    try:
-        from ..report.hooks import record_run_dir
-    except ImportError:  # report stage absent: the run dir is still on disk
-        return
-    record_run_dir(config, path)
+def _publish(config: pytest.Config, outcome: CampaignOutcome) -> None:
+    """Fire ``pytest_p2p_campaign_finished``; in an xdist worker also hand the outcome to the controller."""
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None and outcome.worker is None:
+        workeroutput.setdefault(WORKER_OUTCOMES, []).append(outcome.to_dict())
+    config.hook.pytest_p2p_campaign_finished(config=config, outcome=outcome)
 
 
 def plan(config: pytest.Config) -> Plan:
@@ -137,6 +183,9 @@ def plan(config: pytest.Config) -> Plan:
             skip = f"probe campaign needs a real GPU: this session uses {session.label}"
         elif kind == "model" and not live and not getattr(server, "simulated", False):
             skip = f"model campaign with a real server needs a real GPU: this session uses {session.label}"
+        no_pair = _no_pairs_reason(session)
+        if no_pair is not None:
+            skip = f"campaign skipped: {no_pair}"
     missing = [a for a in cfg.arms if a not in rig.arms]
     if missing:
         src, path = (arms_origin, "") if arms else (rig.source, "campaign.arms")
@@ -148,11 +197,22 @@ def plan(config: pytest.Config) -> Plan:
     return p
 
 
-def _live(session: Any) -> bool:
+def _live(session: P2PSession) -> bool:
     try:
         return bool(session.live)
     except P2PError:
         return False
+
+
+def _no_pairs_reason(session: P2PSession) -> str | None:
+    """Why this session has no GPU pair to run a campaign on (one GPU, MIG, no P2P pair), else ``None``."""
+    try:
+        resolved = session.resolved
+    except P2PError:
+        return None  # the evidence stage reports the error itself
+    if resolved.pairs:
+        return None
+    return resolved.no_pairs_reason or "no GPU pair to compare arms on"
 
 
 @pytest.hookimpl(trylast=True)
@@ -180,16 +240,38 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("p2p_scenario", scen, ids=[str(s) for s in scen])
 
 
+_CAMPAIGN_FIXTURES = {"p2p_campaign", "p2p_point", "p2p_campaign_arm", "p2p_scenario"}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """One xdist group per pair (before xdist's own hook reads the marks; only where xdist registered it)."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
+    """One xdist group per pair (before xdist's own hook reads the marks); the reason when there is no pair.
+
+    With no pair (one GPU, MIG, no P2P-capable pair) pytest parametrises ``p2p_pair`` with an
+    empty set: the parameter is ``NOTSET`` and the skip says only "got empty parameter set". The
+    campaign's tests get the rig's reason instead, first among their skip marks.
+    """
+    xdist = config.pluginmanager.hasplugin("xdist")
+    reason: str | None = None
     for item in items:
         callspec = getattr(item, "callspec", None)
-        pair = (getattr(callspec, "params", None) or {}).get("p2p_pair")
-        if pair is not None:
-            item.add_marker(pytest.mark.xdist_group(name=f"gpu{pair[0]}-gpu{pair[1]}"))
+        params = getattr(callspec, "params", None) or {}
+        if "p2p_pair" not in params:
+            continue
+        pair = params["p2p_pair"]
+        if isinstance(pair, tuple) and len(pair) == 2:
+            if xdist:
+                item.add_marker(pytest.mark.xdist_group(name=f"gpu{pair[0]}-gpu{pair[1]}"))
+        elif _CAMPAIGN_FIXTURES & set(getattr(item, "fixturenames", ())):
+            if reason is None:
+                from ..session import get_session
+
+                try:
+                    reason = _no_pairs_reason(get_session(config)) or "no GPU pair to compare arms on"
+                except P2PError as exc:
+                    reason = f"no GPU pair: {exc}"
+                reason = f"campaign skipped: {reason}"
+            item.add_marker(pytest.mark.skip(reason=reason), append=False)
 
 
 _PAIR_IN_ID = re.compile(r"\[(gpu\d+-gpu\d+)\b")
@@ -221,19 +303,23 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return PairScheduling(config, log)
 
 
-def _run_id(config: pytest.Config, rig_name: str, pair_key: str, root: Any) -> str | None:
-    from ..report.results import safe_component
+def _run_id(config: pytest.Config, rig_name: str, pair_key: str, root: Path) -> str | None:
+    from .rundir import safe_component
 
     run_id = f"{config.stash[STAMP_KEY]}_{safe_component(rig_name)}_{safe_component(pair_key)}"
     return None if (root / run_id).exists() else run_id
 
 
-def run_campaign(config: pytest.Config, pair: tuple[int, int]) -> Any:
-    """Run (once per pair and session) and return the :class:`CampaignResult`; errors are cached too."""
-    cache: dict[tuple[int, int], Any] = config.stash[RESULTS_KEY]
+def run_campaign(config: pytest.Config, pair: tuple[int, int]) -> CampaignResult:
+    """Run (once per pair and session) and return the :class:`CampaignResult`; errors are cached too.
+
+    When the run directory is final (also after a failure or an interruption) the runner
+    publishes it through ``pytest_p2p_campaign_finished``.
+    """
+    cache = config.stash[RESULTS_KEY]
     if pair in cache:
         got = cache[pair]
-        if isinstance(got, BaseException):
+        if isinstance(got, P2PError):
             raise got
         return got
     p = plan(config)
@@ -241,7 +327,7 @@ def run_campaign(config: pytest.Config, pair: tuple[int, int]) -> Any:
         pytest.skip(p.skip_reason)
     from ..session import get_session
     from .progress import Progress
-    from .runner import from_session
+    from .wiring import from_session
 
     session = get_session(config)
     pair_key = f"gpu{pair[0]}-gpu{pair[1]}"
@@ -250,22 +336,18 @@ def run_campaign(config: pytest.Config, pair: tuple[int, int]) -> Any:
                                            f"{' (SIMULATED)' if session.simulated else ''}", n_points)
     try:
         runner = from_session(session, (int(pair[0]), int(pair[1])), p.config, p.kind, progress=progress,
-                              run_id=_run_id(config, session.rig.name, pair_key, session.results_root))
+                              run_id=_run_id(config, session.rig.name, pair_key, session.results_root),
+                              on_finished=lambda outcome: _publish(config, outcome))
         result = runner.run()
     except P2PError as exc:
         cache[pair] = exc
         raise
     cache[pair] = result
-    workeroutput = getattr(config, "workeroutput", None)
-    if workeroutput is not None:
-        workeroutput.setdefault(WORKER_RUN_DIRS, []).append(str(result.run_dir))
-    else:
-        _record(config, result.run_dir)
     return result
 
 
 @pytest.fixture(scope="session")
-def p2p_campaign(request: pytest.FixtureRequest, p2p_pair: tuple[int, int]) -> Any:
+def p2p_campaign(request: pytest.FixtureRequest, p2p_pair: tuple[int, int]) -> CampaignResult:
     """The pair's campaign (arms x points x reps), run once per session; see ``CampaignResult``."""
     try:
         return run_campaign(request.config, (int(p2p_pair[0]), int(p2p_pair[1])))

@@ -54,8 +54,7 @@ if TYPE_CHECKING:
     from ..evidence.model import Evidence
     from ..probes.arms import Arm
 
-__all__ = ["CampaignError", "CampaignResult", "CampaignRunner", "ModelBackend", "ProbeBackend", "from_session",
-           "sysctl_text"]
+__all__ = ["CampaignError", "CampaignResult", "CampaignRunner", "ModelBackend", "ProbeBackend", "sysctl_text"]
 
 H = TypeVar("H")
 Json = dict[str, object]
@@ -146,6 +145,7 @@ class CampaignRunner(Generic[H]):
             for i, slot in enumerate(slots):
                 if i > 0 and cfg.cooldown_s > 0:
                     self.sleep(cfg.cooldown_s)
+                signals.checkpoint()
                 self._run_with_retries(rd, result, slot.arm, slot.rep, points, pending)
             self._rerun_screened(rd, result, points, pending)
             self._add_pairs(rd, result, points, pending, started)
@@ -203,6 +203,7 @@ class CampaignRunner(Generic[H]):
                 pending.update((slot.arm, p, rep) for p in points)
                 if cfg.cooldown_s > 0:
                     self.sleep(cfg.cooldown_s)
+                signals.checkpoint()
                 self._run_with_retries(rd, result, slot.arm, rep, points, pending)
 
     def _rerun_screened(self, rd: RunWriter, result: CampaignResult, points: list[str], pending: Pending) -> None:
@@ -279,6 +280,7 @@ class CampaignRunner(Generic[H]):
                                      "starting" if attempt == 1 else f"starting a fresh server (attempt {attempt})")
                 with self.backend.slot(arm, rep, log_path) as handle:
                     for point in points:
+                        signals.checkpoint()
                         self.progress.update(f"{arm_name}-{point}", rep, cfg.reps)
                         try:
                             data = self._measure_point(rd, handle, reader, arm_name, point, rep, idle_rows)
@@ -333,6 +335,7 @@ class CampaignRunner(Generic[H]):
                 metrics = call_with_timeout(lambda: self.backend.measure(handle, point, rep), left, what,
                                             abandon=dead)
                 sampler.mark("end")
+                signals.checkpoint()  # an interrupt lost in a destructor must not let this rep count
             except (Abandoned, P2PError) as exc:
                 cause = dead()
                 if cause is not None:  # the server's death explains the failure: a re-run can fix it
@@ -413,4 +416,10 @@ def _json(value: object) -> Json:
     return dict(value) if isinstance(value, dict) else {}
 
 
-from .wiring import from_session  # noqa: E402  - re-exported: the pytest hooks and tests import it from here
+def __getattr__(name: str) -> object:
+    """``runner.from_session`` (its old home) without an import cycle: it lives in :mod:`.wiring`."""
+    if name == "from_session":
+        from .wiring import from_session
+
+        return from_session
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
