@@ -157,6 +157,10 @@ DB: Option[str | None] = Option(  # not path=True: a postgresql:// URL must reac
     "baseline/history store: an SQLite file (default .p2p/history.db under the rootdir, or the rig's "
     "baseline.db) or a postgresql:// URL shared by a fleet of runners (docs/fleet.md; shown redacted)",
     None, ini="p2p_db", env="PYTEST_P2P_DB", metavar="PATH|URL")
+STRICT: Option[bool] = Option(
+    "p2p_strict", "--p2p-strict", "inconclusive verdicts (uplift, baseline) fail instead of skipping, for CI "
+    "that must decide", False, ini="p2p_strict", env="PYTEST_P2P_STRICT", convert=truthy, ini_type="bool",
+    action="store_true")
 ENABLE: Option[bool] = Option(
     "p2p_enable", None, "activate pytest-p2p for every run of this project (otherwise only a p2p run: "
     "-m p2p, a --p2p-* option, a PYTEST_P2P_* variable or p2p_* ini key, --pyargs pytest_p2p)",
@@ -164,7 +168,8 @@ ENABLE: Option[bool] = Option(
 
 #: Every setting, in the order ``pytest --help`` lists them.
 TABLE: tuple[Option[object], ...] = (
-    RIG, SNAPSHOT, RESULTS, LIVE, PROBE_REPLAY, CAMPAIGN, REPS, ARMS, COMPARE, SAVE_BASELINE, FAIL_ON, DB, ENABLE,
+    RIG, SNAPSHOT, RESULTS, LIVE, PROBE_REPLAY, CAMPAIGN, REPS, ARMS, COMPARE, SAVE_BASELINE, FAIL_ON, DB, STRICT,
+    ENABLE,
 )
 
 

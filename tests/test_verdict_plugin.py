@@ -15,6 +15,10 @@ def p2p_campaign():
 @pytest.fixture(params=["p2p_on-c8", "p2p_off-c8"])
 def p2p_scenario(request):
     return request.param
+
+@pytest.fixture(params=["c8"])
+def p2p_point(request):
+    return request.param
 '''
 
 
@@ -27,7 +31,8 @@ def run_p(pytester, monkeypatch):
     def run(run_dir, *args):
         monkeypatch.setenv("FAKE_RUN_DIR", str(run_dir))
         # the real campaign stage is blocked: its parametrisation is replaced by the fake's
-        return pytester.runpytest("-p", "no:pytest_p2p.campaign.hooks", "-p", "fakecampaign", "--pyargs",
+        return pytester.runpytest("-p", "no:pytest_p2p.campaign.hooks", "-p", "no:pytest_p2p.report.hooks",
+                                  "-p", "fakecampaign", "--pyargs",
                                   "pytest_p2p.checks.test_baseline", "-p", "no:cacheprovider", "-rs", *args)
     return run
 
@@ -43,14 +48,14 @@ def db(tmp_path):
 
 def test_without_compare_everything_skips(run_p, tmp_path):
     res = run_p(write_run(tmp_path, "now"))
-    res.assert_outcomes(skipped=3)
+    res.assert_outcomes(skipped=4)
     res.stdout.fnmatch_lines(["*baseline comparison not requested*"])
 
 
 def test_unchanged_rerun_passes_and_is_kept_as_history(run_p, tmp_path, db):
     res = run_p(write_run(tmp_path, "now", seed=77, started_at="2026-06-25T10:00:00Z"), "--p2p-compare",
                 f"--p2p-db={db}")
-    res.assert_outcomes(passed=3)
+    res.assert_outcomes(passed=4)
     res.stdout.fnmatch_lines(["*p2p baseline verdicts*",
                               "p2p_on-c8: unchanged vs baseline 'accepted' (10 run(s); primary output_throughput): 3 unchanged, 1 unjudged",
                               "*1 run(s) saved to*kept as history: now*"])
@@ -62,20 +67,20 @@ def test_cable_downtrain_fails_with_attribution(run_p, tmp_path, db):
     cur = write_run(tmp_path, "now", seed=77, started_at="2026-06-25T10:00:00Z", gen=(4, 3),
                     scale={"output_throughput": 0.88})
     res = run_p(cur, "--p2p-compare=accepted", f"--p2p-db={db}")
-    res.assert_outcomes(failed=3)
+    res.assert_outcomes(failed=3, passed=1)  # both arms slower: the uplift history is unchanged
     res.stdout.fnmatch_lines([
         "*PerformanceRegression: output_throughput c8 p2p_on * -> * tok/s (-1*"
         "GPU 2 (0000:0A:00.0) link under load Gen4 x4 -> Gen3 x4 since baseline 2026-06-19*driver 595.71.05 unchanged*",
         "*PerformanceRegression: link state dropped since baseline 2026-06-19*loaded gen 4 -> 3*",
     ])
     res = run_p(cur, "--p2p-compare", f"--p2p-db={db}", "--p2p-fail-on=never")
-    res.assert_outcomes(passed=3)
+    res.assert_outcomes(passed=4)
 
 
 def test_slower_server_fails_without_fingerprint_change(run_p, tmp_path, db):
     res = run_p(write_run(tmp_path, "now", seed=77, scale={"output_throughput": 0.85}), "--p2p-compare",
                 f"--p2p-db={db}")
-    res.assert_outcomes(failed=2, passed=1)
+    res.assert_outcomes(failed=2, passed=2)
     res.stdout.fnmatch_lines(["*no fingerprint change since the baseline*"])
 
 
@@ -86,15 +91,20 @@ def test_save_baseline_accepts_and_env_db(run_p, tmp_path, monkeypatch):
     res.stdout.fnmatch_lines(["*saved to*accepted as baseline 'pre-driver-upgrade': first*"])
     with Store(path) as st:
         assert st.run("first").baselines == ("pre-driver-upgrade",)
-    res = run_p(write_run(tmp_path, "second", seed=3), "--p2p-compare=pre-driver-upgrade")
-    res.assert_outcomes(passed=3)
+    res = run_p(write_run(tmp_path, "second", seed=3), "--p2p-compare=pre-driver-upgrade", "-rs")
+    # one baseline run: the scenarios are inconclusive ("baseline too short"), never a green pass
+    res.assert_outcomes(passed=1, skipped=3)
+    res.stdout.fnmatch_lines(["*INCONCLUSIVE: *baseline too short: 1 run(s)*"])
+    strict = run_p(write_run(tmp_path, "third", seed=4), "--p2p-compare=pre-driver-upgrade", "--p2p-strict")
+    strict.assert_outcomes(passed=1, failed=3)
+    strict.stdout.fnmatch_lines(["*INCONCLUSIVE (strict mode)*baseline too short*"])
 
 
 def test_corrupt_db_fails_clearly_and_is_not_overwritten(run_p, tmp_path):
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"not sqlite" * 50)
     res = run_p(write_run(tmp_path, "now"), "--p2p-compare", f"--p2p-db={bad}")
-    res.assert_outcomes(failed=3)
+    res.assert_outcomes(failed=4)
     res.stdout.fnmatch_lines(["*campaign runs NOT saved*"])
     res.stdout.fnmatch_lines(["*is not an SQLite file*left untouched*"])
     assert "During handling" not in res.stdout.str()
@@ -106,3 +116,14 @@ def test_bad_options_are_usage_errors(run_p, tmp_path):
     res = run_p(write_run(tmp_path, "now"), "--p2p-fail-on=sometimes")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*--p2p-fail-on*expected one of regression, never*"])
+
+
+def test_flagged_run_is_kept_as_history_not_accepted(run_p, tmp_path):
+    path = tmp_path / "s.db"
+    hot = write_run(tmp_path, "hot", throttled={"p2p_on-c8": [2]})
+    res = run_p(hot, "--p2p-save-baseline", f"--p2p-db={path}")
+    res.stdout.fnmatch_lines(["*1 run(s) saved to*kept as history: hot*",
+                              "*run hot kept as history but NOT accepted as baseline 'accepted': "
+                              "p2p_on-c8: throttled reps ?2?*baseline accept hot --name accepted*"])
+    with Store(path) as st:
+        assert st.run("hot").baselines == ()

@@ -3,8 +3,11 @@
 Parametrised by the campaign stage (``p2p_pair`` x ``p2p_scenario``, ids like
 ``gpu0-gpu1-p2p_on-c8``); it runs only with ``--p2p-compare[=NAME]`` and skips, with
 the reason, when there is no baseline yet or the baseline is not comparable (another
-model or arm definition). A regression fails with ``PerformanceRegression`` (an
-AssertionError, so allure files it as a product defect) naming the likely causes.
+model or arm definition). Only primary metrics can fail, with the whole campaign under
+one family-wise error rate (docs/baselines.md). A regression fails with
+``PerformanceRegression`` (an AssertionError, so allure files it as a product defect)
+naming the likely causes; an inconclusive verdict skips with the reason (``--p2p-strict``:
+fails). ``test_uplift_unchanged[<pair>-<point>]`` judges the uplift against its history.
 """
 
 from __future__ import annotations
@@ -30,6 +33,17 @@ def scenario_parts(scenario: Any) -> tuple[str, str]:
 def test_no_regression(p2p_campaign: Any, p2p_scenario: Any, p2p_baseline: Any, request: pytest.FixtureRequest) -> None:
     arm, point = scenario_parts(p2p_scenario)
     p2p_baseline.check_scenario(p2p_campaign.run_dir, arm, point, node=request.node)
+
+
+@pytest.mark.p2p
+def test_uplift_unchanged(p2p_campaign: Any, p2p_point: str, p2p_baseline: Any,
+                          request: pytest.FixtureRequest) -> None:
+    """The on/off uplift at this point did not fall against the baseline runs' uplift.
+
+    Judged apart from absolute levels: a slower day moves both arms and leaves the ratio;
+    a P2P-only loss moves the ratio — an interconnect regression even when levels moved too.
+    """
+    p2p_baseline.check_uplift_history(p2p_campaign.run_dir, p2p_point, node=request.node)
 
 
 @pytest.mark.p2p

@@ -119,16 +119,14 @@ def _variance(base: Sequence[RunStats], cur_n: int, sw2: float, df_w: int, tol_l
         a2 = sw2 * (1.0 / cur_n - inv_nb) if df_w else 0.0
         floor = sm2 / k + sw2 / cur_n
         tau = math.sqrt(max(0.0, sm2 - sw2 * inv_nb))
-        if a1 + a2 >= floor:
-            v = a1 + a2
-            den = a1 * a1 / (k - 1) + (a2 * a2 / df_w if df_w else 0.0)
-        else:  # more reps now than the baseline had, and little run-to-run spread
-            v = floor
-            den = (sm2 / k) ** 2 / (k - 1) + ((sw2 / cur_n) ** 2 / df_w if df_w else 0.0)
+        # Floor: the current mean is never known better than its own reps allow.  The degrees
+        # of freedom stay those of the estimated combination: run means that agree closely by
+        # chance (K - 1 = 2 df) must not buy the many df of the within-run variance.
+        comb, den = a1 + a2 + extra, a1 * a1 / (k - 1) + (a2 * a2 / df_w if df_w else 0.0)
         if extra > 0:
-            v += extra
             den += extra * extra / max(1, cur_n - 1)
-        df = v * v / den if den > 0 else float(k - 1)
+        v = max(comb, floor + extra)
+        df = comb * comb / den if den > 0 and comb > 0 else float(k - 1)
         return v, max(1.0, df), math.sqrt(sm2), tau
     # too short: assume the run-to-run spread, do not estimate it
     tau = max(abs(tol_log), math.sqrt(sw2))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -24,6 +24,9 @@ from ..errors import ConfigError, P2PError
 from ..options import COMPARE, DB, FAIL_ON_CHOICES, SAVE_BASELINE, Resolved, resolve
 from ..options import FAIL_ON as FAIL_ON_OPTION
 from .config import DEFAULT_DB, BaselineConfig, check_name
+
+if TYPE_CHECKING:
+    from .campaign_judge import CampaignComparison
 
 #: The rig loader may put the rig file's ``baseline:`` section (a BaselineConfig) here.
 BASELINE_CONFIG_KEY = pytest.StashKey[BaselineConfig]()
@@ -44,6 +47,8 @@ class BaselineSession:
     verdict_lines: list[str] = field(default_factory=list)  # for the terminal summary
     _config: BaselineConfig | None = None
     _db_path: Resolved[Path] | None = None
+    _campaigns: dict[str, CampaignComparison] = field(default_factory=dict)
+    save_notes: list[str] = field(default_factory=list)  # runs saved but not accepted, with why
 
     @property
     def config(self) -> BaselineConfig:
@@ -75,46 +80,76 @@ class BaselineSession:
             self._store.close()
             self._store = None
 
-    def check_scenario(self, run_dir: Path, arm: str, point: str, node: Any = None) -> Any:
-        """The body of ``test_no_regression``: skip, pass, or raise PerformanceRegression."""
-        from .compare import (
-            IMPROVEMENT,
-            INCONCLUSIVE,
-            NO_BASELINE,
-            NOT_COMPARABLE,
-            REGRESSION,
-            PerformanceRegression,
-            compare_scenario,
-        )
+    def campaign(self, run_dir: Path) -> CampaignComparison:
+        """The whole campaign judged once (Holm needs every primary), cached per run directory."""
+        from .campaign_judge import compare_campaign
 
+        key = str(Path(run_dir).resolve())
+        if key not in self._campaigns:
+            assert self.compare_name is not None
+            self._campaigns[key] = compare_campaign(self.store(create=False), Path(run_dir), self.config,
+                                                    self.compare_name)
+        return self._campaigns[key]
+
+    def _judged(self, run_dir: Path) -> CampaignComparison:
         if self.compare_name is None:
             pytest.skip("baseline comparison not requested (use --p2p-compare[=NAME])")
-        if not (Path(run_dir) / "scenarios" / f"{arm}-{point}" / "aggregate.json").exists():
-            pytest.skip(f"scenario {arm}-{point} has no aggregate.json in {run_dir} (missing from the campaign)")
         if not Path(self.db_path.value).exists():
             pytest.skip(f"no baseline database yet at {self.db_path.value} ({self.db_path.origin}); "
                         f"save one with --p2p-save-baseline={self.compare_name}")
         problem = None
         try:
-            result = compare_scenario(self.store(create=False), run_dir, arm, point, self.config,
-                                      self.compare_name)
+            camp = self.campaign(run_dir)
         except P2PError as exc:
             problem = str(exc)
         if problem is not None:
             pytest.fail(problem, pytrace=False)
+        return camp
+
+    def check_scenario(self, run_dir: Path, arm: str, point: str, node: Any = None) -> Any:
+        """The body of ``test_no_regression``: skip, pass, inconclusive (skip / strict fail) or regression."""
+        from .compare import IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, NOT_COMPARABLE, REGRESSION, PerformanceRegression
+        from .policy import inconclusive
+
+        if self.compare_name is None:
+            pytest.skip("baseline comparison not requested (use --p2p-compare[=NAME])")
+        if not (Path(run_dir) / "scenarios" / f"{arm}-{point}" / "aggregate.json").exists():
+            pytest.skip(f"scenario {arm}-{point} has no aggregate.json in {run_dir} (missing from the campaign)")
+        camp = self._judged(run_dir)
+        result = camp.scenarios.get((arm, point))
+        if result is None:
+            pytest.skip(f"scenario {arm}-{point} is not part of the judged campaign in {run_dir}")
         if node is not None:
             node.user_properties.append(("p2p_verdict", result.summary()))
             node.user_properties.append(("p2p_verdict_line", result.summary()))
             for line in result.lines((REGRESSION, IMPROVEMENT, INCONCLUSIVE)):
                 node.user_properties.append(("p2p_verdict_line", "  " + line.strip()))
-            reasons = sorted({j.reason for j in result.metrics.values() if j.verdict == INCONCLUSIVE})
-            for reason in reasons:
+            for reason in result.inconclusive_reasons():
                 node.user_properties.append(("p2p_verdict_line", f"  inconclusive because: {reason}"))
         if result.verdict in (NO_BASELINE, NOT_COMPARABLE):
             pytest.skip(result.message)
         if result.verdict == REGRESSION and self.fail_on == "regression":
             raise PerformanceRegression(result.message)
+        if result.verdict == INCONCLUSIVE:
+            inconclusive(self.pytest_config, result.message)
         return result
+
+    def check_uplift_history(self, run_dir: Path, point: str, node: Any = None) -> Any:
+        """The body of ``test_uplift_unchanged``: the on/off uplift at ``point`` against its own history."""
+        from .compare import INCONCLUSIVE, NO_BASELINE, NOT_COMPARABLE, REGRESSION, PerformanceRegression
+        from .policy import inconclusive
+
+        camp = self._judged(run_dir)
+        verdict, text = camp.uplift_verdict(point)
+        if node is not None:
+            node.user_properties.append(("p2p_verdict_line", f"uplift history {point}: {verdict}"))
+        if verdict in (NO_BASELINE, NOT_COMPARABLE):
+            pytest.skip(text)
+        if verdict == REGRESSION and self.fail_on == "regression":
+            raise PerformanceRegression(f"interconnect regression (the uplift fell against its history): {text}")
+        if verdict == INCONCLUSIVE:
+            inconclusive(self.pytest_config, text)
+        return verdict
 
     def check_links(self, run_dir: Path) -> list[tuple[str, str, str]]:
         """Link facts against the newest comparable baseline run; a drop is a regression."""
@@ -152,6 +187,14 @@ class BaselineSession:
             self.verdict_lines.extend(str(v) for k, v in report.user_properties if k == "p2p_verdict_line")
 
     def save_runs(self) -> list[str]:
+        """Store this session's runs; accept them under ``save_name`` unless the screen flags them.
+
+        A run with a telemetry-flagged or outlying primary rep (:func:`.campaign_judge.screen_run`)
+        would widen or shift every later verdict: it is kept as history, not accepted, and the
+        session says so (``save_notes``); accept it by hand after review.
+        """
+        from .campaign_judge import screen_run
+
         saved: list[str] = []
         if not self.run_dirs or not self.saving:
             return saved
@@ -159,7 +202,14 @@ class BaselineSession:
         for run_dir in self.run_dirs.values():
             run_id = store.save_run_dir(run_dir)
             if self.save_name is not None:
-                store.accept(run_id, self.save_name)
+                problems = screen_run(run_dir, self.config)
+                if problems:
+                    self.save_notes.append(
+                        f"run {run_id} kept as history but NOT accepted as baseline {self.save_name!r}: "
+                        + "; ".join(problems) + f" (after review: python -m pytest_p2p baseline accept {run_id} "
+                        f"--name {self.save_name})")
+                else:
+                    store.accept(run_id, self.save_name)
             saved.append(run_id)
         return saved
 
@@ -237,9 +287,28 @@ def pytest_runtest_setup(item: pytest.Item) -> Any:
     return result
 
 
+_WORKER_KEY = "p2p_verdict_run_dirs"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist controller: take over the run directories a worker saw; the controller saves them all,
+    so a failed save is reported on the terminal the user reads (never only in a worker)."""
+    sess = node.config.stash.get(SESSION_KEY, None)
+    dirs = (getattr(node, "workeroutput", None) or {}).get(_WORKER_KEY) or []
+    if sess is not None:
+        for d in dirs:
+            sess.run_dirs[str(Path(d).resolve())] = Path(d)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     sess = session.config.stash.get(SESSION_KEY, None)
     if sess is None:
+        return
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller saves (pytest_testnodedown)
+        workeroutput[_WORKER_KEY] = [str(p) for p in sess.run_dirs.values()]
+        sess.close()
         return
     try:
         saved = sess.save_runs()
@@ -247,13 +316,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         tr = session.config.pluginmanager.getplugin("terminalreporter")
         if tr is not None:
             tr.write_line(f"pytest-p2p: campaign runs NOT saved to the baseline store: {exc}", red=True)
+        session.config.stash[_SAVED_KEY] = f"campaign runs NOT saved to the baseline store: {exc}"
         if session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         saved = []
     finally:
         sess.close()
     if saved:
-        what = f"accepted as baseline {sess.save_name!r}" if sess.save_name else "kept as history"
+        refused = len(sess.save_notes)
+        if sess.save_name and refused < len(saved):
+            what = f"accepted as baseline {sess.save_name!r}" + (f" ({refused} not: see below)" if refused else "")
+        else:
+            what = "kept as history"
         session.config.stash[_SAVED_KEY] = f"{len(saved)} run(s) saved to {sess.db_path.value}, {what}: " \
                                            + ", ".join(saved)
 
@@ -269,4 +343,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(line)
     saved = config.stash.get(_SAVED_KEY, None)
     if saved:
-        terminalreporter.write_line(f"pytest-p2p: {saved}")
+        terminalreporter.write_line(f"pytest-p2p: {saved}", red="NOT saved" in saved)
+    for note in (sess.save_notes if sess is not None else []):
+        terminalreporter.write_line(f"pytest-p2p: {note}", yellow=True)

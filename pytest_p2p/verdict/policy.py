@@ -9,20 +9,16 @@ must decide.
 
 from __future__ import annotations
 
-import os
 from typing import NoReturn
 
 import pytest
 
 
 def strict(config: pytest.Config) -> bool:
-    """Whether inconclusive verdicts fail (the option table's ``STRICT`` row, else the env variable)."""
-    from .. import options
+    """Whether inconclusive verdicts fail (the option table's ``STRICT`` row)."""
+    from ..options import STRICT, resolve
 
-    row = getattr(options, "STRICT", None)
-    if row is not None:
-        return bool(options.resolve(config, row).value)
-    return options.truthy(os.environ.get("PYTEST_P2P_STRICT", "0"))
+    return bool(resolve(config, STRICT).value)
 
 
 def inconclusive(config: pytest.Config, message: str) -> NoReturn:
