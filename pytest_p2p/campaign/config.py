@@ -139,7 +139,12 @@ class CampaignConfig:
         return got
 
     def uplift_rule_for(self, kind: str) -> UpliftRule:
-        return parse_min_uplift(self.min_uplift_raw, self.uplift_rule, kind, self.source, "campaign.min_uplift")
+        """The threshold rule; with adaptive pairs (``max_reps`` above ``reps``) it carries the sequential plan,
+        so a verdict at ``n`` pairs uses that look's alpha (the error rate holds across looks)."""
+        rule = parse_min_uplift(self.min_uplift_raw, self.uplift_rule, kind, self.source, "campaign.min_uplift")
+        if self.max_reps is not None and self.max_reps > self.reps:
+            rule = replace(rule, plan=(self.reps, self.max_reps))
+        return rule
 
     @property
     def arm_a(self) -> str:
