@@ -242,3 +242,27 @@ def test_signal_to_pytest_during_a_campaign_exits_like_a_cancelled_job(
     assert meta["status"] == "interrupted" and "p2p_off-c1 rep 3" in meta["missing"], out[-3000:]
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
     assert pids and not any(_alive(p) for p in pids), "a stand-in outlived the cancelled pytest"
+
+
+@pytest.mark.parametrize(("err", "hint"), [(errno.ENOSPC, "the file system is full"),
+                                            (errno.EROFS, "the file system is read-only"),
+                                            (errno.EACCES, "no permission to write there")])
+def test_atomic_write_failure_is_one_paragraph_naming_the_file_and_keeps_the_old_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, err: int, hint: str) -> None:
+    import pytest_p2p.util as util
+    from pytest_p2p.errors import P2PError, WriteError
+
+    target = tmp_path / "run.json"
+    util.atomic_write_json(target, {"status": "running"})
+
+    def fail(src: Any, dst: Any) -> None:
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(util.os, "replace", fail)
+    with pytest.raises(WriteError) as info:
+        util.atomic_write_json(target, {"status": "complete"})
+    msg = str(info.value)
+    assert isinstance(info.value, P2PError) and isinstance(info.value, OSError) and info.value.errno == err
+    assert msg.startswith(f"cannot write {target}: {os.strerror(err)}; {hint}") and "\n" not in msg
+    assert json.loads(target.read_text()) == {"status": "running"}  # the old file, whole
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]  # no temporary file left behind
