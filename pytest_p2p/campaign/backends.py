@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from .config import CampaignConfig
 from ..errors import CampaignError
+from .config import CampaignConfig
 from .liveness import Identity, death_cause
 
 if TYPE_CHECKING:

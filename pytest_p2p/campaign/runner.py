@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .. import signals
-from . import adaptive
 from ..errors import CampaignError, P2PError, RepFailed
 from ..lease import GpuLease
 from ..util import atomic_write_json
+from . import adaptive
 from .aggregate import aggregate, is_measurement, uplift_at
 from .backends import Backend, ModelBackend, ProbeBackend
 from .config import CampaignConfig
@@ -44,7 +44,7 @@ from .envinfo import run_meta, sysctl_text, versions, write_env
 from .gpu import Abandoned, call_with_timeout, expected_links, wait_vram_free
 from .outcome import CampaignOutcome
 from .progress import Progress
-from .result import CampaignResult, RepAttempt
+from .result import CampaignResult
 from .rundir import RunWriter, create_run_dir
 from .schedule import build_schedule, describe
 from .setaside import set_aside
@@ -225,7 +225,7 @@ class CampaignRunner(Generic[H]):
 
     def _add_pairs(self, rd: RunWriter, result: CampaignResult, points: list[str], pending: Pending,
                    started: float) -> None:
-        """While an uplift decision is inconclusive, add pairs up to ``max_reps`` / ``max_time_s`` (alpha spent per look)."""
+        """While an uplift decision is inconclusive, add pairs up to ``max_reps``/``max_time_s`` (alpha per look)."""
         cfg = self.config
         if cfg.arm_b is None or pending or result.errors:
             return
