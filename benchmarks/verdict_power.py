@@ -35,7 +35,12 @@ from scipy import stats as sst
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_p2p.stats import (  # noqa: E402
-    Outcome, RunStats, SequentialPlan, decide_change, decide_uplift, family_wise,
+    Outcome,
+    RunStats,
+    SequentialPlan,
+    decide_change,
+    decide_uplift,
+    family_wise,
 )
 
 ALPHA = 0.01  # campaign family-wise
