@@ -5,10 +5,20 @@ of A then all of B, because a GPU that warms up or a host that gets busier over 
 hour would otherwise show up as an arm effect. Rep k of every arm forms a *block*;
 the statistics pair rep k of A with rep k of B. Within a block the order is:
 
-* ``interleaved``: A B | A B | A B (the seed's default);
-* ``abba``: A B | B A | A B — counterbalanced, so a linear drift inside a block
-  favours neither arm;
-* ``random``: each block a seeded shuffle — reproducible from the seed.
+* ``interleaved``: A B | A B | A B (the seed's default).  B always runs one slot after A,
+  so a drift linear in slot position biases every paired ratio by one slot's drift: at
+  -0.5 %/slot (a GPU warming up) the uplift is biased by +0.5 pp and its 95 % interval
+  covers the truth only ~89 % of the time (issue 9).  It cancels nothing linear.
+* ``abba``: A B | B A | A B | B A — counterbalanced.  With an **even** number of reps each
+  arm runs first in half the blocks, so a linear drift cancels *exactly* in the mean paired
+  log ratio (the uplift); with an odd number a residual of one slot's drift / reps remains.
+  This is the recommended order (the demo rig uses it with 4 reps).
+* ``random``: each block a seeded shuffle — reproducible from the seed; cancels a linear
+  drift only on average (it turns the bias into extra variance).
+
+Absolute levels (the baseline comparison) see the drift averaged over the run in every
+schedule; it is the same in the baseline runs and the current run when they share the
+schedule and rep count, so it cancels there too.
 
 A slot is one server start (model) or one probe process group (probe): the NCCL
 environment is fixed at process start, so an arm change always means a new process;
