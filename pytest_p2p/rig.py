@@ -41,6 +41,7 @@ from .evidence.expect import (
 )
 from .evidence.genconfig import rig_to_yaml_dict
 from .evidence.model import Evidence
+from .evidence.snapshot import is_bundled_demo
 from .evidence.visible import visible_gpus
 from .util import is_bus_id, normalize_bus_id
 
@@ -297,7 +298,7 @@ def resolve(rig: Rig, evidence: Evidence, *, visible: str | None = None, use_env
             notes.append(f"CUDA_VISIBLE_DEVICES={visible!r} does not narrow the rig's own 'gpus' (each probe and "
                          f"server gets its own CUDA_VISIBLE_DEVICES)")
     pairs, excluded = r.pairs(gpus)
-    if r.missing and evidence.simulated:
+    if r.missing and is_bundled_demo(evidence):
         raise ConfigError(rig.source, "", f"{r.missing[0]} — the evidence is the bundled DEMO snapshot, not this rig's "
                                           f"machine; run on the rig's machine or replay a snapshot recorded there "
                                           f"(--p2p-snapshot FILE)")

@@ -95,7 +95,6 @@ def test_cuda_visible_devices_from_the_environment_only_for_live_evidence(monkey
 def test_a_generated_rig_is_never_judged_against_the_demo_silently():
     rig = parse_rig(rig_to_yaml_dict(snap("5060ti-2x-gen3x4"), "seed"), source="seed.yaml")
     demo = load_snapshot(bundled_demo())
-    demo.simulated = True  # as the session marks the demo replay
     with pytest.raises(ConfigError, match="the evidence is the bundled DEMO snapshot, not this rig's machine"):
         resolve(rig, demo)
 
@@ -221,3 +220,16 @@ def test_snapshot_demo_replays_the_bundled_recording(tmp_path):
     out = tmp_path / "rig.yaml"
     assert _cli("gen-config", "--snapshot", "demo", "--out", str(out)).returncode == 0
     assert load_rig(out).gpus == ["0000:00:06.0", "0000:00:07.0"]
+
+
+def test_a_generated_rig_without_nvml_is_a_usage_error_not_a_demo_judgement(tmp_path):
+    rig = tmp_path / "rig.yaml"
+    assert _cli("gen-config", "--snapshot", str(SNAPS / "5060ti-2x-gen3x4.snapshot.json"), "--out", str(rig)) \
+        .returncode == 0
+    env = {**os.environ, "PYTEST_P2P_NVML": "off"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-m", "p2p", "--pyargs", "pytest_p2p.checks.test_evidence",
+                        "-p", "no:cacheprovider", f"--p2p-rig={rig}"], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=300)
+    assert r.returncode == 4, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "the evidence is the bundled DEMO snapshot, not this rig's machine" in r.stderr
+    assert "Traceback" not in r.stdout + r.stderr

@@ -6,6 +6,8 @@ Collected by ``pytest -m p2p --pyargs pytest_p2p``. Each check is parametrised p
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from pytest_p2p.evidence.diagnose import (
@@ -17,6 +19,12 @@ from pytest_p2p.evidence.diagnose import (
     judge_topology,
 )
 
+if TYPE_CHECKING:
+    from pytest_p2p.evidence.model import Evidence
+    from pytest_p2p.session import P2PSession
+
+Pair = tuple[int, int]
+
 pytestmark = pytest.mark.p2p
 
 
@@ -27,7 +35,7 @@ def _verdict(j: Judgement) -> None:
         pytest.fail(j.message(), pytrace=False)
 
 
-def test_rig_selection(p2p_session):
+def test_rig_selection(p2p_session: P2PSession) -> None:
     """Every GPU the rig names is on this machine (a GPU gone from the bus fails here, by bus id), and some
     pair is checked — else this skips with the reason (one GPU, MIG, no P2P between any two GPUs)."""
     resolved = p2p_session.resolved
@@ -41,28 +49,28 @@ def test_rig_selection(p2p_session):
         print(note)
 
 
-def test_peer_access(p2p_session, p2p_evidence, p2p_pair):
+def test_peer_access(p2p_session: P2PSession, p2p_evidence: Evidence, p2p_pair: Pair) -> None:
     """Both GPUs of the pair can access each other as peers (CUDA both ways; NVML read/write)."""
     _verdict(judge_peer_access(p2p_evidence, p2p_evidence.pair(*p2p_pair), p2p_session.resolved.pair_expect[p2p_pair]))
 
 
-def test_topology(p2p_session, p2p_evidence, p2p_pair):
+def test_topology(p2p_session: P2PSession, p2p_evidence: Evidence, p2p_pair: Pair) -> None:
     """The pair connects through the expected topology class (NV#, PIX, PXB, PHB, NODE, SYS)."""
     _verdict(judge_topology(p2p_evidence, p2p_evidence.pair(*p2p_pair), p2p_session.resolved.pair_expect[p2p_pair]))
 
 
-def test_pcie_link(p2p_session, p2p_evidence, p2p_gpu):
+def test_pcie_link(p2p_session: P2PSession, p2p_evidence: Evidence, p2p_gpu: int) -> None:
     """The PCIe link runs at least the expected generation and width under load."""
     _verdict(judge_pcie(p2p_evidence.gpu(p2p_gpu), p2p_session.resolved.gpu_expect[p2p_gpu]))
 
 
-def test_nvlink(p2p_session, p2p_evidence, p2p_gpu):
+def test_nvlink(p2p_session: P2PSession, p2p_evidence: Evidence, p2p_gpu: int) -> None:
     """All expected NVLinks are active at the expected version."""
     _verdict(judge_nvlink(p2p_evidence.gpu(p2p_gpu), p2p_session.resolved.gpu_expect[p2p_gpu]))
 
 
 @pytest.mark.gpu
-def test_error_counters(p2p_session, p2p_evidence, p2p_gpu):
+def test_error_counters(p2p_session: P2PSession, p2p_evidence: Evidence, p2p_gpu: int) -> None:
     """PCIe replay and NVLink CRC counters did not grow during the session (runs last)."""
     if not p2p_session.live:
         pytest.skip(f"a replay holds one reading; counter growth needs a live session ({p2p_session.label})")

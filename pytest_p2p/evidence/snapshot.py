@@ -59,6 +59,16 @@ def bundled_demo() -> Path:
     return Path(str(resources.files("pytest_p2p") / "demo" / DEMO_NAME))
 
 
+def is_bundled_demo(evidence: Evidence) -> bool:
+    """Whether ``evidence`` is the bundled demo recording (replayed because no GPU answered, or named)."""
+    if evidence.simulated:
+        return True
+    try:
+        return evidence.source == "snapshot" and Path(evidence.origin).resolve() == bundled_demo().resolve()
+    except (OSError, ValueError):
+        return False
+
+
 def snapshot_path(name: str) -> Path:
     """``demo`` is the bundled snapshot; anything else is a path."""
     return bundled_demo() if name == "demo" else Path(name)
