@@ -36,11 +36,12 @@ from ..errors import CampaignError, P2PError, RepFailed
 from ..lease import GpuLease
 from ..util import atomic_write_json
 from . import adaptive
-from .aggregate import aggregate, is_measurement, uplift_at
+from .aggregate import is_measurement
 from .backends import Backend, ModelBackend, ProbeBackend
 from .config import CampaignConfig
 from .energy import energy_metrics, window_energy
-from .envinfo import run_meta, sysctl_text, versions, write_env
+from .envinfo import run_meta, sysctl_text, write_env
+from .finish import write_final
 from .gpu import Abandoned, call_with_timeout, expected_links, wait_vram_free
 from .outcome import CampaignOutcome
 from .progress import Progress
@@ -368,40 +369,8 @@ class CampaignRunner(Generic[H]):
     # ------------------------------------------------------------------ the end
 
     def _finish(self, rd: RunWriter, result: CampaignResult, points: list[str]) -> None:
-        """Aggregates, uplift and the final run.json — also after an interruption or a full disk (with what exists)."""
-        cfg = self.config
-        try:
-            for arm in cfg.arms:
-                for point in points:
-                    reps = result.rep_data.get((arm, point), {})
-                    if reps:
-                        agg = aggregate(reps, cfg, self.kind)
-                        if point in result.decisions:
-                            agg["uplift_decision"] = result.decisions[point]
-                        result.aggregates[(arm, point)] = {"arm": arm, "point": point, **agg}
-                        rd.write_aggregate(arm, point, agg)
-        except OSError as exc:  # disk full: run.json below still gets the truth if it can
-            result.errors.append(str(exc))
-            if result.status == "complete":
-                result.status = "failed"
-        if cfg.arm_b is not None:
-            ks = list(range(1, result.reps + 1))
-            for point in points:
-                result.uplift[point] = uplift_at(*self._arm_reps(result, point), cfg, self.kind, ks)
-        if result.simulated:
-            result.notes.append("SIMULATED: stand-in server and/or simulated telemetry; not a measurement")
-        nccl = next((p.get("nccl_version") for p in result.proofs.values() if p), None)
-        try:
-            rd.write_run_meta({
-                "status": result.status, "missing": result.missing, "errors": result.errors, "reps": result.reps,
-                "decisions": result.decisions,
-                "rep_failures": [a.to_dict() for a in result.set_aside], "notes": result.notes,
-                "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "versions": versions(self.evidence, nccl),
-                "transport": {arm: (p or {}).get("transport") for arm, p in result.proofs.items()},
-            })
-        except OSError as exc:
-            result.errors.append(f"run.json could not be updated: {exc}")
+        """Aggregates, uplift, the final run.json (:func:`.finish.write_final`), then tell the subscribers."""
+        write_final(rd, result, points, self.config, self.kind, self.evidence)
         if self.progress is not None:
             self.progress.finish(f"[p2p] {self.pair_key}: campaign {result.status} -> {rd.path}")
         if self.on_finished is not None:
