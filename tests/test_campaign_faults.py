@@ -266,3 +266,27 @@ def test_atomic_write_failure_is_one_paragraph_naming_the_file_and_keeps_the_old
     assert msg.startswith(f"cannot write {target}: {os.strerror(err)}; {hint}") and "\n" not in msg
     assert json.loads(target.read_text()) == {"status": "running"}  # the old file, whole
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]  # no temporary file left behind
+
+
+def test_liveness_names_exit_code_signal_and_a_replaced_process(tmp_path: Path) -> None:
+    from pytest_p2p.campaign.liveness import Identity, death_cause, describe_exit, start_ticks
+
+    class Proc:
+        def __init__(self, pid: int, code: int | None) -> None:
+            self.pid, self.code = pid, code
+
+        def poll(self) -> int | None:
+            return self.code
+
+    me = os.getpid()
+    born = Identity.of(Proc(me, None))
+    assert born.start == start_ticks(me) and born.start is not None
+    assert death_cause(Proc(me, None), born) is None  # alive and the same process
+    replaced = death_cause(Proc(me, None), Identity(me, born.start - 1))
+    assert replaced is not None and "changed under us" in replaced and "restarted or replaced" in replaced
+    log = tmp_path / "server.log"
+    log.write_text("INFO starting\nERROR torch.OutOfMemoryError: CUDA out of memory\n")
+    killed = death_cause(Proc(me, -9), born, log)
+    assert killed is not None and "killed by SIGKILL (9)" in killed and "out of GPU memory" in killed
+    assert "CUDA out of memory" in killed  # the log tail is in the cause
+    assert describe_exit(3) == "exit code 3" and describe_exit(-15) == "killed by SIGTERM (15)"
