@@ -233,3 +233,13 @@ def test_a_generated_rig_without_nvml_is_a_usage_error_not_a_demo_judgement(tmp_
     assert r.returncode == 4, r.stdout[-2000:] + r.stderr[-2000:]
     assert "the evidence is the bundled DEMO snapshot, not this rig's machine" in r.stderr
     assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_eight_gpus_all_pairs_or_the_rigs_subset():
+    ev = snap("h100x8-dgx-nvswitch")
+    assert len(resolve(auto_rig(), ev).pairs) == 28
+    rig = parse_rig({"gpus": ["0000:18:00.0", "0000:2A:00.0", "0000:9A:00.0"],
+                     "pairs": [["0000:18:00.0", "0000:9A:00.0"]], "expect": {"topology": "NV18"}})
+    rr = resolve(rig, ev)
+    assert rr.gpus == [0, 1, 4] and rr.pairs == [(0, 4)] and rr.pair_expect[(0, 4)].topology == "NV18"
+    assert resolve(parse_rig({"pairs": "all"}), snap("5060ti-2x-gen3x4")).pairs == [(0, 1), (0, 2), (1, 2)]
