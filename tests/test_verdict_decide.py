@@ -9,8 +9,18 @@ import pytest
 
 from pytest_p2p import metrics
 from pytest_p2p.stats import (
-    Outcome, RunStats, SequentialPlan, StatsError, decide_change, decide_uplift, family_wise, holm_adjust,
-    outliers, screen_pairs, summarise, t_quantile,
+    Outcome,
+    RunStats,
+    SequentialPlan,
+    StatsError,
+    decide_change,
+    decide_uplift,
+    family_wise,
+    holm_adjust,
+    outliers,
+    screen_pairs,
+    summarise,
+    t_quantile,
 )
 
 
