@@ -198,11 +198,23 @@ class Store:
 
     # -- reading -------------------------------------------------------------------------
     def _record(self, row: Sequence[Any]) -> RunRecord:
-        names = tuple(str(r[0]) for r in self.backend.query(
-            "SELECT name FROM baselines WHERE run_id = ? ORDER BY name", (row[0],)))
-        return RunRecord(run_id=row[0], rig=row[1], pair_key=row[2], pair_ident=row[3], kind=row[4],
-                         started_at=row[5], saved_at=row[6], simulated=bool(row[7]), status=row[8],
-                         source_dir=row[9], fingerprint=json.loads(row[10]), baselines=names)
+        return self._records([row])[0]
+
+    def _records(self, rows: Sequence[Sequence[Any]]) -> list[RunRecord]:
+        """Rows of ``runs`` with their baseline names, in one query per 500 runs (not one per run:
+        a fleet database may be a network round trip away)."""
+        names: dict[str, list[str]] = {}
+        ids = [str(r[0]) for r in rows]
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            for run_id, name in self.backend.query(
+                    "SELECT run_id, name FROM baselines WHERE run_id IN (" + ",".join("?" * len(chunk)) + ") "
+                    "ORDER BY run_id, name", chunk):
+                names.setdefault(str(run_id), []).append(str(name))
+        return [RunRecord(run_id=row[0], rig=row[1], pair_key=row[2], pair_ident=row[3], kind=row[4],
+                          started_at=row[5], saved_at=row[6], simulated=bool(row[7]), status=row[8],
+                          source_dir=row[9], fingerprint=json.loads(row[10]),
+                          baselines=tuple(names.get(str(row[0]), ()))) for row in rows]
 
     def run(self, run_id: str) -> RunRecord:
         with self._reading(f"reading run {run_id}") as db:
@@ -231,7 +243,7 @@ class Store:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY r.started_at, r.run_id"
         with self._reading("listing runs") as db:
-            return [self._record(row) for row in db.query(sql, args)]
+            return self._records(db.query(sql, args))
 
     def baseline_names(self) -> list[tuple[str, int]]:
         with self._reading("listing baselines") as db:
@@ -254,7 +266,7 @@ class Store:
                 f"WHERE b.name = ? AND r.rig = ? AND r.pair_ident = ? AND r.kind {b.null_safe_eq} ? "
                 f"AND r.run_id {b.null_safe_ne} ? ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?",
                 (name, rig, ident, kind, exclude, depth))
-            return [self._record(row) for row in rows]
+            return self._records(rows)
 
     def metrics(self, run_id: str, arm: str | None = None, point: str | None = None) -> list[MetricRow]:
         sql = "SELECT arm, point, metric, n, mean, std, median, vals FROM results WHERE run_id = ?"

@@ -7,8 +7,8 @@ between runners, and with it the baseline that a regression is judged against.
 Same schema and semantics as the SQLite backend (store_base.SCHEMA). Guarantees, the
 PostgreSQL way:
 
-* every write is one transaction that first takes a transaction-scoped advisory lock
-  (``pg_advisory_xact_lock``), so writers from every runner are serialised exactly as
+* every write is one transaction, taken while holding an advisory lock
+  (``pg_advisory_lock``), so writers from every runner are serialised exactly as
   SQLite's ``BEGIN IMMEDIATE`` serialises them: no lost write, no half-written campaign;
 * the schema version lives in a ``p2p_meta`` table (SQLite's ``PRAGMA user_version`` and
   ``application_id``); a newer version or tables of ours that pytest-p2p did not create are
@@ -132,21 +132,33 @@ class PostgresBackend:
         return version
 
     def _setup(self, create: bool) -> None:
+        """Check the schema; create or migrate it under the writers' lock.
+
+        Outside the lock a runner creating the store at this moment can be seen half-way
+        (its tables committed between two of our catalog lookups), so only the fast path
+        (the current version, all tables there) is decided there; every other verdict —
+        missing, foreign, older — is reached again under the lock, where the creator has
+        committed or not begun, and checked before anything is written.
+        """
         with self.guard("reading its schema"):
-            version = self._version(self._meta())
-        if version == 0 and not create:
-            raise StoreMissing(f"baseline database {self.where} holds no pytest-p2p store yet "
-                               "(run a campaign with --p2p-save-baseline first)")
-        if version < SCHEMA_VERSION:
+            try:
+                version: int | None = self._version(self._meta())
+            except StoreError:
+                version = None  # foreign, or a creator seen half-way: decide under the lock
+        if version != SCHEMA_VERSION:
             with self.guard("creating or migrating its schema"), self.transaction():
-                self.execute("CREATE TABLE IF NOT EXISTS p2p_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-                current = self._version(self._meta())  # re-read under the lock: another runner may have won
-                for step in range(current + 1, SCHEMA_VERSION + 1):
-                    for sql in _steps(step):
-                        self.execute(sql)
-                for key, value in (("application", APPLICATION), ("schema_version", str(SCHEMA_VERSION))):
-                    self.execute("INSERT INTO p2p_meta (key, value) VALUES (?, ?) "
-                                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
+                version = self._version(self._meta())  # refuses a foreign or newer store for good
+                if version == 0 and not create:
+                    raise StoreMissing(f"baseline database {self.where} holds no pytest-p2p store yet "
+                                       "(run a campaign with --p2p-save-baseline first)")
+                if version < SCHEMA_VERSION:
+                    self.execute("CREATE TABLE IF NOT EXISTS p2p_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                    for step in range(version + 1, SCHEMA_VERSION + 1):
+                        for sql in _steps(step):
+                            self.execute(sql)
+                    for key, value in (("application", APPLICATION), ("schema_version", str(SCHEMA_VERSION))):
+                        self.execute("INSERT INTO p2p_meta (key, value) VALUES (?, ?) "
+                                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
         with self.guard("reading it"):
             self.query("SELECT count(*) FROM runs")
 
@@ -168,9 +180,21 @@ class PostgresBackend:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        with self.con.transaction():
-            self.con.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-            yield
+        """The writers' lock, then the transaction.
+
+        A session-level lock taken *before* BEGIN, not a transaction-level one inside it:
+        PostgreSQL refreshes a session's catalog cache at transaction start, so a store that
+        another runner created while we waited for the lock is seen (with the lock taken
+        inside the transaction, ``to_regclass`` could still answer from the stale cache).
+        The server drops the lock if the connection dies.
+        """
+        self.con.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        try:
+            with self.con.transaction():
+                yield
+        finally:
+            with suppress(self._psycopg.Error):
+                self.con.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
 
     @contextmanager
     def guard(self, action: str) -> Iterator[None]:

@@ -124,12 +124,18 @@ class SqliteBackend:
 
     def _setup(self) -> None:
         with self.guard("reading its schema"):
-            version, app = self._versions()
+            # one read transaction: a process creating the store now is seen before or after, not half-way
+            self._retry(lambda: self.db.execute("BEGIN"))
+            try:
+                version, app = self._versions()
+                foreign = app == 0 and self._has_foreign_tables()
+            finally:
+                self.db.execute("COMMIT")
             if version > SCHEMA_VERSION:
                 raise StoreError(f"baseline database {self.path} has schema version {version}, newer than "
                                  f"this pytest-p2p understands ({SCHEMA_VERSION}); upgrade pytest-p2p — "
                                  "the file was left untouched")
-            if app not in (0, APPLICATION_ID) or (app == 0 and self._has_foreign_tables()):
+            if app not in (0, APPLICATION_ID) or foreign:
                 raise StoreError(f"baseline database {self.path} is an SQLite file of another application; "
                                  "it was left untouched — point --p2p-db elsewhere")
             if version < SCHEMA_VERSION:
