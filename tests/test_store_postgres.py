@@ -241,3 +241,24 @@ def test_a_schema_of_its_own_through_the_url(pg: PgServer, tmp_path):
         assert [r.run_id for r in st.runs()] == ["r1"]
     assert _psql(url, "SELECT count(*) FROM fleet.runs") == [(1,)]
     assert _psql(url, "SELECT count(*) FROM public.runs") == [(0,)]
+
+
+def test_connection_lost_mid_save_leaves_no_half_written_campaign(pg: PgServer, tmp_path, monkeypatch):
+    """The server ends our session between the run row and its metric rows: nothing of the run is stored."""
+    url = pg.create_database()
+    with Store(url) as st:
+        backend = st.backend
+        assert isinstance(backend, store_postgres.PostgresBackend)
+        pid = backend.con.info.backend_pid
+        real = backend.executemany
+
+        def killed_first(sql: str, rows: object) -> None:
+            _psql(pg.url(), f"SELECT pg_terminate_backend({pid})")
+            real(sql, rows)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(backend, "executemany", killed_first)
+        with pytest.raises(StoreError, match="saving run r1 failed") as got:
+            st.save_run_dir(write_run(tmp_path, "r1"), accept="accepted")
+    _clean(str(got.value))
+    with Store(url) as st:
+        assert st.runs() == [] and st.baseline_names() == []

@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from store_pg import PASSWORD, PgServer, pg_fixture  # noqa: F401 - fixture
 from verdict_rundir import baseline_runs, write_run
 
+from pytest_p2p.errors import P2PError
 from pytest_p2p.verdict.baseline_cli import main
 from pytest_p2p.verdict.compare import compare_scenario
 from pytest_p2p.verdict.config import BaselineConfig
@@ -91,3 +94,26 @@ def test_same_verdicts_from_either_backend(tmp_path, pg: PgServer, scale):
                                 {m: (j.verdict, j.current) for m, j in r.metrics.items()}))
     assert results[:2] == results[2:]
     assert len(results[0][2]) == 5
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                           lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=12), kids,
+                                                                                      max_size=5), max_leaves=25)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=json_values, mutate=st.sampled_from(["replace", "run", "metric", "acceptance"]))
+def test_import_of_anything_is_an_import_or_a_store_error(tmp_path, data, mutate):
+    """Hostile or edited export files: either imported, or a P2PError (CLI: one line) with nothing written."""
+    db = tmp_path / "fuzz.db"
+    with Store(db) as store:
+        base = {"format": "pytest-p2p-baseline-export", "schema_version": 2, "runs": [], "acceptances": []}
+        run = {"run_id": "r", "rig": "x", "pair_ident": "a+b", "saved_at": "t", "fingerprint": {}, "metrics": []}
+        doc: object = {"replace": data, "run": {**base, "runs": [data]},
+                       "metric": {**base, "runs": [{**run, "metrics": [data]}]},
+                       "acceptance": {**base, "runs": [run], "acceptances": [data]}}[mutate]
+        before = store.export()["runs"]
+        try:
+            store.import_data(doc, source="fuzz.json")
+        except P2PError:
+            assert store.export()["runs"] == before
