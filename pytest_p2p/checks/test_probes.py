@@ -10,16 +10,22 @@ the end need a real GPU (marked ``gpu``).
 from __future__ import annotations
 
 import os
+from types import ModuleType
+from typing import Any
 
 import pytest
 
-from pytest_p2p.probes.allreduce import Row, busbw_factor
-from pytest_p2p.probes.hooks import busbw_problems, cuda_indices, latency_problems, uplift_table
+from pytest_p2p.probes.allreduce import AllReduceResult, Row, busbw_factor
+from pytest_p2p.probes.hooks import ProbeCase, ProbeState
+from pytest_p2p.probes.p2pcopy import P2PCopyResult
+from pytest_p2p.session import P2PSession
+from pytest_p2p.probes.hooks import cuda_indices
+from pytest_p2p.probes.judge import busbw_problems, latency_problems, uplift_table
 
 pytestmark = pytest.mark.p2p
 
 
-def _via_lines(result, limit: int = 6) -> str:
+def _via_lines(result: AllReduceResult, limit: int = 6) -> str:
     """The log's channel-connection lines, the raw proof behind the transport claim."""
     if result.log_path is None:
         return "(no NCCL log recorded)"
@@ -29,25 +35,26 @@ def _via_lines(result, limit: int = 6) -> str:
     return f"{result.log_path}:\n    {shown}{more}"
 
 
-def test_transport(p2p_probe_case, p2p_allreduce):
-    """NCCL used the transport the arm expects (P2P/CUMEM for p2p_on, SHM for p2p_off, ...)."""
+def test_transport(p2p_probe_case: ProbeCase, p2p_allreduce: AllReduceResult) -> None:
+    """NCCL used the transport the arm expects (P2P/CUMEM for p2p_on, SHM for p2p_off, ...), proven by a complete log."""
     arm = p2p_probe_case.arm
     if p2p_allreduce.proof is None:
         pytest.fail(f"arm {arm.name}: no NCCL log to prove the transport from", pytrace=False)
-    ok, msg = p2p_allreduce.proof.satisfies(arm.expect_transport)
-    if not ok:
-        pytest.fail(f"arm {arm.name} expects {arm.expect_transport}: {msg}\nproof lines: "
+    result = p2p_allreduce.proof.check(arm.expect_transport)
+    if result.outcome != "pass":
+        word = "cannot be proven" if result.outcome == "inconclusive" else "is contradicted"
+        pytest.fail(f"arm {arm.name} expects {arm.expect_transport}, which {word}: {result.why}\nproof lines: "
                     f"{_via_lines(p2p_allreduce)}", pytrace=False)
 
 
-def test_allreduce_correct(p2p_probe_case, p2p_allreduce):
+def test_allreduce_correct(p2p_probe_case: ProbeCase, p2p_allreduce: AllReduceResult) -> None:
     """The all-reduce sums exactly, at an LL-protocol size and a Simple-protocol size (eager and graph)."""
     if not p2p_allreduce.correct:
         bad = [c for c in p2p_allreduce.checks if c.get("wrong")] or p2p_allreduce.checks
         pytest.fail(f"arm {p2p_probe_case.arm.name}: wrong all-reduce results: {bad}", pytrace=False)
 
 
-def test_busbw(p2p_probe_state, p2p_probe_case, p2p_allreduce):
+def test_busbw(p2p_probe_state: ProbeState, p2p_probe_case: ProbeCase, p2p_allreduce: AllReduceResult) -> None:
     """Bus bandwidth at the rig's named sizes is at least its threshold (nccl-tests' busbw, GB/s)."""
     th = p2p_probe_state.cfg.thresholds_for(p2p_probe_case.arm.name)
     if not th.busbw_min_gbs:
@@ -57,7 +64,7 @@ def test_busbw(p2p_probe_state, p2p_probe_case, p2p_allreduce):
         pytest.fail(f"arm {p2p_probe_case.arm.name}: " + "; ".join(problems), pytrace=False)
 
 
-def test_latency(p2p_probe_state, p2p_probe_case, p2p_allreduce):
+def test_latency(p2p_probe_state: ProbeState, p2p_probe_case: ProbeCase, p2p_allreduce: AllReduceResult) -> None:
     """Time per all-reduce at the rig's named sizes is at most its threshold (us)."""
     th = p2p_probe_state.cfg.thresholds_for(p2p_probe_case.arm.name)
     if not th.latency_max_us:
@@ -67,7 +74,7 @@ def test_latency(p2p_probe_state, p2p_probe_case, p2p_allreduce):
         pytest.fail(f"arm {p2p_probe_case.arm.name}: " + "; ".join(problems), pytrace=False)
 
 
-def test_uplift(p2p_probe_state, p2p_pair):
+def test_uplift(p2p_probe_state: ProbeState, p2p_pair: tuple[int, int]) -> None:
     """The faster arm (p2p_on) beats the slower (p2p_off) at decode sizes by at least the rig's margin."""
     cfg, arms = p2p_probe_state.cfg, p2p_probe_state.arms
     up = cfg.uplift
@@ -75,7 +82,7 @@ def test_uplift(p2p_probe_state, p2p_pair):
     missing = [a for a in (up.faster, up.slower) if a not in selected]
     if missing:
         pytest.skip(f"uplift compares {up.faster} and {up.slower}; not probed: {', '.join(missing)}")
-    pair = tuple(p2p_pair)
+    pair = (p2p_pair[0], p2p_pair[1])
     faster = p2p_probe_state.allreduce(pair, arms[up.faster])
     slower = p2p_probe_state.allreduce(pair, arms[up.slower])
     lines, problems = uplift_table(faster, slower, cfg.uplift_sizes, up.min)
@@ -84,7 +91,7 @@ def test_uplift(p2p_probe_state, p2p_pair):
                     + "\n  ".join(lines), pytrace=False)
 
 
-def test_p2p_copy(p2p_copy):
+def test_p2p_copy(p2p_copy: P2PCopyResult) -> None:
     """With peer access, a direct peer copy is faster than the same copy staged through host memory."""
     if not p2p_copy.peer_access:
         pytest.skip(f"CUDA reports no peer access for this pair ({p2p_copy.can_access_peer}); nothing to compare")
@@ -96,22 +103,23 @@ def test_p2p_copy(p2p_copy):
 
 
 # -- in-process latency measurements through pytest-benchmark (need a real GPU) ----------------------
-def _torch_or_skip(p2p_session):
+def _torch_or_skip(p2p_session: P2PSession) -> Any:
     if not p2p_session.live:
         pytest.skip(f"needs a real GPU: the session's evidence is {p2p_session.label}")
     return pytest.importorskip("torch", reason="needs torch with CUDA")
 
 
 @pytest.mark.gpu
-def test_benchmark_p2p_copy_small(p2p_session, p2p_pair, request):
+def test_benchmark_p2p_copy_small(p2p_session: P2PSession, p2p_pair: tuple[int, int],
+                                  request: pytest.FixtureRequest) -> None:
     """4-byte device-to-device copy, synchronised inside the timed call (latency, not bandwidth)."""
     torch = _torch_or_skip(p2p_session)
     p2p_benchmark = request.getfixturevalue("p2p_benchmark")
-    d0, d1 = cuda_indices(p2p_session.evidence, tuple(p2p_pair))
+    d0, d1 = cuda_indices(p2p_session.evidence, (p2p_pair[0], p2p_pair[1]))
     src = torch.ones(1, dtype=torch.float32, device=f"cuda:{d0}")
     dst = torch.zeros(1, dtype=torch.float32, device=f"cuda:{d1}")
 
-    def copy():
+    def copy() -> None:
         dst.copy_(src, non_blocking=True)
         torch.cuda.synchronize(d1)
 
@@ -124,17 +132,18 @@ def test_benchmark_p2p_copy_small(p2p_session, p2p_pair, request):
 
 
 @pytest.mark.gpu
-def test_benchmark_decode_allreduce(p2p_session, p2p_pair, p2p_decode_size, request):
+def test_benchmark_decode_allreduce(p2p_session: P2PSession, p2p_pair: tuple[int, int], p2p_decode_size: int,
+                                    request: pytest.FixtureRequest) -> None:
     """Decode-size all-reduce over both GPUs, synchronised inside the timed call."""
     torch = _torch_or_skip(p2p_session)
     p2p_benchmark = request.getfixturevalue("p2p_benchmark")
-    import torch.cuda.nccl as nccl
+    nccl: ModuleType = pytest.importorskip("torch.cuda.nccl")
 
-    devs = cuda_indices(p2p_session.evidence, tuple(p2p_pair))
+    devs = cuda_indices(p2p_session.evidence, (p2p_pair[0], p2p_pair[1]))
     n = p2p_decode_size // 4
     bufs = [torch.zeros(n, dtype=torch.float32, device=f"cuda:{d}") for d in devs]
 
-    def all_reduce():
+    def all_reduce() -> None:
         nccl.all_reduce(bufs)
         for d in devs:
             torch.cuda.synchronize(d)

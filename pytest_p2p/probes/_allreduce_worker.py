@@ -204,7 +204,7 @@ def _time_replays(g: Any, dist: Any, torch: Any, launches: int) -> float:
 
 def _time_size(dist: Any, torch: Any, x: Any, spec: dict[str, Any], direct: Any = None) -> float:
     """Seconds per all-reduce of ``x`` on this rank."""
-    iters, launches = spec["iters"], spec["graph_launches"]
+    iters, launches = int(spec["iters"]), int(spec["graph_launches"])
     if direct is not None and spec["graph"]:
         g = _capture_direct(direct, torch, x, iters, spec["warmup"])
         if g is not None:

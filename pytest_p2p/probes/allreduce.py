@@ -21,13 +21,16 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..envs import subprocess_env
 from ..errors import ProbeError
 from ..util import atomic_write_json, atomic_write_text, format_size
 from .arms import Arm
 from .config import ProbeConfig
+
+if TYPE_CHECKING:
+    from .transport_model import TransportProof
 
 SCHEMA = 1
 WORKER_MODULE = "pytest_p2p.probes._allreduce_worker"
@@ -71,7 +74,7 @@ class AllReduceResult:
     correct: bool
     checks: list[dict[str, Any]]
     log_path: Path | None
-    proof: Any = None  # probes.transport.TransportProof
+    proof: TransportProof | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     nccl_tests: dict[str, Any] | None = None
 
@@ -95,7 +98,7 @@ class AllReduceResult:
             "correct": self.correct,
             "checks": self.checks,
             "log": self.log_path.name if self.log_path else None,
-            "transport": getattr(self.proof, "transport", None),
+            "transport": self.proof.transport if self.proof is not None else None,
             "meta": self.meta,
             "nccl_tests": self.nccl_tests,
         }
@@ -286,10 +289,15 @@ def merge_logs(logs: Sequence[Path], target: Path) -> Path:
     return target
 
 
-def proof_from_log(log_path: Path) -> Any:
+def proof_from_log(log_path: Path) -> TransportProof:
+    """The transport proof of a recorded NCCL log (an unreadable file is a ProbeError naming it)."""
     from .transport import parse_nccl_log
 
-    return parse_nccl_log(log_path.read_text(errors="replace"), str(log_path))
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError as exc:
+        raise ProbeError(f"{log_path}: cannot read the NCCL log ({exc.strerror or exc})") from None
+    return parse_nccl_log(text, str(log_path))
 
 
 def write_result(result: AllReduceResult, out: Path) -> None:

@@ -18,21 +18,31 @@ live session runs the probes; else the checks skip, saying they need a real GPU.
 from __future__ import annotations
 
 import importlib.util
-import json
-from collections.abc import Mapping
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from ..errors import P2PError, ProbeError
+from ..errors import P2PError
 from ..options import PROBE_REPLAY, resolve
 from ..util import format_size
-from .allreduce import AllReduceResult, proof_from_log
+from .allreduce import AllReduceResult
 from .arms import Arm
-from .config import ProbeConfig, Thresholds
+from .config import ProbeConfig
+from .judge import busbw_problems, latency_problems, uplift_table
 from .p2pcopy import P2PCopyResult
+from .replay import load_allreduce, load_copy, probes_dir, replay_index
+
+if TYPE_CHECKING:
+    from ..evidence.model import Evidence
+    from ..session import P2PSession
+
+__all__ = ["ProbeCase", "ProbeState", "busbw_problems", "cuda_indices", "latency_problems", "load_allreduce",
+           "load_copy", "probe_state", "probes_dir", "replay_index", "uplift_table"]
+_T = TypeVar("_T")
 
 DEMO_PROBES = "probes"
 
@@ -57,10 +67,10 @@ class ProbeCase:
 class ProbeState:
     """Per-session probe state: where results come from, and each probe's outcome (run once)."""
 
-    session: Any  # pytest_p2p.session.P2PSession
+    session: P2PSession
     replay: Path | None
     replay_origin: str = ""
-    cache: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    cache: dict[tuple[object, ...], tuple[str, Any]] = field(default_factory=dict)
 
     @property
     def cfg(self) -> ProbeConfig:
@@ -76,9 +86,23 @@ class ProbeState:
             return f"replay of {self.replay} ({self.replay_origin})"
         return "live probes" if self.session.live else f"no probes: {self.session.label}"
 
+    def no_cases_reason(self) -> str:
+        """Why there is nothing to probe: one GPU, MIG, no pair that can do P2P (the session says which)."""
+        try:
+            reason = self.session.resolved.no_pairs_reason
+        except P2PError as exc:
+            return f"no GPU pair to probe: {exc}"
+        return f"probes skipped: {reason or 'no GPU pair to probe'}"
+
+    def evidence(self) -> Evidence | None:
+        try:
+            return self.session.evidence
+        except P2PError:
+            return None
+
     def cases(self) -> list[ProbeCase]:
-        names = self.cfg.select_arms(self.arms, getattr(self.session.rig, "source", "rig"))
-        return [ProbeCase(tuple(p), self.arms[n]) for p in self.session.pairs for n in names]
+        names = self.cfg.select_arms(self.arms, self.session.rig.source)
+        return [ProbeCase((a, b), self.arms[n]) for a, b in self.session.pairs for n in names]
 
     def out_dir(self, pair: tuple[int, int], arm: str | None = None) -> Path:
         base = Path(self.session.results_root) / "probes" / f"gpu{pair[0]}-gpu{pair[1]}"
@@ -91,7 +115,7 @@ class ProbeState:
     def copy(self, pair: tuple[int, int]) -> P2PCopyResult:
         return self._once(("p2pcopy", pair), lambda: self._copy(pair))
 
-    def _once(self, key: tuple[Any, ...], make: Any) -> Any:
+    def _once(self, key: tuple[object, ...], make: Callable[[], _T]) -> _T:
         if key not in self.cache:
             try:
                 self.cache[key] = ("ok", make())
@@ -102,20 +126,26 @@ class ProbeState:
             if isinstance(value, pytest.skip.Exception):
                 pytest.skip(str(value.msg))
             pytest.fail(str(value), pytrace=False)
-        return value
+        result: _T = value
+        return result
 
-    def _need_live(self, what: str) -> None:
+    def _need_live(self, what: str, pair: tuple[int, int]) -> None:
         if not self.session.live:
             pytest.skip(f"{what} needs a real GPU: the session's evidence is {self.session.label}; replay "
                         f"recorded probe results with --p2p-probe-replay DIR")
+        ev = self.evidence()
+        mig = [i for i in pair if ev is not None and _mig(ev, i)]
+        if mig:
+            pytest.skip(f"{what}: MIG is enabled on {', '.join(f'gpu{i}' for i in mig)}: CUDA gives MIG instances "
+                        f"no peer access, so NCCL cannot use P2P between them; probe whole GPUs")
         if importlib.util.find_spec("torch") is None:
             pytest.skip(f"{what} needs torch (with CUDA) in this Python environment")
 
     def _allreduce(self, pair: tuple[int, int], arm: Arm) -> AllReduceResult:
         key = f"gpu{pair[0]}-gpu{pair[1]}/{arm.name}"
         if self.replay is not None:
-            return load_allreduce(self.replay, pair, arm.name, self.label)
-        self._need_live(f"the all-reduce probe ({key})")
+            return load_allreduce(self.replay, pair, arm.name, self.label, self.evidence())
+        self._need_live(f"the all-reduce probe ({key})", pair)
         from .allreduce import run_allreduce, write_result
 
         out = self.out_dir(pair, arm.name)
@@ -134,115 +164,42 @@ class ProbeState:
     def _copy(self, pair: tuple[int, int]) -> P2PCopyResult:
         if self.replay is not None:
             return load_copy(self.replay, pair, self.label)
-        self._need_live(f"the P2P copy probe (gpu{pair[0]}-gpu{pair[1]})")
+        self._need_live(f"the P2P copy probe (gpu{pair[0]}-gpu{pair[1]})", pair)
         from .p2pcopy import run_p2p_copy
 
         with _lease(pair, f"P2P copy probe gpu{pair[0]}-gpu{pair[1]}", self.cfg.timeout_s):
             return run_p2p_copy(pair, self.cfg, self.out_dir(pair), self.session.rig.env)
 
 
-def _lease(pair: tuple[int, int], what: str, timeout_s: float) -> Any:
+def _lease(pair: tuple[int, int], what: str, timeout_s: float) -> AbstractContextManager[object]:
     """The host-wide GPU lease: no probe overlaps a server or another probe on either GPU of the pair."""
     from ..lease import GpuLease, default_lock_dir
 
     return GpuLease(default_lock_dir()).hold(pair, what, timeout_s)
 
 
-def probes_dir(replay: Path) -> Path:
-    """Accept a results root (holding ``probes/``) or the ``probes/`` directory itself."""
-    return replay / "probes" if (replay / "probes").is_dir() else replay
-
-
-def load_allreduce(replay: Path, pair: tuple[int, int], arm: str, label: str) -> AllReduceResult:
-    """A recorded all-reduce result, its proof re-parsed from the recorded NCCL log."""
-    where = probes_dir(replay) / f"gpu{pair[0]}-gpu{pair[1]}" / arm
-    path = where / "allreduce.json"
-    if not path.is_file():
-        pytest.skip(f"{label}: no all-reduce recording for gpu{pair[0]}-gpu{pair[1]} arm {arm} ({path})")
+def _mig(ev: Evidence, index: int) -> bool:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ProbeError(f"{path}: unreadable JSON ({exc})") from None
-    log = where / (data.get("log") or "nccl.log")
-    result = AllReduceResult.from_dict(data, log if log.is_file() else None, str(path))
-    if (result.pair, result.arm) != (tuple(pair), arm):
-        raise ProbeError(f"{path}: records pair {result.pair_key} arm {result.arm}, "
-                         f"but sits under gpu{pair[0]}-gpu{pair[1]}/{arm}")
-    result.meta["replayed_from"] = str(where)
-    if result.log_path is not None:
-        result.proof = proof_from_log(result.log_path)
-    return result
-
-
-def load_copy(replay: Path, pair: tuple[int, int], label: str) -> P2PCopyResult:
-    path = probes_dir(replay) / f"gpu{pair[0]}-gpu{pair[1]}" / "p2pcopy.json"
-    if not path.is_file():
-        pytest.skip(f"{label}: no P2P copy recording for gpu{pair[0]}-gpu{pair[1]} ({path})")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ProbeError(f"{path}: unreadable JSON ({exc})") from None
-    result = P2PCopyResult.from_dict(data, str(path))
-    result.meta["replayed_from"] = str(path.parent)
-    return result
-
-
-# -- pure judgements (unit-tested; the checks print their messages) ---------------------------------
-def busbw_problems(result: AllReduceResult, thresholds: Thresholds) -> list[str]:
-    out = []
-    for size, floor in sorted(thresholds.busbw_min_gbs.items()):
-        row = result.row(size)
-        if row is None:
-            out.append(f"{format_size(size)}: not measured (add it to probe.sizes)")
-        elif row.busbw_gbs < floor:
-            out.append(f"{format_size(size)}: busbw {row.busbw_gbs:.1f} GB/s < {floor:g} GB/s")
-    return out
-
-
-def latency_problems(result: AllReduceResult, thresholds: Thresholds) -> list[str]:
-    out = []
-    for size, ceiling in sorted(thresholds.latency_max_us.items()):
-        row = result.row(size)
-        if row is None:
-            out.append(f"{format_size(size)}: not measured (add it to probe.sizes)")
-        elif row.time_us > ceiling:
-            out.append(f"{format_size(size)}: {row.time_us:.1f} us > {ceiling:g} us")
-    return out
-
-
-def uplift_table(faster: AllReduceResult, slower: AllReduceResult, sizes: tuple[int, ...],
-                 minimum: float) -> tuple[list[str], list[str]]:
-    """(lines, problems): per size, uplift = slower time / faster time - 1, which must be >= ``minimum``."""
-    lines, problems = [], []
-    for size in sizes:
-        f, s = faster.row(size), slower.row(size)
-        if f is None or s is None:
-            problems.append(f"{format_size(size)}: not measured in both arms")
-            continue
-        up = s.time_us / f.time_us - 1 if f.time_us > 0 else float("inf")
-        line = (f"{format_size(size)}: {faster.arm} {f.time_us:.1f} us vs {slower.arm} {s.time_us:.1f} us "
-                f"-> uplift {up:+.1%} (min {minimum:.0%})")
-        lines.append(line)
-        if up < minimum:
-            problems.append(line)
-    return lines, problems
+        return bool(ev.gpu(index).mig_mode)
+    except KeyError:
+        return False
 
 
 # -- pytest hooks ------------------------------------------------------------------------------------
 _STATE = pytest.StashKey[ProbeState]()
 
 
-def _get_session(config: pytest.Config) -> Any:
+def _get_session(config: pytest.Config) -> P2PSession:
     from ..evidence.hooks import session_or_usage_error
 
     return session_or_usage_error(config)
 
 
-def _on_demo_snapshot(session: Any) -> bool:
+def _on_demo_snapshot(session: P2PSession) -> bool:
     """The session replays the embedded demo snapshot (demo mode, or that file named explicitly)."""
-    if getattr(session, "demo", False):
+    if session.demo:
         return True
-    snap = getattr(getattr(session, "snapshot", None), "value", None)
+    snap = session.snapshot.value
     if snap is None:
         return False
     from ..session import DEMO_SNAPSHOT, demo_path
@@ -285,7 +242,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             cases = state.cases()
         except P2PError as exc:
             raise pytest.UsageError(f"pytest-p2p: {exc}") from None
-        metafunc.parametrize("p2p_probe_case", cases, ids=[c.id for c in cases], scope="session")
+        if not cases:  # one GPU, MIG, no P2P-capable pair: every probe check skips, saying why
+            skip = pytest.param(None, marks=pytest.mark.skip(reason=state.no_cases_reason()), id="no-pair")
+            metafunc.parametrize("p2p_probe_case", [skip], scope="session")
+        else:
+            metafunc.parametrize("p2p_probe_case", cases, ids=[c.id for c in cases], scope="session")
     if "p2p_decode_size" in metafunc.fixturenames:
         sizes = probe_state(metafunc.config).cfg.decode_sizes
         metafunc.parametrize("p2p_decode_size", sizes, ids=[format_size(s) for s in sizes])
@@ -306,10 +267,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         case, pair = params.get("p2p_probe_case"), None
         if isinstance(case, ProbeCase):
             pair = case.pair
-        elif "p2p_pair" in params and {"p2p_copy", "p2p_probe_state"} & set(getattr(item, "fixturenames", ())):
-            pair = params["p2p_pair"]
+        elif {"p2p_copy", "p2p_probe_state"} & set(getattr(item, "fixturenames", ())):
+            pair = _pair_param(params.get("p2p_pair"))  # NOTSET when the session has no pair (one GPU, MIG)
         if pair is not None:
             item.add_marker(pytest.mark.xdist_group(name=f"gpu{pair[0]}-gpu{pair[1]}"))
+
+
+def _pair_param(value: object) -> tuple[int, int] | None:
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return (int(value[0]), int(value[1]))
+    return None
 
 
 @pytest.fixture(scope="session")
@@ -346,7 +313,7 @@ def p2p_benchmark(request: pytest.FixtureRequest) -> Any:
     return bench
 
 
-def cuda_indices(evidence: Any, pair: tuple[int, int]) -> tuple[int, int]:
+def cuda_indices(evidence: Evidence, pair: tuple[int, int]) -> tuple[int, int]:
     """torch device indices of a pair's GPUs in *this* process, matched by UUID (CUDA's order may not be NVML's)."""
     import torch
 
@@ -368,12 +335,3 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if config.stash.get(SESSION_KEY, None) is None:  # not a p2p run: touch nothing
         return None
     return [f"p2p probes: {probe_state(config).label}"]
-
-
-def replay_index(replay: Path) -> Mapping[str, list[str]]:
-    """``{pair: [arms]}`` recorded under a replay directory (for messages and the report)."""
-    root = probes_dir(replay)
-    out: dict[str, list[str]] = {}
-    for pair_dir in sorted(p for p in root.glob("gpu*-gpu*") if p.is_dir()):
-        out[pair_dir.name] = sorted(a.parent.name for a in pair_dir.glob("*/allreduce.json"))
-    return out

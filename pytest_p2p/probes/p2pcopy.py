@@ -42,10 +42,10 @@ class P2PCopyResult:
 
     def unidir_gbs(self, mode: str) -> float:
         """The slower direction: a pair is as good as its worse way."""
-        return min(self.modes[mode]["unidir_gbs"].values())
+        return float(min(self.modes[mode]["unidir_gbs"].values()))
 
     def latency_us(self, mode: str) -> float:
-        return max(self.modes[mode]["latency_us"].values())
+        return float(max(self.modes[mode]["latency_us"].values()))
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "probe": "p2pcopy", "pair": list(self.pair), "bytes": self.bytes,

@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for line in verdicts:
                 print(line)
     except BrokenPipeError:  # `... | head`: the reader left; the status still stands
-        sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
+        sys.stdout = None  # no flush error at exit
     return status
 
 
