@@ -128,14 +128,17 @@ def test_hooks_label_p2p_tests_in_real_allure_results(pytester: pytest.Pytester)
     result.assert_outcomes(passed=4)
     results = [json.loads(p.read_text()) for p in out_dir.glob("*-result.json")]
     by_name = {r["name"]: r for r in results}
-    labelled = [r for name, r in by_name.items() if name.startswith("test_uplift")]
+    labelled = [r for r in results if r["fullName"].endswith("#test_uplift")]
     assert len(labelled) == 2
     for r in labelled:
         labels = {lab["name"]: lab["value"] for lab in r["labels"]}
         assert labels["rig"] == "demo-h200" and labels["concurrency"] == "8"
         assert labels["arm"] in ("p2p_on", "p2p_off")
         assert [a["name"] for a in r["attachments"]] == ["transport_proof.json"]
-    scen_result = next(r for name, r in by_name.items() if name.startswith("test_scenario"))
+        assert r["name"].startswith("uplift — ") and r["name"].endswith(labels["arm"])  # readable title
+        assert {p["name"]: p["value"] for p in r["parameters"]}["arm"] == labels["arm"]  # unquoted
+        assert labels["epic"] == "p2p" and labels["feature"] == "uplift" and labels["severity"] == "critical"
+    scen_result = next(r for r in results if r["fullName"].endswith("#test_scenario"))
     scen = {lab["name"]: lab["value"] for lab in scen_result["labels"]}
     assert {k: scen.get(k) for k in ("pair", "arm", "point", "size")} == {
         "pair": "gpu0-gpu1", "arm": "p2p_off", "point": "s8KiB", "size": "8KiB"}

@@ -41,7 +41,8 @@ def seed_copy(tmp_path: Path) -> Path:
 def test_reader_sees_every_scenario_and_the_population_std() -> None:
     run = read_seed_run(SEED)
     assert is_seed_layout(SEED) and not is_seed_layout(OURS)
-    assert sorted(s.name for s in run.scenarios) == sorted(f"{a}-c{c}" for a in ("p2p_on", "p2p_off") for c in (1, 2, 4, 8))
+    expected = sorted(f"{a}-c{c}" for a in ("p2p_on", "p2p_off") for c in (1, 2, 4, 8))
+    assert sorted(s.name for s in run.scenarios) == expected
     on1 = next(s for s in run.scenarios if s.name == "p2p_on-c1")
     assert on1.metrics["output_throughput"].values == (63.9867, 63.3248, 53.5476)
     assert on1.n_runs == 3 and sorted(on1.runs) == [1, 2, 3] and on1.power_watts[1] == pytest.approx(200.894, abs=1e-3)
@@ -63,7 +64,8 @@ def test_sample_std_convention_is_recognised(seed_copy: Path) -> None:
     assert sample_std(SeedStat(1.0, None, (1.0,))) is None
 
 
-def test_report_cli_renders_the_seed_table_uplift_and_proof(seed_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_cli_renders_the_seed_table_uplift_and_proof(seed_copy: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     before = sorted(p.relative_to(seed_copy) for p in seed_copy.rglob("*"))
     assert main([str(seed_copy)]) == 0
     out = capsys.readouterr().out

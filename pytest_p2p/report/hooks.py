@@ -1,22 +1,36 @@
-"""Pytest integration of the report stage: the results-at-a-glance terminal summary, allure labels.
+"""Pytest integration of the report stage: terminal summary, Allure, JUnit properties.
 
-The campaign stage calls :func:`record_run_dir` when a campaign's run directory is
-finished (or interrupted); at the end of the session we print each one's glance table
-and uplift line, read back from its ``summary.json`` (rendered here if the campaign did
-not get that far). Nothing heavy is imported at module load.
+* The campaign publishes ``pytest_p2p_campaign_finished`` (contract 6); we render the run
+  directory's summary and plots where it ran, and at the end of the session print each
+  run's glance table, uplift line and the seed's proof sections.
+* Allure: labels (epic = stage, feature = check, story = pair/arm/point, severity), a
+  readable title and parameters, evidence attached to every check, a history id that no
+  rootdir changes, fixture failures as *broken*, and environment/categories/executor
+  files at the end of the session (:mod:`.allure_meta`).
+* JUnit: the numbers as properties valid under xunit2 (:mod:`.junit_props`).
+
+Nothing heavy is imported at module load.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..errors import P2PError
 
+if TYPE_CHECKING:
+    from ..campaign.outcome import CampaignOutcome
+
 RUN_DIRS_KEY: pytest.StashKey[list[Path]] = pytest.StashKey[list[Path]]()
+ATTACHED_KEY: pytest.StashKey[set[str]] = pytest.StashKey[set[str]]()  # files attached once per session
+NOTES_KEY: pytest.StashKey[list[str]] = pytest.StashKey[list[str]]()
+INFRA_KEY: pytest.StashKey[bool] = pytest.StashKey[bool]()
+_CONFIG: list[pytest.Config] = []  # pytest_runtest_logreport gets no config; the session's one
 
 _PARAM_KEYS = ("rig", "pair", "arm", "concurrency", "point", "size")
 
@@ -63,6 +77,13 @@ def labels_for_item(item: pytest.Item) -> dict[str, str]:
             if name in params and (v := _label_value(params[name])) is not None:
                 out.setdefault(key, v)
                 break
+    for value in params.values():  # a ProbeCase(pair, arm) parameter
+        pair, arm = getattr(value, "pair", None), getattr(value, "arm", None)
+        if pair is not None and arm is not None:
+            if (v := _label_value(pair)) is not None:
+                out.setdefault("pair", v)
+            if (v := _label_value(arm)) is not None:
+                out.setdefault("arm", v)
     scenario = params.get("p2p_scenario", params.get("scenario"))
     if scenario is not None:
         arm, point = getattr(scenario, "arm", None), getattr(scenario, "point", None)
@@ -87,41 +108,204 @@ def labels_for_item(item: pytest.Item) -> dict[str, str]:
     return out
 
 
-def _attach_evidence(item: pytest.Item, found: dict[str, str]) -> None:
-    """Attach the files a campaign check is about: its scenario, its arm's proofs, or the summary."""
-    from .allure_attach import attach_file, attach_run_dir, attach_scenario
+def _alluredir(config: pytest.Config) -> Path | None:
+    d = getattr(config.option, "allure_report_dir", None)
+    return Path(d) if d else None
 
+
+def _listener_result(config: pytest.Config, item: pytest.Item) -> Any | None:
+    """allure-pytest's TestResult of this item (its listener's bookkeeping), or None."""
+    listener = config.pluginmanager.getplugin("allure_listener")
+    cache, logger = getattr(listener, "_cache", None), getattr(listener, "allure_logger", None)
+    if cache is None or logger is None:
+        return None
+    with contextlib.suppress(Exception):  # private structures of allure-pytest: never fail a test over them
+        uuid = cache.get(item.nodeid)
+        return logger.get_test(uuid) if uuid else None
+    return None
+
+
+def _attach_for(item: pytest.Item, allure: Any, found: dict[str, str]) -> None:
+    from . import allure_item
+
+    attached = item.config.stash.setdefault(ATTACHED_KEY, set())
     funcargs = getattr(item, "funcargs", {}) or {}
+    if funcargs.get("p2p_allreduce") is not None:
+        allure_item.attach_probe(allure, funcargs["p2p_allreduce"], attached)
+    if funcargs.get("p2p_copy") is not None:
+        allure_item.attach_copy(allure, funcargs["p2p_copy"])
+    if funcargs.get("p2p_evidence") is not None:
+        allure_item.attach_evidence(allure, funcargs["p2p_evidence"], found)
     run_dir = getattr(funcargs.get("p2p_campaign"), "run_dir", None)
-    if run_dir is None:
+    if run_dir is not None:
+        allure_item.attach_campaign(allure, Path(run_dir), found, attached)
+        _attach_trend(item, allure, Path(run_dir), found, attached)
+
+
+def _attach_trend(item: pytest.Item, allure: Any, run_dir: Path, found: dict[str, str], attached: set[str]) -> None:
+    point = found.get("point")
+    if not point or found.get("arm") or f"trend:{run_dir}:{point}" in attached:
         return
-    run_dir = Path(run_dir)
-    arm, point = found.get("arm"), found.get("point")
-    if arm and point:
-        attach_scenario(run_dir, arm, point)
-    elif arm:
-        for proof in sorted((run_dir / "scenarios").glob(f"{arm}-*/transport_proof.json")):
-            attach_file(proof, f"{proof.parent.name}/{proof.name}")
-    elif point:
-        attach_file(run_dir / "plots" / "uplift.png", "plots/uplift.png")
-        attach_file(run_dir / "summary.md")
-    else:
-        attach_run_dir(run_dir)
+    attached.add(f"trend:{run_dir}:{point}")
+    from ..options import DB, path_of, resolve
+    from .results import read_json
+    from .trend import history, trend_png
+
+    db = resolve(item.config, DB)
+    target = path_of(item.config, db) if db.value else item.config.rootpath / ".p2p" / "history.db"  # type: ignore[arg-type]
+    meta = read_json(run_dir / "run.json")
+    if not isinstance(meta, dict):
+        return
+    pair = str((meta.get("pair") or {}).get("key") or "")
+    metric = "time_us" if meta.get("kind") == "probe" else "output_throughput"
+    png = trend_png(history(target, str(meta.get("rig")), pair, point, metric),
+                    f"{metric} at {point}, {meta.get('rig')} {pair}: stored runs")
+    if png is not None:
+        allure.attach(png, name=f"trend {metric} {point}", attachment_type=allure.attachment_type.PNG)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_call(item: pytest.Item) -> None:
     if item.get_closest_marker("p2p") is None:
         return
-    from .allure_attach import available, labels
+    from .allure_attach import _allure
 
-    if not available():
+    allure = _allure()
+    if allure is None:
         return
+    from . import allure_item
+
     found = labels_for_item(item)
-    if found:
-        labels(**found)
-    with contextlib.suppress(OSError):  # an attachment is a convenience; never fail a check over it
-        _attach_evidence(item, found)
+    for name, value in found.items():
+        allure.dynamic.label(name, value)
+    allure.dynamic.epic(allure_item.stage_of(item))
+    allure.dynamic.feature((getattr(item, "originalname", None) or item.name).removeprefix("test_"))
+    story = " ".join(v for k in ("pair", "arm", "point") if (v := found.get(k)))
+    if story:
+        allure.dynamic.story(story)
+    allure.dynamic.severity(allure_item.severity_of(item))
+    allure.dynamic.title(allure_item.title_of(item, found))
+    for name, value in allure_item.readable_params(item).items():
+        allure.dynamic.parameter(name, value)
+    with contextlib.suppress(OSError, P2PError):  # an attachment is a convenience; never fail a check over it
+        _attach_for(item, allure, found)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if item.get_closest_marker("p2p") is None:
+        return report
+    if report.when == "setup" and report.failed:
+        item.stash[INFRA_KEY] = True  # a fixture could not provide the rig/server/probe: broken, not failed
+    if report.when == "call":
+        from .junit_props import item_numbers
+
+        for name, value in item_numbers(item):
+            if (name, value) not in item.user_properties:
+                item.user_properties.append((name, value))
+    return report
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    yield  # after allure-pytest's own teardown wrapper (ours is outer) has set fullName/historyId
+    if item.get_closest_marker("p2p") is None:
+        return
+    result = _listener_result(item.config, item)
+    if result is None:
+        return
+    from . import allure_item
+
+    ident = allure_item.stable_identity(item)
+    result.fullName, result.historyId, result.testCaseId = ident.full_name, ident.history_id, ident.test_case_id
+    readable = allure_item.readable_params(item)
+    for param in getattr(result, "parameters", []) or []:
+        if getattr(param, "name", None) in readable:  # allure's represent() quotes strings: 'gpu0-gpu1'
+            param.value = readable[param.name]
+    if item.stash.get(INFRA_KEY, False) and result.status == "failed":
+        result.status = "broken"
+    details = getattr(result, "statusDetails", None)
+    if details is not None and isinstance(getattr(details, "message", None), str):
+        details.message = allure_item.multiline_message(details.message)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    config = _CONFIG[0] if _CONFIG else None
+    if config is not None:
+        from .junit_props import move_to_suite
+
+        move_to_suite(config, report)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _CONFIG[:] = [config]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _CONFIG.clear()
+
+
+@pytest.hookimpl(optionalhook=True)  # the spec comes with the campaign stage's hooks (pytest_addhooks)
+def pytest_p2p_campaign_finished(config: pytest.Config, outcome: CampaignOutcome) -> None:
+    """Contract 6: render the run's summary (where it ran) and keep it for the terminal table and JUnit."""
+    if outcome.worker is None:
+        from .render import render_report
+
+        try:
+            render_report(outcome.run_dir)
+        except P2PError as exc:
+            config.stash.setdefault(NOTES_KEY, []).append(f"{outcome.run_dir}: report not rendered: {exc}")
+    record_run_dir(config, outcome.run_dir)
+    if hasattr(config, "workerinput"):
+        return  # the controller adds the JUnit properties when the hook fires there
+    from .junit_props import add_suite_property, campaign_properties
+
+    with contextlib.suppress(P2PError, OSError):
+        for name, value in campaign_properties(_load_summary(outcome.run_dir)):
+            add_suite_property(config, name, value)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    alluredir = _alluredir(config)
+    if alluredir is None or hasattr(config, "workerinput"):
+        return
+    from .allure_meta import write_allure_meta
+
+    with contextlib.suppress(OSError, P2PError):
+        write_allure_meta(alluredir, environment(config))
+
+
+def environment(config: pytest.Config) -> dict[str, str]:
+    """environment.properties: the stack and hardware of this session (rig, host, driver, GPUs, ...)."""
+    import platform
+
+    from ..session import SESSION_KEY
+
+    env: dict[str, str] = {"host": platform.node(), "python": platform.python_version()}
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        env["rig"] = str(getattr(getattr(session, "rig", None), "name", "") or "")
+        ev = getattr(session, "_evidence", None)  # only if this session already read it: never probe here
+        if ev is not None:
+            env["evidence"] = f"{ev.source} ({'SIMULATED demo' if ev.simulated else ev.origin})"
+            env["driver"] = str(ev.driver_version or "")
+            env["CUDA_driver"] = str(ev.cuda_driver_version or "")
+            env["GPUs"] = ", ".join(f"GPU{g.index} {g.name} {g.bus_id}" for g in ev.gpus)
+            env["topology"] = ", ".join(f"{p.key}={p.topology}" for p in ev.pairs if p.topology)
+    for run_dir in config.stash.get(RUN_DIRS_KEY, []):
+        with contextlib.suppress(P2PError, OSError):
+            from .results import read_json
+
+            versions = (read_json(run_dir / "run.json") or {}).get("versions") or {}
+            for key, label in (("nccl", "NCCL"), ("vllm", "vLLM"), ("torch", "torch"), ("driver", "driver"),
+                               ("cuda_driver", "CUDA_driver")):
+                if versions.get(key) and not env.get(label):
+                    env[label] = str(versions[key])
+    return env
 
 
 def _load_summary(run_dir: Path) -> dict[str, Any]:
@@ -147,6 +331,10 @@ def summary_lines(run_dir: Path) -> list[str]:
         return [f"{run_dir}: no summary: {exc}"]
     lines = glance_table(summary).splitlines()
     lines += uplift_line(summary).splitlines()
+    from .proof import proof_for_run, proof_text
+
+    with contextlib.suppress(OSError):
+        lines += proof_text(proof_for_run(run_dir, summary))
     for m in summary.get("missing") or []:
         lines.append(f"missing: {m}")
     lines.append(f"results: {run_dir / 'summary.md'}")
@@ -158,6 +346,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if not dirs:
         return
     terminalreporter.write_sep("=", "p2p results at a glance")
+    for note in config.stash.get(NOTES_KEY, []):
+        terminalreporter.write_line(f"note: {note}")
     for i, run_dir in enumerate(dirs):
         if i:
             terminalreporter.write_line("")
