@@ -49,6 +49,9 @@ class _Arm:
     def vllm_flags(self) -> list[str]:
         return []
 
+    def vllm_env(self) -> dict[str, str]:
+        return {}
+
 
 def _cpu_s(pid: int) -> float:
     rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -144,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                     "completed": res.completed, "failed": res.failed, "output_tok_s": res.output_throughput,
                     "offered_tok_s": c * 1000.0 / args.tpot_ms if args.tpot_ms else float("inf"),
                     "client_cpu_s": cpu, "client_cpu_util": cpu / wall,
-                    "client_cpu_util_max": res.client_cpu_util_max, "client_loop_lag_p99_ms": res.client_loop_lag_p99_ms,
+                    "client_cpu_util_max": res.client_cpu_util_max,
+                    "client_loop_lag_p99_ms": res.client_loop_lag_p99_ms,
                     "client_saturated": res.client_saturated,
                     # warm-up tokens cost client CPU too, so they count towards the ceiling
                     "client_ceiling_tok_s": (tokens + (warm - res.warmup_failed) * args.output_len) / cpu

@@ -43,6 +43,11 @@ KEYS = ("output_throughput", "mean_tpot_ms", "mean_itl_ms", "p99_itl_ms", "media
 
 _WORKER = r"""
 import argparse, contextlib, json, os, sys, importlib
+proto = os.fdopen(os.dup(1), "w", buffering=1)  # replies go here; anything bench prints goes to the log
+os.dup2(2, 1)
+def say(obj):
+    proto.write("@@bench@@ " + json.dumps(obj) + "\n")
+    proto.flush()
 mod = importlib.import_module(sys.argv[1])
 P = argparse.ArgumentParser
 for where in ("vllm.utils.argparse_utils", "vllm.utils"):
@@ -52,7 +57,7 @@ for where in ("vllm.utils.argparse_utils", "vllm.utils"):
         pass
 parser = P()
 mod.add_cli_args(parser)
-print(json.dumps({"ready": True, "flags": sorted(parser._option_string_actions)}), flush=True)
+say({"ready": True, "flags": sorted(parser._option_string_actions)})
 for line in sys.stdin:
     argv = json.loads(line)
     t = os.times()
@@ -64,7 +69,7 @@ for line in sys.stdin:
     except BaseException as exc:
         ok, err = False, f"{type(exc).__name__}: {exc}"
     u = os.times()
-    print(json.dumps({"ok": ok, "error": err, "cpu_s": (u.user - t.user) + (u.system - t.system)}), flush=True)
+    say({"ok": ok, "error": err, "cpu_s": (u.user - t.user) + (u.system - t.system)})
 """
 
 
@@ -76,6 +81,9 @@ class _Arm:
     def vllm_flags(self) -> list[str]:
         return []
 
+    def vllm_env(self) -> dict[str, str]:
+        return {}
+
 
 class Bench:
     """A persistent ``vllm bench serve`` worker: one import, many runs, results from its --save-result file."""
@@ -86,7 +94,7 @@ class Bench:
         self.proc = subprocess.Popen([python, "-c", _WORKER, module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, env=env, text=True)
         assert self.proc.stdout is not None
-        hello = json.loads(self.proc.stdout.readline() or '{"ready": false}')
+        hello = self._reply('{"ready": false}')
         if not hello.get("ready"):
             raise RuntimeError(f"bench worker did not start; see {log}")
         self.flags = set(hello["flags"])
@@ -99,7 +107,7 @@ class Bench:
             assert self.proc.stdin is not None and self.proc.stdout is not None
             self.proc.stdin.write(json.dumps(argv) + "\n")
             self.proc.stdin.flush()
-            reply = json.loads(self.proc.stdout.readline() or '{"ok": false, "error": "worker died", "cpu_s": 0}')
+            reply = self._reply('{"ok": false, "error": "worker died", "cpu_s": 0}')
             if reply["ok"] and out.exists():
                 return json.loads(out.read_text()), "", float(reply["cpu_s"])
             err = str(reply.get("error") or f"no result file {out}")
@@ -115,6 +123,14 @@ class Bench:
             self.cli = True
             return json.loads(out.read_text()), "", cpu
         return None, f"{err}; CLI exit {done.returncode}", cpu
+
+    def _reply(self, default: str) -> dict[str, object]:
+        """The worker's next protocol line (lines without the marker are skipped)."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("@@bench@@ "):
+                return dict(json.loads(line[10:]))
+        return dict(json.loads(default))
 
     def known(self, argv: list[str]) -> list[str]:
         """``argv`` without the flags (and their values) this bench version does not have, e.g. --num-warmups."""
@@ -191,14 +207,14 @@ def table(runs: list[dict[str, object]], concurrency: list[int]) -> str:
             lines.append(f"| {c} | 0 | - | - | - | - | - | - | - | - | - |")
             continue
 
-        def vals(who: str, key: str) -> list[float]:
+        def vals(who: str, key: str, full: list[dict[str, dict[str, object]]] = full) -> list[float]:
             return [float(p[who]["result"][key]) for p in full]  # type: ignore[index]
 
         ratio = [o / b if thr.higher_is_better else b / o
-                 for o, b in zip(vals("ours", "output_throughput"), vals("bench", "output_throughput"))]
+                 for o, b in zip(vals("ours", "output_throughput"), vals("bench", "output_throughput"), strict=True)]
 
         def diff(key: str) -> str:
-            d = [100.0 * (o / b - 1.0) for o, b in zip(vals("ours", key), vals("bench", key)) if b]
+            d = [100.0 * (o / b - 1.0) for o, b in zip(vals("ours", key), vals("bench", key), strict=True) if b]
             return f"{_med(vals('bench', key)):.3f} / {_med(vals('ours', key)):.3f} ({_med(d):+.1f} %)"
 
         cpu_o = max(float(p["ours"]["result"].get("client_cpu_util_max", 0.0)) for p in full)  # type: ignore[union-attr]

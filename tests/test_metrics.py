@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_p2p.serve.metrics import RequestRecord, compute_metrics, mean, percentile, std, summarize
@@ -71,6 +71,7 @@ def test_fractional_percentile_key() -> None:
     assert "p99.9_ttft_ms" in summarize("ttft", [0.1, 0.2], (99.9,))
 
 
+@settings(deadline=None, max_examples=50)
 @given(st.lists(st.floats(min_value=0, max_value=1e3, allow_nan=False), min_size=1, max_size=50),
        st.floats(min_value=0, max_value=100))
 def test_matches_numpy(values: list[float], p: float) -> None:

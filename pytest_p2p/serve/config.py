@@ -28,7 +28,12 @@ _KEYS = (
     "command", "model", "served_model_name", "args", "flags", "env", "startup_timeout_s",
     "request_timeout_s", "teardown_timeout_s", "idle_memory_tolerance_mib", "simulated", "load",
 )
-_LOAD_KEYS = ("input_len", "output_len", "num_prompts", "warmup", "seed", "endpoint", "client_processes")
+_LOAD_KEYS = ("input_len", "output_len", "num_prompts", "warmup", "seed", "endpoint", "client_processes", "transport",
+              "tokenizer", "request_rate")
+#: upper bounds of the section's numbers: far beyond any real use, small enough to never hang or overflow
+MAX_TIMEOUT_S = 7 * 86400.0
+MAX_TOKENS = 1_000_000
+MAX_PROMPTS = 10_000_000
 # Flags the launcher owns: a rig that sets them would fight the per-run values.
 _RESERVED = ("host", "port", "api-key")
 
@@ -43,7 +48,10 @@ class LoadDefaults:
     warmup: int = 2
     seed: int = 0
     endpoint: str = "completions"
-    client_processes: int = 1  # >1 shards the closed loop over processes (beyond one core's ceiling)
+    client_processes: int = 0  # 0: automatic (loadgen.plan_processes); n: shard over n client processes
+    transport: str = "raw"  # raw | openai | aiohttp (serve/transport.py)
+    tokenizer: str | None = None  # None: the model directory (vLLM) or the stand-in's words
+    request_rate: float = float("inf")  # requests/s (Poisson); inf: closed loop at the concurrency
 
 
 @dataclass(frozen=True)
@@ -99,7 +107,8 @@ class ServerConfig:
             "startup_timeout_s": self.startup_timeout_s, "request_timeout_s": self.request_timeout_s,
             "teardown_timeout_s": self.teardown_timeout_s,
             "idle_memory_tolerance_mib": self.idle_memory_tolerance_mib, "simulated": self.simulated,
-            "load": self.load.__dict__.copy(),
+            "load": {**self.load.__dict__,
+                     "request_rate": "inf" if self.load.request_rate == float("inf") else self.load.request_rate},
         }
 
 
@@ -156,8 +165,8 @@ def parse_server(value: Any, source: str, path: str = "server") -> ServerConfig:
                   for i, f in enumerate(v.sequence(data.get("flags") or [], source, v.join(path, "flags"))))
     env = v.env_mapping(data.get("env"), source, v.join(path, "env"))
 
-    def num(key: str, dflt: float, lo: float = 0.001) -> float:
-        return v.number(data[key], source, v.join(path, key), lo=lo) if key in data else dflt
+    def num(key: str, dflt: float, lo: float = 0.001, hi: float = MAX_TIMEOUT_S) -> float:
+        return v.number(data[key], source, v.join(path, key), lo=lo, hi=hi) if key in data else dflt
 
     simulated = (v.boolean(data["simulated"], source, v.join(path, "simulated"))
                  if "simulated" in data else is_standin(command))
@@ -167,7 +176,7 @@ def parse_server(value: Any, source: str, path: str = "server") -> ServerConfig:
         request_timeout_s=num("request_timeout_s", default.request_timeout_s),
         teardown_timeout_s=num("teardown_timeout_s", default.teardown_timeout_s),
         idle_memory_tolerance_mib=(v.integer(data["idle_memory_tolerance_mib"], source,
-                                             v.join(path, "idle_memory_tolerance_mib"), lo=0)
+                                             v.join(path, "idle_memory_tolerance_mib"), lo=0, hi=1 << 30)
                                    if "idle_memory_tolerance_mib" in data else default.idle_memory_tolerance_mib),
         simulated=simulated,
         load=parse_load(data.get("load"), source, v.join(path, "load")),
@@ -178,14 +187,22 @@ def parse_load(value: Any, source: str, path: str) -> LoadDefaults:
     data = v.mapping(value, source, path, allowed=_LOAD_KEYS)
     d = LoadDefaults()
 
-    def integer(key: str, dflt: int, lo: int) -> int:
-        return v.integer(data[key], source, v.join(path, key), lo=lo) if key in data else dflt
+    def integer(key: str, dflt: int, lo: int, hi: int) -> int:
+        return v.integer(data[key], source, v.join(path, key), lo=lo, hi=hi) if key in data else dflt
 
     endpoint = (v.string(data["endpoint"], source, v.join(path, "endpoint"), choices=("completions", "chat"))
                 if "endpoint" in data else d.endpoint)
+    transport = (v.string(data["transport"], source, v.join(path, "transport"), choices=("raw", "openai", "aiohttp"))
+                 if "transport" in data else d.transport)
+    tokenizer = v.string(data["tokenizer"], source, v.join(path, "tokenizer")) if data.get("tokenizer") else None
+    rate = data.get("request_rate", "inf")
+    request_rate = (float("inf") if rate in ("inf", float("inf"))
+                    else v.number(rate, source, v.join(path, "request_rate"), lo=1e-6, hi=1e9))
     return LoadDefaults(
-        input_len=integer("input_len", d.input_len, 1), output_len=integer("output_len", d.output_len, 1),
-        num_prompts=integer("num_prompts", d.num_prompts, 1), warmup=integer("warmup", d.warmup, 0),
-        seed=integer("seed", d.seed, 0), endpoint=endpoint,
-        client_processes=integer("client_processes", d.client_processes, 1),
+        input_len=integer("input_len", d.input_len, 1, MAX_TOKENS),
+        output_len=integer("output_len", d.output_len, 1, MAX_TOKENS),
+        num_prompts=integer("num_prompts", d.num_prompts, 1, MAX_PROMPTS),
+        warmup=integer("warmup", d.warmup, 0, MAX_PROMPTS), seed=integer("seed", d.seed, 0, 2**63 - 1),
+        endpoint=endpoint, client_processes=integer("client_processes", d.client_processes, 0, 4096),
+        transport=transport, tokenizer=tokenizer, request_rate=request_rate,
     )

@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..errors import P2PError, ServerError
+from ..errors import P2PError
 from ..util import atomic_write_json
 
 if TYPE_CHECKING:
     from .config import ServerConfig
-    from .server import RunningServer
+    from .result import LoadResult
+    from .server import ArmLike, RunningServer
 
 PLAN_KEY = pytest.StashKey["ServerPlan"]()
 
@@ -37,7 +38,7 @@ class ServerPlan:
 
     server: ServerConfig
     pairs: list[tuple[int, ...]]
-    arms: Mapping[str, Any]
+    arms: Mapping[str, ArmLike]
     rig_env: Mapping[str, str] = field(default_factory=dict)
     results_root: Path = Path("p2p-results") / "servers"
 
@@ -51,12 +52,10 @@ def server_plan(config: pytest.Config) -> ServerPlan:
     plan = config.stash.get(PLAN_KEY, None)
     if plan is None:
         from ..session import get_session
-        from .config import parse_server
 
         session = get_session(config)
         rig = session.rig
-        server = rig.sections.get("server") or parse_server(None, "rig", "server")
-        plan = ServerPlan(server=server, pairs=[tuple(p) for p in session.pairs], arms=rig.sections.get("arms") or {},
+        plan = ServerPlan(server=rig.server, pairs=[tuple(p) for p in session.pairs], arms=dict(rig.arms),
                           rig_env=dict(rig.env), results_root=Path(session.results_root) / "servers")
         config.stash[PLAN_KEY] = plan
     return plan
@@ -145,42 +144,47 @@ def openai_client(vllm_server: RunningServer) -> Iterator[Any]:
 class LoadRunner:
     """``load(concurrency, **overrides) -> dict``: run the load generator against the fixture's server.
 
-    Defaults come from the rig's ``server.load``. Every result is written (atomically) next
-    to the server log before anything else can fail, then the server is checked to still
-    be alive: a server that died under load fails the test *after* its numbers are saved.
+    Defaults come from the rig's ``server.load``; prompts are tokenized with the served
+    model's tokenizer (the stand-in's words when SIMULATED). Every result is written
+    (atomically) next to the server log before anything else can fail, then the server is
+    checked to still be the one we started: a server that died under load fails the test
+    *after* its numbers are saved. ``results`` keeps the typed results.
     """
 
     def __init__(self, server: RunningServer, name: str) -> None:
         self.server = server
         self.name = name
-        self.results: list[dict[str, Any]] = []
+        self.results: list[LoadResult] = []
 
     def __call__(self, concurrency: int, *, num_prompts: int | None = None, input_len: int | None = None,
                  output_len: int | None = None, warmup: int | None = None, seed: int | None = None,
-                 endpoint: str | None = None, client_processes: int | None = None) -> dict[str, Any]:
-        from .loadgen import run_load
+                 endpoint: str | None = None, client_processes: int | None = None) -> dict[str, object]:
+        from .loadgen import generate_load, make_spec
 
         srv = self.server
         d = srv.config.load
         srv.check_alive()
-        result = run_load(
-            srv.base_url, srv.api_key, srv.model, concurrency=concurrency,
-            num_prompts=num_prompts or d.num_prompts, input_len=input_len or d.input_len,
+        spec = make_spec(
+            concurrency=concurrency, num_prompts=num_prompts or d.num_prompts, input_len=input_len or d.input_len,
             output_len=output_len or d.output_len, warmup=d.warmup if warmup is None else warmup,
             seed=d.seed if seed is None else seed, endpoint=endpoint or d.endpoint,
-            request_timeout_s=srv.config.request_timeout_s,
-            client_processes=client_processes or d.client_processes)
-        result["simulated"] = srv.simulated
-        result["arm"] = srv.arm
-        result["pair"] = list(srv.pair)
-        self.results.append(result)
+            request_timeout_s=srv.config.request_timeout_s, transport=d.transport,
+            tokenizer=d.tokenizer or srv.tokenizer_id, request_rate=d.request_rate,
+            client_processes=d.client_processes if client_processes is None else client_processes)
+        try:
+            res = generate_load(srv.base_url, srv.api_key, srv.model, spec)
+        except ValueError as exc:
+            pytest.fail(f"load({concurrency}, ...): {exc}", pytrace=False)
+        res["simulated"] = srv.simulated
+        res["arm"] = srv.arm
+        res["pair"] = list(srv.pair)
+        self.results.append(res)
+        result = res.to_dict()
         path = srv.log_path.parent / f"load-{self.name}-c{concurrency}-{len(self.results)}.json"
         atomic_write_json(path, result)
-        if not srv.alive():
-            try:
-                srv.check_alive()
-            except ServerError as exc:
-                pytest.fail(f"load results were saved to {path}, but then: {exc}", pytrace=False)
+        dead = srv.death()
+        if dead is not None:
+            pytest.fail(f"load results were saved to {path}, but then: {dead.message()}", pytrace=False)
         return result
 
 

@@ -348,10 +348,7 @@ def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,
         cpu = cores[-1 - w % len(cores)] if spec.pin and n > 1 and len(cores) > n else None
         jobs.append(_Job(base_url, api_key, model, spec, prompts, offsets, tuple(range(w, spec.warmup, n)),
                          tuple(range(w, spec.num_prompts, n)), share, cpu))
-    if n > 1:
-        shards = _run_sharded(jobs)
-    else:
-        shards = [_run_coroutine(jobs[0])]
+    shards = _run_sharded(jobs) if n > 1 else [_run_coroutine(jobs[0])]
     warm = [r for sh in shards for r in sh.warm]
     recs: dict[int, RequestRecord] = {}
     for sh in shards:

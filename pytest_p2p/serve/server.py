@@ -20,33 +20,29 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import http.client
-import json
 import os
-import re
 import secrets
 import signal
-import socket
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..envs import subprocess_env
 from ..errors import ServerError
 from .config import ServerConfig
+from .logs import likely_cause, pair_key, tail
 from .procs import TOKEN_ENV, cmdline, find_leftovers, has_token, kill_tree, port_owners, session_of
+from .ready import API_KEY_ENV, check_port_free, free_port, prove_identity, wait_ready
 
 if TYPE_CHECKING:
     from .attest import Attestation
-
-#: vLLM reads its API key from this variable, so the per-launch secret never appears in argv
-API_KEY_ENV = "VLLM_API_KEY"
-__all__ = ["API_KEY_ENV", "TOKEN_ENV", "RunningServer", "ServerDeath", "find_leftovers", "kill_tree", "launch",
-           "likely_cause", "tail", "teardown"]
+__all__ = ["API_KEY_ENV", "TOKEN_ENV", "GpuUse", "RunningServer", "ServerDeath", "check_port_free", "find_leftovers",
+           "free_port", "gpu_usage", "kill_tree", "launch", "likely_cause", "pair_key", "prove_identity", "tail",
+           "teardown"]
 _LIVE: dict[int, tuple[int, str]] = {}  # leader pid -> (session id, token): killed at interpreter exit
 
 
@@ -61,55 +57,7 @@ class ArmLike(Protocol):
 
     def vllm_flags(self) -> list[str]: ...
 
-
-# ----------------------------------------------------------------------------- causes
-
-_CAUSES: tuple[tuple[str, str], ...] = (
-    (r"out of memory|OutOfMemoryError|CUDA error: out of memory|Not enough memory|"
-     r"No available memory for the cache blocks",
-     "out of GPU memory (lower --gpu-memory-utilization or --max-model-len, or free the GPUs)"),
-    (r"address already in use|Errno 98", "port in use (another server on the port)"),
-    (r"NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclInvalidUsage|NCCL WARN",
-     "NCCL error (see the NCCL INFO/WARN lines above; check the arm's NCCL_* env and the GPU pair)"),
-    (r"does not appear to have a file named|Repository Not Found|HFValidationError|"
-     r"not a valid model|No such file or directory.*(config\.json|model)|Invalid repository ID|"
-     r"We couldn't connect to 'https://huggingface.co'|LocalEntryNotFoundError",
-     "missing model (check server.model: a local directory, or set HF_HUB_OFFLINE=0)"),
-    (r"No module named", "missing Python module (is vLLM installed for this interpreter?)"),
-    (r"No CUDA GPUs are available|CUDA driver initialization failed|no CUDA-capable device",
-     "no GPU visible (CUDA_VISIBLE_DEVICES / driver)"),
-    (r"unrecognized arguments|error: argument|invalid choice", "bad command-line arguments for this server"),
-)
-
-
-def likely_cause(log_text: str, returncode: int | None = None) -> str:
-    """The most likely reason a server failed, from its log (last match wins: the final error)."""
-    best: tuple[int, str] | None = None
-    for pattern, cause in _CAUSES:
-        for m in re.finditer(pattern, log_text, re.IGNORECASE):
-            if best is None or m.start() > best[0]:
-                best = (m.start(), cause)
-    if best:
-        return best[1]
-    if returncode is not None and returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = str(-returncode)
-        return f"killed by signal {name}" + (" (the kernel OOM killer?)" if returncode == -9 else "")
-    return "unknown (read the log)"
-
-
-def tail(path: Path, lines: int = 30) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
-            data = fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(data.splitlines()[-lines:])
+    def vllm_env(self) -> Mapping[str, str]: ...
 
 
 # ----------------------------------------------------------------------------- processes
@@ -274,128 +222,6 @@ class RunningServer:
                 "ready_s": self.ready_s, "notes": list(self.notes)}
 
 
-def pair_key(pair: Sequence[int]) -> str:
-    return "-".join(f"gpu{i}" for i in pair)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _http(method: str, url: str, api_key: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, bytes]:
-    """Tiny stdlib HTTP client for readiness probes (keeps the launcher free of heavy imports)."""
-    import urllib.error
-    import urllib.request
-
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={
-        "Authorization": f"Bearer {api_key}", "Content-Type": "application/json"})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
-    try:
-        with opener.open(req, timeout=timeout) as resp:
-            return int(resp.status), resp.read()
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read()
-
-
-def _wait_ready(srv: RunningServer, deadline: float, request_timeout_s: float) -> None:
-    where = f"server for arm {srv.arm} on {pair_key(srv.pair)}"
-    stage = "waiting for /health"
-    last = ""
-    while True:
-        code = srv.process.poll()
-        if code is not None:
-            text = tail(srv.log_path, 400)
-            raise ServerError(
-                f"{where} exited with code {code} before it was ready ({stage}); "
-                f"likely cause: {likely_cause(text, code)}; command: {' '.join(srv.argv)}; "
-                f"log {srv.log_path}, last lines:\n{tail(srv.log_path)}")
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            text = tail(srv.log_path, 400)
-            raise ServerError(
-                f"{where} was not ready within the startup timeout (stage: {stage}; last answer: "
-                f"{last or 'none'}); likely cause: {likely_cause(text)}; raise server.startup_timeout_s "
-                f"if the model is just slow to load; log {srv.log_path}, last lines:\n{tail(srv.log_path)}")
-        try:
-            t = min(1.0 if srv.simulated else 3.0, max(0.2, remaining))
-            status, body = _http("GET", srv.base_url + "/health", srv.api_key, None, t)
-            if status != 200:
-                last = f"/health -> HTTP {status}"
-                raise ConnectionError(last)
-            stage = "waiting for /v1/models"
-            status, body = _http("GET", srv.base_url + "/v1/models", srv.api_key, None, t)
-            ids = [m.get("id") for m in json.loads(body or b"{}").get("data", [])] if status == 200 else []
-            if srv.model not in ids:
-                last = f"/v1/models -> HTTP {status}, models {ids}"
-                if status == 200:
-                    raise ServerError(f"{where} serves {ids}, not the configured model {srv.model!r}; "
-                                      "check server.model / served_model_name")
-                raise ConnectionError(last)
-            stage = "waiting for a first completion"
-            status, body = _http("POST", srv.base_url + "/v1/completions", srv.api_key,
-                                 {"model": srv.model, "prompt": "Hello", "max_tokens": 1, "temperature": 0.0},
-                                 min(request_timeout_s, max(1.0, remaining)))
-            if status == 200 and json.loads(body).get("choices"):
-                prove_identity(srv)
-                return
-            last = f"completion -> HTTP {status}: {body[:200].decode(errors='replace')}"
-            if status >= 400:
-                raise ServerError(f"{where} answers /health and /v1/models but its first completion failed: "
-                                  f"{last}; log {srv.log_path}, last lines:\n{tail(srv.log_path)}")
-        except ServerError:
-            raise
-        except (OSError, ValueError, AttributeError, http.client.HTTPException) as exc:
-            # refused, reset, timeout, half-written JSON, JSON of another shape (not a vLLM
-            # answer: something else on the port?): not ready yet, the timeout message says what came.
-            # Our own ConnectionError carries the answer as set above; anything else replaces it, so
-            # "last answer" is the latest one, not a "connection refused" from the first second.
-            last = str(exc) if type(exc) is ConnectionError else f"{type(exc).__name__}: {exc}"
-        time.sleep(0.1 if srv.simulated else 1.0)
-
-
-def prove_identity(srv: RunningServer) -> None:
-    """The server that answered is the one we started: our process owns the port, or it holds our secret.
-
-    An unauthenticated server already listening on the port answers /health, /v1/models and
-    a completion like ours would; its pid is not ours, and it does not refuse a wrong key.
-    The owner from /proc decides when /proc can tell; otherwise the key check does.
-    """
-    where = f"port {srv.port} for arm {srv.arm} on {pair_key(srv.pair)}"
-    owners = port_owners(srv.port)
-    strangers = [p for p in owners or [] if not srv.ours(p)]
-    status = 0
-    if not strangers:
-        status, _ = _http("GET", srv.base_url + "/v1/models", "p2p-wrong-" + secrets.token_hex(8), None, 5.0)
-    if strangers or (not owners and status != 401):
-        who = (f"pid {strangers[0]} ({cmdline(strangers[0])}) is listening there" if strangers
-               else f"a process that answers a wrong API key with HTTP {status} is listening there")
-        raise ServerError(f"an impostor answers on {where}: {who}, not the server we started (pid {srv.pid}); "
-                          f"stop it or pick another port; our server's log {srv.log_path}:\n{tail(srv.log_path)}")
-    if not owners:
-        srv.notes.append(f"port {srv.port}: /proc does not say which pid listens; identity proven by the API key")
-    elif status != 401:
-        srv.notes.append(f"the server does not enforce its API key (a wrong key got HTTP {status}); "
-                         f"does it read ${API_KEY_ENV}?")
-
-
-def check_port_free(host: str, port: int) -> None:
-    """:class:`ServerError` naming the process (pid, command) that already listens on ``port``."""
-    owners = port_owners(port)
-    if owners:
-        raise ServerError(f"port {port} on {host} is already in use by pid {owners[0]} ({cmdline(owners[0])}); "
-                          "a server started there would fail with 'address in use' and that process would be "
-                          "measured instead; stop it or leave the port unset (a free one is chosen)")
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise ServerError(f"port {port} on {host} cannot be bound ({exc.strerror or exc}): another process "
-                              "(not visible to us) holds it; stop it or leave the port unset") from None
-
-
 @contextlib.contextmanager
 def launch(config: ServerConfig, arm: ArmLike, pair: Sequence[int], rig_env: Mapping[str, str] | None,
            log_path: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int | None = None,
@@ -413,7 +239,7 @@ def launch(config: ServerConfig, arm: ArmLike, pair: Sequence[int], rig_env: Map
     api_key = "p2p-" + secrets.token_urlsafe(18)
     port = port or free_port(host)
     check_port_free(host, port)
-    arm_vllm_env = arm.vllm_env() if hasattr(arm, "vllm_env") else None  # e.g. symmetric-memory all-reduce
+    arm_vllm_env = arm.vllm_env()  # e.g. symmetric-memory all-reduce
     # the secret travels in the environment (readable only by us and root), never in argv (/proc/PID/cmdline)
     env = subprocess_env(pair, rig_env, config.env, arm.env, arm_vllm_env, extra_env,
                          {TOKEN_ENV: token, API_KEY_ENV: api_key})
@@ -437,7 +263,7 @@ def launch(config: ServerConfig, arm: ArmLike, pair: Sequence[int], rig_env: Map
         srv.model = _served_name_from_argv(argv)
     t0 = time.monotonic()
     try:
-        _wait_ready(srv, t0 + (startup_timeout_s or config.startup_timeout_s), config.request_timeout_s)
+        wait_ready(srv, t0 + (startup_timeout_s or config.startup_timeout_s), config.request_timeout_s)
         srv.ready_s = time.monotonic() - t0
         yield srv
     finally:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -79,7 +79,8 @@ class HFTokenizer:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._tok: object
+        self._encode: Callable[[str], list[int]]
+        self._decode: Callable[[Sequence[int]], str]
         path = Path(name)
         file = path / "tokenizer.json" if path.is_dir() else path
         if file.is_file() and file.name.endswith(".json"):
@@ -116,10 +117,10 @@ class HFTokenizer:
             raise ServerError(f"tokenizer {name}: no non-special token ids")
 
     def encode(self, text: str) -> list[int]:
-        return self._encode(text)  # type: ignore[no-any-return]
+        return self._encode(text)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._decode(ids)  # type: ignore[no-any-return]
+        return self._decode(ids)
 
     def allowed_ids(self) -> list[int]:
         return self._allowed
