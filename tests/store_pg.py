@@ -90,7 +90,15 @@ def pg_server() -> Iterator[PgServer]:
         _unavailable("no initdb found (apt-get install postgresql, or set PYTEST_P2P_PG_BIN)")
         return
     as_root = os.geteuid() == 0
-    user: dict[str, object] = {"user": "nobody", "group": "nogroup", "extra_groups": []} if as_root else {}
+    user: dict[str, object] = {}
+    if as_root:  # initdb and postgres refuse to run as root
+        import pwd
+
+        try:
+            nobody = pwd.getpwnam("nobody")
+        except KeyError:
+            _unavailable("running as root, and there is no 'nobody' user to run initdb/postgres as")
+        user = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
     top = Path(tempfile.mkdtemp(prefix="p2p-pg-"))
     os.chmod(top, 0o755)
     data, sock = top / "data", top / "sock"
@@ -99,14 +107,17 @@ def pg_server() -> Iterator[PgServer]:
     pwfile.write_text(PASSWORD + "\n")
     if as_root:
         for p in (top, sock, pwfile):
-            shutil.chown(p, "nobody", "nogroup")
+            os.chown(p, nobody.pw_uid, nobody.pw_gid)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", "HOME": str(top)}
     proc: subprocess.Popen[bytes] | None = None
     try:
-        init = subprocess.run(
-            [str(bindir / "initdb"), "-D", str(data), "-U", SUPERUSER, f"--pwfile={pwfile}", "-E", "UTF8",
-             "--locale=C", "--auth-host=scram-sha-256", "--auth-local=scram-sha-256"],
-            capture_output=True, env=env, timeout=120, **user)  # type: ignore[call-overload]
+        try:
+            init = subprocess.run(
+                [str(bindir / "initdb"), "-D", str(data), "-U", SUPERUSER, f"--pwfile={pwfile}", "-E", "UTF8",
+                 "--locale=C", "--auth-host=scram-sha-256", "--auth-local=scram-sha-256"],
+                capture_output=True, env=env, timeout=120, **user)  # type: ignore[call-overload]
+        except (OSError, subprocess.SubprocessError) as exc:  # e.g. nobody may not execute it
+            _unavailable(f"initdb could not run{' as nobody' if as_root else ''}: {exc}")
         if init.returncode != 0:
             _unavailable(f"initdb failed: {init.stderr.decode(errors='replace')[-500:]}")
         for attempt in range(3):
