@@ -1,0 +1,140 @@
+"""The stream parser and the raw transport: every malformed stream is a counted failure with a reason."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_p2p.probes.arms import PRESETS
+from pytest_p2p.serve.config import parse_server
+from pytest_p2p.serve.loadgen import generate_load, make_spec, run_load
+from pytest_p2p.serve.metrics import RequestRecord
+from pytest_p2p.serve.server import RunningServer, launch
+from pytest_p2p.serve.transport import RawTransport, StreamError, StreamParser
+
+
+def _sse(*events: object) -> bytes:
+    return b"".join(b"data: " + (e if isinstance(e, bytes) else json.dumps(e).encode()) + b"\n\n" for e in events)
+
+
+def _parse(data: bytes, splits: list[int] | None = None, chat: bool = False) -> RequestRecord:
+    rec = RequestRecord(start_time=0.0)
+    p = StreamParser(rec, chat=chat)
+    cuts = sorted({0, len(data), *(s % (len(data) + 1) for s in splits or [])})
+    for i, (a, b) in enumerate(zip(cuts, cuts[1:], strict=False)):
+        p.feed(data[a:b], float(i + 1))
+    p.finish()
+    return rec
+
+
+TOKENS = [{"choices": [{"index": 0, "text": " a"}]}] * 3
+USAGE = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+
+
+def test_good_stream_counts_server_usage() -> None:
+    rec = _parse(_sse(*TOKENS, USAGE, b"[DONE]"), splits=[10, 30, 200])
+    assert rec.output_tokens == 3 and rec.server_prompt_tokens == 5 and len(rec.itl) == 2  # 3 chunks, 2 gaps
+
+
+@pytest.mark.parametrize(("usage", "reason"), [
+    ({"prompt_tokens": 5, "completion_tokens": "many"}, "completion_tokens is 'many'"),
+    ([1, 2], "is not an object"),
+    ({"prompt_tokens": 5, "completion_tokens": -1}, "not a count"),
+    ({"prompt_tokens": 5, "completion_tokens": True}, "not a count"),
+    ({"prompt_tokens": "x", "completion_tokens": 3}, "prompt_tokens"),
+    ({"prompt_tokens": 5}, "no usage report"),
+])
+def test_malformed_usage_is_a_stream_error(usage: Any, reason: str) -> None:
+    with pytest.raises(StreamError, match=reason):
+        _parse(_sse(*TOKENS, {"choices": [], "usage": usage}, b"[DONE]"))
+
+
+@pytest.mark.parametrize(("events", "reason"), [
+    ([b"{not json"], "not JSON"),
+    ([[1, 2]], "not an object"),
+    ([{"choices": "abc"}], "choices is"),
+    ([{"error": {"message": "boom"}}], "error event in stream: .*boom"),
+    (TOKENS + [USAGE], "cut short"),
+    ([USAGE, b"[DONE]"], "no content chunk"),
+])
+def test_malformed_stream_is_a_stream_error(events: list[object], reason: str) -> None:
+    with pytest.raises(StreamError, match=reason):
+        _parse(_sse(*events))
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.binary(max_size=300), st.lists(st.integers(0, 400), max_size=6))
+def test_parser_never_raises_anything_but_stream_error(junk: bytes, splits: list[int]) -> None:
+    try:
+        _parse(b"data: " + junk + b"\n\n" + _sse(*TOKENS), splits)
+    except StreamError:
+        pass
+
+
+# ----------------------------------------------------------------------------- through a server
+
+
+def _cfg(fault: str = "", after: int = 0) -> Any:
+    args: dict[str, Any] = {"ttft-ms": 1, "tpot-ms": 0.3, "jitter": 0}
+    if fault:
+        args.update({"fault": fault, "fault-after": after})
+    return parse_server({"command": ["python", "-m", "pytest_p2p.serve.standin"], "model": "tiny", "args": args,
+                         "startup_timeout_s": 20, "teardown_timeout_s": 2}, "rig.yaml")
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    with launch(_cfg(), PRESETS["p2p_on"], (0, 1), None, tmp_path_factory.mktemp("st") / "server.log") as s:
+        yield s
+
+
+@pytest.mark.parametrize("arg", ["many", "list"])
+def test_server_with_malformed_usage_gives_failed_requests_not_exceptions(arg: str, tmp_path: Path) -> None:
+    with launch(_cfg(f"bad-usage={arg}", after=1), PRESETS["p2p_on"], (0, 1), None, tmp_path / "s.log") as s:
+        for transport in ("raw", "openai"):
+            r = run_load(s.base_url, s.api_key, s.model, concurrency=2, num_prompts=3, input_len=4, output_len=3,
+                         warmup=0, transport=transport)
+            assert r["completed"] == 0 and r["failed"] == 3, transport
+            assert "malformed usage" in str(r["error_summary"]), r["error_summary"]
+
+
+@pytest.mark.parametrize("transport", ["raw", "openai"])
+def test_transports_agree_on_counts(srv: RunningServer, transport: str) -> None:
+    records: list[RequestRecord] = []
+    res = generate_load(srv.base_url, srv.api_key, srv.model,
+                        make_spec(concurrency=3, num_prompts=6, input_len=7, output_len=40, warmup=1,
+                                  transport=transport, keep_chunk_times=True), records)
+    assert res.completed == 6 and res.total_output_tokens == 240 and res.total_input_tokens == 42
+    assert res.server_input_tokens == 42 and res.transport == transport
+    assert all(len(r.chunk_times or []) == 40 and len(r.itl) == 39 for r in records)
+
+
+def test_raw_transport_reuses_its_connections(srv: RunningServer) -> None:
+    async def go() -> int:
+        t = RawTransport(srv.base_url, srv.api_key)
+        for i in range(3):
+            rec = RequestRecord(start_time=0.0)
+            p = StreamParser(rec, chat=False)
+            await t.stream("completions", {"model": srv.model, "prompt": "a b", "max_tokens": 300, "stream": True,
+                                           "stream_options": {"include_usage": True}}, f"r{i}", p.feed)
+            p.finish()
+            assert rec.output_tokens == 300
+        n = len(t.idle)
+        await t.close()
+        return n
+
+    assert asyncio.run(go()) == 1  # one keep-alive connection carried all three requests
+
+
+def test_raw_transport_refuses_https() -> None:
+    from pytest_p2p.errors import ServerError
+
+    with pytest.raises(ServerError, match="not http://HOST:PORT"):
+        RawTransport("https://example.invalid", "k")

@@ -1,0 +1,146 @@
+"""The workload in tokens, the bench-compatible result keys, peaks and goodput, the load section's ranges."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from pytest_p2p.errors import ConfigError, ServerError
+from pytest_p2p.serve.config import parse_server
+from pytest_p2p.serve.loadgen import LoadSpec, make_spec, plan_processes
+from pytest_p2p.serve.metrics import RequestRecord, goodput, peaks
+from pytest_p2p.serve.result import SATURATED_CPU, ClientStats, LoadResult, bench_keys
+from pytest_p2p.serve.workload import WordTokenizer, arrival_offsets, load_tokenizer, token_prompts
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("tokenizers")
+    from pytest_p2p.serve.tinymodel import write_tiny_model
+
+    d = tmp_path_factory.mktemp("tiny")
+    write_tiny_model(d)
+    return d
+
+
+def test_prompts_have_exactly_the_asked_tokens_with_a_real_bpe(model_dir: Path) -> None:
+    tok = load_tokenizer(str(model_dir))
+    prompts = token_prompts(tok, 40, 128, seed=3)
+    assert [len(tok.encode(p)) for p in prompts] == [128] * 40
+    assert len(set(prompts)) == 40 and prompts == token_prompts(tok, 40, 128, seed=3)  # same for every arm
+    assert token_prompts(tok, 40, 128, seed=4) != prompts
+
+
+def test_unknown_tokenizer_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(ServerError, match="cannot read"):
+        load_tokenizer(str(tmp_path))
+
+
+def test_word_tokenizer_prompts_for_the_standin() -> None:
+    tok = WordTokenizer()
+    assert all(len(p.split()) == 9 for p in token_prompts(tok, 5, 9, seed=1))
+
+
+def test_poisson_arrivals_are_seeded_with_the_asked_mean_rate() -> None:
+    a = arrival_offsets(4000, 20.0, 1.0, seed=5)
+    assert a == arrival_offsets(4000, 20.0, 1.0, seed=5) and a[0] == 0.0 and a == sorted(a)
+    assert 4000 / a[-1] == pytest.approx(20.0, rel=0.08)
+    gaps = [y - x for x, y in zip(a, a[1:], strict=False)]
+    cv = math.sqrt(sum((g - a[-1] / len(gaps)) ** 2 for g in gaps) / len(gaps)) / (a[-1] / len(gaps))
+    assert cv == pytest.approx(1.0, abs=0.1)  # exponential gaps (burstiness 1)
+    assert arrival_offsets(3, math.inf, 1.0, seed=0) == [0.0, 0.0, 0.0]
+
+
+def _rec(start: float, ttft: float, itl: list[float], tokens: int, ok: bool = True) -> RequestRecord:
+    return RequestRecord(success=ok, output_tokens=tokens, ttft=ttft, itl=itl, latency=ttft + sum(itl),
+                         start_time=start, error="" if ok else "x")
+
+
+def test_peaks_and_goodput_by_bench_rules() -> None:
+    recs = [_rec(0.0, 0.1, [0.2] * 9, 10), _rec(0.5, 0.1, [0.05] * 4, 5), _rec(0.2, 0.0, [], 0, ok=False)]
+    # tokens at 0.1..1.9 (first) and 0.6..0.8 (second): bucket 0 holds 5 + 5
+    assert peaks(recs) == (10.0, 2)
+    assert goodput(recs, 2.0, {"ttft": 150}) == 1.0
+    assert goodput(recs, 2.0, {"tpot": 100}) == 0.5  # the first request's TPOT is 200 ms
+    with pytest.raises(ValueError, match="goodput SLOs"):
+        goodput(recs, 2.0, {"itl": 1})
+
+
+def _result(**kw: object) -> LoadResult:
+    base: dict[str, object] = dict(
+        model_id="m", tokenizer_id="t", endpoint="completions", num_prompts=1, input_len=4, output_len=2, seed=0,
+        warmup=0, max_concurrency=1, request_rate=math.inf, burstiness=1.0, transport="raw", duration=1.0,
+        completed=1, failed=0, total_input_tokens=4, total_output_tokens=2, server_input_tokens=5,
+        request_throughput=1.0, request_goodput=None, output_throughput=2.0, total_token_throughput=6.0,
+        max_output_tokens_per_s=2.0, max_concurrent_requests=1,
+        latency_stats={f"{s}_{m}_ms": 1.0 for s in ("mean", "median", "std", "p99")
+                       for m in ("ttft", "tpot", "itl", "e2el")},
+        input_lens=[4], output_lens=[2], ttfts=[0.01], itls=[[0.001]], errors=[""], warmup_failed=0,
+        goodput_slos_ms={}, clients=[ClientStats(0.1, 1.0, 0.2, 1)])
+    base.update(kw)
+    return LoadResult(**base)  # type: ignore[arg-type]
+
+
+def test_result_has_every_bench_key_and_is_plain_json() -> None:
+    r = _result()
+    d = r.to_dict()
+    assert bench_keys() <= set(d)
+    assert d["request_rate"] == "inf" and d["request_goodput"] is None and d["itls"] == [[0.001]]
+    assert d["client_saturated"] is False and d["client_saturation"] == ""
+    json.loads(json.dumps(d, allow_nan=False))
+    r["arm"] = "p2p_on"
+    assert r["arm"] == "p2p_on" and r.to_dict()["arm"] == "p2p_on" and r.metric("output_throughput") == 2.0
+    with pytest.raises(KeyError, match="numeric"):
+        r.metric("model_id")
+
+
+def test_a_busy_or_late_client_is_flagged_saturated() -> None:
+    busy = _result(clients=[ClientStats(0.1, 1.0, 0.2, 1), ClientStats(SATURATED_CPU, 1.0, 0.2, 1)])
+    assert busy.client_saturated and "busy 90%" in busy.client_saturation
+    late = _result(clients=[ClientStats(0.1, 1.0, 25.0, 1)])
+    assert late["client_saturated"] is True and "late by 25.0 ms" in str(late["client_saturation"])
+
+
+def test_spec_range_checks_name_the_field() -> None:
+    for bad, field in ((dict(concurrency=0), "concurrency"), (dict(num_prompts=10**30), "num_prompts"),
+                       (dict(transport="carrier-pigeon"), "transport"), (dict(request_timeout_s=1e308),
+                                                                          "request_timeout_s"),
+                       (dict(output_len=True), "output_len"), (dict(request_rate=-1.0), "request_rate")):
+        with pytest.raises(ValueError, match=field):
+            make_spec(**{"concurrency": 1, "num_prompts": 1, "input_len": 1, "output_len": 1, **bad}).check()
+    with pytest.raises(TypeError, match="unknown option"):
+        make_spec(concurency=3)
+    LoadSpec(concurrency=3, num_prompts=3, input_len=3, output_len=3).check()
+
+
+def test_plan_processes_from_concurrency_and_cores() -> None:
+    assert plan_processes(1, cores=16) == 1 and plan_processes(64, cores=16) == 4
+    assert plan_processes(256, cores=16) == 8 and plan_processes(256, cores=2) == 1
+
+
+@pytest.mark.parametrize(("load", "where"), [
+    ({"num_prompts": 10**30}, "load.num_prompts"), ({"input_len": 0}, "load.input_len"),
+    ({"client_processes": 1e29}, "load.client_processes"), ({"transport": "tcp"}, "load.transport"),
+    ({"request_rate": -3}, "load.request_rate"), ({"warmup": "many"}, "load.warmup"),
+])
+def test_load_section_numbers_are_range_checked(load: dict[str, object], where: str) -> None:
+    with pytest.raises(ConfigError, match=where):
+        parse_server({"model": "m", "load": load}, "rig.yaml")
+
+
+@pytest.mark.parametrize("key", ["startup_timeout_s", "request_timeout_s", "teardown_timeout_s"])
+def test_server_timeouts_are_range_checked(key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        parse_server({"model": "m", key: 1e308}, "rig.yaml")
+
+
+def test_load_section_new_keys() -> None:
+    c = parse_server({"model": "m", "load": {"transport": "openai", "tokenizer": "/models/x", "request_rate": 2.5,
+                                             "client_processes": 0}}, "rig.yaml")
+    assert (c.load.transport, c.load.tokenizer, c.load.request_rate, c.load.client_processes) == \
+        ("openai", "/models/x", 2.5, 0)
+    assert json.loads(json.dumps(parse_server({"model": "m"}, "r").to_dict()))["load"]["request_rate"] == "inf"
