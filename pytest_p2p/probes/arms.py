@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .. import validate as v
 from ..errors import ConfigError
@@ -31,6 +31,27 @@ ARM_KEYS = ("preset", "env", "expect_transport", "custom_all_reduce", "symm_mem"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.]+$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ServerArm(Protocol):
+    """What a later stage (the vLLM server launch, the campaign) needs of an arm, typed end to end.
+
+    :class:`Arm` satisfies it; a stage takes ``ServerArm`` so a test may pass a small fake
+    without ``hasattr`` probing: every member is always there.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
+    @property
+    def expect_transport(self) -> str: ...
+
+    def vllm_flags(self) -> list[str]: ...
+
+    def vllm_env(self) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -54,7 +75,7 @@ class Arm:
             return {}
         return {"VLLM_ALLREDUCE_USE_SYMM_MEM": "1" if self.symm_mem else "0"}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "name": self.name,
             "env": dict(self.env),
