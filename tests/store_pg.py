@@ -17,6 +17,7 @@ Where no server can be started the tests that need one are skipped with the reas
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import os
@@ -157,10 +158,32 @@ def pg_server() -> Iterator[PgServer]:
         shutil.rmtree(top, ignore_errors=True)
 
 
+_SHARED: list[PgServer | BaseException] = []  # the one server of this process, or why there is none
+
+
+def shared_server() -> PgServer:
+    """One server per test process, however many modules import the fixture.
+
+    (A fixture imported into several modules is a separate session fixture in each, which
+    would start one server per module.) Stopped when the process exits; a skip or failure
+    to start is remembered and given to every test that asks.
+    """
+    if not _SHARED:
+        stack = contextlib.ExitStack()
+        try:
+            _SHARED.append(stack.enter_context(pg_server()))
+            atexit.register(stack.close)
+        except (Exception, pytest.skip.Exception, pytest.fail.Exception) as exc:
+            _SHARED.append(exc)
+    got = _SHARED[0]
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
 @pytest.fixture(scope="session", name="pg")
-def pg_fixture() -> Iterator[PgServer]:
-    with pg_server() as server:
-        yield server
+def pg_fixture() -> PgServer:
+    return shared_server()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"], name="store_target")
