@@ -32,6 +32,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pytest_p2p.metrics import metric
 from pytest_p2p.serve.config import parse_server
@@ -99,7 +100,7 @@ class Bench:
             raise RuntimeError(f"bench worker did not start; see {log}")
         self.flags = set(hello["flags"])
 
-    def run(self, argv: list[str], out: Path) -> tuple[dict[str, object] | None, str, float]:
+    def run(self, argv: list[str], out: Path) -> tuple[dict[str, Any] | None, str, float]:
         """One bench run in the worker; if that fails, the real CLI (and the CLI from then on)."""
         argv = self.known(argv)
         err = ""
@@ -124,7 +125,7 @@ class Bench:
             return json.loads(out.read_text()), "", cpu
         return None, f"{err}; CLI exit {done.returncode}", cpu
 
-    def _reply(self, default: str) -> dict[str, object]:
+    def _reply(self, default: str) -> dict[str, Any]:
         """The worker's next protocol line (lines without the marker are skipped)."""
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
@@ -190,7 +191,7 @@ def _med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def table(runs: list[dict[str, object]], concurrency: list[int]) -> str:
+def table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
     """Per C: medians over pairs; ratio in the direction the metric registry gives (>= 1.0: ours no worse)."""
     thr = metric("output_throughput")
     head = ("| C | pairs | output tok/s bench | ours | ours/bench (median, min-max) | mean TPOT ms bench / ours "
@@ -198,7 +199,7 @@ def table(runs: list[dict[str, object]], concurrency: list[int]) -> str:
             "ours | ours client CPU max | bench client CPU |")
     lines = [head, "|" + "---|" * 11]
     for c in concurrency:
-        pairs: dict[int, dict[str, dict[str, object]]] = {}
+        pairs: dict[int, dict[str, dict[str, Any]]] = {}
         for r in runs:
             if r["concurrency"] == c and r.get("result"):
                 pairs.setdefault(int(r["pair"]), {})[str(r["who"])] = r
@@ -207,8 +208,8 @@ def table(runs: list[dict[str, object]], concurrency: list[int]) -> str:
             lines.append(f"| {c} | 0 | - | - | - | - | - | - | - | - | - |")
             continue
 
-        def vals(who: str, key: str, full: list[dict[str, dict[str, object]]] = full) -> list[float]:
-            return [float(p[who]["result"][key]) for p in full]  # type: ignore[index]
+        def vals(who: str, key: str, full: list[dict[str, dict[str, Any]]] = full) -> list[float]:
+            return [float(p[who]["result"][key]) for p in full]
 
         ratio = [o / b if thr.higher_is_better else b / o
                  for o, b in zip(vals("ours", "output_throughput"), vals("bench", "output_throughput"), strict=True)]
@@ -217,8 +218,8 @@ def table(runs: list[dict[str, object]], concurrency: list[int]) -> str:
             d = [100.0 * (o / b - 1.0) for o, b in zip(vals("ours", key), vals("bench", key), strict=True) if b]
             return f"{_med(vals('bench', key)):.3f} / {_med(vals('ours', key)):.3f} ({_med(d):+.1f} %)"
 
-        cpu_o = max(float(p["ours"]["result"].get("client_cpu_util_max", 0.0)) for p in full)  # type: ignore[union-attr]
-        cpu_b = max(float(p["bench"]["client_cpu_util"]) for p in full)  # type: ignore[arg-type]
+        cpu_o = max(float(p["ours"]["result"].get("client_cpu_util_max", 0.0)) for p in full)
+        cpu_b = max(float(p["bench"]["client_cpu_util"]) for p in full)
         lines.append(
             f"| {c} | {len(full)} | {_med(vals('bench', 'output_throughput')):.0f} | "
             f"{_med(vals('ours', 'output_throughput')):.0f} | {_med(ratio):.3f} ({min(ratio):.3f}-{max(ratio):.3f}) | "
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     cfg = _server_config(args)
-    runs: list[dict[str, object]] = []
+    runs: list[dict[str, Any]] = []
     print(f"# cores {len(os.sched_getaffinity(0))}, loadavg {os.getloadavg()}, python {sys.version.split()[0]}",
           flush=True)
     with launch(cfg, _Arm(), (0,), None, args.out / "server.log") as srv:  # type: ignore[arg-type]
@@ -265,14 +266,14 @@ def main(argv: list[str] | None = None) -> int:
                     order = ("bench", "ours") if pair % 2 == 0 else ("ours", "bench")
                     for who in order:
                         seed = 1000 * pair + 10 * c + (1 if who == "ours" else 2)
-                        row: dict[str, object] = {"pair": pair, "concurrency": c, "who": who, "num_prompts": n,
+                        row: dict[str, Any] = {"pair": pair, "concurrency": c, "who": who, "num_prompts": n,
                                                   "seed": seed}
                         t0 = time.perf_counter()
                         if who == "bench":
                             out = args.out / f"bench-p{pair}-c{c}.json"
                             res, err, cpu = bench.run(_bench_argv(args, srv.base_url, c, n, seed, out), out)
                             if res is not None:
-                                row["client_cpu_util"] = cpu / max(float(res["duration"]), 1e-9)  # type: ignore[arg-type]
+                                row["client_cpu_util"] = cpu / max(float(res["duration"]), 1e-9)
                                 row["result"] = {k: res.get(k) for k in KEYS}
                             row["error"] = err
                         else:
