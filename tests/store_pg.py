@@ -74,6 +74,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _die_with_parent() -> None:
+    """In the server's process before exec: a killed pytest (SIGKILL, no teardown) takes its server along."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG: "fast" shutdown
+
+
 def _unavailable(reason: str) -> None:
     if os.environ.get("PYTEST_P2P_REQUIRE_PG") == "1":
         pytest.fail(f"PostgreSQL tests required (PYTEST_P2P_REQUIRE_PG=1) but: {reason}", pytrace=False)
@@ -128,7 +136,8 @@ def pg_server() -> Iterator[PgServer]:
                 [str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sock),
                  "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
                  "-c", "full_page_writes=off", "-c", "max_connections=60"],
-                stdout=log, stderr=subprocess.STDOUT, env=env, **user)  # type: ignore[call-overload]
+                stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent,
+                **user)  # type: ignore[call-overload]
             log.close()
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and proc.poll() is None:
