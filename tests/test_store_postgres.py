@@ -59,6 +59,7 @@ def _clean(text: str) -> None:
     ("postgresql:///p2p?host=/run/postgresql", "postgresql:///p2p?host=/run/postgresql"),
     ("POSTGRESQL://u:pw@h/d", "POSTGRESQL://u:***@h/d"),
     (".p2p/history.db", ".p2p/history.db"),
+    (Path("/ci/postgresql:/ci:hunter2@db/p2p"), "/ci/postgresql:/ci:***@db/p2p"),  # a URL folded by Path
 ])
 def test_redact(url, shown):
     assert redact(url) == shown

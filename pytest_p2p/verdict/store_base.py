@@ -93,6 +93,7 @@ class StoreSaveError(StoreError):
 ANY_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 #: A PostgreSQL URL that ``pathlib.Path`` has mangled (``postgresql:/u:pw@h/db``).
 MANGLED_URL = re.compile(r"(?:^|/)(postgres(?:ql)?):/+(?=[^/])", re.IGNORECASE)
+MANGLED_USERINFO = re.compile(r"((?:^|/)postgres(?:ql)?:/+)([^@/:]*):([^@/]*)@", re.IGNORECASE)
 
 
 def is_url(target: str | Path) -> bool:
@@ -143,10 +144,11 @@ def redact(target: str | Path) -> str:
     ``postgresql://ci:***@db:5432/p2p?sslmode=verify-full&password=***``: the user, host,
     database and TLS options stay (they say where), every secret goes.
     """
-    if not isinstance(target, str) or not ANY_URL.match(target):
-        return str(target)
-    url = str(target)
-    scheme, rest = url.split("://", 1)
+    text = str(target)
+    if not isinstance(target, str) or not ANY_URL.match(text):
+        # a path: as is, unless a URL was folded into it (``postgresql:/ci:pw@db/p2p``)
+        return MANGLED_USERINFO.sub(r"\1\2:***@", text)
+    scheme, rest = text.split("://", 1)
     m = re.match(r"([^@/]*)@", rest)
     if m and ":" in m.group(1):
         user = m.group(1).split(":", 1)[0]
