@@ -150,8 +150,9 @@ def _payload(job: _Job, prompt: str) -> dict[str, object]:
     opts: dict[str, object] = {"include_usage": True}
     if s.continuous_usage:
         opts["continuous_usage_stats"] = True
-    body: dict[str, object] = {"model": job.model, "stream": True, "stream_options": opts, "temperature": 0.0,
-                               "ignore_eos": True}
+    # the request bench sends: no sampling parameters (the server's defaults), ignore_eos, usage at the end.
+    # (Sending temperature 0 made greedy decoding of dummy weights repeat tokens: other server work per token.)
+    body: dict[str, object] = {"model": job.model, "stream": True, "stream_options": opts, "ignore_eos": True}
     if s.endpoint == "chat":
         body.update(messages=[{"role": "user", "content": prompt}], max_completion_tokens=s.output_len)
     else:
