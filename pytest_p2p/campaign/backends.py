@@ -74,15 +74,9 @@ class ModelBackend:
     rig_env: Mapping[str, str]
     kind: str = "model"
 
-    def _load_kw(self) -> dict[str, object]:
+    def _lens(self) -> tuple[int, int]:
         load = self.server.load
-        return {
-            "input_len": self.campaign.input_len or load.input_len,
-            "output_len": self.campaign.output_len or load.output_len,
-            "seed": load.seed,
-            "request_timeout_s": self.campaign.request_timeout_s or self.server.request_timeout_s,
-            "endpoint": load.endpoint,
-        }
+        return self.campaign.input_len or load.input_len, self.campaign.output_len or load.output_len
 
     @contextlib.contextmanager
     def slot(self, arm: Arm, rep: int, log_path: Path) -> Iterator[ServerSlot]:
@@ -91,19 +85,22 @@ class ModelBackend:
         with launch(self.server, arm, self.pair, self.rig_env, log_path) as srv:
             yield ServerSlot(srv, Identity.of(srv.process))
 
-    def _load(self, slot: ServerSlot, concurrency: int, num_prompts: int, **override: object) -> Json:
+    def _load(self, slot: ServerSlot, concurrency: int, num_prompts: int, *, input_len: int | None = None,
+              output_len: int | None = None) -> Json:
         from ..serve.loadgen import run_load
 
         srv = slot.server
-        kw = {**self._load_kw(), **override}
-        return dict(run_load(srv.base_url, srv.api_key, srv.model, concurrency=concurrency,
-                             num_prompts=num_prompts, warmup=0, **kw))  # type: ignore[arg-type]
+        load = self.server.load
+        inp, out = self._lens()
+        return dict(run_load(srv.base_url, srv.api_key, srv.model, concurrency=concurrency, num_prompts=num_prompts,
+                             warmup=0, input_len=input_len or inp, output_len=output_len or out, seed=load.seed,
+                             request_timeout_s=self.campaign.request_timeout_s or self.server.request_timeout_s,
+                             endpoint=load.endpoint))
 
     def smoke(self, arm: Arm, log_path: Path) -> None:
         with self.slot(arm, 0, log_path) as slot:
-            kw = self._load_kw()
-            res = self._load(slot, 1, 1, output_len=min(4, int(str(kw["output_len"]))),
-                             input_len=min(16, int(str(kw["input_len"]))))
+            inp, out = self._lens()
+            res = self._load(slot, 1, 1, output_len=min(4, out), input_len=min(16, inp))
             if not res.get("completed"):
                 cause = self.death(slot)
                 raise CampaignError(f"smoke test of arm {arm.name}: the server answered no request "
