@@ -153,7 +153,7 @@ def test_disk_full_is_one_error_and_nothing_half_written(tmp_path):
     with Store(db) as st:
         pages = st.db.execute("PRAGMA page_count").fetchone()[0]
         st.db.execute(f"PRAGMA max_page_count = {pages}")
-        with pytest.raises(StoreError, match="full") as got:
+        with pytest.raises(StoreError, match=r"the disk \(or the database.s quota\) is full") as got:
             st.save_run_dir(write_run(tmp_path / "runs", "big", points=tuple(f"c{i}" for i in range(60))))
         assert [r.run_id for r in st.runs()] == ["run-00"]
     msg = str(got.value)
@@ -167,7 +167,7 @@ def test_disk_full_while_creating_the_directory(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Path, "mkdir", full)
-    with pytest.raises(StoreError, match="full") as got:
+    with pytest.raises(StoreError, match=r"the disk \(or the database.s quota\) is full") as got:
         Store(tmp_path / "new" / "h.db")
     _one_paragraph(str(got.value))
 
@@ -187,3 +187,48 @@ def test_every_sqlite_fault_is_classified(name, text, kind):
     if name:
         exc.sqlite_errorname = name  # type: ignore[attr-defined]
     assert store_sqlite.classify(exc) == kind
+
+
+@pytest.fixture
+def tiny_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs (root with CAP_SYS_ADMIN only; skipped elsewhere): a disk that really fills up."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    got = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(mnt)],
+                         capture_output=True, text=True) if shutil.which("mount") else None
+    if got is None or got.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {got.stderr.strip() if got else 'no mount'}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.parametrize("left_kib", [0, 128])  # full before the store is opened / while the run is written
+def test_really_full_disk_is_one_error_and_the_file_untouched(tmp_path, tiny_fs, left_kib):
+    db = tiny_fs / "h.db"
+    with Store(db) as st:
+        st.save_run_dir(write_run(tmp_path / "runs", "first"), accept="accepted")
+    filler = tiny_fs / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:  # take all the space that is left
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.ftruncate(fd, max(0, os.fstat(fd).st_size - left_kib * 1024))
+        os.close(fd)
+    before = db.read_bytes()
+    big = write_run(tmp_path / "runs", "big", points=tuple(f"c{i}" for i in range(150)))
+    with pytest.raises(StoreError, match=r"the disk \(or the database.s quota\) is full") as got:
+        save_campaign_runs(db, [big], accept="accepted")
+    msg = str(got.value)
+    _one_paragraph(msg)
+    assert str(db) in msg and "baseline save" in msg
+    assert ("saving run big failed" if left_kib else "reading its schema failed") in msg, msg
+    assert db.read_bytes() == before
+    filler.unlink()
+    with Store(db) as st:
+        assert [r.run_id for r in st.runs()] == ["first"]
+        st.save_run_dir(big)  # space again: the store works

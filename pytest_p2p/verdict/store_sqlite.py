@@ -15,6 +15,7 @@ could touch the file, not after.
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -28,6 +29,7 @@ from .store_base import SCHEMA, SCHEMA_VERSION, StoreMissing, check_not_a_url, s
 APPLICATION_ID = 0x50325031  # "P2P1": marks the file as a pytest-p2p store
 BUSY_TIMEOUT_MS = 30_000
 HEADER = b"SQLite format 3\x00"
+LOW_SPACE = 1 << 20  # bytes free below which an I/O error while writing is read as a full disk
 T = TypeVar("T")
 
 
@@ -130,7 +132,9 @@ class SqliteBackend:
                 version, app = self._versions()
                 foreign = app == 0 and self._has_foreign_tables()
             finally:
-                self.db.execute("COMMIT")
+                if self.db.in_transaction:  # a read transaction: ending it cannot lose anything
+                    with suppress(sqlite3.Error):
+                        self.db.execute("COMMIT")
             if version > SCHEMA_VERSION:
                 raise StoreError(f"baseline database {self.path} has schema version {version}, newer than "
                                  f"this pytest-p2p understands ({SCHEMA_VERSION}); upgrade pytest-p2p — "
@@ -222,9 +226,18 @@ class SqliteBackend:
         except (sqlite3.Error, OSError) as exc:
             kind = classify(exc)
             detail = str(exc)
+            if kind in ("io", "cantopen") and self._space_left() < LOW_SPACE:
+                # SQLite reports a full disk while it grows the -wal/-shm files as an I/O error
+                kind, detail = "full", f"{detail}; {self._space_left() // 1024} KiB left on its file system"
             if kind == "locked":
                 detail += f" for {self.timeout_s:g} s"
             raise store_error(self.where, action, kind, detail, self.hint(kind)) from None
+
+    def _space_left(self) -> int:
+        try:
+            return shutil.disk_usage(self.path.parent).free
+        except OSError:
+            return LOW_SPACE  # unknown: do not guess "full"
 
     def hint(self, kind: str) -> str:
         """What to try on this file, beyond the advice every backend shares."""
