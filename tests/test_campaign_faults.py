@@ -290,3 +290,52 @@ def test_liveness_names_exit_code_signal_and_a_replaced_process(tmp_path: Path) 
     assert killed is not None and "killed by SIGKILL (9)" in killed and "out of GPU memory" in killed
     assert "CUDA out of memory" in killed  # the log tail is in the cause
     assert describe_exit(3) == "exit code 3" and describe_exit(-15) == "killed by SIGTERM (15)"
+
+
+def test_any_load_error_of_a_dead_server_is_a_failed_rep_not_a_traceback(tmp_path: Path) -> None:
+    """A dying server can make the load generator raise anything (ValueError on a cut stream): its rep is re-run."""
+    import contextlib
+
+    from pytest_p2p.campaign.config import parse_campaign
+
+    class DyingOnce:
+        kind = "model"
+
+        def __init__(self) -> None:
+            self.attempts = 0
+
+        @contextlib.contextmanager
+        def slot(self, arm: Any, rep: int, log: Path) -> Any:
+            self.attempts += 1
+            log.write_text("fake\n")
+            yield {"arm": arm.name, "dead": self.attempts == 1}
+
+        def smoke(self, arm: Any, log: Path) -> None:
+            return None
+
+        def warm(self, handle: Any, point: str) -> None:
+            return None
+
+        def measure(self, handle: Any, point: str, rep: int) -> dict[str, Any]:
+            if handle["dead"]:
+                raise ValueError("invalid literal for int() with base 10: 'many'")
+            v = 110.0 if handle["arm"] == "p2p_on" else 100.0
+            return {"output_throughput": v, "completed": 2, "failed": 0}
+
+        def death(self, handle: Any) -> str | None:
+            return "the server (pid 1) died: killed by SIGKILL (9)" if handle["dead"] else None
+
+        def proof(self, handle: Any, arm: Any) -> tuple[None, None]:
+            return None, None
+
+        def describe(self) -> None:
+            return None
+
+    cfg = parse_campaign({"concurrency": [1], "reps": 1, "smoke": False, "cooldown_s": 0, "idle_baseline_s": 0,
+                          "telemetry_hz": 10}, "fake-rig.yaml")
+    res = CampaignRunner(pair=(0, 1), config=cfg, kind="model", arms=PRESETS, backend=DyingOnce(),
+                         results_root=tmp_path / "results", rig_name="fake", simulated=True,
+                         lease=GpuLease(tmp_path / "locks")).run()
+    assert res.status == "complete" and res.errors == []
+    (failure,) = res.set_aside
+    assert failure.cause == "the server (pid 1) died: killed by SIGKILL (9)" and failure.arm == "p2p_on"

@@ -42,7 +42,7 @@ from .config import CampaignConfig
 from .energy import energy_metrics, window_energy
 from .envinfo import run_meta, sysctl_text, write_env
 from .finish import write_final
-from .gpu import Abandoned, call_with_timeout, expected_links, wait_vram_free
+from .gpu import call_with_timeout, expected_links, wait_vram_free
 from .outcome import CampaignOutcome
 from .progress import Progress
 from .result import CampaignResult
@@ -337,11 +337,11 @@ class CampaignRunner(Generic[H]):
                                             abandon=dead)
                 sampler.mark("end")
                 signals.checkpoint()  # an interrupt lost in a destructor must not let this rep count
-            except (Abandoned, P2PError) as exc:
+            except Exception:  # a dying server can make the load generator fail in any way
                 cause = dead()
                 if cause is not None:  # the server's death explains the failure: a re-run can fix it
                     raise RepFailed(cause) from None
-                raise exc from None
+                raise
         finally:
             sampler.stop()
             sampler.write_csv(rd.telemetry_path(arm, point, rep))
