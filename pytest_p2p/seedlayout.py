@@ -272,3 +272,33 @@ def sample_std(stat: SeedStat) -> float | None:
         mean = sum(stat.values) / n
         return math.sqrt(sum((v - mean) ** 2 for v in stat.values) / (n - 1))
     return None
+
+
+@dataclass(frozen=True)
+class SeedMetric:
+    """One stored number of a p2p-bench directory, in the shape a baseline store keeps.
+
+    ``std`` is converted to the SAMPLE std (ddof=1) where the per-run values allow it, so
+    that it compares with our own runs; ``std_population`` keeps the file's value.
+    """
+
+    arm: str
+    point: str
+    metric: str
+    n: int
+    mean: float
+    std: float | None
+    std_population: float | None
+    values: tuple[float, ...]
+
+
+def seed_metrics(run: SeedRun) -> list[SeedMetric]:
+    """Every scenario metric (and ``avg_watts`` from energy.mean_watts) for ``baseline save DIR``."""
+    out: list[SeedMetric] = []
+    for sc in run.scenarios:
+        for name, st in sorted(sc.metrics.items()):
+            out.append(SeedMetric(sc.arm, sc.point, name, len(st.values) or sc.n_runs, st.mean,
+                                  sample_std(st), st.std, st.values))
+        if sc.mean_watts is not None:
+            out.append(SeedMetric(sc.arm, sc.point, "avg_watts", sc.n_runs, sc.mean_watts, None, None, ()))
+    return out

@@ -164,3 +164,14 @@ def test_p2p_matrix_from_the_seed_and_from_the_copy_probe(seed_copy: Path, tmp_p
     render_report(root / OURS.name)
     titles = [t for *_, t in figs["p2p_matrix.png"]]
     assert "latency, P2P enabled (µs)" in titles and "unidirectional BW, P2P disabled (GB/s)" in titles
+
+
+def test_seed_metrics_for_the_baseline_store() -> None:
+    from pytest_p2p.seedlayout import seed_metrics
+
+    rows = {(m.arm, m.point, m.metric): m for m in seed_metrics(read_seed_run(SEED))}
+    on1 = rows[("p2p_on", "c1", "output_throughput")]
+    assert on1.n == 3 and on1.std_population == 4.7727 and on1.std == pytest.approx(5.845, abs=1e-3)
+    off8 = rows[("p2p_off", "c8", "output_throughput")]
+    assert off8.n == 3 and off8.std is None and off8.values == ()  # no per-run values: no sample std invented
+    assert rows[("p2p_on", "c8", "avg_watts")].mean == 173.9

@@ -58,6 +58,10 @@ def main(argv: list[str]) -> int:
         if not args.quiet:
             print(glance_table(rendered.summary))
             print(uplift_line(rendered.summary))
+            from .proof import proof_for_run, proof_text
+
+            for line in proof_text(proof_for_run(rendered.run_dir, rendered.summary)):
+                print(line)
             for m in rendered.summary.get("missing") or []:
                 print(f"missing: {m}")
         for note in rendered.notes:
