@@ -128,7 +128,7 @@ def openai_client(vllm_server: RunningServer) -> Iterator[Any]:
     """A synchronous ``openai.OpenAI`` bound to the server: no retries, no proxy, explicit timeouts."""
     import openai
 
-    from .loadgen import http_module
+    from .transport import http_module
 
     httpx = http_module()
     timeout = httpx.Timeout(vllm_server.config.request_timeout_s, connect=10.0)

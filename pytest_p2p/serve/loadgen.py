@@ -27,46 +27,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import math
 import os
 import time
-import types
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import ServerError
 from .metrics import PERCENTILES, RequestRecord, goodput, peaks, percentile, summarize
 from .result import ClientStats, LoadResult
-from .transport import TRANSPORTS, StreamError, StreamParser, Transport, make_transport
-from .workload import STANDIN_TOKENIZER, arrival_offsets, load_tokenizer, token_prompts
+from .transport import TRANSPORTS, StreamError, StreamParser, Transport, make_transport, require_client
+from .workload import arrival_offsets, discover_tokenizer, load_tokenizer, token_prompts
 
 #: streams one client process serves before another is started (docs/performance.md)
 STREAMS_PER_PROCESS = 16
-
-
-def require_client() -> None:
-    """A clear error, not a traceback, when the OpenAI client library is missing."""
-    try:
-        import openai  # noqa: F401
-    except ImportError:
-        raise ServerError("the load generator's 'openai' transports need the 'openai' package (a dependency "
-                          "of pytest-p2p and of vLLM): pip install 'openai>=1.40'") from None
-
-
-def http_module() -> types.ModuleType:
-    """The httpx module the installed ``openai`` SDK is built on (``httpx`` or its fork ``httpx2``)."""
-    import importlib
-
-    import openai
-
-    for cls in getattr(openai, "DefaultAsyncHttpxClient", type(None)).__mro__[1:]:
-        if cls.__name__ == "AsyncClient":
-            return importlib.import_module(cls.__module__.split(".")[0])
-    import httpx
-
-    return httpx
 
 
 @dataclass(frozen=True)
@@ -307,25 +281,6 @@ def _run_sharded(jobs: Sequence[_Job]) -> list[_Shard]:
         raise ServerError(f"load generator against {jobs[0].base_url}: client process failed: "
                           f"{'; '.join(problems)}")
     return shards
-
-
-def discover_tokenizer(base_url: str, api_key: str, model: str, timeout_s: float = 10.0) -> str:
-    """The tokenizer to use for ``model``: its directory as the server lists it, or the stand-in's words.
-
-    vLLM lists ``root`` (the path or hub id it loaded) under ``/v1/models``; the stand-in
-    says ``owned_by: ... SIMULATED``. A server that cannot be asked gets the stand-in's
-    words -- its requests will fail and be counted anyway.
-    """
-    req = urllib.request.Request(base_url.rstrip("/") + "/v1/models", headers={"Authorization": f"Bearer {api_key}"})
-    try:
-        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=timeout_s) as resp:
-            data = json.loads(resp.read())
-        entries = [m for m in data.get("data", []) if isinstance(m, dict) and m.get("id") == model]
-    except (OSError, ValueError, AttributeError):
-        return STANDIN_TOKENIZER
-    if not entries or "SIMULATED" in str(entries[0].get("owned_by", "")):
-        return STANDIN_TOKENIZER
-    return str(entries[0].get("root") or model)
 
 
 def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,

@@ -25,6 +25,7 @@ import asyncio
 import json
 import socket
 import time
+import types
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -137,6 +138,30 @@ class Transport(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+def require_client() -> None:
+    """A clear error, not a traceback, when the OpenAI client library is missing."""
+    try:
+        import openai  # noqa: F401
+    except ImportError:
+        raise ServerError("the load generator's 'openai' transports need the 'openai' package (a dependency "
+                          "of pytest-p2p and of vLLM): pip install 'openai>=1.40'") from None
+
+
+def http_module() -> types.ModuleType:
+    """The httpx module the installed ``openai`` SDK is built on (``httpx`` or its fork ``httpx2``)."""
+    import importlib
+
+    import openai
+
+    for cls in getattr(openai, "DefaultAsyncHttpxClient", type(None)).__mro__[1:]:
+        if cls.__name__ == "AsyncClient":
+            return importlib.import_module(cls.__module__.split(".")[0])
+    import httpx
+
+    return httpx
+
 
 
 # ----------------------------------------------------------------------------- raw
@@ -283,8 +308,6 @@ class SDKTransport:
 
     def __init__(self, base_url: str, api_key: str, *, aiohttp: bool, connections: int, timeout_s: float) -> None:
         import openai
-
-        from .loadgen import http_module
 
         self.name = "aiohttp" if aiohttp else "openai"
         httpx = http_module()

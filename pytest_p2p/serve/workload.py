@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,3 +196,22 @@ def arrival_offsets(n: int, request_rate: float, burstiness: float, seed: int) -
         out.append(t)
         t += rng.gammavariate(burstiness, theta)
     return out
+
+
+def discover_tokenizer(base_url: str, api_key: str, model: str, timeout_s: float = 10.0) -> str:
+    """The tokenizer to use for ``model``: its directory as the server lists it, or the stand-in's words.
+
+    vLLM lists ``root`` (the path or hub id it loaded) under ``/v1/models``; the stand-in
+    says ``owned_by: ... SIMULATED``. A server that cannot be asked gets the stand-in's
+    words -- its requests will fail and be counted anyway.
+    """
+    req = urllib.request.Request(base_url.rstrip("/") + "/v1/models", headers={"Authorization": f"Bearer {api_key}"})
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=timeout_s) as resp:
+            data = json.loads(resp.read())
+        entries = [m for m in data.get("data", []) if isinstance(m, dict) and m.get("id") == model]
+    except (OSError, ValueError, AttributeError):
+        return STANDIN_TOKENIZER
+    if not entries or "SIMULATED" in str(entries[0].get("owned_by", "")):
+        return STANDIN_TOKENIZER
+    return str(entries[0].get("root") or model)
