@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 
 from pytest_p2p.probes.allreduce import AllReduceResult, Row, busbw_factor
-from pytest_p2p.probes.hooks import ProbeCase, ProbeState
+from pytest_p2p.probes.hooks import ProbeCase, ProbeState, cuda_indices
+from pytest_p2p.probes.judge import busbw_problems, latency_problems, uplift_table
 from pytest_p2p.probes.p2pcopy import P2PCopyResult
 from pytest_p2p.session import P2PSession
-from pytest_p2p.probes.hooks import cuda_indices
-from pytest_p2p.probes.judge import busbw_problems, latency_problems, uplift_table
 
 pytestmark = pytest.mark.p2p
 
@@ -36,7 +35,7 @@ def _via_lines(result: AllReduceResult, limit: int = 6) -> str:
 
 
 def test_transport(p2p_probe_case: ProbeCase, p2p_allreduce: AllReduceResult) -> None:
-    """NCCL used the transport the arm expects (P2P/CUMEM for p2p_on, SHM for p2p_off, ...), proven by a complete log."""
+    """NCCL used the transport the arm expects (P2P/CUMEM for p2p_on, SHM for p2p_off, ...), proven by the log."""
     arm = p2p_probe_case.arm
     if p2p_allreduce.proof is None:
         pytest.fail(f"arm {arm.name}: no NCCL log to prove the transport from", pytrace=False)

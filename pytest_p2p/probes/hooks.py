@@ -286,14 +286,16 @@ def p2p_probe_state(pytestconfig: pytest.Config) -> ProbeState:
 
 
 @pytest.fixture
-def p2p_allreduce(p2p_probe_state: ProbeState, p2p_probe_case: ProbeCase, record_property: Callable[[str, object], None]) -> AllReduceResult:
+def p2p_allreduce(p2p_probe_state: ProbeState, p2p_probe_case: ProbeCase,
+                  record_property: Callable[[str, object], None]) -> AllReduceResult:
     """The all-reduce probe result for this (pair, arm): run once per session, or replayed."""
     record_property("p2p_probe_source", p2p_probe_state.label)
     return p2p_probe_state.allreduce(p2p_probe_case.pair, p2p_probe_case.arm)
 
 
 @pytest.fixture
-def p2p_copy(p2p_probe_state: ProbeState, p2p_pair: tuple[int, int], record_property: Callable[[str, object], None]) -> P2PCopyResult:
+def p2p_copy(p2p_probe_state: ProbeState, p2p_pair: tuple[int, int],
+             record_property: Callable[[str, object], None]) -> P2PCopyResult:
     """The P2P copy probe result for this pair."""
     record_property("p2p_probe_source", p2p_probe_state.label)
     return p2p_probe_state.copy((p2p_pair[0], p2p_pair[1]))

@@ -29,8 +29,6 @@ MAX_KNOWN_HOSTS = 256
 _PREFIX_WINDOW = 160
 
 _ANSI_RE = re.compile(r"\x1b\[[0-?]{0,32}[ -/]{0,8}[@-~]|\x1b[@-Z\\-_]")
-# splitlines() semantics (line numbers must match what an editor and str.splitlines show).
-_LINE_RE = re.compile(r"[^\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]*(?:\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029])?")
 _PREFIX_RE = re.compile(r"(?P<host>[^\s:\[\]()/]{1,128}):(?P<pid>\d{1,9}):\d{1,12} \[\d{1,6}\] $")
 _LEAD_RE = re.compile(
     r"(?P<host>[^\s:\[\]()/]{1,128}):(?P<pid>\d{1,9}):\d{1,12} \[\d{1,6}\] NCCL (?P<level>INFO|WARN) "

@@ -24,10 +24,12 @@ the data and its JSON, :mod:`.transport_expect` judges arm expectations.
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 
 from .nccl_lines import NcclMessage, iter_nccl_messages, looks_like_connection, parse_connection, short
+from .transport_claims import build_claims, contradictions
+from .transport_complete import InitLines, completeness
 from .transport_expect import ExpectResult, check_expectation, label_matches, plugin_family
 from .transport_model import (
     INCOMPLETE,
@@ -46,7 +48,6 @@ from .transport_model import (
     TransportProof,
     proof_from_dict,
 )
-from .transport_claims import build_claims, contradictions
 
 __all__ = [
     "INCOMPLETE", "MAX_EVIDENCE", "NO_CONNECTIONS", "NO_INFO", "NO_INFO_PROBLEM", "PROOF_SCHEMA", "PROOF_VERSION",
@@ -90,7 +91,8 @@ _GDR_HCA_RE = re.compile(
 )
 _GDR_GPU_RE = re.compile(
     r"^GPU Direct RDMA (?P<state>Enabled|Disabled) for GPU (?P<gpu>\S{1,20}) / HCA (?P<hca>\S{1,20}) "
-    r"\(distance (?P<dist>\d{1,4}) (?:<=|>) (?P<level>\d{1,4})\)(?:, read (?P<read>\d{1,3}))?(?: mode (?P<mode>\S{1,20}))?"
+    r"\(distance (?P<dist>\d{1,4}) (?:<=|>) (?P<level>\d{1,4})\)(?:, read (?P<read>\d{1,3}))?"
+    r"(?: mode (?P<mode>\S{1,20}))?"
 )
 _USING_NET_RE = re.compile(r"^Using network (?P<plugin>\S.{0,63}?)\s*$")
 _NET_DEVS_RE = re.compile(r"^NET/(?P<plugin>[^:\s]{1,64}) ?: Using (?P<devs>.{0,2000}?)\s*$")
@@ -120,16 +122,6 @@ class Evidence:
             lines.append((msg.line, msg.raw))
 
 
-@dataclass
-class _Init:
-    """``Init COMPLETE`` lines per communicator: by commId where printed, else by size."""
-
-    ranks: dict[tuple[str, int], Counter[int]] = field(default_factory=lambda: defaultdict(Counter))
-
-    def add(self, comm_id: str | None, rank: int, nranks: int) -> None:
-        self.ranks[(comm_id or "", nranks)][rank] += 1
-
-
 def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
     """Parse ``NCCL_DEBUG=INFO`` output into a :class:`TransportProof`; total and linear on any text."""
     if isinstance(text, (bytes, bytearray)):  # a careless caller: decode rather than fail
@@ -138,7 +130,7 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
     ev = Evidence()
     versions: list[str] = []
     vllm_versions: list[str] = []
-    init = _Init()
+    init = InitLines()
     unparsed = 0
     long_lines: list[int] = []
     abandon: list[NcclMessage] = []
@@ -198,7 +190,7 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
     proof.device_id_format = _device_id_format(proof)
     _collnet(proof, collnet_connected, abandon, "collnet_zero" in ev.counts)
     _nvls(proof, nvls_counts)
-    proof.complete, proof.completeness = _completeness(proof, init, unparsed)
+    proof.complete, proof.completeness = completeness(proof, init, unparsed)
     if proof.collnet_state is None and proof.used_collnet is None and proof.complete:
         proof.used_collnet = False
     if proof.used_nvls is None and proof.complete:
@@ -241,7 +233,7 @@ def _conn_evidence(conn: Connection, msg: NcclMessage, ev: Evidence) -> None:
 
 
 def _other_line(t: str, msg: NcclMessage, proof: TransportProof, ev: Evidence, versions: list[str],
-                init: _Init, nvls_counts: list[int]) -> None:
+                init: InitLines, nvls_counts: list[int]) -> None:
     """Every INFO message that is not a connection line."""
     if t.startswith("NCCL version "):
         m = _VERSION_RE.match(t)
@@ -367,36 +359,6 @@ def _nvls(proof: TransportProof, counts: list[int]) -> None:
         proof.used_nvls = False  # "0 nvls channels" is a sign, not an absence
     else:
         proof.used_nvls = None
-
-
-def _completeness(proof: TransportProof, init: _Init, unparsed: int) -> tuple[bool, str]:
-    """Is this the whole story? Every rank of every communicator finished init and printed its connections."""
-    if not init.ranks:
-        return False, "no 'Init COMPLETE' line: the log ends before initialisation finished, or is an excerpt"
-    if unparsed:
-        return False, f"{unparsed} connection-like line(s) in a format this parser does not know"
-    printers = {c.printed_by for c in proof.connections}
-    for (comm_id, nranks), counts in sorted(init.ranks.items()):
-        name = f"communicator {comm_id}" if comm_id else f"a {nranks}-rank communicator"
-        if nranks > 4096:
-            return False, f"{name}: {nranks} ranks is more than this parser checks"
-        missing = [r for r in range(nranks) if r not in counts]
-        if missing:
-            return False, (f"{name}: 'Init COMPLETE' from {len(counts)} of {nranks} ranks "
-                           f"(none from rank {_few(missing)})")
-        if not comm_id and len(set(counts.values())) > 1:
-            return False, f"{name}: ranks finished init an uneven number of times (an excerpt of several runs?)"
-        if nranks > 1:
-            silent = [r for r in range(nranks) if r not in printers]
-            if silent:
-                return False, f"{name}: rank {_few(silent)} printed no connection line"
-    sizes = sorted({n for _, n in init.ranks})
-    return True, f"every rank of {len(init.ranks)} communicator(s) (sizes {', '.join(map(str, sizes))}) " \
-                 f"finished init and printed its connections"
-
-
-def _few(ranks: list[int]) -> str:
-    return ", ".join(map(str, ranks[:4])) + (f" and {len(ranks) - 4} more" if len(ranks) > 4 else "")
 
 
 def _device_id_format(proof: TransportProof) -> str | None:

@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.json:
             docs = [a.transport.to_dict() for a in parsed]
-            for doc, att in zip(docs, parsed):
+            for doc, att in zip(docs, parsed, strict=True):
                 if att.is_vllm:
                     doc["vllm_attestation"] = {k: v for k, v in att.to_dict().items() if k != "transport_proof"}
             print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
