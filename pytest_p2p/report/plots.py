@@ -55,7 +55,9 @@ def _save(fig: Any, path: Path) -> Path:
 def _series(summary: dict[str, Any], where: str, key: str) -> dict[str, tuple[list[float], list[float], list[float]]]:
     """arm -> (x, mean, std) for one metric, points in order; scenarios without it are left out."""
     out: dict[str, tuple[list[float], list[float], list[float]]] = {}
-    for sc in sorted(summary.get("scenarios") or [], key=lambda s: terminal.point_sort_key(s["point"])):
+    arm_order = {a: i for i, a in enumerate(summary.get("arms") or {})}
+    for sc in sorted(summary.get("scenarios") or [], key=lambda s: (arm_order.get(s["arm"], len(arm_order)),
+                                                                    terminal.point_sort_key(s["point"]))):
         st = (sc.get(where) or {}).get(key)
         if not isinstance(st, dict) or st.get("mean") is None:
             continue
@@ -131,7 +133,9 @@ def _uplift_plot(summary: dict[str, Any], path: Path, what: str) -> Path | None:
     ax.set_xlabel("concurrency (requests in flight)" if summary.get("kind") != "probe" else "message size")
     ax.set_ylabel(f"{what} (%)")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(title="error bars: paired 95 % CI", fontsize=8, title_fontsize=8)
+    paired = any(u.get("ci95") for u in entries)
+    ax.legend(title="error bars: paired 95 % CI" if paired else str(summary.get("uplift_convention") or "no interval"),
+              fontsize=8, title_fontsize=8)
     _title(fig, ax, f"{what} per point", summary)
     return _save(fig, path)
 
@@ -165,6 +169,8 @@ def render_plots(summary: dict[str, Any], out_dir: Path, telemetry: TelemetryLoo
                 ax.set_ylim(bottom=0)
             if probe:
                 ax.tick_params(axis="x", labelrotation=45)
+                if key == "time_us":
+                    ax.set_yscale("log")  # 8 KiB and 64 MiB differ by 100x: linear hides the small sizes
         _title(fig, axes[0][0], head, summary)
         written.append(_save(fig, out_dir / name))
 
