@@ -117,9 +117,15 @@ def test_spec_range_checks_name_the_field() -> None:
     LoadSpec(concurrency=3, num_prompts=3, input_len=3, output_len=3).check()
 
 
-def test_plan_processes_from_concurrency_and_cores() -> None:
+def test_plan_processes_from_concurrency_and_free_cores() -> None:
+    import os
+
+    from pytest_p2p.serve.loadgen import free_cores
+
     assert plan_processes(1, cores=16) == 1 and plan_processes(64, cores=16) == 4
     assert plan_processes(256, cores=16) == 8 and plan_processes(256, cores=2) == 1
+    assert plan_processes(256, cores=5.5) == 2 and plan_processes(256, cores=0.0) == 1
+    assert 0.0 <= free_cores(0.02) <= len(os.sched_getaffinity(0)) + 0.01
 
 
 @pytest.mark.parametrize(("load", "where"), [

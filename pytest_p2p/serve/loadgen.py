@@ -84,14 +84,42 @@ class LoadSpec:
             raise ValueError(f"request_rate and burstiness must be > 0, got {self.request_rate}, {self.burstiness}")
 
 
-def plan_processes(concurrency: int, cores: int | None = None) -> int:
-    """Client processes for ``concurrency`` streams: one per :data:`STREAMS_PER_PROCESS`, at most half the cores.
+def free_cores(window_s: float = 0.05) -> float:
+    """Idle cores among ours right now, from two /proc/stat readings (all of them where /proc cannot say)."""
+    cpus = sorted(os.sched_getaffinity(0))
+
+    def read() -> dict[int, tuple[int, int]]:
+        out = {}
+        with open("/proc/stat", encoding="ascii") as fh:
+            for line in fh:
+                f = line.split()
+                if f[0].startswith("cpu") and f[0] != "cpu" and int(f[0][3:]) in cpus:
+                    ticks = [int(x) for x in f[1:8]]
+                    out[int(f[0][3:])] = (sum(ticks), ticks[3] + ticks[4])  # total, idle + iowait
+        return out
+
+    try:
+        a = read()
+        time.sleep(window_s)
+        b = read()
+    except (OSError, ValueError, IndexError):
+        return float(len(cpus))
+    idle = 0.0
+    for cpu, (total, free) in b.items():
+        dt = total - a.get(cpu, (total, free))[0]
+        idle += (free - a.get(cpu, (total, free))[1]) / dt if dt > 0 else 1.0
+    return idle if b else float(len(cpus))
+
+
+def plan_processes(concurrency: int, cores: float | None = None) -> int:
+    """Client processes for ``concurrency`` streams: one per :data:`STREAMS_PER_PROCESS`, at most half the free cores.
 
     The other half is left to the server (vLLM's API server and engine core are busy
     processes of their own); a 2-core box therefore always runs one in-process loop.
+    ``cores`` defaults to the cores idle right now among those this process may use.
     """
-    n = len(os.sched_getaffinity(0)) if cores is None else cores
-    return max(1, min(max(1, n // 2), math.ceil(concurrency / STREAMS_PER_PROCESS)))
+    n = free_cores() if cores is None else cores
+    return max(1, min(max(1, int(n // 2)), math.ceil(concurrency / STREAMS_PER_PROCESS)))
 
 
 @dataclass(frozen=True)
@@ -296,7 +324,9 @@ def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,
     tok = load_tokenizer(tokenizer_id)
     prompts = tuple(token_prompts(tok, spec.warmup + spec.num_prompts, spec.input_len, spec.seed))
     offsets = tuple(arrival_offsets(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed))
-    n = min(spec.client_processes or plan_processes(spec.concurrency), spec.concurrency, spec.num_prompts)
+    auto = spec.client_processes == 0 and spec.concurrency > STREAMS_PER_PROCESS
+    n = min(spec.client_processes or (plan_processes(spec.concurrency) if auto else 1), spec.concurrency,
+            spec.num_prompts)
     cores = sorted(os.sched_getaffinity(0))
     jobs = []
     for w in range(n):
