@@ -107,6 +107,7 @@ def test_server_that_always_dies_fails_the_campaign_and_stores_no_measurement(tm
     assert res.aggregates == {} and res.uplift["c1"]["n"] == 0
     meta = json.loads((res.run_dir / "run.json").read_text())
     assert meta["status"] == "failed" and len(meta["errors"]) == 2 and len(meta["rep_failures"]) == 4
+    assert res.proofs["p2p_off"]["transport"] == "SHM"  # read from a dead server's log: NCCL had set up
     assert not list((res.run_dir / "scenarios" / "p2p_on-c1").glob("run_1.json"))
 
 

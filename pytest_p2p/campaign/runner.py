@@ -286,6 +286,9 @@ class CampaignRunner(Generic[H]):
                         try:
                             data = self._measure_point(rd, handle, reader, arm_name, point, rep, idle_rows)
                         except RepFailed as exc:
+                            if result.proofs.get(arm_name) is None:  # the dead server's log still shows its NCCL
+                                with contextlib.suppress(P2PError, OSError):
+                                    self._record_proof(rd, result, handle, arm, list(cfg.points(self.kind)))
                             raw = {point: exc.data} if exc.data is not None else {}
                             self._set_aside(rd, result, arm_name, rep, [point], raw, str(exc))
                             raise
