@@ -15,9 +15,9 @@ import pytest
 from pytest_p2p.probes.arms import PRESETS
 from pytest_p2p.serve.config import parse_server
 from pytest_p2p.serve.loadgen import run_load, run_load_async
-from pytest_p2p.serve.workload import WordTokenizer, token_prompts
 from pytest_p2p.serve.metrics import RequestRecord
 from pytest_p2p.serve.server import RunningServer, launch
+from pytest_p2p.serve.workload import WordTokenizer, token_prompts
 
 
 def _launch(tmp: Path, arm: str = "p2p_on", args: dict[str, object] | None = None) -> object:
