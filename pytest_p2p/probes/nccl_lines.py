@@ -13,6 +13,7 @@ append); docs/transport.md lists them by version.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -117,12 +118,11 @@ def relevant_lines(text: str) -> Iterator[tuple[int, str, bool]]:
     was longer than :data:`MAX_PHYSICAL_LINE` and only its start is returned.
     """
     n = len(text)
-    nxt = [text.find(kw) for kw in RELEVANT_KEYWORDS]
+    heap = [(p, i) for i, p in enumerate(text.find(kw) for kw in RELEVANT_KEYWORDS) if p >= 0]
+    heapq.heapify(heap)
     counted_to, number = 0, 1
-    while True:
-        hit = min((p for p in nxt if p >= 0), default=-1)
-        if hit < 0:
-            return
+    while heap:
+        hit = heap[0][0]
         start = text.rfind("\n", 0, hit) + 1
         end = text.find("\n", hit)
         end = n if end < 0 else end
@@ -130,9 +130,11 @@ def relevant_lines(text: str) -> Iterator[tuple[int, str, bool]]:
         counted_to = start
         cut = end - start > MAX_PHYSICAL_LINE
         yield number, text[start:start + MAX_PHYSICAL_LINE] if cut else text[start:end], cut
-        for i, p in enumerate(nxt):
-            if 0 <= p <= end:
-                nxt[i] = text.find(RELEVANT_KEYWORDS[i], end + 1)
+        while heap and heap[0][0] <= end:  # every keyword found on this line: look again after it
+            _, i = heapq.heappop(heap)
+            p = text.find(RELEVANT_KEYWORDS[i], end + 1)
+            if p >= 0:
+                heapq.heappush(heap, (p, i))
 
 
 @dataclass(slots=True)
@@ -245,7 +247,7 @@ def iter_nccl_messages(text: str, known: set[str] | None = None,
         for i, m in enumerate(marks):
             end = starts[i + 1] if starts is not None and i + 1 < len(marks) else len(line)
             msg = line[m.end:max(end, m.end)].strip()
-            if msg.startswith(("Channel ", "Ring ", "CollNet ")) and " via " in msg:
+            if msg.count(" via ") > 1 and msg.startswith(("Channel ", "Ring ", "CollNet ")):
                 parts = _GLUED_RE.split(msg)
                 for part in parts:
                     yield NcclMessage(number, part.strip(), evidence, m.pid, m.level)
