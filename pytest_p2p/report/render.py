@@ -220,7 +220,11 @@ def _uplift(meta: dict[str, Any], kind: str, arm_names: list[str],
             except TooFewRepsError as exc:
                 entry["message"] = str(exc)
             else:
-                entry["passed"] = verdict.passed
+                outcome = str(getattr(verdict, "outcome", "pass" if verdict.passed else "fail"))
+                # inconclusive is neither a pass nor a fail: passed None, and how many more pairs would decide
+                entry["passed"] = {"pass": True, "fail": False}.get(outcome)
+                entry["outcome"] = outcome
+                entry["pairs_needed"] = getattr(verdict, "pairs_needed", None)
                 entry["message"] = verdict.message
             out.append(entry)
     return out

@@ -171,6 +171,9 @@ def uplift_line(summary: dict[str, Any]) -> str:
             part = f"{e['point']} {_pct(float(e['estimate']))}"
             if e.get("passed") is False and e.get("threshold") is not None:
                 part += f" (FAIL < {_pct(float(e['threshold']))})"
+            elif e.get("outcome") == "inconclusive":
+                need = e.get("pairs_needed")
+                part += f" (inconclusive{f', ~{need} pairs needed' if need else ''})"
             parts.append(part)
         label = _uplift_label(summary, faster, slower, len(groups) > 1)
         lines.append(f"{label}: " + " · ".join(parts))
