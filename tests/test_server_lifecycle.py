@@ -71,7 +71,7 @@ def test_python_means_current_interpreter_and_standin_is_simulated() -> None:
     ({"args": {"port": 1}}, "server.args.port: is set by the launcher"),
     ({"startup_timeout_s": -1}, "server.startup_timeout_s: expected a number"),
     ({"load": {"endpoint": "embeddings"}}, "server.load.endpoint: expected one of completions, chat"),
-    ({"load": {"output_len": 0}}, "server.load.output_len: expected an integer >= 1"),
+    ({"load": {"output_len": 0}}, "server.load.output_len: expected an integer 1..1000000"),
 ])
 def test_parse_server_errors_name_the_field(value: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as exc:
