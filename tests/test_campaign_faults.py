@@ -340,3 +340,20 @@ def test_any_load_error_of_a_dead_server_is_a_failed_rep_not_a_traceback(tmp_pat
     assert res.status == "complete" and res.errors == []
     (failure,) = res.set_aside
     assert failure.cause == "the server (pid 1) died: killed by SIGKILL (9)" and failure.arm == "p2p_on"
+
+
+def test_campaign_writer_output_reads_back_through_the_report_reader(tmp_path: Path) -> None:
+    """The results directory is the contract: what campaign.rundir writes, report.results reads."""
+    from pytest_p2p.campaign.rundir import RunDir
+    from pytest_p2p.report.results import ResultsDir
+
+    rd = RunDir.create(tmp_path, "rig x", "gpu0-gpu1", "model")
+    rd.write_rep("p2p_on", "c8", 1, {"output_throughput": 1.5})
+    rd.write_aggregate("p2p_on", "c8", {"metrics": {}})
+    rd.write_env("versions.json", {"nccl": "2.28.9"})
+    rd.write_run_meta({"status": "complete"})
+    back = ResultsDir.open(rd.path)
+    assert rd.path.name.endswith("_rig-x_gpu0-gpu1")
+    assert list(back.scenarios()) == [("p2p_on", "c8")] and back.reps("p2p_on", "c8") == {1: {"output_throughput": 1.5}}
+    assert back.read_run_meta()["status"] == "complete" and back.read_scenario_file("p2p_on", "c8", "aggregate.json")
+    assert not (rd.path / ".p2p-space-reserve").exists()  # released once the run is final

@@ -1,7 +1,9 @@
 """Build a :class:`~.runner.CampaignRunner` from a pytest session's rig and evidence.
 
 Kept apart from the runner so the runner knows nothing of pytest or the session: tests
-construct runners with everything explicit, the pytest hooks come through here.
+construct runners with everything explicit, the pytest hooks come through here. The
+session and its rig are described by the Protocols below (what the campaign reads of
+them), so campaign code never imports the shared integration modules ``session``/``rig``.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import P2PError
 from ..lease import GpuLease
@@ -20,34 +22,75 @@ from .progress import Progress
 from .runner import CampaignRunner
 
 if TYPE_CHECKING:
+    from ..evidence.model import Evidence
     from ..probes.arms import Arm
     from ..probes.config import ProbeConfig
     from ..serve.config import ServerConfig
-    from ..session import P2PSession
     from .backends import ProbeSlot, ServerSlot
 
 
-def from_session(session: P2PSession, pair: tuple[int, int], config: CampaignConfig, kind: str, *,
+class RigLike(Protocol):
+    """What a campaign reads of ``rig.Rig``."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def digest(self) -> str: ...
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
+    @property
+    def arms(self) -> Mapping[str, Arm]: ...
+
+    @property
+    def server(self) -> ServerConfig: ...
+
+    @property
+    def probe(self) -> ProbeConfig: ...
+
+
+class SessionLike(Protocol):
+    """What a campaign reads of ``session.P2PSession``."""
+
+    @property
+    def results_root(self) -> Path: ...
+
+    @property
+    def rig(self) -> RigLike: ...
+
+    @property
+    def evidence(self) -> Evidence: ...
+
+    @property
+    def simulated(self) -> bool: ...
+
+    @property
+    def live(self) -> bool: ...
+
+    def snapshot_dict(self) -> dict[str, object]: ...
+
+
+def from_session(session: SessionLike, pair: tuple[int, int], config: CampaignConfig, kind: str, *,
                  run_id: str | None = None, progress: Progress | None = None, lease: GpuLease | None = None,
                  on_finished: Callable[[CampaignOutcome], None] | None = None,
                  ) -> CampaignRunner[ServerSlot] | CampaignRunner[ProbeSlot]:
     """Wire a runner from the session (rig, evidence, results root)."""
     rig = session.rig
     rig_env: dict[str, str] = dict(rig.env or {})
-    arms: Mapping[str, Arm] = rig.arms
+    arms = rig.arms
     snapshot: dict[str, object] | None = None
     with contextlib.suppress(P2PError):
         snapshot = session.snapshot_dict()
     common = {"pair": pair, "config": config, "kind": kind, "arms": arms, "results_root": Path(session.results_root),
-              "rig_name": rig.name, "rig_digest": str(getattr(rig, "digest", "") or ""),
+              "rig_name": rig.name, "rig_digest": str(rig.digest or ""),
               "evidence": session.evidence, "snapshot": snapshot, "simulated": bool(session.simulated),
               "live": bool(session.live), "run_id": run_id, "lease": lease or GpuLease(), "progress": progress,
               "on_finished": on_finished}
     if kind == "model":
-        server: ServerConfig = rig.server
-        return CampaignRunner(backend=ModelBackend(server=server, campaign=config, pair=pair, rig_env=rig_env),
+        return CampaignRunner(backend=ModelBackend(server=rig.server, campaign=config, pair=pair, rig_env=rig_env),
                               **common)  # type: ignore[arg-type]
-    probe: ProbeConfig = rig.probe
-    backend = ProbeBackend(probe=probe, campaign=config, pair=pair, rig_env=rig_env,
+    backend = ProbeBackend(probe=rig.probe, campaign=config, pair=pair, rig_env=rig_env,
                            out_root=Path(session.results_root))  # re-pointed into the run dir by run()
     return CampaignRunner(backend=backend, **common)  # type: ignore[arg-type]
