@@ -221,7 +221,10 @@ def parse_selector(value: Any, source: str, path: str) -> Selector:
         text = value.strip()
         if text.isdigit():
             return int(text)
-        if text.upper().startswith("GPU-") or text.upper().startswith("MIG-"):
+        if text.upper().startswith("MIG-"):
+            raise ConfigError(source, path, f"{v.show(value)} is a MIG instance: CUDA gives MIG instances no peer "
+                                            f"access, so a P2P rig names whole GPUs (index, bus id or GPU- UUID)")
+        if text.upper().startswith("GPU-"):
             return text
         if is_bus_id(text):
             return normalize_bus_id(text)
@@ -345,8 +348,7 @@ class _Resolver:
         if sel not in self._missing_sel:
             self._missing_sel.add(sel)
             present = ", ".join(f"{g.index}={g.bus_id}" for g in self.evidence.gpus) or "none"
-            kind = "index" if isinstance(sel, int) else ("UUID" if str(sel).upper().startswith(("GPU-", "MIG-"))
-                                                         else "bus id")
+            kind = "index" if isinstance(sel, int) else ("UUID" if str(sel).upper().startswith("GPU-") else "bus id")
             self.missing.append(f"{path}: no GPU with {kind} {sel} on this machine ({self.evidence.label}); "
                                 f"GPUs present: {present}")
         return None

@@ -186,6 +186,6 @@ def test_percent_rejects_what_is_no_percentage(value):
         percent(value, "r.yaml", "x")
 
 
-def test_unknown_mig_uuid_is_named_as_a_uuid(snapshot_5060ti):
-    rig = parse_rig({"gpus": ["MIG-1234"]}, source="r.yaml")
-    assert "no GPU with UUID MIG-1234" in resolve(rig, load_snapshot(snapshot_5060ti)).missing[0]
+def test_a_mig_instance_is_refused_with_the_reason():
+    with pytest.raises(ConfigError, match=r"r.yaml: gpus\[0\]: 'MIG-1234' is a MIG instance: CUDA gives MIG"):
+        parse_rig({"gpus": ["MIG-1234"]}, source="r.yaml")
