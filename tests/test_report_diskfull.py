@@ -97,3 +97,20 @@ def test_a_finished_run_releases_its_reserve(tmp_path: Path) -> None:
     rd.write_run_meta({"status": "complete"})
     assert not (rd.path / RESERVE).exists()
     assert rd.read_run_meta()["status"] == "complete"
+
+
+def test_report_command_on_a_full_disk_is_one_paragraph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_p2p.report import render as render_mod
+    from pytest_p2p.report.report_cli import main
+
+    rd = ResultsDir.create(tmp_path, "rig", "gpu0-gpu1", "model", run_id="r1")
+    rd.write_run_meta({"arms": {"a": {}, "b": {}}, "points": ["c1"], "reps": 1, "status": "complete"})
+    rd.write_rep("a", "c1", 1, {"output_throughput": 2.0})
+
+    def full(path: Any, obj: Any) -> Path:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(render_mod, "atomic_write_json", full)
+    with pytest.raises(ResultsError, match=r"r1: cannot write the summary files \(No space left on device\)"):
+        main([str(rd.path), "--no-plots"])
+    assert json.loads((rd.path / "scenarios" / "a-c1" / "run_1.json").read_text()) == {"output_throughput": 2.0}

@@ -256,7 +256,7 @@ def pytest_p2p_campaign_finished(config: pytest.Config, outcome: CampaignOutcome
 
         try:
             render_report(outcome.run_dir)
-        except P2PError as exc:
+        except (P2PError, OSError) as exc:  # disk full while rendering: said once, the reps stay on disk
             config.stash.setdefault(NOTES_KEY, []).append(f"{outcome.run_dir}: report not rendered: {exc}")
     record_run_dir(config, outcome.run_dir)
     if hasattr(config, "workerinput"):

@@ -52,7 +52,14 @@ def main(argv: list[str]) -> int:
         return _seed(Path(args.dir), args.out, not args.no_plots, args.quiet)
 
     for i, run_dir in enumerate(_run_dirs(Path(args.dir))):
-        rendered = render_report(run_dir, plots=not args.no_plots)
+        try:
+            rendered = render_report(run_dir, plots=not args.no_plots)
+        except ResultsError:
+            raise
+        except OSError as exc:  # disk full / read-only while writing the summary: one paragraph, exit 2
+            raise ResultsError(f"{run_dir}: cannot write the summary files ({exc.strerror or exc}); the run's "
+                               "own files are untouched: free space or copy the directory elsewhere and re-run "
+                               "'python -m pytest_p2p report'") from None
         if i:
             print()
         if not args.quiet:
