@@ -112,11 +112,11 @@ def parse_expectations(value: Any, source: str, path: str, only: tuple[str, ...]
         topology=topo,
         pcie=pcie,
         nvlink=nvlink,
-        pcie_replay_budget=(v.integer(cm["pcie_replay"], source, v.join(cp, "pcie_replay"), 0)
+        pcie_replay_budget=(v.int_in(cm["pcie_replay"], source, v.join(cp, "pcie_replay"), 0, 10**9)
                             if "pcie_replay" in cm else None),
-        nvlink_crc_budget=(v.integer(cm["nvlink_crc"], source, v.join(cp, "nvlink_crc"), 0)
+        nvlink_crc_budget=(v.int_in(cm["nvlink_crc"], source, v.join(cp, "nvlink_crc"), 0, 10**12)
                            if "nvlink_crc" in cm else None),
-        nvlink_crc_rate=(v.number(cm["nvlink_crc_per_s"], source, v.join(cp, "nvlink_crc_per_s"), 0)
+        nvlink_crc_rate=(v.float_in(cm["nvlink_crc_per_s"], source, v.join(cp, "nvlink_crc_per_s"), 0, 1e9)
                          if "nvlink_crc_per_s" in cm else None),
     )
 
