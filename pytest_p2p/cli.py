@@ -123,19 +123,19 @@ def doctor_main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     ev = _evidence(a.snapshot, load=not a.no_load)
     from .evidence.doctor import CheckResult, doctor_table, judge_all
+    from .rig import auto_rig, load_rig, resolve
 
     results: list[CheckResult] | None = None
+    resolved = resolve(load_rig(a.rig, origin="--rig") if a.rig else auto_rig(), ev)
     if a.rig:
-        from .rig import load_rig, resolve
-
-        results = judge_all(ev, resolve(load_rig(a.rig, origin="--rig"), ev))
+        results = judge_all(ev, resolved)
     if a.json:
         out: dict[str, object] = {"evidence": ev.to_dict()}
         if results is not None:
             out["checks"] = [r.to_dict() for r in results]
         print(json.dumps(out, indent=2))
     else:
-        print(doctor_table(ev, results))
+        print(doctor_table(ev, results, resolved))
     return EXIT_FAILED if results and any(r.failed for r in results) else EXIT_OK
 
 

@@ -59,7 +59,7 @@ def _opt(x: object) -> str:
     return "?" if x is None else str(x)
 
 
-def doctor_table(ev: Evidence, results: list[CheckResult] | None = None) -> str:
+def doctor_table(ev: Evidence, results: list[CheckResult] | None = None, resolved: ResolvedRig | None = None) -> str:
     out = [f"pytest-p2p doctor — {ev.label}",
            f"driver {_opt(ev.driver_version)} · NVML {_opt(ev.nvml_version)} · CUDA driver "
            f"{_opt(ev.cuda_driver_version)}", ""]
@@ -72,7 +72,8 @@ def doctor_table(ev: Evidence, results: list[CheckResult] | None = None) -> str:
             nv = f"{len(g.active_nvlinks)}/{len(g.nvlinks)} up" + (f" v{'/'.join(map(str, versions))}" if versions
                                                                      else "")
         loaded = g.pcie.loaded.label() if g.pcie.loaded else "not read"
-        rows.append([str(g.index), g.name, g.bus_id, g.pcie.idle.label(), loaded, g.pcie.max.label(),
+        name = g.name + (" (MIG on)" if g.mig_mode else "")
+        rows.append([str(g.index), name, g.bus_id, g.pcie.idle.label(), loaded, g.pcie.max.label(),
                      _opt(g.pcie.gpu_max.gen), _opt(g.pcie.replay_counter), nv,
                      f"{g.power_w:.0f}" if g.power_w is not None else "?", _opt(g.temperature_c),
                      f"P{g.pstate}" if g.pstate is not None else "?"])
@@ -91,6 +92,9 @@ def doctor_table(ev: Evidence, results: list[CheckResult] | None = None) -> str:
     methods = sorted({g.pcie.load_method for g in ev.gpus})
     out += ["", "PCIe under load: " + "; ".join(methods)]
     out += [f"note: {n}" for n in ev.notes]
+    if resolved is not None:
+        out += [""] + [f"not checked: gpu{a}-gpu{b}: {why}" for (a, b), why in sorted(resolved.excluded.items())]
+        out += [f"note: {n}" for n in resolved.notes]
     if results is not None:
         out += ["", "checks against the rig file:"]
         for r in results:
