@@ -233,7 +233,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    config = _CONFIG[0] if _CONFIG else None
+    config = _CONFIG[-1] if _CONFIG else None
     if config is not None:
         from .junit_props import move_to_suite
 
@@ -241,11 +241,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _CONFIG[:] = [config]
+    _CONFIG.append(config)  # a stack: an in-process pytester session inside a session pops only its own
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    _CONFIG.clear()
+    if config in _CONFIG:
+        _CONFIG.remove(config)
 
 
 @pytest.hookimpl(optionalhook=True)  # the spec comes with the campaign stage's hooks (pytest_addhooks)
