@@ -51,8 +51,9 @@ class Option(Generic[T_co]):
     """One setting: how it is spelled on each origin, how its text becomes a value, its default.
 
     ``flag`` is None for a setting that only an ini key / env variable carries (``p2p_enable``).
-    ``path`` marks a filesystem path: :func:`resolve_path` makes a relative one absolute
+    ``path`` marks a filesystem path: :func:`path_of` makes a relative one absolute
     against the rootdir when it came from the ini file, else against where pytest ran.
+    ``shown_default`` is the default as docs/index.md states it (``None``: the value itself).
     """
 
     dest: str
@@ -68,6 +69,7 @@ class Option(Generic[T_co]):
     const: str | None = None
     path: bool = False
     ini_type: str | None = None  # pytest's addini type ("bool" for p2p_enable); None: a string
+    shown_default: str | None = None
 
     @property
     def origins(self) -> tuple[str, ...]:
@@ -114,14 +116,16 @@ FAIL_ON_CHOICES = ("regression", "never")
 # -- the table ------------------------------------------------------------------------------------------
 RIG: Option[str | None] = Option(
     "p2p_rig", "--p2p-rig", "rig file (YAML) naming the GPUs, pairs and expectations; default: auto-detect",
-    None, ini="p2p_rig", env="PYTEST_P2P_RIG", metavar="PATH", path=True)
+    None, ini="p2p_rig", env="PYTEST_P2P_RIG", metavar="PATH", path=True,
+    shown_default="auto-detect (demo rig without GPU)")
 SNAPSHOT: Option[str | None] = Option(
     "p2p_snapshot", "--p2p-snapshot",
     "replay evidence recorded by 'python -m pytest_p2p snapshot' instead of reading NVML live",
-    None, ini="p2p_snapshot", env="PYTEST_P2P_SNAPSHOT", metavar="PATH", path=True)
+    None, ini="p2p_snapshot", env="PYTEST_P2P_SNAPSHOT", metavar="PATH", path=True, shown_default="live NVML")
 RESULTS: Option[str] = Option(
     "p2p_results", "--p2p-results", "results directory root (default: ./p2p-results)",
-    "p2p-results", ini="p2p_results", env="PYTEST_P2P_RESULTS", metavar="DIR", path=True)
+    "p2p-results", ini="p2p_results", env="PYTEST_P2P_RESULTS", metavar="DIR", path=True,
+    shown_default="`./p2p-results`")
 LIVE: Option[bool] = Option(
     "p2p_live", "--p2p-live",
     "demand live NVML: fail instead of falling back to the embedded demo rig when no GPU answers",
@@ -129,26 +133,27 @@ LIVE: Option[bool] = Option(
 PROBE_REPLAY: Option[str | None] = Option(
     "p2p_probe_replay", "--p2p-probe-replay",
     "replay recorded probe results (JSON + NCCL logs written by a real run) instead of running the all-reduce "
-    "and copy probes", None, ini="p2p_probe_replay", env="PYTEST_P2P_PROBE_REPLAY", metavar="DIR", path=True)
+    "and copy probes", None, ini="p2p_probe_replay", env="PYTEST_P2P_PROBE_REPLAY", metavar="DIR", path=True,
+    shown_default="live probes (demo: shipped recording)")
 CAMPAIGN: Option[str | None] = Option(
     "p2p_campaign", "--p2p-campaign",
     "campaign kind: auto (the rig's; model if it has a server), probe (NCCL all-reduce only, quick), "
     "model (a server per arm and rep) or off", None, ini="p2p_campaign", env="PYTEST_P2P_CAMPAIGN",
-    convert=one_of(*CAMPAIGN_MODES), metavar="auto|probe|model|off")
+    convert=one_of(*CAMPAIGN_MODES), metavar="auto|probe|model|off", shown_default="from the rig")
 REPS: Option[int | None] = Option(
     "p2p_reps", "--p2p-reps", "timed repetitions per arm and point (overrides campaign.reps)",
-    None, ini="p2p_reps", env="PYTEST_P2P_REPS", convert=positive_int, metavar="N")
+    None, ini="p2p_reps", env="PYTEST_P2P_REPS", convert=positive_int, metavar="N", shown_default="from the rig")
 ARMS: Option[list[str] | None] = Option(
     "p2p_arms", "--p2p-arms", "comma-separated arms to compare, first over second (overrides campaign.arms)",
-    None, ini="p2p_arms", env="PYTEST_P2P_ARMS", convert=arm_list, metavar="A,B")
+    None, ini="p2p_arms", env="PYTEST_P2P_ARMS", convert=arm_list, metavar="A,B", shown_default="from the rig")
 COMPARE: Option[str | None] = Option(
     "p2p_compare", "--p2p-compare",
     "compare campaign results with the named baseline (default 'accepted'); write it as --p2p-compare=NAME",
-    None, metavar="NAME", nargs="?", const="accepted")
+    None, metavar="NAME", nargs="?", const="accepted", shown_default="off (`NAME` defaults to `accepted`)")
 SAVE_BASELINE: Option[str | None] = Option(
     "p2p_save_baseline", "--p2p-save-baseline",
     "store this session's campaign runs and accept them under NAME (default 'accepted')",
-    None, metavar="NAME", nargs="?", const="accepted")
+    None, metavar="NAME", nargs="?", const="accepted", shown_default="off (`NAME` defaults to `accepted`)")
 FAIL_ON: Option[str] = Option(
     "p2p_fail_on", "--p2p-fail-on", "fail tests on a regression verdict (default) or only report it",
     "regression", ini="p2p_fail_on", env="PYTEST_P2P_FAIL_ON", metavar="regression|never")
@@ -156,7 +161,7 @@ DB: Option[str | None] = Option(  # not path=True: a postgresql:// URL must reac
     "p2p_db", "--p2p-db",
     "baseline/history store: an SQLite file (default .p2p/history.db under the rootdir, or the rig's "
     "baseline.db) or a postgresql:// URL shared by a fleet of runners (docs/fleet.md; shown redacted)",
-    None, ini="p2p_db", env="PYTEST_P2P_DB", metavar="PATH|URL")
+    None, ini="p2p_db", env="PYTEST_P2P_DB", metavar="PATH|URL", shown_default="see [baselines.md](baselines.md)")
 STRICT: Option[bool] = Option(
     "p2p_strict", "--p2p-strict", "inconclusive verdicts (uplift, baseline) fail instead of skipping, for CI "
     "that must decide", False, ini="p2p_strict", env="PYTEST_P2P_STRICT", convert=truthy, ini_type="bool",
@@ -171,6 +176,32 @@ TABLE: tuple[Option[object], ...] = (
     RIG, SNAPSHOT, RESULTS, LIVE, PROBE_REPLAY, CAMPAIGN, REPS, ARMS, COMPARE, SAVE_BASELINE, FAIL_ON, DB, STRICT,
     ENABLE,
 )
+
+
+def _shown_default(opt: Option[object]) -> str:
+    if opt.shown_default is not None:
+        return opt.shown_default
+    if opt.default is None or opt.default is False:
+        return "off"
+    return f"`{opt.default}`"
+
+
+def markdown_table(table: Sequence[Option[object]] = TABLE) -> str:
+    """The options section's table of docs/index.md, generated from the table (a test keeps them equal)."""
+    lines = ["| option | ini | env | default | what it does |", "| --- | --- | --- | --- | --- |"]
+    for opt in table:
+        if opt.flag is None:
+            flag = ""
+        elif opt.nargs == "?":
+            flag = f"`{opt.flag}[={opt.metavar}]`"
+        elif opt.action == "store":
+            flag = f"`{opt.flag} {opt.metavar or 'VALUE'}`"
+        else:
+            flag = f"`{opt.flag}`"
+        cells = [flag, f"`{opt.ini}`" if opt.ini else "", f"`{opt.env}`" if opt.env else "", _shown_default(opt),
+                 opt.help]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _help(opt: Option[object]) -> str:

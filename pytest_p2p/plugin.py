@@ -1,36 +1,169 @@
-"""pytest entry point (``pytest11: p2p``). Deliberately thin; see docs/architecture.md.
+"""pytest entry point (``pytest11: p2p``): thin, and inert unless the run is about p2p.
 
-Each stage keeps its own pytest integration (options, fixtures, hooks) in
-``<stage>/hooks.py``; this module only registers markers and lists those modules. None
-of them imports torch, vllm, pynvml or openai at load time.
+Installed in a virtualenv, this module is loaded by every pytest run there, most of which
+have nothing to do with GPU interconnects. So, in the manner of pytest-xdist (whose
+``DSession`` is registered only when a distribution mode is asked for), this module only:
+
+* declares the options (cheap: the table in options.py, nothing else imported), so that
+  ``pytest --help`` lists them and a ``--p2p-*`` flag is never "unrecognized";
+* registers the ``p2p`` and ``gpu`` markers (a ``--strict-markers`` project may use them);
+* decides once, at configure time, whether this is a **p2p run**, and only then registers
+  the stage hook modules (``<stage>/hooks.py``) with ``import_plugin``. pytest calls the
+  historic ``pytest_configure`` of a plugin registered late, and the fixture manager
+  picks up its fixtures, so the stages behave as if they had been listed statically.
+
+A p2p run is one where the user asked for it (see :func:`activation`): ``-m`` naming p2p
+(``-m "not p2p"`` does not), any ``--p2p-*`` option, a ``PYTEST_P2P_*`` variable or
+``p2p_*`` ini key of the option table, test paths inside this package (``--pyargs
+pytest_p2p``), ini ``p2p_enable = true``, or ``-p pytest_p2p.active`` / ``pytest_plugins =
+["pytest_p2p.active"]``. Otherwise nothing is printed, probed, reordered or scheduled,
+and no module of the package beyond ``pytest_p2p``, ``pytest_p2p.plugin`` and
+``pytest_p2p.options`` is imported.
+
+xdist workers make the same decision as their controller: the controller hands it over in
+``workerinput`` (as pytest-randomly hands over its seed), so a worker never disagrees.
 """
 
 from __future__ import annotations
 
+import re
+from itertools import product
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
 
-pytest_plugins = [
-    "pytest_p2p.evidence.hooks",  # core options, header, p2p_gpu / p2p_pair parametrisation
+from .options import ENABLE, TABLE, declare, given, resolve
+
+if TYPE_CHECKING:
+    from _pytest.mark.expression import Expression
+
+#: The stage hook modules, in stage order (a later stage may rely on an earlier one's hooks).
+STAGES = (
+    "pytest_p2p.evidence.hooks",  # header, p2p_session / p2p_evidence, p2p_gpu / p2p_pair parametrisation
     "pytest_p2p.probes.hooks",  # all-reduce / P2P-copy probes, replay, probe checks
     "pytest_p2p.serve.hooks",  # vllm_server, openai_client, load
     "pytest_p2p.campaign.hooks",  # p2p_campaign, scenarios, GPU lease, xdist hand-off
     "pytest_p2p.verdict.hooks",  # baselines: --p2p-compare, --p2p-save-baseline, --p2p-fail-on
     "pytest_p2p.report.hooks",  # terminal glance table, allure labels
-]
+)
+OPT_IN_PLUGIN = "pytest_p2p.active"
+WORKER_KEY = "p2p_active"  # workerinput: the controller's reason, "" when inactive
+ACTIVE_KEY = pytest.StashKey[str]()  # why this run is a p2p run; absent: not (yet) decided to be one
 
 MARKERS = (
     "p2p: GPU-interconnect check (peer access, links, NCCL transport, P2P uplift); select with -m p2p",
     "gpu: needs a real GPU and driver; skipped with a reason when none is present",
 )
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_IDENT = re.compile(r"(?:\w|:|\+|-|\.|\[|\]|\\|/)+")  # pytest's -m identifier characters
+_KEYWORDS = {"and", "or", "not", "True", "False", "None"}
+_MAX_NAMES = 10  # names besides p2p searched exhaustively (2**10 evaluations at most)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Every ``--p2p-*`` option and ``p2p_*`` ini key, from the one table in options.py."""
-    from .options import declare
-
     declare(parser)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
+    """Markers always; the stages only for a p2p run (after other plugins configured, like a static plugin)."""
     for line in MARKERS:
         config.addinivalue_line("markers", line)
+    if ACTIVE_KEY in config.stash:  # activated already (by pytest_p2p.active)
+        return
+    reason = activation(config)
+    if reason:
+        activate(config, reason)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: object) -> None:
+    """xdist controller -> worker: the controller's decision, so that both make the same one."""
+    config: pytest.Config = node.config  # type: ignore[attr-defined]
+    node.workerinput[WORKER_KEY] = config.stash.get(ACTIVE_KEY, "")  # type: ignore[attr-defined]
+
+
+def is_active(config: pytest.Config) -> bool:
+    """Whether this session registered the stages (a p2p run)."""
+    return ACTIVE_KEY in config.stash
+
+
+def activate(config: pytest.Config, reason: str) -> None:
+    """Register every stage hook module (idempotent; a stage blocked with ``-p no:<module>`` stays out)."""
+    if ACTIVE_KEY in config.stash:
+        return
+    config.stash[ACTIVE_KEY] = reason
+    for module in STAGES:
+        config.pluginmanager.import_plugin(module)
+
+
+def activation(config: pytest.Config) -> str:
+    """Why this is a p2p run ("" when it is not); cheap, touches no GPU and imports nothing of the package."""
+    workerinput = getattr(config, "workerinput", None)
+    if isinstance(workerinput, dict) and WORKER_KEY in workerinput:
+        return str(workerinput[WORKER_KEY])
+    if config.pluginmanager.has_plugin(OPT_IN_PLUGIN):
+        return f"-p {OPT_IN_PLUGIN}"
+    try:
+        enable = resolve(config, ENABLE)
+    except Exception as exc:  # ConfigError naming the origin; imported lazily by resolve
+        raise pytest.UsageError(f"pytest-p2p: {exc}") from None
+    if enable.value:
+        return enable.where()
+    for opt in TABLE:
+        if opt is not ENABLE and given(config, opt):
+            return f"{opt.flag or opt.env or opt.ini} given"
+    markexpr = str(config.getoption("markexpr", default="") or "")
+    if markexpr and selects_p2p(markexpr):
+        return f"-m {markexpr!r}"
+    for arg in config.args:
+        if _inside_package(config, arg):
+            return f"tests of pytest_p2p ({arg})"
+    return ""
+
+
+def selects_p2p(markexpr: str) -> bool:
+    """Whether the ``-m`` expression selects a test *because* it is marked p2p.
+
+    True when some combination of the other marks makes a p2p-marked test selected and the
+    same test without the p2p mark not: ``p2p``, ``p2p or slow``, ``gpu and p2p`` are p2p
+    runs; ``not p2p``, ``slow and not p2p``, ``slow`` are not.
+    """
+    if not re.search(r"\bp2p\b", markexpr):
+        return False
+    try:
+        from _pytest.mark.expression import Expression
+
+        expr = Expression.compile(markexpr)
+    except Exception:  # an invalid expression is pytest's error to report; a private API may change
+        return re.search(r"(?<!not )\bp2p\b", markexpr) is not None
+    others = sorted({n for n in _IDENT.findall(markexpr) if n not in _KEYWORDS and n != "p2p"})[:_MAX_NAMES]
+    try:
+        for values in product((False, True), repeat=len(others)):
+            marks = dict(zip(others, values, strict=True))
+            if _selected(expr, marks, p2p=True) and not _selected(expr, marks, p2p=False):
+                return True
+    except Exception:
+        return re.search(r"(?<!not )\bp2p\b", markexpr) is not None
+    return False
+
+
+def _selected(expr: Expression, marks: dict[str, bool], *, p2p: bool) -> bool:
+    def matcher(name: str, /, **kwargs: object) -> bool:
+        return p2p if name == "p2p" else marks.get(name, False)
+
+    return bool(expr.evaluate(matcher))
+
+
+def _inside_package(config: pytest.Config, arg: str) -> bool:
+    """A test argument that points into this package (``--pyargs pytest_p2p.checks``, or a path in it)."""
+    target = str(arg).split("::", 1)[0]
+    if config.getoption("pyargs", default=False) and (target == "pytest_p2p" or target.startswith("pytest_p2p.")):
+        return True
+    try:
+        path = (Path(config.invocation_params.dir) / target).resolve()
+    except (OSError, ValueError):
+        return False
+    return path == _PACKAGE_DIR or _PACKAGE_DIR in path.parents

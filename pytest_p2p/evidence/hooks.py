@@ -7,27 +7,11 @@ those that ask for ``p2p_pair`` by its pairs (ids ``gpu1-gpu2``); the built-in c
 
 from __future__ import annotations
 
-import os
-import re
-
 import pytest
 
 from ..errors import P2PError
 from ..session import P2PSession, get_session
 from .model import Evidence
-
-_ENV_VARS = ("PYTEST_P2P_RIG", "PYTEST_P2P_SNAPSHOT")
-
-
-def _requested(config: pytest.Config) -> bool:
-    """Whether this run is about p2p checks (so that plain test runs never touch NVML)."""
-    opts = ("p2p_rig", "p2p_snapshot", "p2p_live")
-    if any(config.getoption(o, default=None) for o in opts) or any(os.environ.get(e) for e in _ENV_VARS):
-        return True
-    markexpr = config.getoption("markexpr", default="") or ""
-    if re.search(r"(?<!not )\bp2p\b", markexpr):  # "-m p2p" selects checks; "-m 'not p2p'" does not
-        return True
-    return any("pytest_p2p" in str(a) for a in config.invocation_params.args)
 
 
 def session_or_usage_error(config: pytest.Config) -> P2PSession:
@@ -43,13 +27,12 @@ def session_or_usage_error(config: pytest.Config) -> P2PSession:
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if _requested(config) and not hasattr(config, "workerinput"):
+    """This module is registered only for a p2p run (plugin.py): a bad rig is a usage error before collection."""
+    if not hasattr(config, "workerinput"):
         session_or_usage_error(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    if not _requested(config):
-        return None
     s = session_or_usage_error(config)
     ev = s.evidence
     lines = [f"p2p rig: {s.rig.name} ({s.rig.source})", f"p2p evidence: {s.label}"]
