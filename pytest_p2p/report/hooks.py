@@ -191,12 +191,12 @@ def pytest_runtest_call(item: pytest.Item) -> None:
         _attach_for(item, allure, found)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item,
-                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
+@pytest.hookimpl(hookwrapper=True)  # old-style: pytest>=7.4 is supported
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
     if item.get_closest_marker("p2p") is None:
-        return report
+        return
     if report.when == "setup" and report.failed:
         item.stash[INFRA_KEY] = True  # a fixture could not provide the rig/server/probe: broken, not failed
     if report.when == "call":
@@ -205,7 +205,6 @@ def pytest_runtest_makereport(item: pytest.Item,
         for name, value in item_numbers(item):
             if (name, value) not in item.user_properties:
                 item.user_properties.append((name, value))
-    return report
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
