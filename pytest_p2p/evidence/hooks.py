@@ -1,4 +1,4 @@
-"""Pytest integration of the evidence stage: core options, report header, GPU/pair parametrisation.
+"""Pytest integration of the evidence stage (registered for a p2p run only): header, GPU/pair parametrisation.
 
 Test functions that ask for ``p2p_gpu`` are parametrised by the rig's GPUs (ids ``gpu1``),
 those that ask for ``p2p_pair`` by its pairs (ids ``gpu1-gpu2``); the built-in checks in
