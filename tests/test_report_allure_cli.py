@@ -98,11 +98,15 @@ def _chromium(chromium: str, url: str, *extra: str) -> str:
 def _session(pytester: pytest.Pytester, start: Path, alluredir: Path) -> None:
     start.mkdir(parents=True, exist_ok=True)
     (start / "test_local.py").write_text(LOCAL_TESTS)
-    with contextlib.chdir(start):
+    old = Path.cwd()
+    os.chdir(start)  # contextlib.chdir is 3.11+; the package supports 3.10
+    try:
         result = pytester.runpytest_subprocess(
             "--pyargs", "pytest_p2p.checks.test_evidence", str(start / "test_local.py"),
             f"--alluredir={alluredir}", "--p2p-results", str(start / "res"), "-p", "no:cacheprovider",
             "--rootdir", str(start))
+    finally:
+        os.chdir(old)
     assert result.ret == 1, result.stdout.str()  # one failed check, one broken: the run fails
 
 
