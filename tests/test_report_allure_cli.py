@@ -95,7 +95,11 @@ def _chromium(chromium: str, url: str, *extra: str) -> str:
     return out.stdout
 
 
+DEMO = Path(__file__).resolve().parent.parent / "pytest_p2p" / "demo"
+
+
 def _session(pytester: pytest.Pytester, start: Path, alluredir: Path) -> None:
+    """One session from ``start``; the recorded H200 rig and snapshot by absolute path (even on a GPU box)."""
     start.mkdir(parents=True, exist_ok=True)
     (start / "test_local.py").write_text(LOCAL_TESTS)
     old = Path.cwd()
@@ -103,6 +107,7 @@ def _session(pytester: pytest.Pytester, start: Path, alluredir: Path) -> None:
     try:
         result = pytester.runpytest_subprocess(
             "--pyargs", "pytest_p2p.checks.test_evidence", str(start / "test_local.py"),
+            "--p2p-rig", str(DEMO / "rig.yaml"), "--p2p-snapshot", str(DEMO / "h200x2-nvlink.snapshot.json"),
             f"--alluredir={alluredir}", "--p2p-results", str(start / "res"), "-p", "no:cacheprovider",
             "--rootdir", str(start))
     finally:
@@ -110,9 +115,11 @@ def _session(pytester: pytest.Pytester, start: Path, alluredir: Path) -> None:
     assert result.ret == 1, result.stdout.str()  # one failed check, one broken: the run fails
 
 
-def test_real_allure_report_in_chromium(pytester: pytest.Pytester, tools: tuple[str, str], tmp_path: Path) -> None:
+def test_real_allure_report_in_chromium(pytester: pytest.Pytester, tools: tuple[str, str], tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("allure_pytest")
     allure, chromium = tools
+    monkeypatch.setenv("PYTEST_P2P_NVML", "off")  # hermetic on a machine with GPUs too
     r1, r2 = tmp_path / "results1", tmp_path / "results2"
     _session(pytester, tmp_path / "a", r1)
     _session(pytester, tmp_path / "b" / "deeper", r2)
