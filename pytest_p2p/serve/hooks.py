@@ -27,7 +27,8 @@ from ..util import atomic_write_json
 if TYPE_CHECKING:
     from .config import ServerConfig
     from .result import LoadResult
-    from .server import ArmLike, RunningServer
+    from ..probes.arms import ServerArm
+    from .server import RunningServer
 
 PLAN_KEY = pytest.StashKey["ServerPlan"]()
 
@@ -38,7 +39,7 @@ class ServerPlan:
 
     server: ServerConfig
     pairs: list[tuple[int, ...]]
-    arms: Mapping[str, ArmLike]
+    arms: Mapping[str, ServerArm]
     rig_env: Mapping[str, str] = field(default_factory=dict)
     results_root: Path = Path("p2p-results") / "servers"
 

@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from ..envs import subprocess_env
 from ..errors import ServerError
@@ -39,25 +39,12 @@ from .procs import TOKEN_ENV, cmdline, find_leftovers, has_token, kill_tree, por
 from .ready import API_KEY_ENV, check_port_free, free_port, prove_identity, wait_ready
 
 if TYPE_CHECKING:
+    from ..probes.arms import ServerArm
     from .attest import Attestation
 __all__ = ["API_KEY_ENV", "TOKEN_ENV", "GpuUse", "RunningServer", "ServerDeath", "check_port_free", "find_leftovers",
            "free_port", "gpu_usage", "kill_tree", "launch", "likely_cause", "pair_key", "prove_identity", "tail",
            "teardown"]
 _LIVE: dict[int, tuple[int, str]] = {}  # leader pid -> (session id, token): killed at interpreter exit
-
-
-class ArmLike(Protocol):
-    """What launch needs of ``probes.arms.Arm`` (read-only, so frozen dataclasses fit)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def env(self) -> Mapping[str, str]: ...
-
-    def vllm_flags(self) -> list[str]: ...
-
-    def vllm_env(self) -> Mapping[str, str]: ...
 
 
 # ----------------------------------------------------------------------------- processes
@@ -223,7 +210,7 @@ class RunningServer:
 
 
 @contextlib.contextmanager
-def launch(config: ServerConfig, arm: ArmLike, pair: Sequence[int], rig_env: Mapping[str, str] | None,
+def launch(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: Mapping[str, str] | None,
            log_path: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int | None = None,
            extra_env: Mapping[str, str] | None = None,
            startup_timeout_s: float | None = None) -> Iterator[RunningServer]:
