@@ -1,7 +1,7 @@
 """From rep files to scenario aggregates and the paired uplift per point.
 
-Which reps count: only measurements. A rep whose server died, or in which no request
-completed, never reaches here (the runner sets it aside and re-runs it); a rep flagged by
+Which reps count: only measurements. A rep whose server died, in which no request
+completed, or whose load client saturated never reaches here (the runner sets it aside and re-runs it); a rep flagged by
 telemetry (throttled, link downtrained) is kept on disk and dropped here when
 ``exclude_throttled`` is set — from *both* arms of its pair, so the pairing stays intact.
 """
@@ -28,12 +28,51 @@ def _flags(data: Mapping[str, object]) -> Mapping[str, object]:
     return f if isinstance(f, dict) else {}
 
 
-def is_measurement(data: Mapping[str, object], kind: str) -> bool:
-    """A model rep with no completed request is not a measurement (its zeros would be averaged in)."""
+def failure_reasons(data: Mapping[str, object], top: int = 10) -> str:
+    """The load's most frequent failure reasons, ``"3x HTTP 500; 1x timeout"``, from ``error_summary``.
+
+    Why not ``errors``: it holds one string per request (thousands on a big run), far too much
+    for a message; the load result's ``error_summary`` already counts them (top ten).
+    """
+    summary = data.get("error_summary")
+    counts: list[tuple[str, int]] = []
+    if isinstance(summary, list):
+        for row in summary:
+            if isinstance(row, dict) and row.get("error"):
+                n = _number(row.get("count"))
+                counts.append((str(row["error"]), int(n) if n is not None else 1))
+    else:  # an older load result: count its per-request errors here
+        errors = data.get("errors")
+        tally: dict[str, int] = {}
+        for e in errors if isinstance(errors, list) else []:
+            if e:
+                tally[str(e)] = tally.get(str(e), 0) + 1
+        counts = sorted(tally.items(), key=lambda kv: -kv[1])
+    return "; ".join(f"{n}x {(e if len(e) <= 200 else e[:197] + '...')}" for e, n in counts[:top])
+
+
+def not_measured(data: Mapping[str, object], kind: str) -> str | None:
+    """Why a rep is not a measurement, or ``None`` when it is one.
+
+    A model rep with no completed request is not one (its zeros would be averaged in); nor is
+    one whose load client could not keep up (``client_saturated``): its latencies measured the
+    client, not the server, and the arm with the faster server would look worse.
+    """
     if kind != "model":
-        return True
+        return None
     completed = _number(data.get("completed"))
-    return completed is not None and completed > 0
+    if completed is None or completed <= 0:
+        reasons = failure_reasons(data)
+        return f"no request completed ({data.get('failed')} failed{'; ' + reasons if reasons else ''}): " \
+               "not a measurement"
+    if data.get("client_saturated") is True:
+        return f"load client saturated: {data.get('client_saturation') or 'no reason recorded'}"
+    return None
+
+
+def is_measurement(data: Mapping[str, object], kind: str) -> bool:
+    """See :func:`not_measured`."""
+    return not_measured(data, kind) is None
 
 
 def excluded(data: Mapping[str, object], config: CampaignConfig, kind: str) -> bool:

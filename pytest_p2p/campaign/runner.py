@@ -36,7 +36,7 @@ from ..errors import CampaignError, P2PError, RepFailed
 from ..lease import GpuLease
 from ..util import atomic_write_json
 from . import adaptive
-from .aggregate import is_measurement
+from .aggregate import not_measured
 from .backends import Backend, ModelBackend, ProbeBackend
 from .config import CampaignConfig
 from .energy import energy_metrics, window_energy
@@ -349,9 +349,8 @@ class CampaignRunner(Generic[H]):
             sampler.stop()
             sampler.write_csv(rd.telemetry_path(arm, point, rep))
         cause = dead()  # died after the window closed: the window may have measured a dying server
-        if cause is None and not is_measurement(metrics, self.kind):
-            cause = (f"no request completed ({metrics.get('failed')} failed"
-                     f"{'; ' + str(metrics['errors']) if metrics.get('errors') else ''}): not a measurement")
+        if cause is None:  # no request completed, or a saturated load client: set aside and re-run
+            cause = not_measured(metrics, self.kind)
         if cause is not None:
             raise RepFailed(cause, dict(metrics))
         window = sampler.window()

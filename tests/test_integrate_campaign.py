@@ -1,0 +1,106 @@
+"""Integration requests for the campaign: a rep whose load client saturated is set aside and re-run (never
+feeds a verdict), and a rep with no completed request names its top failure reasons, not every request's error."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pytest_p2p.campaign.aggregate import failure_reasons, is_measurement, not_measured
+from pytest_p2p.campaign.config import parse_campaign
+from pytest_p2p.campaign.runner import CampaignRunner
+from pytest_p2p.lease import GpuLease
+from pytest_p2p.probes.arms import PRESETS
+
+SATURATION = "a client process was busy 99% of the window (limit 90%)"
+
+
+class SaturatingBackend:
+    """p2p_on rep 1's first attempt comes back from a saturated load client (and looks 40 % slower)."""
+
+    kind = "model"
+
+    def __init__(self, failing: bool = False) -> None:
+        self.slots: list[tuple[str, int]] = []
+        self.failing = failing
+
+    @contextlib.contextmanager
+    def slot(self, arm: Any, rep: int, log: Path) -> Iterator[tuple[str, int, int]]:
+        self.slots.append((arm.name, rep))
+        log.write_text("fake\n")
+        yield (arm.name, rep, self.slots.count((arm.name, rep)))
+
+    def smoke(self, arm: Any, log: Path) -> None:
+        return None
+
+    def warm(self, handle: Any, point: str) -> None:
+        return None
+
+    def measure(self, handle: tuple[str, int, int], point: str, rep: int) -> dict[str, Any]:
+        arm, rep, attempt = handle
+        if self.failing:
+            errs = ["HTTP 500: boom"] * 30 + [f"timeout after {i} s" for i in range(30)]
+            return {"output_throughput": 0.0, "completed": 0, "failed": 60, "errors": errs,
+                    "error_summary": [{"error": "HTTP 500: boom", "count": 30}, {"error": "timeout after 0 s", "count": 1}]}
+        saturated = arm == "p2p_on" and rep == 1 and attempt == 1
+        value = 66.0 if saturated else (110.0 if arm == "p2p_on" else 100.0) + rep * 0.1
+        return {"output_throughput": value, "completed": 4, "failed": 0, "total_output_tokens": 40,
+                "client_saturated": saturated, "client_saturation": SATURATION if saturated else ""}
+
+    def death(self, handle: Any) -> str | None:
+        return None
+
+    def proof(self, handle: Any, arm: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        return {"transport": arm.expect_transport, "nccl_version": "2.28.9"}, {"problems": []}
+
+    def describe(self) -> dict[str, Any]:
+        return {"command": ["fake"], "model": "fake", "args": {}, "flags": []}
+
+
+def _run(tmp_path: Path, backend: SaturatingBackend, **cfg: Any) -> Any:
+    base = {"concurrency": [1], "reps": 3, "cooldown_s": 0, "idle_baseline_s": 0, "telemetry_hz": 10,
+            "smoke": False, "min_uplift": "5%"}
+    base.update(cfg)
+    return CampaignRunner(pair=(0, 1), config=parse_campaign(base, "integrate-rig.yaml"), kind="model",
+                          arms=PRESETS, backend=backend, results_root=tmp_path / "results", rig_name="integrate",
+                          simulated=True, lease=GpuLease(tmp_path / "locks")).run()
+
+
+def test_saturated_load_client_rep_is_set_aside_and_re_run(tmp_path: Path) -> None:
+    backend = SaturatingBackend()
+    res = _run(tmp_path, backend)
+    assert res.status == "complete" and res.errors == []
+    assert backend.slots.count(("p2p_on", 1)) == 2  # re-run on a fresh server
+    aside = [a for a in res.set_aside if a.arm == "p2p_on" and a.rep == 1]
+    assert len(aside) == 1 and aside[0].cause == f"load client saturated: {SATURATION}"
+    thr = res.aggregate("p2p_on", "c1")["metrics"]["output_throughput"]
+    assert 66.0 not in thr["values"] and thr["n"] == 3
+    scen = res.run_dir / "scenarios" / "p2p_on-c1"
+    kept = json.loads((scen / "run_1.try1.failed.json").read_text())
+    assert kept["client_saturated"] is True and kept["failed"] == f"load client saturated: {SATURATION}"
+    assert json.loads((scen / "run_1.json").read_text())["client_saturated"] is False
+
+
+def test_saturated_rep_is_never_a_measurement() -> None:
+    ok = {"completed": 4, "client_saturated": False}
+    assert is_measurement(ok, "model") and not_measured(ok, "model") is None
+    bad = {"completed": 4, "client_saturated": True, "client_saturation": SATURATION}
+    assert not is_measurement(bad, "model") and not_measured(bad, "model") == f"load client saturated: {SATURATION}"
+    assert is_measurement(bad, "probe")  # probes have no load client
+
+
+def test_no_completed_request_names_the_top_reasons_not_every_error(tmp_path: Path) -> None:
+    res = _run(tmp_path, SaturatingBackend(failing=True), reps=1, rep_retries=0)
+    assert res.status == "failed" and res.aggregates == {}
+    for e in res.errors:
+        assert "no request completed (60 failed; 30x HTTP 500: boom; 1x timeout after 0 s)" in e, e
+        assert "timeout after 29 s" not in e  # the per-request list is not printed
+
+
+def test_failure_reasons_counts_an_older_result_without_error_summary() -> None:
+    assert failure_reasons({"errors": ["a", "b", "a", ""]}) == "2x a; 1x b"
+    assert failure_reasons({"errors": [f"e{i}" for i in range(20)]}).count("x e") == 10
+    assert failure_reasons({}) == ""
