@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import validate as v
 from .errors import ConfigError
 from .evidence.expect import (
     COUNTER_KEYS,
@@ -44,6 +43,20 @@ from .evidence.model import Evidence
 from .evidence.snapshot import is_bundled_demo
 from .evidence.visible import visible_gpus
 from .util import is_bus_id, normalize_bus_id
+
+# names, not 'from . import validate': that form reads a stale module off the package object when
+# pytester re-imports the package in-process, and its ConfigError would be another class
+from .validate import (
+    MAX_TEXT_CHARS,
+    check_bounded,
+    env_mapping,
+    integer,
+    mapping,
+    sequence,
+    show,
+    string,
+    yaml_document,
+)
 
 if TYPE_CHECKING:  # the stages' section types; their modules are imported when a rig is parsed
     from .campaign.config import CampaignConfig
@@ -141,12 +154,12 @@ def load_rig(path: str | Path, origin: str | None = None) -> Rig:
     label = str(p) if origin is None else f"{p} (from {origin})"
     try:
         with p.open(encoding="utf-8") as fh:
-            text = fh.read(v.MAX_TEXT_CHARS + 1)
+            text = fh.read(MAX_TEXT_CHARS + 1)
     except FileNotFoundError:
         raise ConfigError(label, "", "no such rig file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(label, "", f"cannot read the rig file: {exc}") from None
-    data = v.yaml_document(text, label)
+    data = yaml_document(text, label)
     rig = parse_rig(data, source=label, text=text, default_name=p.stem)
     rig.source = str(p)
     return rig
@@ -159,7 +172,7 @@ def parse_rig(data: Any, source: str = "rig.yaml", text: str | None = None,
     ``default_name`` names a rig without a ``rig:`` key (default: the stem of ``source``).
     """
     try:
-        v.check_bounded(data, source)
+        check_bounded(data, source)
         return _parse_rig(data, source, text, default_name or Path(source).stem)
     except ConfigError:
         raise
@@ -170,21 +183,21 @@ def parse_rig(data: Any, source: str = "rig.yaml", text: str | None = None,
 def _parse_rig(data: Any, source: str, text: str | None, default_name: str) -> Rig:
     if data is None:
         data = {}
-    top = v.mapping(data, source, "", TOP_KEYS)
-    name = v.string(top.get("rig", default_name), source, "rig")
+    top = mapping(data, source, "", TOP_KEYS)
+    name = string(top.get("rig", default_name), source, "rig")
     description = top.get("description") or ""
     if not isinstance(description, str):
-        raise ConfigError(source, "description", f"expected a string, got {v.show(description)}")
+        raise ConfigError(source, "description", f"expected a string, got {show(description)}")
     gpus = _parse_gpus(top.get("gpus", "all"), source)
     pairs = _parse_pairs(top.get("pairs", "auto"), source)
-    env = v.env_mapping(top.get("env"), source, "env")
+    env = env_mapping(top.get("env"), source, "env")
     expect = parse_expectations(top.get("expect"), source, "expect")
     gpu_expect: dict[Selector, Expectations] = {}
-    for key, val in v.mapping(top.get("gpu"), source, "gpu").items():
+    for key, val in mapping(top.get("gpu"), source, "gpu").items():
         sel = parse_selector(key, source, f"gpu.{key}")
         gpu_expect[sel] = parse_expectations(val, source, f"gpu.{key}", only=("pcie", "nvlink", "counters"))
     pair_expect: dict[tuple[Selector, Selector], Expectations] = {}
-    for key, val in v.mapping(top.get("pair"), source, "pair").items():
+    for key, val in mapping(top.get("pair"), source, "pair").items():
         parts = key.split("-") if "-" in key and not is_bus_id(key) and len(key) < 200 else None
         if not parts or len(parts) != 2:
             raise ConfigError(source, f"pair.{key}", "expected a key like '1-2' (two GPU selectors joined by '-')")
@@ -214,48 +227,48 @@ def _cross_check(top: Mapping[str, Any], sections: RigSections, source: str) -> 
 def parse_selector(value: Any, source: str, path: str) -> Selector:
     """A GPU selector: NVML index, PCI bus id (any common spelling) or UUID (``GPU-…``)."""
     if isinstance(value, bool):
-        raise ConfigError(source, path, f"expected a GPU index, bus id or UUID, got {v.show(value)}")
+        raise ConfigError(source, path, f"expected a GPU index, bus id or UUID, got {show(value)}")
     if isinstance(value, int):
-        return v.integer(value, source, path, 0, 1023)
+        return integer(value, source, path, 0, 1023)
     if isinstance(value, str):
         text = value.strip()
         if text.isdigit():
             return int(text)
         if text.upper().startswith("MIG-"):
-            raise ConfigError(source, path, f"{v.show(value)} is a MIG instance: CUDA gives MIG instances no peer "
+            raise ConfigError(source, path, f"{show(value)} is a MIG instance: CUDA gives MIG instances no peer "
                                             f"access, so a P2P rig names whole GPUs (index, bus id or GPU- UUID)")
         if text.upper().startswith("GPU-"):
             return text
         if is_bus_id(text):
             return normalize_bus_id(text)
     raise ConfigError(source, path,
-                      f"expected a GPU index, PCI bus id ('0000:0A:00.0') or UUID ('GPU-…'), got {v.show(value)}")
+                      f"expected a GPU index, PCI bus id ('0000:0A:00.0') or UUID ('GPU-…'), got {show(value)}")
 
 
 def _parse_gpus(value: Any, source: str) -> list[Selector] | None:
     if value == "all":
         return None
-    items = v.sequence(value, source, "gpus")
+    items = sequence(value, source, "gpus")
     if not items:
         raise ConfigError(source, "gpus", "expected 'all' or a non-empty list of GPU selectors")
     sels = [parse_selector(item, source, f"gpus[{i}]") for i, item in enumerate(items)]
     if len(set(sels)) != len(sels):
-        raise ConfigError(source, "gpus", f"a GPU is listed twice: {v.show(value)}")
+        raise ConfigError(source, "gpus", f"a GPU is listed twice: {show(value)}")
     return sels
 
 
 def _parse_pairs(value: Any, source: str) -> str | list[tuple[Selector, Selector]]:
     if value in ("auto", "all"):
         return str(value)
-    items = v.sequence(value, source, "pairs")
+    items = sequence(value, source, "pairs")
     out: list[tuple[Selector, Selector]] = []
     for i, item in enumerate(items):
         path = f"pairs[{i}]"
         if isinstance(item, str) and "-" in item and not is_bus_id(item):
             item = item.split("-")
-        pair = v.sequence(item, source, path)
+        pair = sequence(item, source, path)
         if len(pair) != 2:
-            raise ConfigError(source, path, f"expected two GPU selectors, got {v.show(item)}")
+            raise ConfigError(source, path, f"expected two GPU selectors, got {show(item)}")
         a, b = (parse_selector(x, source, path) for x in pair)
         if a == b:
             raise ConfigError(source, path, "a pair needs two different GPUs")

@@ -12,8 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .. import validate as v
 from ..errors import ConfigError
+
+# names, not 'from . import validate': that form reads a stale module off the package object when
+# pytester re-imports the package in-process, and its ConfigError would be another class
+from ..validate import (
+    boolean,
+    float_in,
+    int_in,
+    integer,
+    join,
+    mapping,
+    show,
+    string,
+)
 from .model import P2P_STATUS_TEXT, Evidence, GpuEvidence, PairEvidence, topology_rank
 
 T = TypeVar("T")
@@ -73,50 +85,50 @@ class Expectations:
 
 
 def parse_topology(value: Any, source: str, path: str) -> str:
-    text = v.string(value, source, path).strip().upper()
+    text = string(value, source, path).strip().upper()
     if text in ("PIX", "PXB", "PHB", "NODE", "SYS", "NV"):
         return text
     if text.startswith("NV") and text[2:].isdigit() and 0 < int(text[2:]) <= 72:
         return text
     raise ConfigError(source, path,
                       f"expected a topology class as 'nvidia-smi topo -m' names it (NV#, PIX, PXB, PHB, NODE, SYS), "
-                      f"got {v.show(value)}")
+                      f"got {show(value)}")
 
 
 def parse_expectations(value: Any, source: str, path: str, only: tuple[str, ...] = EXPECT_KEYS) -> Expectations:
-    m = v.mapping(value, source, path, only)
-    peer = v.boolean(m["peer_access"], source, v.join(path, "peer_access")) if "peer_access" in m else None
-    topo = parse_topology(m["topology"], source, v.join(path, "topology")) if "topology" in m else None
-    pp = v.join(path, "pcie")
-    pm = v.mapping(m.get("pcie"), source, pp, PCIE_KEYS)
+    m = mapping(value, source, path, only)
+    peer = boolean(m["peer_access"], source, join(path, "peer_access")) if "peer_access" in m else None
+    topo = parse_topology(m["topology"], source, join(path, "topology")) if "topology" in m else None
+    pp = join(path, "pcie")
+    pm = mapping(m.get("pcie"), source, pp, PCIE_KEYS)
     pcie = LinkExpect(
-        gen=v.integer(pm["gen"], source, v.join(pp, "gen"), 1, 6) if "gen" in pm else None,
-        width=_width(pm["width"], source, v.join(pp, "width")) if "width" in pm else None,
-        max_gen=v.integer(pm["max_gen"], source, v.join(pp, "max_gen"), 1, 6) if "max_gen" in pm else None,
-        max_width=_width(pm["max_width"], source, v.join(pp, "max_width")) if "max_width" in pm else None,
+        gen=integer(pm["gen"], source, join(pp, "gen"), 1, 6) if "gen" in pm else None,
+        width=_width(pm["width"], source, join(pp, "width")) if "width" in pm else None,
+        max_gen=integer(pm["max_gen"], source, join(pp, "max_gen"), 1, 6) if "max_gen" in pm else None,
+        max_width=_width(pm["max_width"], source, join(pp, "max_width")) if "max_width" in pm else None,
     )
-    np_ = v.join(path, "nvlink")
+    np_ = join(path, "nvlink")
     raw_nv = m.get("nvlink")
     if raw_nv is False:
         nvlink = NvlinkExpect(links=0)
     else:
-        nm = v.mapping(raw_nv, source, np_, NVLINK_KEYS)
+        nm = mapping(raw_nv, source, np_, NVLINK_KEYS)
         nvlink = NvlinkExpect(
-            links=v.integer(nm["links"], source, v.join(np_, "links"), 0, 72) if "links" in nm else None,
-            version=v.integer(nm["version"], source, v.join(np_, "version"), 1, 9) if "version" in nm else None,
+            links=integer(nm["links"], source, join(np_, "links"), 0, 72) if "links" in nm else None,
+            version=integer(nm["version"], source, join(np_, "version"), 1, 9) if "version" in nm else None,
         )
-    cp = v.join(path, "counters")
-    cm = v.mapping(m.get("counters"), source, cp, COUNTER_KEYS)
+    cp = join(path, "counters")
+    cm = mapping(m.get("counters"), source, cp, COUNTER_KEYS)
     return Expectations(
         peer_access=peer,
         topology=topo,
         pcie=pcie,
         nvlink=nvlink,
-        pcie_replay_budget=(v.int_in(cm["pcie_replay"], source, v.join(cp, "pcie_replay"), 0, 10**9)
+        pcie_replay_budget=(int_in(cm["pcie_replay"], source, join(cp, "pcie_replay"), 0, 10**9)
                             if "pcie_replay" in cm else None),
-        nvlink_crc_budget=(v.int_in(cm["nvlink_crc"], source, v.join(cp, "nvlink_crc"), 0, 10**12)
+        nvlink_crc_budget=(int_in(cm["nvlink_crc"], source, join(cp, "nvlink_crc"), 0, 10**12)
                            if "nvlink_crc" in cm else None),
-        nvlink_crc_rate=(v.float_in(cm["nvlink_crc_per_s"], source, v.join(cp, "nvlink_crc_per_s"), 0, 1e9)
+        nvlink_crc_rate=(float_in(cm["nvlink_crc_per_s"], source, join(cp, "nvlink_crc_per_s"), 0, 1e9)
                          if "nvlink_crc_per_s" in cm else None),
     )
 
@@ -124,7 +136,7 @@ def parse_expectations(value: Any, source: str, path: str, only: tuple[str, ...]
 def _width(value: Any, source: str, path: str) -> int:
     if isinstance(value, str) and value.lower().startswith("x") and value[1:].isdigit():
         value = int(value[1:])
-    w = v.integer(value, source, path, 1, 32)
+    w = integer(value, source, path, 1, 32)
     if w not in (1, 2, 4, 8, 12, 16, 32):
         raise ConfigError(source, path, f"expected a PCIe width (1, 2, 4, 8, 12, 16, 32), got {w}")
     return w
