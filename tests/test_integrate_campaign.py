@@ -104,3 +104,81 @@ def test_failure_reasons_counts_an_older_result_without_error_summary() -> None:
     assert failure_reasons({"errors": ["a", "b", "a", ""]}) == "2x a; 1x b"
     assert failure_reasons({"errors": [f"e{i}" for i in range(20)]}).count("x e") == 10
     assert failure_reasons({}) == ""
+
+
+# ---------------------------------------------------------------- ModelBackend: death and load options
+
+
+class _FakeServer:
+    """What ModelBackend reads of serve's RunningServer; ``death()`` answers what the test sets."""
+
+    def __init__(self, process: Any, log_path: Path) -> None:
+        self.process, self.log_path = process, log_path
+        self.base_url, self.api_key, self.model, self.tokenizer_id = "http://127.0.0.1:9", "k", "m", "/models/m"
+        self.answer: Any = None
+        self.calls = 0
+
+    def death(self) -> Any:
+        self.calls += 1
+        return self.answer
+
+
+def _backend(load: dict[str, Any]) -> Any:
+    import sys
+
+    from pytest_p2p.campaign.backends import ModelBackend
+    from pytest_p2p.serve.config import parse_server
+
+    server = parse_server({"command": [sys.executable, "-c", "pass"], "model": "m", "load": load}, "integrate-rig.yaml")
+    return ModelBackend(server=server, campaign=parse_campaign({"concurrency": [1]}, "integrate-rig.yaml"),
+                        pair=(0, 1), rig_env={})
+
+
+def test_model_backend_death_uses_the_serve_port_check_rate_limited(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from pytest_p2p.campaign.backends import ServerSlot
+    from pytest_p2p.campaign.liveness import Identity
+    from pytest_p2p.serve.server import ServerDeath
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        srv = _FakeServer(proc, tmp_path / "server.log")
+        slot = ServerSlot(srv, Identity.of(proc))  # type: ignore[arg-type]
+        backend = _backend({})
+        assert backend.death(slot) is None and srv.calls == 1
+        srv.answer = ServerDeath(arm="p2p_on", pair="0-1", pid=proc.pid, reason="lost port 9 to pid 4242 (vllm)",
+                                 exit_code=None, signal=None, cause="unknown", log_path=str(srv.log_path), log_tail="")
+        assert backend.death(slot) is None and srv.calls == 1  # within PORT_CHECK_S: no /proc walk
+        slot.port_checked = float("-inf")
+        cause = backend.death(slot)
+        assert cause is not None and "lost port 9 to pid 4242" in cause and srv.calls == 2
+        proc.kill()
+        proc.wait()
+        cause = backend.death(slot)  # an exited leader is seen at once, with liveness's wording
+        assert cause is not None and "died" in cause and srv.calls == 2
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_model_backend_load_passes_transport_tokenizer_and_client_processes(tmp_path: Path,
+                                                                           monkeypatch: Any) -> None:
+    import pytest_p2p.serve.loadgen as loadgen
+    from pytest_p2p.campaign.backends import ServerSlot
+    from pytest_p2p.campaign.liveness import Identity
+
+    seen: list[dict[str, Any]] = []
+
+    def fake_run_load(base_url: str, api_key: str, model: str, **kw: Any) -> dict[str, Any]:
+        seen.append(kw)
+        return {"completed": 1}
+
+    monkeypatch.setattr(loadgen, "run_load", fake_run_load)
+    srv = _FakeServer(None, tmp_path / "log")
+    slot = ServerSlot(srv, Identity(1, None))  # type: ignore[arg-type]
+    _backend({"transport": "aiohttp", "client_processes": 3}).measure(slot, "c2", 1)
+    _backend({"tokenizer": "/tok/dir"}).measure(slot, "c2", 1)
+    assert (seen[0]["transport"], seen[0]["tokenizer"], seen[0]["client_processes"]) == ("aiohttp", None, 3)
+    assert (seen[1]["transport"], seen[1]["tokenizer"], seen[1]["client_processes"]) == ("raw", "/tok/dir", 0)

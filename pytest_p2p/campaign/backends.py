@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shutil
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,12 +57,16 @@ def concurrency_of(point: str) -> int:
     return int(point[1:])
 
 
+PORT_CHECK_S = 2.0  # the port-ownership check walks /proc/*/fd: at most this often while a window runs
+
+
 @dataclass
 class ServerSlot:
     """A running server and who it was when the slot began (to notice a death or a restart)."""
 
     server: RunningServer
     born: Identity
+    port_checked: float = float("-inf")  # monotonic time of the last port-ownership check
 
 
 @dataclass
@@ -95,7 +100,9 @@ class ModelBackend:
         return dict(run_load(srv.base_url, srv.api_key, srv.model, concurrency=concurrency, num_prompts=num_prompts,
                              warmup=0, input_len=input_len or inp, output_len=output_len or out, seed=load.seed,
                              request_timeout_s=self.campaign.request_timeout_s or self.server.request_timeout_s,
-                             endpoint=load.endpoint))
+                             endpoint=load.endpoint, transport=load.transport,
+                             tokenizer=load.tokenizer,  # None: the loadgen asks the server (finds a stand-in too)
+                             client_processes=load.client_processes))
 
     def smoke(self, arm: Arm, log_path: Path) -> None:
         with self.slot(arm, 0, log_path) as slot:
@@ -118,7 +125,19 @@ class ModelBackend:
         return self._load(handle, c, c * self.campaign.prompts_per_concurrency)
 
     def death(self, handle: ServerSlot) -> str | None:
-        return death_cause(handle.server.process, handle.born, handle.server.log_path)
+        """The leader exited or was replaced (cheap, every call); else the serve stage's check that it still
+        owns its port (vLLM listens with SO_REUSEPORT, so a second server can take requests meant for ours).
+
+        The port check reads every process's fds, so while a timed window polls this it runs at most every
+        :data:`PORT_CHECK_S` seconds: its CPU would otherwise compete with the load client.
+        """
+        srv = handle.server
+        cause = death_cause(srv.process, handle.born, srv.log_path)
+        if cause is not None or time.monotonic() - handle.port_checked < PORT_CHECK_S:
+            return cause
+        dead = srv.death()
+        handle.port_checked = time.monotonic()
+        return dead.message() if dead is not None else None
 
     def proof(self, handle: ServerSlot, arm: Arm) -> tuple[Json | None, Json | None]:
         """(transport proof dict, attestation dict with ``problems``) from the server log."""
