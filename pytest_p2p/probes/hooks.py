@@ -285,19 +285,31 @@ def p2p_probe_state(pytestconfig: pytest.Config) -> ProbeState:
     return probe_state(pytestconfig)
 
 
+def _record_source(request: pytest.FixtureRequest, state: ProbeState) -> None:
+    """Where the numbers came from (real run or replay) as a test property.
+
+    Appended to ``user_properties`` directly, not through ``record_property``: that fixture
+    warns under junit's default xunit2 family (properties inside ``<testcase>``), and the
+    report stage moves ``p2p*`` properties to the suite, where xunit2 allows them.
+    """
+    props = request.node.user_properties
+    if ("p2p_probe_source", state.label) not in props:
+        props.append(("p2p_probe_source", state.label))
+
+
 @pytest.fixture
 def p2p_allreduce(p2p_probe_state: ProbeState, p2p_probe_case: ProbeCase,
-                  record_property: Callable[[str, object], None]) -> AllReduceResult:
+                  request: pytest.FixtureRequest) -> AllReduceResult:
     """The all-reduce probe result for this (pair, arm): run once per session, or replayed."""
-    record_property("p2p_probe_source", p2p_probe_state.label)
+    _record_source(request, p2p_probe_state)
     return p2p_probe_state.allreduce(p2p_probe_case.pair, p2p_probe_case.arm)
 
 
 @pytest.fixture
 def p2p_copy(p2p_probe_state: ProbeState, p2p_pair: tuple[int, int],
-             record_property: Callable[[str, object], None]) -> P2PCopyResult:
+             request: pytest.FixtureRequest) -> P2PCopyResult:
     """The P2P copy probe result for this pair."""
-    record_property("p2p_probe_source", p2p_probe_state.label)
+    _record_source(request, p2p_probe_state)
     return p2p_probe_state.copy((p2p_pair[0], p2p_pair[1]))
 
 
