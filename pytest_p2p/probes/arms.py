@@ -18,8 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .. import validate as v
 from ..errors import ConfigError
+
+# names, not 'from .. import validate as v': that form reads a stale module off the package object when
+# pytester re-imports the package in-process, and its ConfigError would escape 'except P2PError'
+from ..validate import boolean, env_mapping, join, mapping, show, string
 
 # Transport names as the proof reports them (NCCL's "via ..." words, coarse to fine).
 KNOWN_TRANSPORTS = (
@@ -135,11 +138,11 @@ def parse_arms(value: Any, source: str, path: str) -> dict[str, Arm]:
         return arms
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            name = v.string(item, source, v.join(path, i), choices=PRESETS)
+            name = string(item, source, join(path, i), choices=PRESETS)
             arms[name] = PRESETS[name]
         return arms
-    for name, spec in v.mapping(value, source, path).items():
-        where = v.join(path, name)
+    for name, spec in mapping(value, source, path).items():
+        where = join(path, name)
         if not _NAME_RE.match(name):
             raise ConfigError(source, where, "arm names may use letters, digits, '_' and '.' only "
                                              "(they appear in test ids and directory names)")
@@ -153,21 +156,21 @@ def _parse_arm(name: str, spec: Any, source: str, where: str) -> Arm:
         if preset_name not in PRESETS:
             raise ConfigError(source, where, f"no preset named {preset_name!r}; presets: {', '.join(PRESETS)}")
         return _renamed(PRESETS[preset_name], name)
-    body = v.mapping(spec, source, where, allowed=ARM_KEYS)
+    body = mapping(spec, source, where, allowed=ARM_KEYS)
     base: Arm | None = None
     if "preset" in body:
-        preset_name = v.string(body["preset"], source, v.join(where, "preset"), choices=PRESETS)
+        preset_name = string(body["preset"], source, join(where, "preset"), choices=PRESETS)
         base = PRESETS[preset_name]
     elif name in PRESETS:
         base = PRESETS[name]
     env = dict(base.env) if base else {}
-    user_env = v.env_mapping(body.get("env"), source, v.join(where, "env"))
+    user_env = env_mapping(body.get("env"), source, join(where, "env"))
     for key in user_env:
         if not _ENV_RE.match(key):
-            raise ConfigError(source, v.join(v.join(where, "env"), key), "not a valid environment variable name")
+            raise ConfigError(source, join(join(where, "env"), key), "not a valid environment variable name")
     env.update(user_env)
     if "expect_transport" in body:
-        expect = v.string(body["expect_transport"], source, v.join(where, "expect_transport"),
+        expect = string(body["expect_transport"], source, join(where, "expect_transport"),
                           choices=KNOWN_TRANSPORTS)
     elif base is not None:
         expect = base.expect_transport
@@ -178,14 +181,14 @@ def _parse_arm(name: str, spec: Any, source: str, where: str) -> Arm:
     symm = _opt_bool(body, "symm_mem", source, where, base.symm_mem if base else None)
     desc = body.get("description", base.description if base else "")
     if not isinstance(desc, str):
-        raise ConfigError(source, v.join(where, "description"), f"expected a string, got {v.show(desc)}")
+        raise ConfigError(source, join(where, "description"), f"expected a string, got {show(desc)}")
     return Arm(name, env, expect, car, symm, desc)
 
 
 def _opt_bool(body: Mapping[str, Any], key: str, source: str, where: str, default: bool | None) -> bool | None:
     if key not in body or body[key] is None:
         return default if key not in body else None
-    return v.boolean(body[key], source, v.join(where, key))
+    return boolean(body[key], source, join(where, key))
 
 
 def _renamed(arm: Arm, name: str) -> Arm:

@@ -11,9 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import validate as v
 from ..errors import ConfigError
 from ..util import format_size
+
+# names, not 'from .. import validate as v': that form reads a stale module off the package object when
+# pytester re-imports the package in-process, and its ConfigError would escape 'except P2PError'
+from ..validate import boolean, integer, join, mapping, number, percent, sequence, size, string
 
 PROBE_KEYS = ("sizes", "decode_sizes", "decode", "iters", "warmup", "graph", "direct", "graph_launches", "timeout_s",
               "thresholds", "uplift", "arms", "copy_bytes", "copy_reps", "nccl_tests")
@@ -84,56 +87,56 @@ class ProbeConfig:
             return list(defined)
         for i, name in enumerate(self.arms):
             if name not in defined:
-                raise ConfigError(source, v.join(path, i),
+                raise ConfigError(source, join(path, i),
                                   f"arm {name!r} is not defined; defined arms: {', '.join(defined)}")
         return list(self.arms)
 
 
 def parse_probe(value: Any, source: str, path: str) -> ProbeConfig:
-    body = v.mapping(value, source, path, allowed=PROBE_KEYS)
+    body = mapping(value, source, path, allowed=PROBE_KEYS)
     kw: dict[str, Any] = {}
     if "decode_sizes" in body and "decode" in body:
-        raise ConfigError(source, v.join(path, "decode"), "give decode_sizes or decode, not both")
+        raise ConfigError(source, join(path, "decode"), "give decode_sizes or decode, not both")
     decode: tuple[int, ...] = DEFAULT_DECODE_SIZES
     if "decode_sizes" in body:
-        decode = _sizes(body["decode_sizes"], source, v.join(path, "decode_sizes"))
+        decode = _sizes(body["decode_sizes"], source, join(path, "decode_sizes"))
     elif "decode" in body:
-        decode = _decode_sizes(body["decode"], source, v.join(path, "decode"))
+        decode = _decode_sizes(body["decode"], source, join(path, "decode"))
     kw["decode_sizes"] = decode
-    base = _sizes(body["sizes"], source, v.join(path, "sizes")) if "sizes" in body else DEFAULT_SIZES
+    base = _sizes(body["sizes"], source, join(path, "sizes")) if "sizes" in body else DEFAULT_SIZES
     kw["sizes"] = tuple(sorted(set(base) | set(decode)))
     for key, lo in (("iters", 1), ("warmup", 0), ("graph_launches", 1), ("copy_reps", 1)):
         if key in body:
-            kw[key] = v.integer(body[key], source, v.join(path, key), lo=lo)
+            kw[key] = integer(body[key], source, join(path, key), lo=lo)
     for key in ("graph", "direct", "nccl_tests"):
         if key in body:
-            kw[key] = v.boolean(body[key], source, v.join(path, key))
+            kw[key] = boolean(body[key], source, join(path, key))
     if "timeout_s" in body:
-        kw["timeout_s"] = v.number(body["timeout_s"], source, v.join(path, "timeout_s"), lo=1)
+        kw["timeout_s"] = number(body["timeout_s"], source, join(path, "timeout_s"), lo=1)
     if "copy_bytes" in body:
-        kw["copy_bytes"] = v.size(body["copy_bytes"], source, v.join(path, "copy_bytes"))
+        kw["copy_bytes"] = size(body["copy_bytes"], source, join(path, "copy_bytes"))
         if kw["copy_bytes"] < 4:
-            raise ConfigError(source, v.join(path, "copy_bytes"), "must be at least 4 bytes")
+            raise ConfigError(source, join(path, "copy_bytes"), "must be at least 4 bytes")
     if "thresholds" in body:
         kw["thresholds"], kw["per_arm_thresholds"] = _thresholds(body["thresholds"], source,
-                                                                 v.join(path, "thresholds"))
+                                                                 join(path, "thresholds"))
     if "uplift" in body:
-        kw["uplift"] = _uplift(body["uplift"], source, v.join(path, "uplift"))
+        kw["uplift"] = _uplift(body["uplift"], source, join(path, "uplift"))
     if "arms" in body:
-        names = v.sequence(body["arms"], source, v.join(path, "arms"))
-        kw["arms"] = tuple(v.string(n, source, v.join(v.join(path, "arms"), i)) for i, n in enumerate(names))
+        names = sequence(body["arms"], source, join(path, "arms"))
+        kw["arms"] = tuple(string(n, source, join(join(path, "arms"), i)) for i, n in enumerate(names))
     return ProbeConfig(**kw)
 
 
 def _sizes(value: Any, source: str, path: str) -> tuple[int, ...]:
-    items = v.sequence(value, source, path)
+    items = sequence(value, source, path)
     if not items:
         raise ConfigError(source, path, "expected at least one size")
     out = []
     for i, item in enumerate(items):
-        n = v.size(item, source, v.join(path, i))
+        n = size(item, source, join(path, i))
         if n < 4 or n % 4:
-            raise ConfigError(source, v.join(path, i), f"all-reduce sizes are float32 buffers: a multiple "
+            raise ConfigError(source, join(path, i), f"all-reduce sizes are float32 buffers: a multiple "
                                                        f"of 4 bytes, at least 4, got {n}")
         out.append(n)
     return tuple(sorted(set(out)))
@@ -141,50 +144,50 @@ def _sizes(value: Any, source: str, path: str) -> tuple[int, ...]:
 
 def _decode_sizes(value: Any, source: str, path: str) -> tuple[int, ...]:
     """``batch x hidden / tp x dtype_bytes`` for each batch, rounded down to whole float32 words."""
-    body = v.mapping(value, source, path, allowed=DECODE_KEYS)
+    body = mapping(value, source, path, allowed=DECODE_KEYS)
     for key in ("hidden", "batches"):
         if key not in body:
             raise ConfigError(source, path, f"missing key {key!r} (needs hidden, batches; optional tp, dtype_bytes)")
-    hidden = v.integer(body["hidden"], source, v.join(path, "hidden"), lo=1)
-    tp = v.integer(body.get("tp", 1), source, v.join(path, "tp"), lo=1)
-    dtype_bytes = v.integer(body.get("dtype_bytes", 2), source, v.join(path, "dtype_bytes"), lo=1)
-    batches = v.sequence(body["batches"], source, v.join(path, "batches"))
+    hidden = integer(body["hidden"], source, join(path, "hidden"), lo=1)
+    tp = integer(body.get("tp", 1), source, join(path, "tp"), lo=1)
+    dtype_bytes = integer(body.get("dtype_bytes", 2), source, join(path, "dtype_bytes"), lo=1)
+    batches = sequence(body["batches"], source, join(path, "batches"))
     out = set()
     for i, b in enumerate(batches):
-        batch = v.integer(b, source, v.join(v.join(path, "batches"), i), lo=1)
+        batch = integer(b, source, join(join(path, "batches"), i), lo=1)
         n = batch * hidden // tp * dtype_bytes
         out.add(max(4, n - n % 4))
     if not out:
-        raise ConfigError(source, v.join(path, "batches"), "expected at least one batch size")
+        raise ConfigError(source, join(path, "batches"), "expected at least one batch size")
     return tuple(sorted(out))
 
 
 def _size_map(value: Any, source: str, path: str) -> dict[int, float]:
-    return {v.size(k, source, v.join(path, k)): v.number(x, source, v.join(path, k), lo=0)
-            for k, x in v.mapping(value, source, path).items()}
+    return {size(k, source, join(path, k)): number(x, source, join(path, k), lo=0)
+            for k, x in mapping(value, source, path).items()}
 
 
 def _thresholds(value: Any, source: str, path: str) -> tuple[Thresholds, dict[str, Thresholds]]:
-    body = v.mapping(value, source, path, allowed=(*THRESHOLD_KINDS, "per_arm"))
-    common = Thresholds(*(_size_map(body.get(k), source, v.join(path, k)) for k in THRESHOLD_KINDS))
+    body = mapping(value, source, path, allowed=(*THRESHOLD_KINDS, "per_arm"))
+    common = Thresholds(*(_size_map(body.get(k), source, join(path, k)) for k in THRESHOLD_KINDS))
     per_arm = {}
-    for arm, spec in v.mapping(body.get("per_arm"), source, v.join(path, "per_arm")).items():
-        where = v.join(v.join(path, "per_arm"), arm)
-        inner = v.mapping(spec, source, where, allowed=THRESHOLD_KINDS)
-        per_arm[arm] = Thresholds(*(_size_map(inner.get(k), source, v.join(where, k)) for k in THRESHOLD_KINDS))
+    for arm, spec in mapping(body.get("per_arm"), source, join(path, "per_arm")).items():
+        where = join(join(path, "per_arm"), arm)
+        inner = mapping(spec, source, where, allowed=THRESHOLD_KINDS)
+        per_arm[arm] = Thresholds(*(_size_map(inner.get(k), source, join(where, k)) for k in THRESHOLD_KINDS))
     return common, per_arm
 
 
 def _uplift(value: Any, source: str, path: str) -> Uplift:
-    body = v.mapping(value, source, path, allowed=UPLIFT_KEYS)
+    body = mapping(value, source, path, allowed=UPLIFT_KEYS)
     kw: dict[str, Any] = {}
     for key in ("faster", "slower"):
         if key in body:
-            kw[key] = v.string(body[key], source, v.join(path, key))
+            kw[key] = string(body[key], source, join(path, key))
     if "at" in body and body["at"] != "decode":
-        kw["at"] = _sizes(body["at"], source, v.join(path, "at"))
+        kw["at"] = _sizes(body["at"], source, join(path, "at"))
     if "min" in body:
-        kw["min"] = v.percent(body["min"], source, v.join(path, "min"))
+        kw["min"] = percent(body["min"], source, join(path, "min"))
     up = Uplift(**kw)
     if up.faster == up.slower:
         raise ConfigError(source, path, f"faster and slower name the same arm {up.faster!r}")

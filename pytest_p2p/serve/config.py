@@ -19,8 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import validate as v
 from ..errors import ConfigError
+
+# names, not 'from .. import validate as v': that form reads a stale module off the package object when
+# pytester re-imports the package in-process, and its ConfigError would escape 'except P2PError'
+from ..validate import boolean, env_mapping, integer, join, mapping, number, sequence, show, string
 
 STANDIN_MODULE = "pytest_p2p.serve.standin"
 
@@ -134,7 +137,7 @@ def is_standin(command: tuple[str, ...] | list[str]) -> bool:
 
 def parse_server(value: Any, source: str, path: str = "server") -> ServerConfig:
     """Parse the rig file's ``server`` section (``None``: vLLM defaults, model still required to launch)."""
-    data = v.mapping(value, source, path, allowed=_KEYS)
+    data = mapping(value, source, path, allowed=_KEYS)
     default = ServerConfig()
     command: tuple[str, ...] = default.command
     if "command" in data:
@@ -143,66 +146,66 @@ def parse_server(value: Any, source: str, path: str = "server") -> ServerConfig:
             try:
                 words = shlex.split(raw)
             except ValueError as exc:
-                raise ConfigError(source, v.join(path, "command"), f"cannot split {v.show(raw)}: {exc}") from None
+                raise ConfigError(source, join(path, "command"), f"cannot split {show(raw)}: {exc}") from None
         else:
-            words = v.sequence(raw, source, v.join(path, "command"))
+            words = sequence(raw, source, join(path, "command"))
         if not words:
-            raise ConfigError(source, v.join(path, "command"), "expected a non-empty command")
-        command = tuple(v.string(w, source, v.join(v.join(path, "command"), i)) if not isinstance(w, (int, float))
+            raise ConfigError(source, join(path, "command"), "expected a non-empty command")
+        command = tuple(string(w, source, join(join(path, "command"), i)) if not isinstance(w, (int, float))
                         else str(w) for i, w in enumerate(words))
-    model = v.string(data["model"], source, v.join(path, "model")) if "model" in data else ""
-    served = (v.string(data["served_model_name"], source, v.join(path, "served_model_name"))
+    model = string(data["model"], source, join(path, "model")) if "model" in data else ""
+    served = (string(data["served_model_name"], source, join(path, "served_model_name"))
               if data.get("served_model_name") is not None else None)
-    args = dict(v.mapping(data.get("args"), source, v.join(path, "args")))
+    args = dict(mapping(data.get("args"), source, join(path, "args")))
     for key, val in args.items():
-        where = v.join(v.join(path, "args"), key)
+        where = join(join(path, "args"), key)
         if key.lstrip("-") in _RESERVED or key.lstrip("-") == "served-model-name":
             raise ConfigError(source, where, "is set by the launcher (per-run host, free port, API key, "
                                              "served_model_name key); remove it")
         if isinstance(val, Mapping):
-            raise ConfigError(source, where, f"expected a scalar or list, got {v.show(val)}")
-    flags = tuple(v.string(f, source, v.join(v.join(path, "flags"), i))
-                  for i, f in enumerate(v.sequence(data.get("flags") or [], source, v.join(path, "flags"))))
-    env = v.env_mapping(data.get("env"), source, v.join(path, "env"))
+            raise ConfigError(source, where, f"expected a scalar or list, got {show(val)}")
+    flags = tuple(string(f, source, join(join(path, "flags"), i))
+                  for i, f in enumerate(sequence(data.get("flags") or [], source, join(path, "flags"))))
+    env = env_mapping(data.get("env"), source, join(path, "env"))
 
     def num(key: str, dflt: float, lo: float = 0.001, hi: float = MAX_TIMEOUT_S) -> float:
-        return v.number(data[key], source, v.join(path, key), lo=lo, hi=hi) if key in data else dflt
+        return number(data[key], source, join(path, key), lo=lo, hi=hi) if key in data else dflt
 
-    simulated = (v.boolean(data["simulated"], source, v.join(path, "simulated"))
+    simulated = (boolean(data["simulated"], source, join(path, "simulated"))
                  if "simulated" in data else is_standin(command))
     return ServerConfig(
         command=command, model=model, served_model_name=served, args=args, flags=flags, env=env,
         startup_timeout_s=num("startup_timeout_s", default.startup_timeout_s),
         request_timeout_s=num("request_timeout_s", default.request_timeout_s),
         teardown_timeout_s=num("teardown_timeout_s", default.teardown_timeout_s),
-        idle_memory_tolerance_mib=(v.integer(data["idle_memory_tolerance_mib"], source,
-                                             v.join(path, "idle_memory_tolerance_mib"), lo=0, hi=1 << 30)
+        idle_memory_tolerance_mib=(integer(data["idle_memory_tolerance_mib"], source,
+                                             join(path, "idle_memory_tolerance_mib"), lo=0, hi=1 << 30)
                                    if "idle_memory_tolerance_mib" in data else default.idle_memory_tolerance_mib),
         simulated=simulated,
-        load=parse_load(data.get("load"), source, v.join(path, "load")),
+        load=parse_load(data.get("load"), source, join(path, "load")),
     )
 
 
 def parse_load(value: Any, source: str, path: str) -> LoadDefaults:
-    data = v.mapping(value, source, path, allowed=_LOAD_KEYS)
+    data = mapping(value, source, path, allowed=_LOAD_KEYS)
     d = LoadDefaults()
 
-    def integer(key: str, dflt: int, lo: int, hi: int) -> int:
-        return v.integer(data[key], source, v.join(path, key), lo=lo, hi=hi) if key in data else dflt
+    def count(key: str, dflt: int, lo: int, hi: int) -> int:
+        return integer(data[key], source, join(path, key), lo=lo, hi=hi) if key in data else dflt
 
-    endpoint = (v.string(data["endpoint"], source, v.join(path, "endpoint"), choices=("completions", "chat"))
+    endpoint = (string(data["endpoint"], source, join(path, "endpoint"), choices=("completions", "chat"))
                 if "endpoint" in data else d.endpoint)
-    transport = (v.string(data["transport"], source, v.join(path, "transport"), choices=("raw", "openai", "aiohttp"))
+    transport = (string(data["transport"], source, join(path, "transport"), choices=("raw", "openai", "aiohttp"))
                  if "transport" in data else d.transport)
-    tokenizer = v.string(data["tokenizer"], source, v.join(path, "tokenizer")) if data.get("tokenizer") else None
+    tokenizer = string(data["tokenizer"], source, join(path, "tokenizer")) if data.get("tokenizer") else None
     rate = data.get("request_rate", "inf")
     request_rate = (float("inf") if rate in ("inf", float("inf"))
-                    else v.number(rate, source, v.join(path, "request_rate"), lo=1e-6, hi=1e9))
+                    else number(rate, source, join(path, "request_rate"), lo=1e-6, hi=1e9))
     return LoadDefaults(
-        input_len=integer("input_len", d.input_len, 1, MAX_TOKENS),
-        output_len=integer("output_len", d.output_len, 1, MAX_TOKENS),
-        num_prompts=integer("num_prompts", d.num_prompts, 1, MAX_PROMPTS),
-        warmup=integer("warmup", d.warmup, 0, MAX_PROMPTS), seed=integer("seed", d.seed, 0, 2**63 - 1),
-        endpoint=endpoint, client_processes=integer("client_processes", d.client_processes, 0, 4096),
+        input_len=count("input_len", d.input_len, 1, MAX_TOKENS),
+        output_len=count("output_len", d.output_len, 1, MAX_TOKENS),
+        num_prompts=count("num_prompts", d.num_prompts, 1, MAX_PROMPTS),
+        warmup=count("warmup", d.warmup, 0, MAX_PROMPTS), seed=count("seed", d.seed, 0, 2**63 - 1),
+        endpoint=endpoint, client_processes=count("client_processes", d.client_processes, 0, 4096),
         transport=transport, tokenizer=tokenizer, request_rate=request_rate,
     )
