@@ -4,7 +4,7 @@
     show RUN                  one run: fingerprint and metrics
     accept RUN [--name N]     accept a stored run into baseline N (default 'accepted')
     reject RUN [--name N]     take it out again (history is kept)
-    save RUN_DIR [--accept N] store a results directory (e.g. from another machine)
+    save RUN_DIR [--accept N] store a results directory (e.g. from another machine, or p2p-bench's)
     diff A B                  judge run B against run A alone, with fingerprint changes
     export [--out FILE] [--rig R]  everything (or one rig's history) as JSON
     import FILE               add an export (from either backend) in one transaction
@@ -109,7 +109,15 @@ def _run(args: argparse.Namespace, store: Store) -> int:
             return 1
         return 0
     if args.cmd == "save":
-        run_id = store.save_run_dir(args.run_dir)
+        from ..seedlayout import is_seed_layout
+
+        if is_seed_layout(args.run_dir):  # a p2p-bench directory (no run.json): see store_seed
+            from .store_seed import seed_record
+
+            run, fingerprint, rows = seed_record(args.run_dir)
+            run_id = store.save(run, fingerprint, rows, source_dir=str(Path(args.run_dir).resolve()))
+        else:
+            run_id = store.save_run_dir(args.run_dir)
         if args.accept:
             store.accept(run_id, check_name(args.accept, "--accept"))
         out.write(f"saved {run_id}" + (f", accepted into {args.accept!r}" if args.accept else "") + "\n")
