@@ -30,10 +30,10 @@ def history(db: str | Path, rig: str, pair_key: str, point: str, metric: str) ->
     """The last ``MAX_RUNS`` stored runs of this rig and pair: ``metric`` at ``point`` per arm, oldest first."""
     from pytest_p2p.verdict.store import Store, exists
 
-    if not exists(db):
-        return []
     out: list[TrendPoint] = []
-    try:
+    try:  # exists() asks a fleet database: an unreachable one is "no trend" too, never an error in a report
+        if not exists(db):
+            return []
         with Store(db, create=False) as store:
             runs = [r for r in store.runs(rig=rig) if r.pair_key == pair_key][-MAX_RUNS:]
             for r in runs:
