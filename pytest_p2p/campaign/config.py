@@ -47,7 +47,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..util import format_size
-from ..validate import boolean, integer, join, mapping, number, sequence, size, string
+from ..validate import boolean, float_in, int_in, join, mapping, sequence, size, string
 from ..verdict.thresholds import RULES, UpliftRule, parse_min_uplift
 from .schedule import MODES
 
@@ -159,7 +159,7 @@ class CampaignConfig:
         """Command-line overrides (``--p2p-reps``, ``--p2p-arms``, ``--p2p-campaign``)."""
         out = self
         if reps is not None:
-            reps = integer(reps, "--p2p-reps", "", lo=1, hi=MAX_REPS)
+            reps = int_in(reps, "--p2p-reps", "", 1, MAX_REPS)
             out = replace(out, reps=reps, max_reps=None if out.max_reps is None else max(out.max_reps, reps))
         if arms:
             out = replace(out, arms=tuple(arms))
@@ -174,7 +174,7 @@ class CampaignConfig:
 
 def _int_list(value: Any, source: str, path: str, hi: int) -> tuple[int, ...]:
     items = [value] if isinstance(value, int) and not isinstance(value, bool) else sequence(value, source, path)
-    out = tuple(integer(v, source, join(path, i), lo=1, hi=hi) for i, v in enumerate(items))
+    out = tuple(int_in(v, source, join(path, i), 1, hi) for i, v in enumerate(items))
     if not out:
         raise ConfigError(source, path, "expected at least one value")
     if len(set(out)) != len(out):
@@ -213,20 +213,20 @@ def parse_campaign(value: Any, source: str, path: str = "campaign") -> CampaignC
                         ("prompts_per_concurrency", 1, MAX_PROMPTS), ("vram_free_mib", 0, 10**7),
                         ("rep_retries", 0, 10)):
         if key in m:
-            kw[key] = integer(m[key], source, p(key), lo=lo, hi=hi)
+            kw[key] = int_in(m[key], source, p(key), lo, hi)
     for key in ("input_len", "output_len"):
         if key in m and m[key] is not None:
-            kw[key] = integer(m[key], source, p(key), lo=1, hi=MAX_TOKENS)
+            kw[key] = int_in(m[key], source, p(key), 1, MAX_TOKENS)
     if "max_reps" in m and m["max_reps"] is not None:
-        kw["max_reps"] = integer(m["max_reps"], source, p("max_reps"), lo=1, hi=MAX_REPS)
+        kw["max_reps"] = int_in(m["max_reps"], source, p("max_reps"), 1, MAX_REPS)
     for key in ("cooldown_s", "idle_baseline_s", "vram_free_timeout_s"):
         if key in m:
-            kw[key] = number(m[key], source, p(key), lo=0, hi=DAY_S)
+            kw[key] = float_in(m[key], source, p(key), 0, DAY_S)
     for key, hi_s in (("scenario_timeout_s", WEEK_S), ("request_timeout_s", DAY_S), ("max_time_s", WEEK_S)):
         if key in m and m[key] is not None:
-            kw[key] = number(m[key], source, p(key), lo=0.001, hi=hi_s)
+            kw[key] = float_in(m[key], source, p(key), 0.001, hi_s)
     if "telemetry_hz" in m:
-        kw["telemetry_hz"] = number(m["telemetry_hz"], source, p("telemetry_hz"), lo=1, hi=10)
+        kw["telemetry_hz"] = float_in(m["telemetry_hz"], source, p("telemetry_hz"), 1, 10)
     for key in ("smoke", "exclude_throttled"):
         if key in m:
             kw[key] = boolean(m[key], source, p(key))

@@ -23,7 +23,7 @@ from ..errors import ConfigError
 
 # names, not 'from .. import validate as v': that form reads a stale module off the package object when
 # pytester re-imports the package in-process, and its ConfigError would escape 'except P2PError'
-from ..validate import boolean, env_mapping, integer, join, mapping, number, sequence, show, string
+from ..validate import boolean, env_mapping, float_in, int_in, join, mapping, sequence, show, string
 
 STANDIN_MODULE = "pytest_p2p.serve.standin"
 
@@ -37,6 +37,7 @@ _LOAD_KEYS = ("input_len", "output_len", "num_prompts", "warmup", "seed", "endpo
 MAX_TIMEOUT_S = 7 * 86400.0
 MAX_TOKENS = 1_000_000
 MAX_PROMPTS = 10_000_000
+MAX_REQUEST_RATE = 1e6  # requests/s: one client machine sends far fewer; 'inf' is the closed loop
 # Flags the launcher owns: a rig that sets them would fight the per-run values.
 _RESERVED = ("host", "port", "api-key")
 
@@ -169,7 +170,7 @@ def parse_server(value: Any, source: str, path: str = "server") -> ServerConfig:
     env = env_mapping(data.get("env"), source, join(path, "env"))
 
     def num(key: str, dflt: float, lo: float = 0.001, hi: float = MAX_TIMEOUT_S) -> float:
-        return number(data[key], source, join(path, key), lo=lo, hi=hi) if key in data else dflt
+        return float_in(data[key], source, join(path, key), lo, hi) if key in data else dflt
 
     simulated = (boolean(data["simulated"], source, join(path, "simulated"))
                  if "simulated" in data else is_standin(command))
@@ -178,8 +179,8 @@ def parse_server(value: Any, source: str, path: str = "server") -> ServerConfig:
         startup_timeout_s=num("startup_timeout_s", default.startup_timeout_s),
         request_timeout_s=num("request_timeout_s", default.request_timeout_s),
         teardown_timeout_s=num("teardown_timeout_s", default.teardown_timeout_s),
-        idle_memory_tolerance_mib=(integer(data["idle_memory_tolerance_mib"], source,
-                                             join(path, "idle_memory_tolerance_mib"), lo=0, hi=1 << 30)
+        idle_memory_tolerance_mib=(int_in(data["idle_memory_tolerance_mib"], source,
+                                            join(path, "idle_memory_tolerance_mib"), 0, 1 << 30)
                                    if "idle_memory_tolerance_mib" in data else default.idle_memory_tolerance_mib),
         simulated=simulated,
         load=parse_load(data.get("load"), source, join(path, "load")),
@@ -191,7 +192,7 @@ def parse_load(value: Any, source: str, path: str) -> LoadDefaults:
     d = LoadDefaults()
 
     def count(key: str, dflt: int, lo: int, hi: int) -> int:
-        return integer(data[key], source, join(path, key), lo=lo, hi=hi) if key in data else dflt
+        return int_in(data[key], source, join(path, key), lo, hi) if key in data else dflt
 
     endpoint = (string(data["endpoint"], source, join(path, "endpoint"), choices=("completions", "chat"))
                 if "endpoint" in data else d.endpoint)
@@ -200,7 +201,8 @@ def parse_load(value: Any, source: str, path: str) -> LoadDefaults:
     tokenizer = string(data["tokenizer"], source, join(path, "tokenizer")) if data.get("tokenizer") else None
     rate = data.get("request_rate", "inf")
     request_rate = (float("inf") if rate in ("inf", float("inf"))
-                    else number(rate, source, join(path, "request_rate"), lo=1e-6, hi=1e9))
+                    else float_in(rate, source, join(path, "request_rate"), 1e-6, MAX_REQUEST_RATE,
+                                  what="a rate ('inf' or requests/s)"))
     return LoadDefaults(
         input_len=count("input_len", d.input_len, 1, MAX_TOKENS),
         output_len=count("output_len", d.output_len, 1, MAX_TOKENS),
