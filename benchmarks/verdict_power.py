@@ -309,9 +309,8 @@ def main() -> None:
 
     print("\n## 2. Detection of a true -10 % drop of the primary (%), within CV <= 3 %")
     print("(a) in every scenario (system regression): any primary fails; (b) in one scenario only (p2p_on at c8): "
-          "that scenario fails.  n = reps of the current run (baseline runs: 3 reps; the campaign's adaptive "
-          "pairs, driven by the uplift decision, end anywhere in 3..max_reps; the baseline verdict is one look at "
-          "the end)\n")
+          "that scenario fails.  n = reps of every run, baseline and current (the baseline verdict is one look "
+          "at the end of the campaign)\n")
     print("| K | within CV | run-to-run | (a) n=3 | (a) n=4 | (a) n=6 | (b) n=3 | (b) n=4 | (b) n=6 |")
     print("|---|---|---|---|---|---|---|---|---|")
     drop = math.log(0.9)
