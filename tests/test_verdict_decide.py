@@ -164,3 +164,18 @@ def test_default_primaries() -> None:
     assert metrics.default_primaries("model", "c8") == ("output_throughput",)
     assert metrics.default_primaries("probe", "s8KiB") == ("time_us",)
     assert metrics.default_primaries("probe", "s512KiB") == ("busbw_gbs",)
+
+
+def test_floor_does_not_buy_degrees_of_freedom() -> None:
+    """Run means that agree closely by chance (df K-1 = 2) keep df 2 when the within-run floor applies."""
+    base = [RunStats.of([95.0, 100.0, 105.0]), RunStats.of([95.1, 100.0, 105.0]), RunStats.of([95.0, 100.1, 105.0])]
+    d = decide_change(base, RunStats.of([96.0, 99.0, 104.0]), tolerance=0.03, alpha=0.01)
+    assert "df 2.0" in d.reason
+
+
+def test_noisier_current_run_widens_its_own_interval() -> None:
+    base = _runs(random.Random(13), 10, 4, 0.0, 0.01)
+    calm = decide_change(base, RunStats.of([97.0, 97.2, 96.9, 97.1]), tolerance=0.03, alpha=0.01)
+    hit = decide_change(base, RunStats.of([100.0, 100.2, 99.9, 88.0]), tolerance=0.03, alpha=0.01)
+    assert "noisier than its history" in hit.reason and "noisier" not in calm.reason
+    assert hit.upper - hit.lower > 2 * (calm.upper - calm.lower)
