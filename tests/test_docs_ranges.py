@@ -14,6 +14,7 @@ import pytest
 
 from pytest_p2p.campaign.config import parse_campaign
 from pytest_p2p.errors import ConfigError, P2PError
+from pytest_p2p.probes.config import parse_probe
 from pytest_p2p.rig import load_rig
 from pytest_p2p.serve.config import parse_server
 
@@ -53,6 +54,30 @@ def test_load_absurd_numbers_name_field_and_value(key: str, value: Any) -> None:
         parse_server({"model": "m", "load": {key: value}}, "rig.yaml")
     assert str(err.value).startswith(f"rig.yaml: server.load.{key}: "), str(err.value)
     assert len(str(err.value)) < 300
+
+
+PROBE_KEYS = ["iters", "warmup", "graph_launches", "copy_reps", "timeout_s"]
+
+
+@pytest.mark.parametrize("key", PROBE_KEYS)
+@pytest.mark.parametrize("value", ABSURD, ids=IDS)
+def test_probe_absurd_numbers_name_field_and_value(key: str, value: Any) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_probe({key: value}, "rig.yaml", "probe")
+    assert str(err.value).startswith(f"rig.yaml: probe.{key}: "), str(err.value)
+    assert len(str(err.value)) < 300
+
+
+@pytest.mark.parametrize(("section", "where"), [
+    ({"sizes": ["64GiB"]}, "probe.sizes[0]"), ({"copy_bytes": "1TiB"}, "probe.copy_bytes"),
+    ({"decode": {"hidden": 10**6, "batches": [10**6]}}, "probe.decode.batches[0]"),
+    ({"decode": {"hidden": 1e8, "batches": [1]}}, "probe.decode.hidden"),
+    ({"thresholds": {"busbw_min_gbs": {"8KiB": 1e308}}}, "probe.thresholds.busbw_min_gbs.8KiB"),
+    ({"thresholds": {"latency_max_us": {"8KiB": math.nan}}}, "probe.thresholds.latency_max_us.8KiB"),
+])
+def test_probe_sizes_and_thresholds_are_bounded(section: dict[str, Any], where: str) -> None:
+    with pytest.raises(ConfigError, match=r"^rig\.yaml: " + where.replace(".", r"\.").replace("[", r"\[")):
+        parse_probe(section, "rig.yaml", "probe")
 
 
 def test_inf_request_rate_is_the_closed_loop() -> None:

@@ -57,7 +57,7 @@ def test_uplift_and_arms_selection():
     ({"sizes": [6]}, "probe.sizes[0]", "multiple of 4"),
     ({"sizes": ["lots"]}, "probe.sizes[0]", "size like"),
     ({"sizes": []}, "probe.sizes", "at least one"),
-    ({"iters": 0}, "probe.iters", "integer >= 1"),
+    ({"iters": 0}, "probe.iters", "integer 1..100000"),
     ({"graph": "yes"}, "probe.graph", "true or false"),
     ({"decode": {"hidden": 4096}}, "probe.decode", "batches"),
     ({"decode": {"hidden": 1, "batches": [1]}, "decode_sizes": [4]}, "probe.decode", "not both"),

@@ -16,7 +16,7 @@ from ..util import format_size
 
 # names, not 'from .. import validate as v': that form reads a stale module off the package object when
 # pytester re-imports the package in-process, and its ConfigError would escape 'except P2PError'
-from ..validate import boolean, integer, join, mapping, number, percent, sequence, size, string
+from ..validate import boolean, float_in, int_in, join, mapping, percent, sequence, size, string
 
 PROBE_KEYS = ("sizes", "decode_sizes", "decode", "iters", "warmup", "graph", "direct", "graph_launches", "timeout_s",
               "thresholds", "uplift", "arms", "copy_bytes", "copy_reps", "nccl_tests")
@@ -27,6 +27,11 @@ UPLIFT_KEYS = ("faster", "slower", "at", "min")
 # nccl-tests' -b 4 -e 256M -f 4 sweep, plus 128 MiB: the size large-message busbw is usually quoted at.
 DEFAULT_SIZES = tuple(sorted({4 * 4**k for k in range(14)} | {128 * 1024**2}))
 DEFAULT_DECODE_SIZES = (8 * 1024, 32 * 1024, 128 * 1024, 512 * 1024)
+#: upper bounds of the section's numbers: far beyond any real probe, low enough that a typo cannot hang the run
+MAX_SIZE = 16 * 1024**3  # one all-reduce / copy buffer
+MAX_COUNT = 100_000  # iterations, warm-ups, launches, copy repetitions
+MAX_TIMEOUT_S = 7 * 86400.0
+MAX_THRESHOLD = 1e9  # GB/s or us
 
 
 @dataclass(frozen=True)
@@ -107,16 +112,17 @@ def parse_probe(value: Any, source: str, path: str) -> ProbeConfig:
     kw["sizes"] = tuple(sorted(set(base) | set(decode)))
     for key, lo in (("iters", 1), ("warmup", 0), ("graph_launches", 1), ("copy_reps", 1)):
         if key in body:
-            kw[key] = integer(body[key], source, join(path, key), lo=lo)
+            kw[key] = int_in(body[key], source, join(path, key), lo, MAX_COUNT)
     for key in ("graph", "direct", "nccl_tests"):
         if key in body:
             kw[key] = boolean(body[key], source, join(path, key))
     if "timeout_s" in body:
-        kw["timeout_s"] = number(body["timeout_s"], source, join(path, "timeout_s"), lo=1)
+        kw["timeout_s"] = float_in(body["timeout_s"], source, join(path, "timeout_s"), 1, MAX_TIMEOUT_S)
     if "copy_bytes" in body:
         kw["copy_bytes"] = size(body["copy_bytes"], source, join(path, "copy_bytes"))
-        if kw["copy_bytes"] < 4:
-            raise ConfigError(source, join(path, "copy_bytes"), "must be at least 4 bytes")
+        if not 4 <= kw["copy_bytes"] <= MAX_SIZE:
+            raise ConfigError(source, join(path, "copy_bytes"), f"expected 4 B .. {format_size(MAX_SIZE)}, got "
+                                                               f"{kw['copy_bytes']} B")
     if "thresholds" in body:
         kw["thresholds"], kw["per_arm_thresholds"] = _thresholds(body["thresholds"], source,
                                                                  join(path, "thresholds"))
@@ -135,9 +141,9 @@ def _sizes(value: Any, source: str, path: str) -> tuple[int, ...]:
     out = []
     for i, item in enumerate(items):
         n = size(item, source, join(path, i))
-        if n < 4 or n % 4:
+        if n < 4 or n % 4 or n > MAX_SIZE:
             raise ConfigError(source, join(path, i), f"all-reduce sizes are float32 buffers: a multiple "
-                                                       f"of 4 bytes, at least 4, got {n}")
+                                                       f"of 4 bytes, 4 B .. {format_size(MAX_SIZE)}, got {n}")
         out.append(n)
     return tuple(sorted(set(out)))
 
@@ -148,14 +154,18 @@ def _decode_sizes(value: Any, source: str, path: str) -> tuple[int, ...]:
     for key in ("hidden", "batches"):
         if key not in body:
             raise ConfigError(source, path, f"missing key {key!r} (needs hidden, batches; optional tp, dtype_bytes)")
-    hidden = integer(body["hidden"], source, join(path, "hidden"), lo=1)
-    tp = integer(body.get("tp", 1), source, join(path, "tp"), lo=1)
-    dtype_bytes = integer(body.get("dtype_bytes", 2), source, join(path, "dtype_bytes"), lo=1)
+    hidden = int_in(body["hidden"], source, join(path, "hidden"), 1, 1_000_000)
+    tp = int_in(body.get("tp", 1), source, join(path, "tp"), 1, 1024)
+    dtype_bytes = int_in(body.get("dtype_bytes", 2), source, join(path, "dtype_bytes"), 1, 16)
     batches = sequence(body["batches"], source, join(path, "batches"))
     out = set()
     for i, b in enumerate(batches):
-        batch = integer(b, source, join(join(path, "batches"), i), lo=1)
+        batch = int_in(b, source, join(join(path, "batches"), i), 1, 1_000_000)
         n = batch * hidden // tp * dtype_bytes
+        if n > MAX_SIZE:
+            where = join(join(path, "batches"), i)
+            raise ConfigError(source, where, f"batch {batch} x hidden {hidden} / tp {tp} x {dtype_bytes} B is above "
+                                             f"{format_size(MAX_SIZE)}")
         out.add(max(4, n - n % 4))
     if not out:
         raise ConfigError(source, join(path, "batches"), "expected at least one batch size")
@@ -163,7 +173,7 @@ def _decode_sizes(value: Any, source: str, path: str) -> tuple[int, ...]:
 
 
 def _size_map(value: Any, source: str, path: str) -> dict[int, float]:
-    return {size(k, source, join(path, k)): number(x, source, join(path, k), lo=0)
+    return {size(k, source, join(path, k)): float_in(x, source, join(path, k), 0, MAX_THRESHOLD)
             for k, x in mapping(value, source, path).items()}
 
 
