@@ -65,8 +65,8 @@ class P2PSession:
     @property
     def simulated(self) -> bool:
         """True when any stage substitutes simulation for hardware (the demo rig's stand-in server)."""
-        server = self.rig.sections.get("server")
-        return self.demo or bool(getattr(server, "simulated", False))
+        server = self.rig.server
+        return self.demo or bool(server is not None and server.simulated)
 
     @property
     def evidence(self) -> Evidence:

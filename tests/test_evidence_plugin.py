@@ -32,7 +32,7 @@ def test_help_imports_nothing_heavy():
 
 def test_seed_rig_passes_against_seed_snapshot(pytester, snapshot_5060ti, rig_5060ti):
     r = run(pytester, "-m", "p2p", "--pyargs", CHECKS, f"--p2p-snapshot={snapshot_5060ti}", f"--p2p-rig={rig_5060ti}")
-    r.assert_outcomes(passed=6, skipped=2)
+    r.assert_outcomes(passed=7, skipped=2)  # + test_rig_selection
     out = r.stdout.str()
     assert "p2p rig: 5060ti-budget" in out and "p2p pairs: gpu1-gpu2 (PHB)" in out
     assert "replay of" in out
@@ -42,7 +42,7 @@ def test_gen4_expectation_fails_with_diagnosis(pytester, snapshot_5060ti, rig_50
     rig = pytester.path / "gen4.yaml"
     rig.write_text(rig_5060ti.read_text().replace("pcie: {gen: 3, width: 4}", "pcie: {gen: 4, width: 4}"))
     r = run(pytester, "-m", "p2p", "--pyargs", CHECKS, f"--p2p-snapshot={snapshot_5060ti}", f"--p2p-rig={rig}")
-    r.assert_outcomes(passed=4, failed=2, skipped=2)
+    r.assert_outcomes(passed=5, failed=2, skipped=2)
     r.stdout.fnmatch_lines(["*test_pcie_link[[]gpu2[]]*",
                             "GPU 2 (0000:0A:00.0, NVIDIA GeForce RTX 5060 Ti) runs PCIe Gen3 x4 under load; the rig "
                             "expects at least Gen4 x4 — a link that trains down points at the cable or a missing "
@@ -54,7 +54,7 @@ def test_nv12_and_gen6_fail_on_h200_snapshot(pytester, snapshot_h200):
     rig = pytester.path / "wrong.yaml"
     rig.write_text("rig: wrong\nexpect:\n  topology: NV12\n  pcie: {gen: 6}\n")
     r = run(pytester, "-m", "p2p", "--pyargs", CHECKS, f"--p2p-snapshot={snapshot_h200}", f"--p2p-rig={rig}")
-    r.assert_outcomes(failed=3, skipped=5)
+    r.assert_outcomes(passed=1, failed=3, skipped=5)
     out = r.stdout.str()
     assert "connect through NV18" in out and "expects NV12" in out and "Gen6" in out
 
@@ -74,13 +74,13 @@ def test_env_var_is_used_and_named_and_cli_wins(pytester, monkeypatch, snapshot_
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines(["*missing.yaml (from PYTEST_P2P_RIG): no such rig file*"])
     r = run(pytester, "-m", "p2p", "--pyargs", CHECKS, f"--p2p-snapshot={snapshot_5060ti}", f"--p2p-rig={rig_5060ti}")
-    r.assert_outcomes(passed=6, skipped=2)
+    r.assert_outcomes(passed=7, skipped=2)  # + test_rig_selection
 
 
 def test_ini_value_is_used(pytester, snapshot_5060ti, rig_5060ti):
     pytester.makeini(f"[pytest]\np2p_rig = {rig_5060ti}\np2p_snapshot = {snapshot_5060ti}\n")
     r = run(pytester, "-m", "p2p", "--pyargs", CHECKS)
-    r.assert_outcomes(passed=6, skipped=2)
+    r.assert_outcomes(passed=7, skipped=2)  # + test_rig_selection
 
 
 def test_bad_snapshot_is_a_usage_error(pytester):
@@ -162,7 +162,7 @@ def test_relative_ini_paths_are_relative_to_the_rootdir(pytester, monkeypatch, s
     sub = pytester.mkdir("sub")
     monkeypatch.chdir(sub)
     r = run(pytester, "-m", "p2p", "--pyargs", CHECKS)
-    r.assert_outcomes(passed=6, skipped=2)
+    r.assert_outcomes(passed=7, skipped=2)  # + test_rig_selection
 
 
 def test_error_counters_on_a_gpu_lost_mid_session_fail_with_a_message(pytester, monkeypatch):
@@ -184,7 +184,7 @@ def test_error_counters_on_a_gpu_lost_mid_session_fail_with_a_message(pytester, 
     r = run(pytester, "-m", "p2p", "--pyargs", CHECKS, "-k", "error_counters")
     r.assert_outcomes(failed=2)
     r.stdout.fnmatch_lines(["*the error counters could not be read again at the end of the session: NVML failed "
-                            "while reading the GPUs (GPU is lost)*"])
+                            "reading GPU 0 (nvmlDeviceGetPciInfo: GPU is lost)*"])
     assert "Traceback" not in r.stdout.str()
 
 

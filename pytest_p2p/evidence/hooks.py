@@ -63,7 +63,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Error-counter checks run last, so "not growing across the session" covers the whole session."""
+    """Error-counter checks run last, so "not growing across the session" covers the whole session.
+
+    A machine with no pair (one GPU, MIG, no P2P-capable pair) or no GPU leaves ``p2p_pair`` /
+    ``p2p_gpu`` with an empty parameter set, which pytest skips saying only "got empty parameter
+    set"; those checks get the rig's own reason instead, first among their skip marks.
+    """
+    _explain_empty_parametrisation(config, items)
     last = [it for it in items if getattr(it, "originalname", "") == "test_error_counters"]
     if last:
         items[:] = [it for it in items if getattr(it, "originalname", "") != "test_error_counters"] + last
@@ -79,3 +85,27 @@ def p2p_session(pytestconfig: pytest.Config) -> P2PSession:
 def p2p_evidence(p2p_session: P2PSession) -> Evidence:
     """Evidence with PCIe read under load and CUDA peer access (live machines run the load once)."""
     return p2p_session.evidence_under_load()
+
+
+def _explain_empty_parametrisation(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reasons: dict[str, str] = {}
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", None) or {}
+        for name in ("p2p_pair", "p2p_gpu"):
+            if name not in params or isinstance(params[name], (tuple, int)):
+                continue
+            if name not in reasons:
+                reasons[name] = _empty_reason(config, name)
+            item.add_marker(pytest.mark.skip(reason=reasons[name]), append=False)
+            break
+
+
+def _empty_reason(config: pytest.Config, name: str) -> str:
+    try:
+        s = session_or_usage_error(config)
+        why = s.resolved.no_pairs_reason if name == "p2p_pair" else None
+    except pytest.UsageError as exc:
+        return f"no GPU to check: {exc}"
+    if why:
+        return why
+    return "no GPU pair to check on this machine" if name == "p2p_pair" else "no GPU to check on this machine"
