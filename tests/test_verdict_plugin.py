@@ -128,3 +128,26 @@ def test_flagged_run_is_kept_as_history_not_accepted(run_p, tmp_path):
                               "p2p_on-c8: throttled reps ?2?*baseline accept hot --name accepted*"])
     with Store(path) as st:
         assert st.run("hot").baselines == ()
+
+
+def test_xdist_controller_saves_and_reports(tmp_path, monkeypatch, pytester):
+    """Under xdist the workers hand their run dirs over; the controller saves and reports a failed save."""
+    pytester.makeconftest(FAKE)  # workers load a conftest by themselves (a -p plugin would need sys.path)
+    monkeypatch.delenv("PYTEST_P2P_DB", raising=False)
+
+    def run(run_dir, *args):
+        monkeypatch.setenv("FAKE_RUN_DIR", str(run_dir))
+        return pytester.runpytest_subprocess("-p", "no:pytest_p2p.campaign.hooks", "-p", "no:pytest_p2p.report.hooks",
+                                             "--pyargs", "pytest_p2p.checks.test_baseline", "-p", "no:cacheprovider",
+                                             "-n", "2", *args, timeout=300)
+
+    path = tmp_path / "x.db"
+    res = run(write_run(tmp_path, "xrun"), "--p2p-save-baseline", f"--p2p-db={path}")
+    res.stdout.fnmatch_lines(["*1 run(s) saved to*accepted as baseline 'accepted': xrun*"])
+    with Store(path) as st:
+        assert st.run("xrun").baselines == ("accepted",)
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"not sqlite" * 50)
+    res = run(write_run(tmp_path, "yrun"), "--p2p-save-baseline", f"--p2p-db={bad}")
+    res.stdout.fnmatch_lines(["*campaign runs NOT saved to the baseline store*"])
+    assert res.ret != 0
