@@ -1,160 +1,22 @@
-"""The uplift threshold rule: does arm A beat arm B by enough at this point?
+"""The uplift threshold rule, re-exported from the stage-free :mod:`pytest_p2p.stats.uplift_rule`.
 
-The rig file says ``min_uplift: {default: 5%, 8: 8%}`` (keys are concurrencies for a
-model campaign, sizes for a probe campaign).  The rule is
-:func:`pytest_p2p.stats.decide_uplift` — three outcomes on one-sided confidence bounds at
-``alpha`` (default 1 %): **pass** when the lower bound clears the threshold, **fail** when
-the upper bound is below it, **inconclusive** otherwise, with the pairs that would decide.
-Why not the point estimate: on 3 noisy pairs it passed a true 0 % uplift in up to 23 %
-of campaigns and failed a true +9 % one in up to 28 % (issue 9).  Each kind of wrong
-verdict now has probability at most ``alpha``.
-
-``uplift_rule`` is kept for old rig files: ``bounds`` (the rule above), and the former
-``point`` / ``ci_lower`` are read as ``bounds`` (a point estimate is never judged).
-When the campaign adds pairs adaptively (``plan = (first look, max pairs)``), the
-verdict at ``n`` pairs uses the per-look alpha of :class:`~pytest_p2p.stats.SequentialPlan`,
-so the error rate holds across the looks.
+Kept so that existing imports work; new code (the campaign in particular, which must not
+import a later stage) imports ``pytest_p2p.stats.uplift_rule``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from ..stats.uplift_rule import (
+    DEFAULT_ALPHA,
+    MIN_PAIRS,
+    RULES,
+    TooFewRepsError,
+    UpliftRule,
+    UpliftVerdict,
+    judge,
+    parse_min_uplift,
+    point_key,
+)
 
-from ..errors import ConfigError, P2PError
-from ..stats import Outcome, SequentialPlan, StatsError, decide_uplift
-from ..util import format_size, parse_size
-from ..validate import join, percent
-
-RULES = ("bounds", "point", "ci_lower")
-MIN_PAIRS = {"bounds": 2, "point": 2, "ci_lower": 2}
-DEFAULT_ALPHA = 0.01
-
-
-class TooFewRepsError(P2PError):
-    """Kept for callers that catch it; the bounds rule reports too few pairs as inconclusive instead."""
-
-
-def point_key(key: Any, kind: str, source: str = "rig.yaml", path: str = "campaign.min_uplift") -> str:
-    """Normalise a ``min_uplift`` key to a point label: ``8`` -> ``c8`` (model), ``8KiB`` -> ``s8KiB`` (probe)."""
-    if isinstance(key, bool):
-        raise ConfigError(source, path, f"expected a concurrency or size key, got {key!r}")
-    text = str(key).strip()
-    if kind == "model":
-        digits = text[1:] if text[:1] in ("c", "C") else text
-        if digits.isdigit() and int(digits) > 0:
-            return f"c{int(digits)}"
-        raise ConfigError(source, join(path, text), "expected a concurrency like 8 or 'c8' (or 'default')")
-    try:
-        return "s" + format_size(parse_size(text[1:] if text[:1] in ("s", "S") else text))
-    except ValueError:
-        raise ConfigError(source, join(path, text), "expected a size like '8KiB' (or 'default')") from None
-
-
-@dataclass(frozen=True)
-class UpliftRule:
-    """Thresholds per point (fractions: 0.05 = 5 %) and how they are judged."""
-
-    default: float = 0.05
-    per_point: Mapping[str, float] = field(default_factory=dict)
-    rule: str = "bounds"
-    alpha: float = DEFAULT_ALPHA
-    plan: tuple[int, int] | None = None  # (first look, max pairs) when pairs are added adaptively
-
-    def threshold(self, point: str) -> float:
-        return self.per_point.get(point, self.default)
-
-    def min_pairs(self) -> int:
-        return MIN_PAIRS[self.rule]
-
-    def alpha_for(self, pairs: int) -> float:
-        """The one-sided alpha of a verdict taken at ``pairs`` pairs (per-look alpha under a plan)."""
-        if self.plan is None:
-            return self.alpha
-        first, last = self.plan
-        sp = SequentialPlan(self.alpha, max(1, min(first, last)), max(first, last))
-        return sp.alpha_at(min(max(pairs, sp.min_pairs), sp.max_pairs))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"default": self.default, "per_point": dict(self.per_point), "rule": self.rule,
-                "alpha": self.alpha, "plan": list(self.plan) if self.plan else None}
-
-
-def parse_min_uplift(value: Any, rule: str, kind: str, source: str, path: str) -> UpliftRule:
-    """``5%`` (one threshold everywhere) or ``{default: 5%, 8: 8%}``."""
-    if rule not in RULES:
-        raise ConfigError(source, path, f"uplift rule must be one of {', '.join(RULES)}, got {rule!r}")
-    if value is None:
-        return UpliftRule(rule=rule)
-    # ``rule`` is validated above; every rule name is judged on bounds (see the module doc)
-    if not isinstance(value, Mapping):
-        return UpliftRule(default=percent(value, source, path), rule=rule)
-    default = 0.05
-    per: dict[str, float] = {}
-    for key, val in value.items():  # not validate.mapping: YAML gives int keys for ``8: 8%``
-        if key == "default":
-            default = percent(val, source, join(path, key))
-        else:
-            per[point_key(key, kind, source, path)] = percent(val, source, join(path, key))
-    return UpliftRule(default=default, per_point=per, rule=rule)
-
-
-@dataclass(frozen=True)
-class UpliftVerdict:
-    point: str
-    metric: str
-    faster_arm: str
-    slower_arm: str
-    estimate: float | None
-    ci95: tuple[float, float] | None  # the decision interval, coverage ``level`` (1 - 2 alpha)
-    n: int
-    threshold: float
-    rule: str
-    passed: bool  # outcome == "pass"
-    message: str
-    outcome: str = "pass"  # pass | fail | inconclusive
-    pairs_needed: int | None = None
-    level: float | None = None
-
-    @property
-    def inconclusive(self) -> bool:
-        return self.outcome == Outcome.INCONCLUSIVE.value
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "point": self.point, "metric": self.metric, "faster_arm": self.faster_arm,
-            "slower_arm": self.slower_arm, "estimate": self.estimate,
-            "ci95": list(self.ci95) if self.ci95 else None, "n": self.n,
-            "threshold": self.threshold, "rule": self.rule, "passed": self.passed, "message": self.message,
-            "outcome": self.outcome, "pairs_needed": self.pairs_needed, "level": self.level,
-        }
-
-
-def judge(uplift: Mapping[str, Any], point: str, rule: UpliftRule, *, metric: str, faster_arm: str,
-          slower_arm: str) -> UpliftVerdict:
-    """Apply the bounds rule to one :func:`~pytest_p2p.campaign.stats.paired_uplift` result.
-
-    Uses the paired ratios it carries (already turned round for lower-is-better metrics).
-    Fewer than 2 pairs is *inconclusive* (no spread known), never a pass and never an error.
-    """
-    ratios = [float(r) for r in (uplift.get("ratios") or [])]
-    thr = rule.threshold(point)
-    what = f"uplift of {faster_arm} over {slower_arm} in {metric} at {point}"
-    alpha = rule.alpha_for(len(ratios))
-    try:
-        d = decide_uplift(ratios, [1.0] * len(ratios), threshold=thr, alpha=alpha, quantity=what)
-    except StatsError as exc:
-        d = None
-        message = f"{what}: cannot be judged ({exc})"
-    if d is None or not ratios:
-        message = f"{what}: no paired reps of both arms to judge" if not ratios else message
-        return UpliftVerdict(point=point, metric=metric, faster_arm=faster_arm, slower_arm=slower_arm,
-                             estimate=None, ci95=None, n=len(ratios), threshold=thr, rule=rule.rule, passed=False,
-                             message=message, outcome=Outcome.INCONCLUSIVE.value, pairs_needed=None)
-    ci = (d.lower, d.upper) if d.n >= 2 else None
-    message = d.reason + f" (one-sided alpha {alpha:.3g} per wrong verdict)"
-    return UpliftVerdict(point=point, metric=metric, faster_arm=faster_arm, slower_arm=slower_arm,
-                         estimate=d.estimate, ci95=ci, n=d.n, threshold=thr, rule=rule.rule,
-                         passed=d.outcome is Outcome.PASS, message=message, outcome=d.outcome.value,
-                         pairs_needed=d.pairs_needed, level=d.level)
+__all__ = ["DEFAULT_ALPHA", "MIN_PAIRS", "RULES", "TooFewRepsError", "UpliftRule", "UpliftVerdict", "judge",
+           "parse_min_uplift", "point_key"]
