@@ -46,9 +46,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ConfigError
+from ..stats.uplift_rule import RULES, UpliftRule, parse_min_uplift
 from ..util import format_size
 from ..validate import boolean, float_in, int_in, join, mapping, sequence, size, string
-from ..verdict.thresholds import RULES, UpliftRule, parse_min_uplift
 from .schedule import MODES
 
 KINDS = ("auto", "model", "probe")

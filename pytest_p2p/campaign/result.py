@@ -14,7 +14,7 @@ from ..errors import CampaignError
 from .config import CampaignConfig
 
 if TYPE_CHECKING:
-    from ..verdict.thresholds import UpliftVerdict
+    from ..stats.uplift_rule import UpliftVerdict
 
 Json = dict[str, object]
 Scenario = tuple[str, str]  # (arm, point)
@@ -75,7 +75,7 @@ class CampaignResult:
 
     def uplift_verdict(self, point: str) -> UpliftVerdict:
         """The threshold rule applied at ``point`` (raises ``TooFewRepsError`` when it cannot be)."""
-        from ..verdict.thresholds import judge
+        from ..stats.uplift_rule import judge
 
         if self.config is None or self.config.arm_b is None:
             raise CampaignError("an uplift needs two arms in campaign.arms")
