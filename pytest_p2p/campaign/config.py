@@ -23,7 +23,7 @@ Example (every key optional; the values shown are the defaults unless noted)::
       telemetry_hz: 2
       exclude_throttled: true
       min_uplift: {default: 5%, 8: 8%}
-      uplift_rule: point      # point | ci_lower
+      uplift_rule: bounds     # pass/fail/inconclusive on confidence bounds (point, ci_lower: read as bounds)
       uplift_metric: output_throughput   # probe default: time_us
       uplift_direction: null  # higher | lower; null: from the metric's name
       request_timeout_s: null # null: the server section's request_timeout_s
