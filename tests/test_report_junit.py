@@ -26,7 +26,7 @@ def _run(pytester: pytest.Pytester, *args: str) -> ET.Element:
     pytester.makepyfile(TESTS)
     xml = pytester.path / "junit.xml"
     result = pytester.runpytest("-p", "pytest_p2p.report.hooks", f"--junitxml={xml}", "-p", "no:cacheprovider",
-                                "-W", "error::pytest.PytestWarning", *args)
+                                "-W", "error:record_property:pytest.PytestWarning", *args)
     result.assert_outcomes(passed=2)
     assert "PytestWarning" not in result.stdout.str()
     return ET.parse(xml).getroot()
