@@ -237,6 +237,11 @@ def iter_nccl_messages(text: str, known: set[str] | None = None,
             if long_lines is not None and len(long_lines) < 100:
                 long_lines.append(number)
         line = clean(raw)
+        lead = _LEAD_RE.match(line, 0, min(len(line), 512))
+        if lead is not None and line.find("NCCL ", lead.end()) < 0:  # the common case: one message, no split
+            yield from _messages(number, line[lead.end():].strip(), short(line.strip()), int(lead["pid"]),
+                                 lead["level"])
+            continue
         marks = _marks(line)
         if not marks:
             if "NCCL version " in line or "nccl==" in line:
@@ -246,13 +251,16 @@ def iter_nccl_messages(text: str, known: set[str] | None = None,
         evidence = short(line.strip())
         for i, m in enumerate(marks):
             end = starts[i + 1] if starts is not None and i + 1 < len(marks) else len(line)
-            msg = line[m.end:max(end, m.end)].strip()
-            if msg.count(" via ") > 1 and msg.startswith(("Channel ", "Ring ", "CollNet ")):
-                parts = _GLUED_RE.split(msg)
-                for part in parts:
-                    yield NcclMessage(number, part.strip(), evidence, m.pid, m.level)
-            else:
-                yield NcclMessage(number, msg, evidence, m.pid, m.level)
+            yield from _messages(number, line[m.end:max(end, m.end)].strip(), evidence, m.pid, m.level)
+
+
+def _messages(number: int, msg: str, evidence: str, pid: int | None, level: str) -> Iterator[NcclMessage]:
+    """One message, or the connection lines glued into it by spaces."""
+    if msg.count(" via ") > 1 and msg.startswith(("Channel ", "Ring ", "CollNet ")):
+        for part in _GLUED_RE.split(msg):
+            yield NcclMessage(number, part.strip(), evidence, pid, level)
+    else:
+        yield NcclMessage(number, msg, evidence, pid, level)
 
 
 def _int(s: str | None) -> int | None:

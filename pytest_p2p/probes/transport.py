@@ -33,6 +33,8 @@ from .transport_complete import InitLines, completeness
 from .transport_expect import ExpectResult, check_expectation, label_matches, plugin_family
 from .transport_model import (
     INCOMPLETE,
+    KEEP_PER_PAIR,
+    KEEP_TOTAL,
     MAX_EVIDENCE,
     NO_CONNECTIONS,
     NO_INFO,
@@ -45,6 +47,7 @@ from .transport_model import (
     Claim,
     CommInfo,
     Connection,
+    ConnKey,
     TransportProof,
     proof_from_dict,
 )
@@ -114,12 +117,17 @@ class Evidence:
 
     lines: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
+    full: set[str] = field(default_factory=set)  # claims with MAX_EVIDENCE lines already
 
     def add(self, claim: str, msg: NcclMessage) -> None:
         self.counts[claim] += 1
-        lines = self.lines.setdefault(claim, [])
-        if len(lines) < MAX_EVIDENCE and (not lines or lines[-1][0] != msg.line):
+        lines = self.lines.get(claim)
+        if lines is None:
+            self.lines[claim] = [(msg.line, msg.raw)]
+        elif len(lines) < MAX_EVIDENCE and lines[-1][0] != msg.line:
             lines.append((msg.line, msg.raw))
+            if len(lines) == MAX_EVIDENCE:
+                self.full.add(claim)
 
 
 def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
@@ -136,6 +144,7 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
     abandon: list[NcclMessage] = []
     collnet_connected = False
     nvls_counts: list[int] = []
+    conns = _Connections()
 
     for msg in iter_nccl_messages(text, None, long_lines):
         t = msg.text
@@ -155,11 +164,11 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
                 abandon.append(msg)
                 ev.add("collnet_abandoned", msg)
             continue
-        conn = parse_connection(t, msg.line, msg.pid)
-        if conn is not None:
-            proof.connections.append(conn)
-            ev.add(f"used_{conn.transport.lower()}", msg)
-            _conn_evidence(conn, msg, ev)
+        seen = conns.get(t)
+        if seen is None:
+            seen = conns.parse(t)
+        if seen is not _NOT_A_CONNECTION:
+            conns.add(seen, msg, proof, ev)
             continue
         if looks_like_connection(t):
             unparsed += 1
@@ -180,6 +189,7 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
 
     # Counted at C speed over the whole text: the loop above sees only the lines the proof can use.
     info, warn = text.count("NCCL INFO "), text.count("NCCL WARN ")
+    proof.connection_counts = conns.finish(ev)
     proof.stats = {"lines": text.count("\n") + (1 if text and not text.endswith("\n") else 0), "info_lines": info,
                    "warn_lines": warn, "unparsed_connection_lines": unparsed, "long_lines": len(long_lines)}
     if long_lines:
@@ -201,7 +211,7 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
             f"{NO_INFO_PROBLEM} (only {warn} NCCL WARN line(s): NCCL_DEBUG=WARN hides the transport)"
         )
         return proof
-    if not proof.connections:
+    if not proof.connection_counts:
         if unparsed:
             proof.state = UNRECOGNISED
             proof.problem = (f"format not recognised: {unparsed} line(s) look like channel connection lines but "
@@ -219,17 +229,83 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
     return proof
 
 
-def _conn_evidence(conn: Connection, msg: NcclMessage, ev: Evidence) -> None:
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """A connection message parsed once: its connection (line and pid of the first sighting), key, claims."""
+
+    conn: Connection
+    key: ConnKey
+    claims: tuple[str, ...]
+
+
+_NOT_A_CONNECTION = _Seen(Connection(0, 0, "", 0, "", "", "", 0), ("", "", (), None, 0, "", 0, ""), ())
+_MAX_CACHED = 65536  # distinct connection messages remembered (a log repeats them across runs and processes)
+
+
+class _Connections:
+    """Connection lines, linear in number and bounded in memory.
+
+    Each distinct message text is parsed once; every line is counted per :data:`ConnKey` (all
+    a claim reads), and only the first :data:`KEEP_PER_PAIR` lines of a key (:data:`KEEP_TOTAL`
+    in all) are kept as :class:`Connection` objects — enough for evidence, the contradiction
+    check and the ``connections`` list of the JSON.
+    """
+
+    def __init__(self) -> None:
+        self.counts: Counter[ConnKey] = Counter()
+        self._cache: dict[str, _Seen] = {}
+        self._claims: dict[ConnKey, tuple[str, ...]] = {}
+        self._uncounted: Counter[ConnKey] = Counter()
+        self.kept = 0
+        self.get = self._cache.get
+
+    def parse(self, text: str) -> _Seen:
+        conn = parse_connection(text)
+        seen = _NOT_A_CONNECTION if conn is None else _Seen(conn, conn.key, _claims_of(conn))
+        self._claims[seen.key] = seen.claims
+        if len(self._cache) < _MAX_CACHED:
+            self._cache[text] = seen
+        return seen
+
+    def add(self, seen: _Seen, msg: NcclMessage, proof: TransportProof, ev: Evidence) -> None:
+        n = self.counts[seen.key]
+        self.counts[seen.key] = n + 1
+        if n < KEEP_PER_PAIR and self.kept < KEEP_TOTAL:
+            self.kept += 1
+            c = seen.conn
+            proof.connections.append(Connection(
+                c.channel, c.src_rank, c.src_dev, c.dst_rank, c.dst_dev, c.transport, c.kind, msg.line,
+                c.conn_index, c.flags, c.direction, c.net_dev, c.proxy_rank, c.via_rank, msg.pid))
+            for claim in seen.claims:
+                ev.add(claim, msg)
+        elif ev.full.issuperset(seen.claims):  # nothing left to cite: counted in finish()
+            self._uncounted[seen.key] += 1
+        else:
+            for claim in seen.claims:
+                ev.add(claim, msg)
+
+    def finish(self, ev: Evidence) -> Counter[ConnKey]:
+        """Add the lines only counted to the evidence counts; the counts per key."""
+        for key, n in self._uncounted.items():
+            for claim in self._claims[key]:
+                ev.counts[claim] += n
+        return self.counts
+
+
+def _claims_of(conn: Connection) -> tuple[str, ...]:
+    """The evidence names a connection line supports."""
+    out = [f"used_{conn.transport.lower()}"]
     if conn.transport == "P2P":
-        ev.add("p2p_kind", msg)
+        out.append("p2p_kind")
         if "read" in conn.flags:
-            ev.add("p2p_read", msg)
+            out.append("p2p_read")
         if "CE" in conn.flags:
-            ev.add("p2p_ce", msg)
+            out.append("p2p_ce")
     elif conn.transport == "NET":
-        ev.add("net_gdrdma", msg)
+        out.append("net_gdrdma")
     elif conn.transport == "SHM":
-        ev.add("shm_mode", msg)
+        out.append("shm_mode")
+    return tuple(out)
 
 
 def _other_line(t: str, msg: NcclMessage, proof: TransportProof, ev: Evidence, versions: list[str],
@@ -338,7 +414,7 @@ def _collnet(proof: TransportProof, connected: bool, abandon: list[NcclMessage],
     may then warn ``Cannot initialize CollNet, using point-to-point network instead`` (the
     data goes over P2P/NET) or hang. Only a ``Connected CollNet`` line confirms use.
     """
-    has_lines = any(c.transport == "COLLNET" for c in proof.connections)
+    has_lines = any(k[0] == "COLLNET" for k in proof.counts)
     if abandon:
         proof.collnet_state, proof.used_collnet = "abandoned", False
     elif connected:
@@ -362,7 +438,7 @@ def _nvls(proof: TransportProof, counts: list[int]) -> None:
 
 
 def _device_id_format(proof: TransportProof) -> str | None:
-    devs = [d for c in proof.connections for d in (c.src_dev, c.dst_dev) if d]
+    devs = [d for k in proof.counts for d in (k[5], k[7]) if d]
     if not devs:
         return None
     v = _version_tuple(proof.nccl_version)

@@ -82,7 +82,7 @@ def build_claims(proof: TransportProof, lines: Mapping[str, Lines], counts: Mapp
             elif value is None:
                 cited, count = [], 0
         if name == "transport":
-            count = len(proof.effective_connections)
+            count = sum(proof.effective_labels.values())
         claims[name] = Claim(name, value, tuple(cited), count)
     return claims
 

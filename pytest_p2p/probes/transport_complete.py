@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from .transport_model import TransportProof
+from .transport_model import TransportProof, key_printer
 
 
 @dataclass
@@ -32,7 +32,7 @@ def completeness(proof: TransportProof, init: InitLines, unparsed: int) -> tuple
         return False, "no 'Init COMPLETE' line: the log ends before initialisation finished, or is an excerpt"
     if unparsed:
         return False, f"{unparsed} connection-like line(s) in a format this parser does not know"
-    printers = {c.printed_by for c in proof.connections}
+    printers = {key_printer(k) for k in proof.counts}
     for (comm_id, nranks), counts in sorted(init.ranks.items()):
         name = f"communicator {comm_id}" if comm_id else f"a {nranks}-rank communicator"
         if nranks > 4096:

@@ -67,9 +67,9 @@ def _hint(proof: TransportProof) -> str:
     return f"; NCCL echoed {', '.join(hints)}" if hints else ""
 
 
-def _shown(conns: list[Connection]) -> str:
+def _shown(conns: list[Connection], total: int) -> str:
     shown = "; ".join(f"line {c.line}: {c.label}" for c in conns[:3])
-    return shown + (f" (and {len(conns) - 3} more)" if len(conns) > 3 else "")
+    return shown + (f" (and {total - 3} more)" if total > 3 else "")
 
 
 def check_expectation(proof: TransportProof, expect: str) -> ExpectResult:
@@ -80,15 +80,18 @@ def check_expectation(proof: TransportProof, expect: str) -> ExpectResult:
         return ExpectResult(FAIL, f"{src}: empty transport expectation {expect!r}")
     if not proof.has_info:
         return ExpectResult(INCONCLUSIVE, f"{src}: cannot prove {expect}: {proof.problem or 'no NCCL INFO lines'}")
-    conns = proof.effective_connections
-    if not conns:
+    labels = proof.effective_labels  # every connection line, counted per label (not only the kept ones)
+    if not labels:
         why = proof.problem or "no channel connection lines"
         return ExpectResult(INCONCLUSIVE, f"{src}: cannot prove {expect}: {why}")
-    wrong = [c for c in conns if not any(label_matches(c.label, p) for p in parts)]
-    unseen = [p for p in parts if not any(label_matches(c.label, p) for c in conns)]
-    if wrong:
-        msg = (f"expected {expect} but {len(wrong)} of {len(conns)} connection(s) are not "
-               f"({proof.transport}): {_shown(wrong)}")
+    wrong_labels = {lb for lb in labels if not any(label_matches(lb, p) for p in parts)}
+    unseen = [p for p in parts if not any(label_matches(lb, p) for lb in labels)]
+    n = sum(labels.values())
+    if wrong_labels:
+        n_wrong = sum(labels[lb] for lb in wrong_labels)
+        shown = [c for c in proof.effective_connections if c.label in wrong_labels]
+        msg = (f"expected {expect} but {n_wrong} of {n} connection(s) are not "
+               f"({proof.transport}): {_shown(shown, n_wrong)}")
         if unseen:
             msg += f"; and no connection used {' or '.join(unseen)}"
         return ExpectResult(FAIL, f"{src}: {msg}{_hint(proof)}")
@@ -100,7 +103,6 @@ def check_expectation(proof: TransportProof, expect: str) -> ExpectResult:
         if proof.complete:
             return ExpectResult(FAIL, f"{src}: {msg}{abandoned}{_hint(proof)}")
         return ExpectResult(INCONCLUSIVE, f"{src}: {msg}, and the log is incomplete ({proof.completeness})")
-    n = len(conns)
     if not proof.complete:
         return ExpectResult(
             INCONCLUSIVE,

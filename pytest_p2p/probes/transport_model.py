@@ -23,6 +23,13 @@ PROOF_VERSION = 1
 
 NO_INFO_PROBLEM = "no NCCL INFO lines: set NCCL_DEBUG=INFO"
 MAX_EVIDENCE = 8
+# Connection objects kept per peer pair (ConnKey) and in all; every further line is only counted in
+# ``connection_counts`` (a 50 MB log of connection lines would otherwise hold 10^5..10^6 objects).
+KEEP_PER_PAIR = 64
+KEEP_TOTAL = 8192
+
+# What every claim needs of a connection: transport, kind, flags, direction, src rank/dev, dst rank/dev.
+ConnKey = tuple[str, str, tuple[str, ...], str | None, int, str, int, str]
 
 # The one-word states of a proof (docs/transport.md, "States").
 PROVED = "proved"  # connection lines seen and the log is complete: positive and negative claims hold
@@ -75,12 +82,13 @@ class Connection:
     @property
     def label(self) -> str:
         """The label an arm expectation is matched against: ``P2P/CUMEM``, ``SHM``, ``NET/IB/GDRDMA``."""
-        if self.transport == "P2P":
-            return f"P2P/{self.kind}"
-        if self.transport in ("NET", "COLLNET"):
-            gdr = "/GDRDMA" if "GDRDMA" in self.flags else ""
-            return f"{self.transport}/{self.kind}{gdr}"
-        return self.transport
+        return key_label(self.key)
+
+    @property
+    def key(self) -> ConnKey:
+        """Everything a claim reads of this connection (not channel, line, pid): what counts aggregate by."""
+        return (self.transport, self.kind, self.flags, self.direction, self.src_rank, self.src_dev,
+                self.dst_rank, self.dst_dev)
 
     @property
     def printed_by(self) -> int:
@@ -105,6 +113,33 @@ class Connection:
             net_dev=_opt_int(d.get("net_dev")), proxy_rank=_opt_int(d.get("proxy_rank")),
             via_rank=_opt_int(d.get("via_rank")), pid=_opt_int(d.get("pid")),
         )
+
+
+def key_label(key: ConnKey) -> str:
+    """:attr:`Connection.label` of a :data:`ConnKey`."""
+    transport, kind, flags = key[0], key[1], key[2]
+    if transport == "P2P":
+        return f"P2P/{kind}"
+    if transport in ("NET", "COLLNET"):
+        return f"{transport}/{kind}{'/GDRDMA' if 'GDRDMA' in flags else ''}"
+    return transport
+
+
+def key_printer(key: ConnKey) -> int:
+    """The rank that printed a line of this key: the receiver of a ``[receive]`` line, else the sender."""
+    return key[6] if key[3] == "receive" else key[4]
+
+
+def _key_dict(key: ConnKey, count: int) -> dict[str, object]:
+    return {"transport": key[0], "kind": key[1], "flags": list(key[2]), "direction": key[3], "src_rank": key[4],
+            "src_dev": key[5], "dst_rank": key[6], "dst_dev": key[7], "label": key_label(key), "count": count}
+
+
+def _key_from(d: Mapping[str, object]) -> tuple[ConnKey, int]:
+    key: ConnKey = (str(d["transport"]), str(d["kind"]), tuple(str(f) for f in _list(d.get("flags"))),
+                    _opt_str(d.get("direction")), _req_int(d["src_rank"]), str(d.get("src_dev", "")),
+                    _req_int(d["dst_rank"]), str(d.get("dst_dev", "")))
+    return key, _req_int(d["count"])
 
 
 @dataclass(frozen=True)
@@ -136,7 +171,10 @@ class TransportProof:
     complete: bool = False
     completeness: str = ""  # why the log is (or is not) complete, in words
     nccl_version: str | None = None
+    # The first KEEP_PER_PAIR connections of each ConnKey (KEEP_TOTAL in all), in line order.
     connections: list[Connection] = field(default_factory=list)
+    # Every connection line, counted per ConnKey; empty means "count ``connections``" (a proof built by hand).
+    connection_counts: Counter[ConnKey] = field(default_factory=Counter)
     claims: dict[str, Claim] = field(default_factory=dict)
     env_overrides: dict[str, str] = field(default_factory=dict)
     p2p_type: dict[str, int] | None = None
@@ -154,8 +192,19 @@ class TransportProof:
     stats: dict[str, int] = field(default_factory=dict)
 
     # -- summary ---------------------------------------------------------------------------
-    def _of(self, transport: str) -> list[Connection]:
-        return [c for c in self.connections if c.transport == transport]
+    @property
+    def counts(self) -> Counter[ConnKey]:
+        """Every connection line per :data:`ConnKey` (the kept ``connections`` are only the first ones)."""
+        if self.connection_counts or not self.connections:
+            return self.connection_counts
+        return Counter(c.key for c in self.connections)
+
+    @property
+    def n_connections(self) -> int:
+        return sum(self.counts.values())
+
+    def _of(self, transport: str) -> list[ConnKey]:
+        return [k for k in self.counts if k[0] == transport]
 
     def _used(self, transport: str) -> bool | None:
         if self._of(transport):
@@ -177,19 +226,19 @@ class TransportProof:
 
     @property
     def p2p_kinds(self) -> list[str]:
-        return sorted({c.kind for c in self._of("P2P")})
+        return sorted({k[1] for k in self._of("P2P")})
 
     @property
     def p2p_read(self) -> bool:
-        return any("read" in c.flags for c in self._of("P2P"))
+        return any("read" in k[2] for k in self._of("P2P"))
 
     @property
     def p2p_ce(self) -> bool:
-        return any("CE" in c.flags for c in self._of("P2P"))
+        return any("CE" in k[2] for k in self._of("P2P"))
 
     @property
     def shm_modes(self) -> list[str]:
-        return sorted({c.kind for c in self._of("SHM")})
+        return sorted({k[1] for k in self._of("SHM")})
 
     @property
     def net_gdrdma(self) -> bool | None:
@@ -197,11 +246,11 @@ class TransportProof:
         net = self._of("NET")
         if not net:
             return None
-        return all("GDRDMA" in c.flags for c in net)
+        return all("GDRDMA" in k[2] for k in net)
 
     @property
     def mnnvl(self) -> bool:
-        return any(c.kind == "MNNVL" for c in self.connections) or any(bool(c["mnnvl"]) for c in self.comms)
+        return any(k[1] == "MNNVL" for k in self.counts) or any(bool(c["mnnvl"]) for c in self.comms)
 
     @property
     def p2p_level(self) -> str | None:
@@ -210,15 +259,24 @@ class TransportProof:
 
     @property
     def effective_connections(self) -> list[Connection]:
-        """The connections that carried data: CollNet ones only when CollNet was confirmed connected."""
+        """The kept connections that carried data: CollNet ones only when CollNet was confirmed connected."""
         if self.used_collnet:
             return list(self.connections)
         return [c for c in self.connections if c.transport != "COLLNET"]
 
     @property
+    def effective_labels(self) -> Counter[str]:
+        """Every connection line that carried data, counted per label (CollNet only when confirmed)."""
+        out: Counter[str] = Counter()
+        for key, n in self.counts.items():
+            if key[0] != "COLLNET" or self.used_collnet:
+                out[key_label(key)] += n
+        return out
+
+    @property
     def transport(self) -> str:
         """The dominant label: ``P2P/CUMEM``, ``SHM``, ``NET/IB/GDRDMA``, ``mixed: A (n) + B (m)`` or ``none``."""
-        counts = Counter(c.label for c in self.effective_connections)
+        counts = self.effective_labels
         if not counts:
             return "none"
         if len(counts) == 1:
@@ -258,7 +316,7 @@ class TransportProof:
             "shm_modes": self.shm_modes, "net_plugin": self.net_plugin, "net_devices": list(self.net_devices),
             "net_gdrdma": self.net_gdrdma, "nvls_channels": self.nvls_channels,
             "nvls_supported": self.nvls_supported, "mnnvl": self.mnnvl, "p2p_level": self.p2p_level,
-            "n_connections": len(self.connections),
+            "n_connections": self.n_connections,
         }
 
     def to_dict(self) -> dict[str, object]:
@@ -271,6 +329,7 @@ class TransportProof:
             "comms": [dict(c) for c in self.comms], "gdr_support": [dict(g) for g in self.gdr_support],
             "device_id_format": self.device_id_format,
             "connections": [c.to_dict() for c in self.connections],
+            "connection_counts": [_key_dict(k, n) for k, n in self.counts.items()],
             "claims": {name: c.to_dict() for name, c in self.claims.items()},
             "warnings": list(self.warnings), "stats": dict(self.stats),
         }
@@ -340,6 +399,7 @@ def proof_from_dict(d: object, source: str = "transport_proof.json") -> Transpor
     try:
         summary = _map(d.get("summary"))
         connections = [Connection.from_dict(_map(c)) for c in _list(d.get("connections"))]
+        counts: Counter[ConnKey] = Counter(dict(_key_from(_map(x)) for x in _list(d.get("connection_counts"))))
         has_info = bool(d["has_info"])
         complete = bool(d.get("complete", False))
         state = str(d.get("state") or (NO_INFO if not has_info else PROVED if complete else INCOMPLETE))
@@ -347,7 +407,7 @@ def proof_from_dict(d: object, source: str = "transport_proof.json") -> Transpor
         return TransportProof(
             source=str(d.get("source", source)), has_info=has_info, problem=_opt_str(d.get("problem")),
             state=state, complete=complete, completeness=str(d.get("completeness") or ""),
-            nccl_version=_opt_str(d.get("nccl_version")), connections=connections,
+            nccl_version=_opt_str(d.get("nccl_version")), connections=connections, connection_counts=counts,
             claims={str(k): _claim(str(k), v) for k, v in _map(d.get("claims")).items()},
             env_overrides={str(k): str(v) for k, v in _map(d.get("env_overrides")).items()},
             p2p_type=None if p2p_type is None else {str(k): _req_int(v) for k, v in _map(p2p_type).items()},
