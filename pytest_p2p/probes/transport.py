@@ -243,12 +243,14 @@ _MAX_CACHED = 65536  # distinct connection messages remembered (a log repeats th
 
 
 class _Connections:
-    """Connection lines, linear in number and bounded in memory.
+    """Connection lines, linear in number; objects kept only for the first lines of each peer pair.
 
-    Each distinct message text is parsed once; every line is counted per :data:`ConnKey` (all
-    a claim reads), and only the first :data:`KEEP_PER_PAIR` lines of a key (:data:`KEEP_TOTAL`
-    in all) are kept as :class:`Connection` objects — enough for evidence, the contradiction
-    check and the ``connections`` list of the JSON.
+    Each distinct message text is parsed once (up to :data:`_MAX_CACHED` texts); every line is
+    counted per :data:`ConnKey` (all a claim reads). A :class:`Connection` object is kept for
+    the first line of every key, and for the first :data:`KEEP_PER_PAIR` lines of a key while
+    fewer than :data:`KEEP_TOTAL` are kept — enough for the evidence, the lines an expectation
+    names and the ``connections`` list of the JSON. Evidence lines are still taken from every
+    line until each claim has :data:`MAX_EVIDENCE`; after that a line is only counted.
     """
 
     def __init__(self) -> None:
@@ -270,7 +272,7 @@ class _Connections:
     def add(self, seen: _Seen, msg: NcclMessage, proof: TransportProof, ev: Evidence) -> None:
         n = self.counts[seen.key]
         self.counts[seen.key] = n + 1
-        if n < KEEP_PER_PAIR and self.kept < KEEP_TOTAL:
+        if n == 0 or (n < KEEP_PER_PAIR and self.kept < KEEP_TOTAL):  # every key's first line is kept
             self.kept += 1
             c = seen.conn
             proof.connections.append(Connection(
