@@ -30,6 +30,7 @@ import threading
 import time
 from typing import Any
 
+from ..children import die_with_parent
 from ..envs import subprocess_env
 from ..errors import EvidenceError
 from ..util import normalize_bus_id
@@ -231,7 +232,8 @@ def read_under_load(evidence: Evidence, *, seconds: float = 2.0, python: str | N
     why, so the checks judge the max-link fields instead and say that they did. A load
     process that hangs (a GPU that fell off the bus can hang CUDA init) is killed after
     ``seconds + 120`` s; its stderr goes to a file so that a chatty child cannot block on a
-    full pipe while we read its stdout.
+    full pipe while we read its stdout. It gets SIGTERM from the kernel if pytest dies, even
+    by SIGKILL (:func:`pytest_p2p.children.die_with_parent`): a CUDA load must not outlive us.
     """
     env = subprocess_env(None, nccl_debug=None)
     limit = seconds + 120
@@ -240,7 +242,7 @@ def read_under_load(evidence: Evidence, *, seconds: float = 2.0, python: str | N
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as errf:
         try:
             proc = subprocess.Popen([python or sys.executable, "-c", _LOAD_SCRIPT, str(seconds)], env=env,
-                                    stdout=subprocess.PIPE, stderr=errf, text=True)
+                                    stdout=subprocess.PIPE, stderr=errf, text=True, preexec_fn=die_with_parent())
         except OSError as exc:
             _no_load(evidence, f"could not start the load process: {exc}")
             return

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..children import die_with_parent
 from ..envs import subprocess_env
 from ..errors import ProbeError
 from ..util import atomic_write_json, atomic_write_text, format_size
@@ -165,6 +166,10 @@ def run_ranks(
 ) -> None:
     """Run one process per rank; each in its own session with stdout+stderr to its log.
 
+    Each rank also gets SIGTERM from the kernel if pytest dies, SIGKILL included
+    (:func:`pytest_p2p.children.die_with_parent`; armed when called from pytest's main
+    thread, where the probe checks run): a hung NCCL rank must not outlive the run.
+
     Returns when all exit 0. A timeout, a failing rank (the others are then killed: they
     would wait for it forever) or KeyboardInterrupt kills every group and raises
     :class:`ProbeError` naming ``what`` and the last log line.
@@ -177,7 +182,8 @@ def run_ranks(
             fh = open(log, "wb")  # noqa: SIM115 - closed in finally
             handles.append(fh)
             procs.append(subprocess.Popen(list(cmd), env=dict(env), stdout=fh, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True))
+                                          stdin=subprocess.DEVNULL, start_new_session=True,
+                                          preexec_fn=die_with_parent()))
         deadline = time.monotonic() + timeout_s
         while True:
             codes = [p.poll() for p in procs]

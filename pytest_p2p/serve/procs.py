@@ -5,6 +5,14 @@ vLLM EngineCore/Worker processes that a SIGKILLed API server leaves re-parented 
 (vLLM issue #55510) -- by the env marker :data:`TOKEN_ENV` it inherited; and the
 launcher must prove that the process answering on the port is the one it started, not
 an impostor that was listening there first (issue 11). Both read ``/proc`` only.
+
+A pytest that was SIGKILLed cannot tear anything down. Its servers get SIGTERM from the
+kernel (``PR_SET_PDEATHSIG``, :mod:`pytest_p2p.children`) and vLLM's API server then stops
+its EngineCore and workers; a process that survives even that (a wedged engine, one
+orphaned earlier by a SIGKILLed API server) still carries :data:`TOKEN_ENV` and
+:data:`OWNER_ENV` (the pid and start time of the pytest that launched it).
+:func:`sweep_orphans`, run at every launch, kills such processes whose pytest is gone --
+never those of a pytest that still runs (a parallel session) or of another user.
 """
 
 from __future__ import annotations
@@ -17,6 +25,34 @@ import time
 from collections.abc import Sequence
 
 TOKEN_ENV = "PYTEST_P2P_SERVER_TOKEN"
+OWNER_ENV = "PYTEST_P2P_SERVER_OWNER"  # "<pid>:<start time>" of the pytest process that launched the server
+
+
+def start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (/proc/<pid>/stat field 22); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("latin-1")
+        return int(stat[stat.rfind(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def owner_mark(pid: int | None = None) -> str:
+    """The :data:`OWNER_ENV` value naming this process (a pid alone could be reused after it dies)."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}:{start_time(pid) or 0}"
+
+
+def owner_alive(mark: str) -> bool:
+    """Whether the process an :func:`owner_mark` names still runs (the same pid *and* start time)."""
+    pid_s, _, start_s = mark.partition(":")
+    try:
+        pid, start = int(pid_s), int(start_s)
+    except ValueError:
+        return True  # not a mark we wrote: leave the process alone
+    now = start_time(pid)
+    return now is not None and (start == 0 or now == start)
 
 
 def proc_state(pid: int) -> tuple[str, int] | None:
@@ -37,6 +73,51 @@ def has_token(pid: int, token: str) -> bool:
             return f"{TOKEN_ENV}={token}".encode() in fh.read().split(b"\0")
     except OSError:
         return False
+
+
+def orphans() -> list[int]:
+    """Live processes of a server (:data:`TOKEN_ENV`) whose launching pytest (:data:`OWNER_ENV`) is gone."""
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue  # gone, or another user's
+        marks = [v for v in env if v.startswith((TOKEN_ENV.encode() + b"=", OWNER_ENV.encode() + b"="))]
+        owner = next((v.split(b"=", 1)[1].decode("latin-1") for v in marks if v.startswith(OWNER_ENV.encode())),
+                     None)
+        if owner is None or len(marks) < 2 or owner_alive(owner):
+            continue
+        st = proc_state(int(entry))
+        if st is not None and st[0] not in ("Z", "X"):
+            found.append(int(entry))
+    return sorted(found)
+
+
+def sweep_orphans(grace_s: float = 5.0) -> list[int]:
+    """SIGTERM, then SIGKILL, every :func:`orphans` process; returns the pids that were found.
+
+    Why at launch: such a process holds GPU memory (and maybe a port) that the next
+    measurement would otherwise share with a server nobody owns any more.
+    """
+    found = orphans()
+    if not found:
+        return []
+    _signal(found, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_live(p) for p in found):
+        time.sleep(0.1)
+    _signal([p for p in found if _live(p)], signal.SIGKILL)
+    return found
+
+
+def _live(pid: int) -> bool:
+    st = proc_state(pid)
+    return st is not None and st[0] not in ("Z", "X")
 
 
 def find_leftovers(token: str, session_id: int | None = None) -> list[int]:

@@ -8,6 +8,14 @@ Why each step:
   workers inherit it, so a process that left the session or was re-parented after the
   API server died (vLLM issue #55510: a SIGKILLed API server orphans EngineCore/Worker,
   which keep the GPU memory) is still found by reading ``/proc/<pid>/environ``.
+* **Dies with pytest** (``preexec_fn=die_with_parent()``, :mod:`pytest_p2p.children`): a
+  SIGKILLed pytest cannot tear anything down, so the kernel sends the server SIGTERM when
+  pytest's launching thread dies. vLLM's API server answers SIGTERM with its own shutdown,
+  which stops its EngineCore and workers; anything that still survives carries the env
+  markers and is killed by :func:`~pytest_p2p.serve.procs.sweep_orphans` at the next
+  launch (it holds GPU memory the next measurement would share). Safe as launched:
+  the serve fixtures and the campaign runner call :func:`launch` from pytest's main thread
+  (the campaign's worker threads only run load); from any other thread it is not armed.
 * **Ready** means what a client needs: ``/health`` 200, ``/v1/models`` lists the model,
   and one real completion returns a token. A port that answers is not yet a server.
 * **Teardown**: SIGTERM the group, wait, SIGKILL the group and every marked process,
@@ -31,11 +39,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..children import die_with_parent
 from ..envs import subprocess_env
 from ..errors import ServerError
 from .config import ServerConfig
 from .logs import likely_cause, pair_key, tail
-from .procs import TOKEN_ENV, cmdline, find_leftovers, has_token, kill_tree, port_owners, session_of
+from .procs import (
+    OWNER_ENV,
+    TOKEN_ENV,
+    cmdline,
+    find_leftovers,
+    has_token,
+    kill_tree,
+    owner_mark,
+    port_owners,
+    session_of,
+    sweep_orphans,
+)
 from .ready import API_KEY_ENV, check_port_free, free_port, prove_identity, wait_ready
 
 if TYPE_CHECKING:
@@ -229,16 +249,19 @@ def launch(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: M
     arm_vllm_env = arm.vllm_env()  # e.g. symmetric-memory all-reduce
     # the secret travels in the environment (readable only by us and root), never in argv (/proc/PID/cmdline)
     env = subprocess_env(pair, rig_env, config.env, arm.env, arm_vllm_env, extra_env,
-                         {TOKEN_ENV: token, API_KEY_ENV: api_key})
+                         {TOKEN_ENV: token, OWNER_ENV: owner_mark(), API_KEY_ENV: api_key})
     argv = config.argv(list(arm.vllm_flags()), host=host, port=port)
+    swept = sweep_orphans()  # servers of a pytest that died (SIGKILL) and did not die with it
     idle = gpu_usage(pair)
     with open(log, "ab") as fh:
+        if swept:
+            fh.write(f"# pytest-p2p: killed processes of a server whose pytest is gone: pids {swept}\n".encode())
         fh.write(f"# pytest-p2p: launching arm {arm.name} on {pair_key(pair)} (API key in ${API_KEY_ENV}): "
                  f"{' '.join(argv)}\n".encode())
         fh.flush()
         try:
             proc = subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+                                    start_new_session=True, preexec_fn=die_with_parent())
         except OSError as exc:
             raise ServerError(f"cannot start the server for arm {arm.name} on {pair_key(pair)}: {argv[0]!r}: "
                               f"{exc.strerror or exc}; check server.command in the rig file") from None
@@ -246,6 +269,8 @@ def launch(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: M
     srv = RunningServer(base_url=f"http://{host}:{port}", api_key=api_key, model=config.model_name or "",
                         log_path=log, pid=proc.pid, simulated=config.simulated, arm=arm.name, pair=pair,
                         argv=argv, token=token, config=config, process=proc, idle=idle)
+    if swept:
+        srv.notes.append(f"killed pids {swept}: a server left behind by a pytest that is gone")
     if not srv.model:
         srv.model = _served_name_from_argv(argv)
     t0 = time.monotonic()

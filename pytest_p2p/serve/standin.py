@@ -22,6 +22,12 @@ error or a counted failed request: ``fail-start[=oom|nccl|model|port]``,
 ignores SIGTERM), ``bad-usage[=many|list]`` (the usage report says ``completion_tokens:
 "many"`` or is ``[1, 2]``). ``--fault-after N`` lets the first N completion requests succeed
 (so the launcher's readiness completion passes and the *load* sees the fault).
+
+Dying with pytest: the launcher arms ``PR_SET_PDEATHSIG`` (SIGTERM), so a SIGKILLed pytest
+ends this server through its normal shutdown, which -- like vLLM's -- also stops its
+engine core. A ``hang`` server ignores SIGTERM (a wedged vLLM would too); it upgrades its
+own death signal to SIGKILL, so that a test's SIGKILLed pytest never leaves one behind.
+See :func:`engine_core` for the ``--orphan-child`` simulation.
 """
 
 from __future__ import annotations
@@ -167,11 +173,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.startup_delay_s:
         time.sleep(args.startup_delay_s)
+    child = None
     if args.orphan_child:
         import subprocess
 
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
-                                 start_new_session=True, stdin=subprocess.DEVNULL)
+        from .procs import OWNER_ENV, owner_mark
+
+        root = os.environ.get(OWNER_ENV) or owner_mark(os.getppid())
+        child = subprocess.Popen([sys.executable, "-c", "from pytest_p2p.serve.standin import engine_core; "
+                                  "engine_core()", root], start_new_session=True, stdin=subprocess.DEVNULL)
         _log("EngineCore", f"SIMULATED engine core pid {child.pid} in its own session (orphans on SIGKILL)")
     # the engine line vLLM prints, with the version honestly reading SIMULATED
     _log("EngineCore", f"Initializing a V1 LLM engine (vSIMULATED) with config: model={name!r}, "
@@ -185,7 +195,29 @@ def main(argv: list[str] | None = None) -> int:
                           f"('{args.host}', {args.port}): {exc.strerror.lower() if exc.strerror else exc}",
              "ERROR")
         return 1
+    finally:  # a clean shutdown stops the engine core, as vLLM's does; SIGKILL skips this and orphans it
+        if child is not None:
+            child.terminate()
+            child.wait(10)
     return 0
+
+
+def engine_core(poll_s: float = 0.5, lifetime_s: float = 3600.0) -> None:
+    """The SIMULATED engine core of ``--orphan-child``: lives in its own session, as vLLM's does.
+
+    It stays alive when its API server is SIGKILLed -- vLLM issue #55510, the orphan that
+    teardown must find by the env marker -- and is stopped by its API server's clean
+    shutdown (SIGTERM, also the one the kernel sends when pytest dies). Unlike vLLM, it
+    also exits once the pytest named in ``sys.argv[1]`` (an ``owner_mark``) is gone: a
+    test that SIGKILLs the API server and then dies itself must not leak it. A real vLLM
+    orphan in that case is killed by ``procs.sweep_orphans`` at the next launch.
+    """
+    from .procs import owner_alive
+
+    mark = sys.argv[1] if len(sys.argv) > 1 else ""
+    end = time.monotonic() + lifetime_s
+    while time.monotonic() < end and (not mark or owner_alive(mark)):
+        time.sleep(poll_s)
 
 
 async def _serve(host: str, port: int, state: State) -> None:
@@ -193,6 +225,9 @@ async def _serve(host: str, port: int, state: State) -> None:
     stop = asyncio.Event()
     if state.model.fault == "hang":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a wedged server: only SIGKILL ends it
+        from ..children import set_parent_death_signal
+
+        set_parent_death_signal(signal.SIGKILL)  # ... so pytest's death must send SIGKILL (no-op off Linux)
     else:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
