@@ -212,3 +212,56 @@ def test_sigkill_of_the_main_job_leaves_no_process(tmp_path: Path) -> None:
         while (left := _marked(mark)) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert left == [], "alive after pytest was SIGKILLed: " + "; ".join(f"{p}: {_cmdline(p)}" for p in left)
+
+
+# ----------------------------------------------------------------------------- the stand-in's own tree
+
+LAUNCHER = """
+import sys, time
+from pytest_p2p.probes.arms import PRESETS
+from pytest_p2p.serve.config import parse_server
+from pytest_p2p.serve.server import launch
+args = {"ttft-ms": 1, "tpot-ms": 0.5, "tensor-parallel-size": 2, **dict(a.split("=", 1) for a in sys.argv[2:])}
+cfg = parse_server({"command": [sys.executable, "-m", "pytest_p2p.serve.standin"], "model": "tiny-model",
+                    "args": args, "startup_timeout_s": 60, "request_timeout_s": 10}, "rig.yaml")
+with launch(cfg, PRESETS["p2p_on"], (0, 1), None, sys.argv[1]) as srv:
+    print(srv.token, srv.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize(("args", "kill_api_first"), [
+    (["orphan-child=1"], False),  # the API server's shutdown (SIGTERM from the kernel) stops its engine core
+    (["orphan-child=1"], True),  # engine core orphaned by a SIGKILLed API server, then pytest dies: it follows
+    (["fault=hang", "fault-after=1"], False),  # ignores SIGTERM: its own death signal is SIGKILL
+], ids=["engine-core", "orphaned-engine-core", "hang"])
+def test_stand_in_tree_dies_with_a_sigkilled_launcher(tmp_path: Path, args: list[str],
+                                                      kill_api_first: bool) -> None:
+    from pytest_p2p.serve.procs import find_leftovers
+
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path / "server.log"), *args],
+                                stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+    token = ""
+    try:
+        assert launcher.stdout is not None
+        line = launcher.stdout.readline().decode().split()
+        assert len(line) == 2, (tmp_path / "server.log").read_text(errors="replace")[-2000:]
+        token, api = line[0], int(line[1])
+        tree = find_leftovers(token)
+        assert api in tree and len(tree) == (2 if "orphan-child=1" in args else 1)
+        if kill_api_first:
+            os.kill(api, signal.SIGKILL)
+            assert _wait_gone([api]) == []
+            assert len(find_leftovers(token)) == 1  # the orphan, as vLLM issue #55510 leaves it
+        launcher.kill()
+        launcher.wait(30)
+        deadline = time.monotonic() + GONE_WITHIN_S
+        while (left := find_leftovers(token)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert left == [], [_cmdline(p) for p in left]
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(30)
+        if token:
+            _kill(find_leftovers(token))
