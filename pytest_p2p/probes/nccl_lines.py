@@ -239,8 +239,11 @@ def iter_nccl_messages(text: str, known: set[str] | None = None,
         line = clean(raw)
         lead = _LEAD_RE.match(line, 0, min(len(line), 512))
         if lead is not None and line.find("NCCL ", lead.end()) < 0:  # the common case: one message, no split
-            yield from _messages(number, line[lead.end():].strip(), short(line.strip()), int(lead["pid"]),
-                                 lead["level"])
+            msg = line[lead.end():].strip()
+            if msg.count(" via ") > 1:
+                yield from _messages(number, msg, short(line.strip()), int(lead["pid"]), lead["level"])
+            else:
+                yield NcclMessage(number, msg, short(line.strip()), int(lead["pid"]), lead["level"])
             continue
         marks = _marks(line)
         if not marks:

@@ -164,11 +164,7 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
                 abandon.append(msg)
                 ev.add("collnet_abandoned", msg)
             continue
-        seen = conns.get(t)
-        if seen is None:
-            seen = conns.parse(t)
-        if seen is not _NOT_A_CONNECTION:
-            conns.add(seen, msg, proof, ev)
+        if t.startswith(_CONNECTION_STARTS) and conns.read(t, msg, proof, ev):
             continue
         if looks_like_connection(t):
             unparsed += 1
@@ -229,16 +225,28 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
     return proof
 
 
-@dataclass(frozen=True, slots=True)
+class _Pair:
+    """The lines of one :data:`ConnKey`: how many, and how many were only counted (not cited, not kept)."""
+
+    __slots__ = ("key", "label", "claims", "count", "uncounted", "cited")
+
+    def __init__(self, key: ConnKey, label: str, claims: tuple[str, ...]) -> None:
+        self.key, self.label, self.claims = key, label, claims
+        self.count = self.uncounted = 0
+        self.cited = False  # every claim of this key has MAX_EVIDENCE lines: later lines are only counted
+
+
+@dataclass(slots=True, eq=False)
 class _Seen:
-    """A connection message parsed once: its connection (line and pid of the first sighting), key, claims."""
+    """A connection message parsed once: its connection (line and pid of the first sighting) and its key."""
 
     conn: Connection
-    key: ConnKey
-    claims: tuple[str, ...]
+    pair: _Pair
 
 
-_NOT_A_CONNECTION = _Seen(Connection(0, 0, "", 0, "", "", "", 0), ("", "", (), None, 0, "", 0, ""), ())
+_MISS = object()
+_CONNECTION_STARTS = ("Channel ", "Ring ", "CollNet ")  # nccl_lines.looks_like_connection
+_CHANNEL_NUMBERS_RE = re.compile(r"\d{1,4}(?:/\d{1,4})?")
 _MAX_CACHED = 65536  # distinct connection messages remembered (a log repeats them across runs and processes)
 
 
@@ -247,67 +255,96 @@ class _Connections:
 
     Each distinct message text is parsed once (up to :data:`_MAX_CACHED` texts); every line is
     counted per :data:`ConnKey` (all a claim reads). A :class:`Connection` object is kept for
-    the first line of every key, and for the first :data:`KEEP_PER_PAIR` lines of a key while
-    fewer than :data:`KEEP_TOTAL` are kept — enough for the evidence, the lines an expectation
+    the first :data:`KEEP_PER_PAIR` lines of a key while fewer than :data:`KEEP_TOTAL` are kept,
+    and for the first line of every label — enough for the evidence, the lines an expectation
     names and the ``connections`` list of the JSON. Evidence lines are still taken from every
     line until each claim has :data:`MAX_EVIDENCE`; after that a line is only counted.
     """
 
     def __init__(self) -> None:
-        self.counts: Counter[ConnKey] = Counter()
-        self._cache: dict[str, _Seen] = {}
-        self._claims: dict[ConnKey, tuple[str, ...]] = {}
-        self._uncounted: Counter[ConnKey] = Counter()
+        self._cache: dict[str, _Seen | None] = {}
+        self._pairs: dict[ConnKey, _Pair] = {}
+        self._claims: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
+        self._labels: set[str] = set()
         self.kept = 0
-        self.get = self._cache.get
 
-    def parse(self, text: str) -> _Seen:
-        conn = parse_connection(text)
-        seen = _NOT_A_CONNECTION if conn is None else _Seen(conn, conn.key, _claims_of(conn))
-        self._claims[seen.key] = seen.claims
-        if len(self._cache) < _MAX_CACHED:
-            self._cache[text] = seen
-        return seen
+    def read(self, text: str, msg: NcclMessage, proof: TransportProof, ev: Evidence) -> bool:
+        """Count (and keep, cite) the connection ``text`` describes; False when it describes none.
 
-    def add(self, seen: _Seen, msg: NcclMessage, proof: TransportProof, ev: Evidence) -> None:
-        n = self.counts[seen.key]
-        self.counts[seen.key] = n + 1
-        if n == 0 or (n < KEEP_PER_PAIR and self.kept < KEEP_TOTAL):  # every key's first line is kept
+        The cache key is the text without its channel numbers (``Channel 07/1 : 0[0] -> 1[1] via
+        P2P/CUMEM`` -> ``Channel : 0[0] -> 1[1] via P2P/CUMEM``): every connection format reads them
+        as ``\\d{1,4}(/\\d{1,4})?`` and nothing else of the line depends on them, so a big job's
+        lines, which differ by channel, are parsed once per peer pair.
+        """
+        sp = text.find(" ")
+        colon = text.find(" : ", sp, 24)
+        nums = text[sp + 1:colon]
+        if colon < 0 or _CHANNEL_NUMBERS_RE.fullmatch(nums) is None:
+            return False  # no connection format accepts anything else there
+        key = text[:sp] + text[colon:]
+        seen = self._cache.get(key, _MISS)
+        if seen is _MISS:
+            seen = self._parse(text, msg)
+            if len(self._cache) < _MAX_CACHED:
+                self._cache[key] = seen
+        if not isinstance(seen, _Seen):
+            return False
+        pair = seen.pair
+        n = pair.count
+        pair.count = n + 1
+        if (n < KEEP_PER_PAIR and self.kept < KEEP_TOTAL) or pair.label not in self._labels:
             self.kept += 1
+            self._labels.add(pair.label)
             c = seen.conn
-            proof.connections.append(Connection(
-                c.channel, c.src_rank, c.src_dev, c.dst_rank, c.dst_dev, c.transport, c.kind, msg.line,
-                c.conn_index, c.flags, c.direction, c.net_dev, c.proxy_rank, c.via_rank, msg.pid))
-            for claim in seen.claims:
-                ev.add(claim, msg)
-        elif ev.full.issuperset(seen.claims):  # nothing left to cite: counted in finish()
-            self._uncounted[seen.key] += 1
-        else:
-            for claim in seen.claims:
-                ev.add(claim, msg)
+            if c.line != msg.line or c.pid != msg.pid or c.channel != int(nums.partition("/")[0]):
+                chan, _, index = nums.partition("/")
+                c = Connection(int(chan), c.src_rank, c.src_dev, c.dst_rank, c.dst_dev, c.transport, c.kind,
+                               msg.line, int(index) if index else None, c.flags, c.direction, c.net_dev,
+                               c.proxy_rank, c.via_rank, msg.pid)
+            proof.connections.append(c)
+        elif pair.cited or ev.full.issuperset(pair.claims):
+            pair.cited = True
+            pair.uncounted += 1
+            return True
+        for claim in pair.claims:
+            ev.add(claim, msg)
+        return True
+
+    def _parse(self, text: str, msg: NcclMessage) -> _Seen | None:
+        conn = parse_connection(text, msg.line, msg.pid)
+        if conn is None:
+            return None
+        key = conn.key
+        pair = self._pairs.get(key)
+        if pair is None:
+            pair = self._pairs[key] = _Pair(key, conn.label, self._claims_of(conn))
+        return _Seen(conn, pair)
 
     def finish(self, ev: Evidence) -> Counter[ConnKey]:
         """Add the lines only counted to the evidence counts; the counts per key."""
-        for key, n in self._uncounted.items():
-            for claim in self._claims[key]:
-                ev.counts[claim] += n
-        return self.counts
+        for pair in self._pairs.values():
+            for claim in pair.claims:
+                ev.counts[claim] += pair.uncounted
+        return Counter({key: pair.count for key, pair in self._pairs.items()})
 
-
-def _claims_of(conn: Connection) -> tuple[str, ...]:
-    """The evidence names a connection line supports."""
-    out = [f"used_{conn.transport.lower()}"]
-    if conn.transport == "P2P":
-        out.append("p2p_kind")
-        if "read" in conn.flags:
-            out.append("p2p_read")
-        if "CE" in conn.flags:
-            out.append("p2p_ce")
-    elif conn.transport == "NET":
-        out.append("net_gdrdma")
-    elif conn.transport == "SHM":
-        out.append("shm_mode")
-    return tuple(out)
+    def _claims_of(self, conn: Connection) -> tuple[str, ...]:
+        """The evidence names a connection line supports."""
+        known = self._claims.get((conn.transport, conn.flags))
+        if known is not None:
+            return known
+        out = [f"used_{conn.transport.lower()}"]
+        if conn.transport == "P2P":
+            out.append("p2p_kind")
+            if "read" in conn.flags:
+                out.append("p2p_read")
+            if "CE" in conn.flags:
+                out.append("p2p_ce")
+        elif conn.transport == "NET":
+            out.append("net_gdrdma")
+        elif conn.transport == "SHM":
+            out.append("shm_mode")
+        self._claims[(conn.transport, conn.flags)] = claims = tuple(out)
+        return claims
 
 
 def _other_line(t: str, msg: NcclMessage, proof: TransportProof, ev: Evidence, versions: list[str],
