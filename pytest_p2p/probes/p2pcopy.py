@@ -3,7 +3,8 @@
 The copy probe does not depend on NCCL, so it runs once per pair, not per arm. It runs
 in a subprocess (its own CUDA context, the pair made visible through
 :func:`pytest_p2p.envs.subprocess_env`) so that a wedged copy is killed with its
-process group instead of hanging pytest.
+process group instead of hanging pytest; launched through ``allreduce.run_ranks``, it also
+dies with pytest, even a SIGKILLed one (:mod:`pytest_p2p.children`).
 """
 
 from __future__ import annotations
