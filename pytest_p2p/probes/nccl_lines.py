@@ -81,9 +81,14 @@ class NcclMessage:
 
     line: int  # 1-based physical line number in the original text
     text: str  # the message after "NCCL INFO " (the whole line for a banner)
-    raw: str  # the cleaned physical line, shortened (evidence)
+    physical: str  # the cleaned physical line
     pid: int | None
     level: str  # "INFO" | "WARN" | "BANNER"
+
+    @property
+    def raw(self) -> str:
+        """The physical line as evidence: stripped and shortened (only cited lines pay for it)."""
+        return short(self.physical.strip())
 
 
 def clean(line: str) -> str:
@@ -236,34 +241,33 @@ def iter_nccl_messages(text: str, known: set[str] | None = None,
             raw = raw[:MAX_PHYSICAL_LINE]
             if long_lines is not None and len(long_lines) < 100:
                 long_lines.append(number)
-        line = clean(raw)
-        lead = _LEAD_RE.match(line, 0, min(len(line), 512))
+        line = clean(raw) if "\x1b" in raw or "\x00" in raw or raw.endswith("\r") else raw
+        lead = _LEAD_RE.match(line, 0, 512)
         if lead is not None and line.find("NCCL ", lead.end()) < 0:  # the common case: one message, no split
             msg = line[lead.end():].strip()
             if msg.count(" via ") > 1:
-                yield from _messages(number, msg, short(line.strip()), int(lead["pid"]), lead["level"])
+                yield from _messages(number, msg, line, int(lead["pid"]), lead["level"])
             else:
-                yield NcclMessage(number, msg, short(line.strip()), int(lead["pid"]), lead["level"])
+                yield NcclMessage(number, msg, line, int(lead["pid"]), lead["level"])
             continue
         marks = _marks(line)
         if not marks:
             if "NCCL version " in line or "nccl==" in line:
-                yield NcclMessage(number, line.strip(), short(line.strip()), None, "BANNER")
+                yield NcclMessage(number, line.strip(), line, None, "BANNER")
             continue
         starts = [_split_point(m, hosts.get()) for m in marks] if len(marks) > 1 else None
-        evidence = short(line.strip())
         for i, m in enumerate(marks):
             end = starts[i + 1] if starts is not None and i + 1 < len(marks) else len(line)
-            yield from _messages(number, line[m.end:max(end, m.end)].strip(), evidence, m.pid, m.level)
+            yield from _messages(number, line[m.end:max(end, m.end)].strip(), line, m.pid, m.level)
 
 
-def _messages(number: int, msg: str, evidence: str, pid: int | None, level: str) -> Iterator[NcclMessage]:
+def _messages(number: int, msg: str, physical: str, pid: int | None, level: str) -> Iterator[NcclMessage]:
     """One message, or the connection lines glued into it by spaces."""
     if msg.count(" via ") > 1 and msg.startswith(("Channel ", "Ring ", "CollNet ")):
         for part in _GLUED_RE.split(msg):
-            yield NcclMessage(number, part.strip(), evidence, pid, level)
+            yield NcclMessage(number, part.strip(), physical, pid, level)
     else:
-        yield NcclMessage(number, msg, evidence, pid, level)
+        yield NcclMessage(number, msg, physical, pid, level)
 
 
 def _int(s: str | None) -> int | None:
