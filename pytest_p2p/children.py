@@ -16,6 +16,10 @@ which lives as long as pytest does (fixtures, the campaign runner and the probe 
 evidence launchers all start their children there). From any other thread -- one that may
 end while its child should live on -- it returns ``None`` and the child is left to the
 marker sweep and the ``atexit`` teardown, as before.
+
+A ``preexec_fn`` runs between fork and exec, where a lock held by another thread of ours
+(the campaign's telemetry thread) would never be released. This one only calls what was
+looked up in the parent (``prctl`` through ctypes, ``getppid``): no import, no lock.
 """
 
 from __future__ import annotations
