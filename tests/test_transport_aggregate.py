@@ -10,9 +10,11 @@ than the evidence limit, a later repetition of one).
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pytest_p2p.probes import transport
 from pytest_p2p.probes.transport import contradictions, parse_nccl_log, proof_from_dict
 from pytest_p2p.probes.transport_model import KEEP_PER_PAIR, KEEP_TOTAL, TransportProof
 
@@ -118,3 +120,18 @@ def test_any_repeated_block_proves_what_it_proves_once(channels: list[int], with
     small = parse_nccl_log(HEADER + block, "small")
     big = parse_nccl_log(HEADER + block * k, "big")
     assert_same_proof(big, small, k)
+
+
+def test_peer_pairs_past_the_pair_limit_are_folded_without_changing_a_claim(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hostile log with more distinct peer pairs than MAX_PAIRS: the extra pairs fold, the proof stays."""
+    fan = "".join(f"host0:100:100 [0] NCCL INFO Channel 00/0 : 0[0] -> {d}[1] via P2P/CUMEM/read\n" for d in (2, 3))
+    block = "".join(_p2p_shm(ch) + _net(ch) for ch in range(4)) + fan
+    exact = parse_nccl_log(HEADER + block, "exact")
+    monkeypatch.setattr(transport, "MAX_PAIRS", 2)
+    folded = parse_nccl_log(HEADER + block, "folded")
+    assert len(folded.counts) < len(exact.counts)
+    assert -1 in {k[4] for k in folded.counts} | {k[6] for k in folded.counts}
+    assert folded.n_connections == exact.n_connections and folded.transport == exact.transport
+    assert folded.completeness == exact.completeness and folded.state == exact.state == "proved"
+    assert {n: c.to_dict() for n, c in folded.claims.items()} == {n: c.to_dict() for n, c in exact.claims.items()}
+    assert folded.summary() == exact.summary()

@@ -285,9 +285,11 @@ def parse_connection(text: str, line: int = 0, pid: int | None = None) -> Connec
         return None
     m = _P2P_RE.match(text)
     if m:
-        return Connection(int(m["chan"]), int(m["src"]), m["src_dev"] or "", int(m["dst"]), m["dst_dev"] or "",
-                          "P2P", m["kind"] or "indirect", line, _int(m["conn"]),
-                          tuple(f for f in m["flags"].split("/") if f), via_rank=_int(m["via"]), pid=pid)
+        chan, conn, src, src_dev, dst, dst_dev, kind, via, flags = m.group(
+            "chan", "conn", "src", "src_dev", "dst", "dst_dev", "kind", "via", "flags")
+        return Connection(int(chan), int(src), src_dev or "", int(dst), dst_dev or "", "P2P", kind or "indirect",
+                          line, None if conn is None else int(conn), tuple(f for f in flags.split("/") if f), None,
+                          None, None, None if via is None else int(via), pid)
     m = _SHM_RE.match(text)
     if m:
         kind = "legacy" if m["legacy"] else m["send"] + (f"/{m['recv']}" if m["recv"] else "")

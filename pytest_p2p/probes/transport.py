@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from .nccl_lines import NcclMessage, iter_nccl_messages, looks_like_connection, parse_connection, short
 from .transport_claims import build_claims, contradictions
-from .transport_complete import InitLines, completeness
+from .transport_complete import MAX_RANKS, InitLines, completeness
 from .transport_expect import ExpectResult, check_expectation, label_matches, plugin_family
 from .transport_model import (
     INCOMPLETE,
@@ -225,6 +225,18 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
     return proof
 
 
+def _folded(key: ConnKey) -> ConnKey:
+    """A key past :data:`MAX_PAIRS`: devices dropped, the peer that did not print it is -1 ("one of many").
+
+    What completeness reads is kept (the printing rank, while it is a rank completeness checks),
+    and so is everything a label or claim reads; only the per-peer detail is lost.
+    """
+    transport, kind, flags, direction, src, _, dst, _ = key
+    if direction == "receive":
+        return (transport, kind, flags, direction, -1, "", dst if dst <= MAX_RANKS else -1, "")
+    return (transport, kind, flags, direction, src if src <= MAX_RANKS else -1, "", -1, "")
+
+
 class _Pair:
     """The lines of one :data:`ConnKey`: how many, and how many were only counted (not cited, not kept)."""
 
@@ -245,6 +257,7 @@ class _Seen:
 
 
 _MISS = object()
+MAX_PAIRS = 65536  # distinct peer-pair keys counted one by one; more are folded (_folded)
 _CONNECTION_STARTS = ("Channel ", "Ring ", "CollNet ")  # nccl_lines.looks_like_connection
 _CHANNEL_NUMBERS_RE = re.compile(r"\d{1,4}(?:/\d{1,4})?")
 _MAX_CACHED = 65536  # distinct connection messages remembered (a log repeats them across runs and processes)
@@ -264,7 +277,7 @@ class _Connections:
     def __init__(self) -> None:
         self._cache: dict[str, _Seen | None] = {}
         self._pairs: dict[ConnKey, _Pair] = {}
-        self._claims: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
+        self._claims: dict[tuple[str, str, tuple[str, ...]], tuple[str, tuple[str, ...]]] = {}
         self._labels: set[str] = set()
         self.kept = 0
 
@@ -316,20 +329,28 @@ class _Connections:
             return None
         key = conn.key
         pair = self._pairs.get(key)
+        if pair is None and len(self._pairs) >= MAX_PAIRS:  # a hostile log: fold the peer into "many"
+            key = _folded(key)
+            pair = self._pairs.get(key)
         if pair is None:
-            pair = self._pairs[key] = _Pair(key, conn.label, self._claims_of(conn))
+            label, claims = self._label_claims(conn)
+            pair = self._pairs[key] = _Pair(key, label, claims)
         return _Seen(conn, pair)
 
     def finish(self, ev: Evidence) -> Counter[ConnKey]:
         """Add the lines only counted to the evidence counts; the counts per key."""
-        for pair in self._pairs.values():
-            for claim in pair.claims:
-                ev.counts[claim] += pair.uncounted
-        return Counter({key: pair.count for key, pair in self._pairs.items()})
+        counts: Counter[ConnKey] = Counter()
+        self._cache.clear()
+        for key, pair in self._pairs.items():
+            counts[key] = pair.count
+            if pair.uncounted:
+                for claim in pair.claims:
+                    ev.counts[claim] += pair.uncounted
+        return counts
 
-    def _claims_of(self, conn: Connection) -> tuple[str, ...]:
-        """The evidence names a connection line supports."""
-        known = self._claims.get((conn.transport, conn.flags))
+    def _label_claims(self, conn: Connection) -> tuple[str, tuple[str, ...]]:
+        """The label of a connection and the evidence names it supports (one shared pair per kind of line)."""
+        known = self._claims.get((conn.transport, conn.kind, conn.flags))
         if known is not None:
             return known
         out = [f"used_{conn.transport.lower()}"]
@@ -343,8 +364,9 @@ class _Connections:
             out.append("net_gdrdma")
         elif conn.transport == "SHM":
             out.append("shm_mode")
-        self._claims[(conn.transport, conn.flags)] = claims = tuple(out)
-        return claims
+        if len(self._claims) < _MAX_CACHED:
+            self._claims[(conn.transport, conn.kind, conn.flags)] = (conn.label, tuple(out))
+        return conn.label, tuple(out)
 
 
 def _other_line(t: str, msg: NcclMessage, proof: TransportProof, ev: Evidence, versions: list[str],

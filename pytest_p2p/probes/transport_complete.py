@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from .transport_model import TransportProof, key_printer
 
+MAX_RANKS = 4096  # a larger communicator is never shown complete (every rank is not checked)
+
 
 @dataclass
 class InitLines:
@@ -35,7 +37,7 @@ def completeness(proof: TransportProof, init: InitLines, unparsed: int) -> tuple
     printers = {key_printer(k) for k in proof.counts}
     for (comm_id, nranks), counts in sorted(init.ranks.items()):
         name = f"communicator {comm_id}" if comm_id else f"a {nranks}-rank communicator"
-        if nranks > 4096:
+        if nranks > MAX_RANKS:
             return False, f"{name}: {nranks} ranks is more than this parser checks"
         missing = [r for r in range(nranks) if r not in counts]
         if missing:
