@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..children import die_with_parent
 from ..envs import subprocess_env
 from ..errors import ProbeError
 from .allreduce import kill_group
@@ -93,7 +94,7 @@ def run_nccl_tests(
     what = f"nccl-tests {' '.join(cmd)} (arm {arm.name}, pair gpu{pair[0]}-gpu{pair[1]})"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=die_with_parent())
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

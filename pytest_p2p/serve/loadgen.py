@@ -258,6 +258,9 @@ def _shard_main(conn: object, barrier: object, job: _Job) -> None:
     import threading
 
     assert isinstance(conn, multiprocessing.connection.Connection)
+    from ..children import set_parent_death_signal
+
+    set_parent_death_signal()  # the starting thread waits for every shard: safe (children.py says why)
     try:
         if job.cpu is not None:
             with contextlib.suppress(OSError):
