@@ -3,8 +3,8 @@
     python benchmarks/probe_parse_speed.py
 
 Reports CPU time (what the parser costs), wall time (what a shared box adds) and, for each
-50 MB input, the peak resident memory of a process that built that input and parsed it
-(each in its own forked child, so one input's memory does not hide another's). Results go
+50 MB input, the peak resident memory of a forked child that holds the input and parses it
+(so building one input, or parsing another, does not hide what a parse costs). Results go
 to docs/transport.md ("Totality and speed").
 """
 
@@ -79,12 +79,14 @@ def all_distinct() -> str:
 
 
 def in_child(label: str, make: Callable[[], str]) -> None:
+    """Build the input here, parse it in a forked child: the child's peak RSS is the text plus the parse."""
+    text = make()
+
     def run() -> None:
-        text = make()
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         timed(label, text)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"{'':<52} peak RSS {peak:.0f} MB ({before:.0f} MB with the input built, before parsing)", flush=True)
+        print(f"{'':<52} peak RSS {peak:.0f} MB ({before:.0f} MB at the start, with the input)", flush=True)
     p = multiprocessing.get_context("fork").Process(target=run)
     p.start()
     p.join()
