@@ -135,3 +135,12 @@ def test_peer_pairs_past_the_pair_limit_are_folded_without_changing_a_claim(monk
     assert folded.completeness == exact.completeness and folded.state == exact.state == "proved"
     assert {n: c.to_dict() for n, c in folded.claims.items()} == {n: c.to_dict() for n, c in exact.claims.items()}
     assert folded.summary() == exact.summary()
+
+
+def test_kept_connections_carry_their_own_channel_and_index_when_the_rest_of_the_line_repeats() -> None:
+    """Messages are parsed once per text without channel numbers: each kept connection still has its own."""
+    line = "h:1:1 [0] NCCL INFO Channel {}/{} : 0[0] -> 1[1] via P2P/IPC\n"
+    glued = "h:1:1 [0] NCCL INFO Channel 05/0 : 0[0] -> 1[1] via P2P/IPC Channel 05/1 : 0[0] -> 1[1] via P2P/IPC\n"
+    proof = parse_nccl_log(glued + line.format("00", 0) + line.format("03", 1))
+    assert [(c.channel, c.conn_index, c.line) for c in proof.connections] == [(5, 0, 1), (5, 1, 1), (0, 0, 2),
+                                                                              (3, 1, 3)]

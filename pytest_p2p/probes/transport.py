@@ -11,10 +11,11 @@ gives is the per-channel connection line it prints when it wires a channel, e.g.
     host:1:1 [0] NCCL INFO Ring 00 : 6 -> 2 [receive] via NET/IB/0          (NCCL 2.4-2.6)
 
 :func:`parse_nccl_log` turns a log (NCCL 2.4 .. 2.30, several processes interleaved, ANSI
-colour, CRLF, truncated or glued lines) into a :class:`TransportProof`: every connection,
-a summary, the environment overrides NCCL echoed, for each claim the numbered lines that
-prove it — and whether the log is *complete*, because only a complete log may prove that
-something was **not** used (see :mod:`.transport_model`). It is linear in the size of the
+colour, CRLF, truncated or glued lines) into a :class:`TransportProof`: every connection
+line counted per peer pair (the first ones of each pair kept whole), a summary, the
+environment overrides NCCL echoed, for each claim the numbered lines that prove it — and
+whether the log is *complete*, because only a complete log may prove that something was
+**not** used (see :mod:`.transport_model`). It is linear in the size of the
 text and total: any text gives a proof (:mod:`.nccl_lines` bounds every line and number).
 
 This module builds the proof; :mod:`.nccl_lines` reads lines, :mod:`.transport_model` is
@@ -309,11 +310,12 @@ class _Connections:
             self.kept += 1
             self._labels.add(pair.label)
             c = seen.conn
-            if c.line != msg.line or c.pid != msg.pid or c.channel != int(nums.partition("/")[0]):
-                chan, _, index = nums.partition("/")
-                c = Connection(int(chan), c.src_rank, c.src_dev, c.dst_rank, c.dst_dev, c.transport, c.kind,
-                               msg.line, int(index) if index else None, c.flags, c.direction, c.net_dev,
-                               c.proxy_rank, c.via_rank, msg.pid)
+            chan, _, index = nums.partition("/")
+            channel, conn_index = int(chan), int(index) if index else None
+            if c.line != msg.line or c.pid != msg.pid or c.channel != channel or c.conn_index != conn_index:
+                c = Connection(channel, c.src_rank, c.src_dev, c.dst_rank, c.dst_dev, c.transport, c.kind,
+                               msg.line, conn_index, c.flags, c.direction, c.net_dev, c.proxy_rank, c.via_rank,
+                               msg.pid)
             proof.connections.append(c)
         elif pair.cited or ev.full.issuperset(pair.claims):
             pair.cited = True

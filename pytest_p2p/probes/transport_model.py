@@ -60,7 +60,7 @@ class Connection:
 
     ``src_dev``/``dst_dev`` are the bracket contents as printed: a hex PCI bus id before
     NCCL 2.18.3, the NVML device index from 2.18.3 on, empty in 2.4's bracket-less lines.
-    Not frozen only for speed (a 50 MB log has 10^5 of them); nothing mutates one.
+    Not frozen only for speed (built for the first lines of each peer pair); nothing mutates one.
     """
 
     channel: int
