@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_p2p.probes import transport
+from pytest_p2p.probes import transport_claims
 from pytest_p2p.probes.transport import contradictions, parse_nccl_log, proof_from_dict
 from pytest_p2p.probes.transport_model import KEEP_PER_PAIR, KEEP_TOTAL, TransportProof
 
@@ -127,7 +127,7 @@ def test_peer_pairs_past_the_pair_limit_are_folded_without_changing_a_claim(monk
     fan = "".join(f"host0:100:100 [0] NCCL INFO Channel 00/0 : 0[0] -> {d}[1] via P2P/CUMEM/read\n" for d in (2, 3))
     block = "".join(_p2p_shm(ch) + _net(ch) for ch in range(4)) + fan
     exact = parse_nccl_log(HEADER + block, "exact")
-    monkeypatch.setattr(transport, "MAX_PAIRS", 2)
+    monkeypatch.setattr(transport_claims, "MAX_PAIRS", 2)
     folded = parse_nccl_log(HEADER + block, "folded")
     assert len(folded.counts) < len(exact.counts)
     assert -1 in {k[4] for k in folded.counts} | {k[6] for k in folded.counts}

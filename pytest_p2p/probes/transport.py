@@ -25,17 +25,13 @@ the data and its JSON, :mod:`.transport_expect` judges arm expectations.
 from __future__ import annotations
 
 import re
-from collections import Counter
-from dataclasses import dataclass, field
 
-from .nccl_lines import NcclMessage, iter_nccl_messages, looks_like_connection, parse_connection, short
-from .transport_claims import build_claims, contradictions
-from .transport_complete import MAX_RANKS, InitLines, completeness
+from .nccl_lines import NcclMessage, iter_nccl_messages, looks_like_connection, short
+from .transport_claims import CONNECTION_STARTS, Connections, Evidence, build_claims, contradictions
+from .transport_complete import InitLines, completeness
 from .transport_expect import ExpectResult, check_expectation, label_matches, plugin_family
 from .transport_model import (
     INCOMPLETE,
-    KEEP_PER_PAIR,
-    KEEP_TOTAL,
     MAX_EVIDENCE,
     NO_CONNECTIONS,
     NO_INFO,
@@ -48,7 +44,6 @@ from .transport_model import (
     Claim,
     CommInfo,
     Connection,
-    ConnKey,
     TransportProof,
     proof_from_dict,
 )
@@ -112,25 +107,6 @@ def _version_tuple(version: str | None) -> tuple[int, ...] | None:
         return None
 
 
-@dataclass
-class Evidence:
-    """Lines seen per claim name (at most :data:`MAX_EVIDENCE` each) and how many in all."""
-
-    lines: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
-    counts: Counter[str] = field(default_factory=Counter)
-    full: set[str] = field(default_factory=set)  # claims with MAX_EVIDENCE lines already
-
-    def add(self, claim: str, msg: NcclMessage) -> None:
-        self.counts[claim] += 1
-        lines = self.lines.get(claim)
-        if lines is None:
-            self.lines[claim] = [(msg.line, msg.raw)]
-        elif len(lines) < MAX_EVIDENCE and lines[-1][0] != msg.line:
-            lines.append((msg.line, msg.raw))
-            if len(lines) == MAX_EVIDENCE:
-                self.full.add(claim)
-
-
 def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
     """Parse ``NCCL_DEBUG=INFO`` output into a :class:`TransportProof`; total and linear on any text."""
     if isinstance(text, (bytes, bytearray)):  # a careless caller: decode rather than fail
@@ -145,7 +121,7 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
     abandon: list[NcclMessage] = []
     collnet_connected = False
     nvls_counts: list[int] = []
-    conns = _Connections()
+    conns = Connections()
 
     for msg in iter_nccl_messages(text, None, long_lines):
         t = msg.text
@@ -165,7 +141,7 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
                 abandon.append(msg)
                 ev.add("collnet_abandoned", msg)
             continue
-        if t.startswith(_CONNECTION_STARTS) and conns.read(t, msg, proof, ev):
+        if t.startswith(CONNECTION_STARTS) and conns.read(t, msg, proof, ev):
             continue
         if looks_like_connection(t):
             unparsed += 1
@@ -224,151 +200,6 @@ def parse_nccl_log(text: str | bytes, source: str = "<log>") -> TransportProof:
     for problem in contradictions(proof):
         proof.warnings.append(f"internal: {problem}")
     return proof
-
-
-def _folded(key: ConnKey) -> ConnKey:
-    """A key past :data:`MAX_PAIRS`: devices dropped, the peer that did not print it is -1 ("one of many").
-
-    What completeness reads is kept (the printing rank, while it is a rank completeness checks),
-    and so is everything a label or claim reads; only the per-peer detail is lost.
-    """
-    transport, kind, flags, direction, src, _, dst, _ = key
-    if direction == "receive":
-        return (transport, kind, flags, direction, -1, "", dst if dst <= MAX_RANKS else -1, "")
-    return (transport, kind, flags, direction, src if src <= MAX_RANKS else -1, "", -1, "")
-
-
-class _Pair:
-    """The lines of one :data:`ConnKey`: how many, and how many were only counted (not cited, not kept)."""
-
-    __slots__ = ("key", "label", "claims", "count", "uncounted", "cited")
-
-    def __init__(self, key: ConnKey, label: str, claims: tuple[str, ...]) -> None:
-        self.key, self.label, self.claims = key, label, claims
-        self.count = self.uncounted = 0
-        self.cited = False  # every claim of this key has MAX_EVIDENCE lines: later lines are only counted
-
-
-@dataclass(slots=True, eq=False)
-class _Seen:
-    """A connection message parsed once: its connection (line and pid of the first sighting) and its key."""
-
-    conn: Connection
-    pair: _Pair
-
-
-_MISS = object()
-MAX_PAIRS = 65536  # distinct peer-pair keys counted one by one; more are folded (_folded)
-_CONNECTION_STARTS = ("Channel ", "Ring ", "CollNet ")  # nccl_lines.looks_like_connection
-_CHANNEL_NUMBERS_RE = re.compile(r"\d{1,4}(?:/\d{1,4})?")
-_MAX_CACHED = 65536  # distinct connection messages remembered (a log repeats them across runs and processes)
-
-
-class _Connections:
-    """Connection lines, linear in number; objects kept only for the first lines of each peer pair.
-
-    Each distinct message text is parsed once (up to :data:`_MAX_CACHED` texts); every line is
-    counted per :data:`ConnKey` (all a claim reads). A :class:`Connection` object is kept for
-    the first :data:`KEEP_PER_PAIR` lines of a key while fewer than :data:`KEEP_TOTAL` are kept,
-    and for the first line of every label — enough for the evidence, the lines an expectation
-    names and the ``connections`` list of the JSON. Evidence lines are still taken from every
-    line until each claim has :data:`MAX_EVIDENCE`; after that a line is only counted.
-    """
-
-    def __init__(self) -> None:
-        self._cache: dict[str, _Seen | None] = {}
-        self._pairs: dict[ConnKey, _Pair] = {}
-        self._claims: dict[tuple[str, str, tuple[str, ...]], tuple[str, tuple[str, ...]]] = {}
-        self._labels: set[str] = set()
-        self.kept = 0
-
-    def read(self, text: str, msg: NcclMessage, proof: TransportProof, ev: Evidence) -> bool:
-        """Count (and keep, cite) the connection ``text`` describes; False when it describes none.
-
-        The cache key is the text without its channel numbers (``Channel 07/1 : 0[0] -> 1[1] via
-        P2P/CUMEM`` -> ``Channel : 0[0] -> 1[1] via P2P/CUMEM``): every connection format reads them
-        as ``\\d{1,4}(/\\d{1,4})?`` and nothing else of the line depends on them, so a big job's
-        lines, which differ by channel, are parsed once per peer pair.
-        """
-        sp = text.find(" ")
-        colon = text.find(" : ", sp, 24)
-        nums = text[sp + 1:colon]
-        if colon < 0 or _CHANNEL_NUMBERS_RE.fullmatch(nums) is None:
-            return False  # no connection format accepts anything else there
-        key = text[:sp] + text[colon:]
-        seen = self._cache.get(key, _MISS)
-        if seen is _MISS:
-            seen = self._parse(text, msg)
-            if len(self._cache) < _MAX_CACHED:
-                self._cache[key] = seen
-        if not isinstance(seen, _Seen):
-            return False
-        pair = seen.pair
-        n = pair.count
-        pair.count = n + 1
-        if (n < KEEP_PER_PAIR and self.kept < KEEP_TOTAL) or pair.label not in self._labels:
-            self.kept += 1
-            self._labels.add(pair.label)
-            c = seen.conn
-            chan, _, index = nums.partition("/")
-            channel, conn_index = int(chan), int(index) if index else None
-            if c.line != msg.line or c.pid != msg.pid or c.channel != channel or c.conn_index != conn_index:
-                c = Connection(channel, c.src_rank, c.src_dev, c.dst_rank, c.dst_dev, c.transport, c.kind,
-                               msg.line, conn_index, c.flags, c.direction, c.net_dev, c.proxy_rank, c.via_rank,
-                               msg.pid)
-            proof.connections.append(c)
-        elif pair.cited or ev.full.issuperset(pair.claims):
-            pair.cited = True
-            pair.uncounted += 1
-            return True
-        for claim in pair.claims:
-            ev.add(claim, msg)
-        return True
-
-    def _parse(self, text: str, msg: NcclMessage) -> _Seen | None:
-        conn = parse_connection(text, msg.line, msg.pid)
-        if conn is None:
-            return None
-        key = conn.key
-        pair = self._pairs.get(key)
-        if pair is None and len(self._pairs) >= MAX_PAIRS:  # a hostile log: fold the peer into "many"
-            key = _folded(key)
-            pair = self._pairs.get(key)
-        if pair is None:
-            label, claims = self._label_claims(conn)
-            pair = self._pairs[key] = _Pair(key, label, claims)
-        return _Seen(conn, pair)
-
-    def finish(self, ev: Evidence) -> Counter[ConnKey]:
-        """Add the lines only counted to the evidence counts; the counts per key."""
-        counts: Counter[ConnKey] = Counter()
-        self._cache.clear()
-        for key, pair in self._pairs.items():
-            counts[key] = pair.count
-            if pair.uncounted:
-                for claim in pair.claims:
-                    ev.counts[claim] += pair.uncounted
-        return counts
-
-    def _label_claims(self, conn: Connection) -> tuple[str, tuple[str, ...]]:
-        """The label of a connection and the evidence names it supports (one shared pair per kind of line)."""
-        known = self._claims.get((conn.transport, conn.kind, conn.flags))
-        if known is not None:
-            return known
-        out = [f"used_{conn.transport.lower()}"]
-        if conn.transport == "P2P":
-            out.append("p2p_kind")
-            if "read" in conn.flags:
-                out.append("p2p_read")
-            if "CE" in conn.flags:
-                out.append("p2p_ce")
-        elif conn.transport == "NET":
-            out.append("net_gdrdma")
-        elif conn.transport == "SHM":
-            out.append("shm_mode")
-        if len(self._claims) < _MAX_CACHED:
-            self._claims[(conn.transport, conn.kind, conn.flags)] = (conn.label, tuple(out))
-        return conn.label, tuple(out)
 
 
 def _other_line(t: str, msg: NcclMessage, proof: TransportProof, ev: Evidence, versions: list[str],
