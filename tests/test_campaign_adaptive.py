@@ -133,7 +133,7 @@ def test_time_budget_stops_adding_pairs(tmp_path: Path) -> None:
     ("scenario_timeout_s", 1e308, "campaign.scenario_timeout_s: expected a number 0.001..604800"),
     ("scenario_timeout_s", float("inf"), "campaign.scenario_timeout_s"),
     ("request_timeout_s", float("nan"), "campaign.request_timeout_s"),
-    ("max_reps", 2, "max_reps (2) is below reps (3)"),
+    ("max_reps", 2, "max_reps (2) is below reps (4)"),
     ("prompts_per_concurrency", 10**9, "campaign.prompts_per_concurrency"),
     ("sizes", ["1TiB"], "campaign.sizes"),
     ("rep_retries", 99, "campaign.rep_retries"),

@@ -71,7 +71,8 @@ def test_campaign_config_parses_and_rejects() -> None:
     assert cfg.uplift_rule_for("model").threshold("c16") == pytest.approx(0.08)
     assert cfg.metric("probe") == "time_us" and cfg.direction("probe") == "lower"
     assert cfg.direction("model") == "higher"
-    assert parse_campaign(None, "rig.yaml").reps == 3
+    default = parse_campaign(None, "rig.yaml")
+    assert default.reps == 4 and default.schedule == "abba"  # even reps in ABBA: linear drift cancels
     with pytest.raises(ConfigError, match=r"campaign.reps: uplift_rule ci_lower needs reps >= 2"):
         parse_campaign({"reps": 1, "uplift_rule": "ci_lower"}, "rig.yaml")
     with pytest.raises(ConfigError, match=r"campaign.repz: unknown key \(did you mean 'reps'\?\)"):

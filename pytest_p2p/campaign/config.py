@@ -89,8 +89,8 @@ class CampaignConfig:
     arms: tuple[str, ...] = ("p2p_on", "p2p_off")
     concurrency: tuple[int, ...] = (1, 2, 4, 8)
     sizes: tuple[int, ...] = DEFAULT_SIZES
-    reps: int = 3
-    schedule: str = "interleaved"
+    reps: int = 4  # even, with abba: linear drift cancels in the uplift (docs/baselines.md)
+    schedule: str = "abba"
     seed: int = 0
     smoke: bool = True
     warmup: int = 4

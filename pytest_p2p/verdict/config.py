@@ -31,9 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import validate as v
 from ..errors import ConfigError
 from ..metrics import default_primaries, direction
+from ..validate import integer, join, mapping, number, percent, sequence, string
 
 DEFAULT_DB = ".p2p/history.db"
 DEFAULT_NAME = "accepted"
@@ -85,12 +85,12 @@ def check_name(name: str, source: str, path: str = "") -> str:
 
 def _tolerance(value: Any, source: str, path: str) -> Tolerance:
     if isinstance(value, Mapping):
-        m = v.mapping(value, source, path, allowed=("rel", "abs"))
-        rel = v.percent(m["rel"], source, v.join(path, "rel")) if "rel" in m else 0.0
-        ab = v.number(m["abs"], source, v.join(path, "abs"), lo=0.0) if "abs" in m else 0.0
+        m = mapping(value, source, path, allowed=("rel", "abs"))
+        rel = percent(m["rel"], source, join(path, "rel")) if "rel" in m else 0.0
+        ab = number(m["abs"], source, join(path, "abs"), lo=0.0) if "abs" in m else 0.0
         tol = Tolerance(rel=rel, abs=ab)
     else:
-        tol = Tolerance(rel=v.percent(value, source, path), abs=0.0)
+        tol = Tolerance(rel=percent(value, source, path), abs=0.0)
     if tol.rel < 0 or tol.rel >= 1:
         raise ConfigError(source, path, f"a relative tolerance must be in [0 %, 100 %), got {tol.rel:.1%}")
     return tol
@@ -98,55 +98,55 @@ def _tolerance(value: Any, source: str, path: str) -> Tolerance:
 
 def parse_baseline(value: Any, source: str, path: str) -> BaselineConfig:
     """Parse the ``baseline`` section (``None``: defaults)."""
-    m = v.mapping(value, source, path, allowed=(
+    m = mapping(value, source, path, allowed=(
         "db", "name", "depth", "rule", "alpha", "min_reps", "min_runs", "tolerance", "directions", "primary",
         "uplift_tolerance"))
     kw: dict[str, Any] = {}
     if "db" in m:
-        kw["db"] = v.string(m["db"], source, v.join(path, "db"))
+        kw["db"] = string(m["db"], source, join(path, "db"))
     if "name" in m:
-        kw["name"] = check_name(m["name"], source, v.join(path, "name"))
+        kw["name"] = check_name(m["name"], source, join(path, "name"))
     if "depth" in m:
-        kw["depth"] = v.integer(m["depth"], source, v.join(path, "depth"), lo=1, hi=1000)
+        kw["depth"] = integer(m["depth"], source, join(path, "depth"), lo=1, hi=1000)
     if "rule" in m:
-        kw["rule"] = v.string(m["rule"], source, v.join(path, "rule"), choices=RULES)
+        kw["rule"] = string(m["rule"], source, join(path, "rule"), choices=RULES)
     if "alpha" in m:
-        kw["alpha"] = v.percent(m["alpha"], source, v.join(path, "alpha"))
+        kw["alpha"] = percent(m["alpha"], source, join(path, "alpha"))
         if not 1e-6 <= kw["alpha"] <= 0.2:
-            raise ConfigError(source, v.join(path, "alpha"), f"expected 0.0001 % .. 20 %, got {kw['alpha']:.4%}")
+            raise ConfigError(source, join(path, "alpha"), f"expected 0.0001 % .. 20 %, got {kw['alpha']:.4%}")
     if "min_runs" in m:
-        kw["min_runs"] = v.integer(m["min_runs"], source, v.join(path, "min_runs"), lo=1, hi=1000)
+        kw["min_runs"] = integer(m["min_runs"], source, join(path, "min_runs"), lo=1, hi=1000)
     if "uplift_tolerance" in m:
-        kw["uplift_tolerance"] = _tolerance(m["uplift_tolerance"], source, v.join(path, "uplift_tolerance")).rel
+        kw["uplift_tolerance"] = _tolerance(m["uplift_tolerance"], source, join(path, "uplift_tolerance")).rel
     if "min_reps" in m:
-        kw["min_reps"] = v.integer(m["min_reps"], source, v.join(path, "min_reps"), lo=1, hi=1000)
+        kw["min_reps"] = integer(m["min_reps"], source, join(path, "min_reps"), lo=1, hi=1000)
     if "tolerance" in m:
-        tpath = v.join(path, "tolerance")
+        tpath = join(path, "tolerance")
         tols: dict[str, Tolerance] = {}
         raw = m["tolerance"]
         if not isinstance(raw, Mapping):
             kw["default_tolerance"] = _tolerance(raw, source, tpath)
         else:
-            for metric, tv in v.mapping(raw, source, tpath).items():
-                tol = _tolerance(tv, source, v.join(tpath, metric))
+            for metric, tv in mapping(raw, source, tpath).items():
+                tol = _tolerance(tv, source, join(tpath, metric))
                 if metric == "default":
                     kw["default_tolerance"] = tol
                 else:
                     tols[metric] = tol
         kw["tolerances"] = tols
     if "directions" in m:
-        dpath = v.join(path, "directions")
+        dpath = join(path, "directions")
         kw["directions"] = {
-            k: v.string(d, source, v.join(dpath, k), choices=("higher", "lower"))
-            for k, d in v.mapping(m["directions"], source, dpath).items()
+            k: string(d, source, join(dpath, k), choices=("higher", "lower"))
+            for k, d in mapping(m["directions"], source, dpath).items()
         }
     if "primary" in m:
-        ppath = v.join(path, "primary")
+        ppath = join(path, "primary")
         raw_p = m["primary"]
-        names = [raw_p] if isinstance(raw_p, str) else v.sequence(raw_p, source, ppath)
+        names = [raw_p] if isinstance(raw_p, str) else sequence(raw_p, source, ppath)
         prim = []
         for i, name in enumerate(names):
-            text = v.string(name, source, v.join(ppath, str(i)))
+            text = string(name, source, join(ppath, str(i)))
             if direction(text, kw.get("directions")) not in ("higher", "lower"):
                 raise ConfigError(source, ppath, f"primary metric {text!r} has no direction to judge "
                                                  "(add it under baseline.directions)")
