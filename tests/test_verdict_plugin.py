@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 from verdict_rundir import baseline_runs, write_run
 
@@ -132,12 +134,16 @@ def test_flagged_run_is_kept_as_history_not_accepted(run_p, tmp_path):
 
 def test_xdist_controller_saves_and_reports(tmp_path, monkeypatch, pytester):
     """Under xdist the workers hand their run dirs over; the controller saves and reports a failed save."""
-    pytester.makeconftest(FAKE)  # workers load a conftest by themselves (a -p plugin would need sys.path)
+    # the fake campaign is a -p plugin that the workers import through PYTHONPATH: a conftest in the start
+    # directory is not found by the workers of every pytest version when the tests come from --pyargs
+    pytester.makepyfile(fakecampaign=FAKE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(pytester.path), os.environ.get("PYTHONPATH")])))
     monkeypatch.delenv("PYTEST_P2P_DB", raising=False)
 
     def run(run_dir, *args):
         monkeypatch.setenv("FAKE_RUN_DIR", str(run_dir))
-        return pytester.runpytest_subprocess("-p", "no:pytest_p2p.campaign.hooks", "-p", "no:pytest_p2p.report.hooks",
+        return pytester.runpytest_subprocess("-p", "fakecampaign",
+                                             "-p", "no:pytest_p2p.campaign.hooks", "-p", "no:pytest_p2p.report.hooks",
                                              "--pyargs", "pytest_p2p.checks.test_baseline", "-p", "no:cacheprovider",
                                              "-n", "2", *args, timeout=300)
 
