@@ -4,42 +4,24 @@ pairs that would decide it. Also issue 11 item 5 for the campaign section: absur
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from campaign_fakes import SlotBackend, run_campaign
 
 from pytest_p2p.campaign.config import parse_campaign
-from pytest_p2p.campaign.runner import CampaignRunner
 from pytest_p2p.errors import ConfigError
-from pytest_p2p.lease import GpuLease
-from pytest_p2p.probes.arms import PRESETS
 
 
-class TableBackend:
+class TableBackend(SlotBackend):
     """Throughput per (arm, rep, attempt) from a table; unknown entries fall back to ``default``."""
-
-    kind = "model"
 
     def __init__(self, table: dict[tuple[str, int], list[float]], default: dict[str, float]) -> None:
         self.table = table
         self.default = default
-        self.slots: list[tuple[str, int]] = []
-
-    @contextlib.contextmanager
-    def slot(self, arm: Any, rep: int, log: Path) -> Iterator[tuple[str, int, int]]:
-        self.slots.append((arm.name, rep))
-        log.write_text("fake\n")
-        yield (arm.name, rep, self.slots.count((arm.name, rep)))
-
-    def smoke(self, arm: Any, log: Path) -> None:
-        return None
-
-    def warm(self, handle: Any, point: str) -> None:
-        return None
+        super().__init__()
 
     def measure(self, handle: tuple[str, int, int], point: str, rep: int) -> dict[str, Any]:
         arm, rep, attempt = handle
@@ -47,23 +29,9 @@ class TableBackend:
         v = seq[min(attempt, len(seq)) - 1] if seq else self.default[arm]
         return {"output_throughput": v, "completed": 4, "failed": 0, "total_output_tokens": 40}
 
-    def death(self, handle: Any) -> str | None:
-        return None
-
-    def proof(self, handle: Any, arm: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        return {"transport": arm.expect_transport, "nccl_version": "2.28.9"}, {"problems": []}
-
-    def describe(self) -> dict[str, Any]:
-        return {"command": ["fake"], "model": "fake", "args": {}, "flags": []}
-
 
 def _run(tmp_path: Path, backend: TableBackend, **cfg: Any) -> Any:
-    base = {"concurrency": [1], "reps": 3, "cooldown_s": 0, "idle_baseline_s": 0, "telemetry_hz": 10,
-            "smoke": False, "min_uplift": "5%"}
-    base.update(cfg)
-    return CampaignRunner(pair=(0, 1), config=parse_campaign(base, "adaptive-rig.yaml"), kind="model",
-                          arms=PRESETS, backend=backend, results_root=tmp_path / "results", rig_name="adaptive",
-                          simulated=True, lease=GpuLease(tmp_path / "locks")).run()
+    return run_campaign(tmp_path, backend, "adaptive", **cfg)
 
 
 def test_outlying_pair_is_screened_set_aside_and_re_run(tmp_path: Path) -> None:

@@ -27,11 +27,13 @@ def test_help_imports_nothing_heavy():
     Measured against the same interpreter with ``-p no:p2p``: a GPU machine's other plugins (jaxtyping,
     pytest-cov, ...) may import numpy themselves, and that is not ours to count.
     """
+
     def heavy(*extra: str) -> set[str]:
         code = ("import sys, pytest, contextlib, io\n"
-                f"with contextlib.redirect_stdout(io.StringIO()): pytest.main(['-p', 'no:allure_pytest', *{extra!r}, '--help'])\n"
-                "print('HEAVY', sorted(m for m in ('torch', 'vllm', 'pynvml', 'openai', 'httpx', 'matplotlib', 'allure', "
-                "'numpy', 'yaml') if m in sys.modules))")
+                "with contextlib.redirect_stdout(io.StringIO()):\n"
+                f"    pytest.main(['-p', 'no:allure_pytest', *{extra!r}, '--help'])\n"
+                "print('HEAVY', sorted(m for m in ('torch', 'vllm', 'pynvml', 'openai', 'httpx', 'matplotlib', "
+                "'allure', 'numpy', 'yaml') if m in sys.modules))")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
         line = next(ln for ln in out.splitlines() if ln.startswith("HEAVY "))
         return set(ast.literal_eval(line[len("HEAVY "):]))

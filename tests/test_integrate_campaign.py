@@ -3,70 +3,40 @@ feeds a verdict), and a rep with no completed request names its top failure reas
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from campaign_fakes import SlotBackend, run_campaign
+
 from pytest_p2p.campaign.aggregate import failure_reasons, is_measurement, not_measured
 from pytest_p2p.campaign.config import parse_campaign
-from pytest_p2p.campaign.runner import CampaignRunner
-from pytest_p2p.lease import GpuLease
-from pytest_p2p.probes.arms import PRESETS
 
 SATURATION = "a client process was busy 99% of the window (limit 90%)"
 
 
-class SaturatingBackend:
+class SaturatingBackend(SlotBackend):
     """p2p_on rep 1's first attempt comes back from a saturated load client (and looks 40 % slower)."""
 
-    kind = "model"
-
     def __init__(self, failing: bool = False) -> None:
-        self.slots: list[tuple[str, int]] = []
+        super().__init__()
         self.failing = failing
-
-    @contextlib.contextmanager
-    def slot(self, arm: Any, rep: int, log: Path) -> Iterator[tuple[str, int, int]]:
-        self.slots.append((arm.name, rep))
-        log.write_text("fake\n")
-        yield (arm.name, rep, self.slots.count((arm.name, rep)))
-
-    def smoke(self, arm: Any, log: Path) -> None:
-        return None
-
-    def warm(self, handle: Any, point: str) -> None:
-        return None
 
     def measure(self, handle: tuple[str, int, int], point: str, rep: int) -> dict[str, Any]:
         arm, rep, attempt = handle
         if self.failing:
             errs = ["HTTP 500: boom"] * 30 + [f"timeout after {i} s" for i in range(30)]
             return {"output_throughput": 0.0, "completed": 0, "failed": 60, "errors": errs,
-                    "error_summary": [{"error": "HTTP 500: boom", "count": 30}, {"error": "timeout after 0 s", "count": 1}]}
+                    "error_summary": [{"error": "HTTP 500: boom", "count": 30},
+                                      {"error": "timeout after 0 s", "count": 1}]}
         saturated = arm == "p2p_on" and rep == 1 and attempt == 1
         value = 66.0 if saturated else (110.0 if arm == "p2p_on" else 100.0) + rep * 0.1
         return {"output_throughput": value, "completed": 4, "failed": 0, "total_output_tokens": 40,
                 "client_saturated": saturated, "client_saturation": SATURATION if saturated else ""}
 
-    def death(self, handle: Any) -> str | None:
-        return None
-
-    def proof(self, handle: Any, arm: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        return {"transport": arm.expect_transport, "nccl_version": "2.28.9"}, {"problems": []}
-
-    def describe(self) -> dict[str, Any]:
-        return {"command": ["fake"], "model": "fake", "args": {}, "flags": []}
-
 
 def _run(tmp_path: Path, backend: SaturatingBackend, **cfg: Any) -> Any:
-    base = {"concurrency": [1], "reps": 3, "cooldown_s": 0, "idle_baseline_s": 0, "telemetry_hz": 10,
-            "smoke": False, "min_uplift": "5%"}
-    base.update(cfg)
-    return CampaignRunner(pair=(0, 1), config=parse_campaign(base, "integrate-rig.yaml"), kind="model",
-                          arms=PRESETS, backend=backend, results_root=tmp_path / "results", rig_name="integrate",
-                          simulated=True, lease=GpuLease(tmp_path / "locks")).run()
+    return run_campaign(tmp_path, backend, "integrate", **cfg)
 
 
 def test_saturated_load_client_rep_is_set_aside_and_re_run(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ def test_probe_source_property_is_xunit2_clean(tmp_path: Path) -> None:
     env = {**os.environ, "PYTEST_P2P_NVML": "off"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "p2p", "--pyargs", "pytest_p2p", "-p",
                            "no:cacheprovider", "-q", "-k", "test_busbw or test_p2p_copy", f"--junitxml={xml}",
-                           "-W", "error:record_property:pytest.PytestWarning"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+                           "-W", "error:record_property:pytest.PytestWarning"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "record_property" not in out and "PytestWarning" not in out

@@ -28,12 +28,11 @@ class ProcessLike(Protocol):
 
 def start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22); ``None`` if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read().decode("latin-1")
-    except OSError:
+    from ..serve.procs import stat_fields
+
+    rest = stat_fields(pid)
+    if rest is None:
         return None
-    rest = stat[stat.rfind(")") + 2:].split()
     try:
         return int(rest[19])  # fields after "comm": state is 3rd overall, starttime the 22nd
     except (IndexError, ValueError):

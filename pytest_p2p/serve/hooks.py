@@ -25,9 +25,9 @@ from ..errors import P2PError
 from ..util import atomic_write_json
 
 if TYPE_CHECKING:
+    from ..probes.arms import ServerArm
     from .config import ServerConfig
     from .result import LoadResult
-    from ..probes.arms import ServerArm
     from .server import RunningServer
 
 PLAN_KEY = pytest.StashKey["ServerPlan"]()

@@ -55,15 +55,24 @@ def owner_alive(mark: str) -> bool:
     return now is not None and (start == 0 or now == start)
 
 
-def proc_state(pid: int) -> tuple[str, int] | None:
-    """(state letter, session id) from /proc/<pid>/stat, or None if gone."""
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after ``comm`` (state, ppid, pgrp, session, ...), or None if gone.
+
+    ``comm`` may hold spaces and parentheses, so the split starts after its last ")".
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read().decode("latin-1")
     except OSError:
         return None
-    rest = stat[stat.rfind(")") + 2:].split()
-    # fields after "comm": state ppid pgrp session ...
+    return stat[stat.rfind(")") + 2:].split()
+
+
+def proc_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, session id) from /proc/<pid>/stat, or None if gone."""
+    rest = stat_fields(pid)
+    if rest is None or len(rest) < 4:
+        return None
     return rest[0], int(rest[3])
 
 
