@@ -129,6 +129,28 @@ class ProbeState:
         result: _T = value
         return result
 
+    def _keep_replayed(self, pair: tuple[int, int], name: str) -> None:
+        """Copy a replayed recording into this session's results, beside a REPLAYED_FROM note.
+
+        The report's probe table reads ``<results>/probes/<pair>/``: without the copy a replayed session
+        (the demo) showed "no probe results" although its probe checks ran on the recording. The note
+        keeps the table honest about where the numbers come from. Best effort: a results root that
+        cannot be written costs the table, never the check.
+        """
+        import contextlib
+        import shutil
+
+        assert self.replay is not None
+        src = probes_dir(self.replay) / f"gpu{pair[0]}-gpu{pair[1]}" / name
+        dst = self.out_dir(pair) / name
+        if not src.is_file() or src.resolve() == dst.resolve():
+            return
+        with contextlib.suppress(OSError):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+            origin = src.parent if "/" not in name else src.parent.parent
+            (self.out_dir(pair) / "REPLAYED_FROM").write_text(f"{origin}\n")
+
     def _need_live(self, what: str, pair: tuple[int, int]) -> None:
         if not self.session.live:
             pytest.skip(f"{what} needs a real GPU: the session's evidence is {self.session.label}; replay "
@@ -144,7 +166,9 @@ class ProbeState:
     def _allreduce(self, pair: tuple[int, int], arm: Arm) -> AllReduceResult:
         key = f"gpu{pair[0]}-gpu{pair[1]}/{arm.name}"
         if self.replay is not None:
-            return load_allreduce(self.replay, pair, arm.name, self.label, self.evidence())
+            result = load_allreduce(self.replay, pair, arm.name, self.label, self.evidence())
+            self._keep_replayed(pair, f"{arm.name}/allreduce.json")
+            return result
         self._need_live(f"the all-reduce probe ({key})", pair)
         from .allreduce import run_allreduce, write_result
 
@@ -163,7 +187,9 @@ class ProbeState:
 
     def _copy(self, pair: tuple[int, int]) -> P2PCopyResult:
         if self.replay is not None:
-            return load_copy(self.replay, pair, self.label)
+            copy_result = load_copy(self.replay, pair, self.label)
+            self._keep_replayed(pair, "p2pcopy.json")
+            return copy_result
         self._need_live(f"the P2P copy probe (gpu{pair[0]}-gpu{pair[1]})", pair)
         from .p2pcopy import run_p2p_copy
 

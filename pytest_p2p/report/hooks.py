@@ -351,6 +351,28 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for i, run_dir in enumerate(dirs):
         if i:
             terminalreporter.write_line("")
+        _refresh_for_probes(run_dir)
         for line in summary_lines(run_dir):
             simulated = line.startswith("SIMULATED")
             terminalreporter.write_line(line, yellow=simulated, bold=simulated)
+
+
+def _refresh_for_probes(run_dir: Path) -> None:
+    """Render the summary again when probe results landed after the campaign finished.
+
+    The campaign renders its summary when it ends, which in the default order is before the probe
+    checks have run; the proof's probe table reads ``<results>/probes/<pair>/``, so the final
+    summary (files and terminal) is re-rendered, without plots, once those exist and are newer.
+    """
+    summary = run_dir / "summary.json"
+    probes = run_dir.parent / "probes" / run_dir.name.rsplit("_", 1)[-1]
+    try:
+        newest = max((f.stat().st_mtime for f in probes.rglob("*.json")), default=0.0)
+        if not newest or (summary.is_file() and summary.stat().st_mtime >= newest):
+            return
+    except OSError:
+        return
+    from .render import render_report
+
+    with contextlib.suppress(P2PError, OSError):
+        render_report(run_dir, plots=False)

@@ -208,6 +208,12 @@ def _probe_rows(results_root: Path, pair_key: str) -> tuple[list[str], list[list
                          "slower direction"])
     if not rows:
         notes.append(f"no probe results under {base} (run the probe checks in the same --p2p-results root)")
+    elif (base / "REPLAYED_FROM").is_file():
+        try:
+            origin = (base / "REPLAYED_FROM").read_text().strip()
+        except OSError:
+            origin = "a recording"
+        notes.append(f"probe rows are a replay of {origin} (recorded results, not measured in this session)")
     return headers, rows, notes
 
 
