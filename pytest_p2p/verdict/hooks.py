@@ -24,6 +24,7 @@ from ..errors import ConfigError, P2PError
 from ..options import COMPARE, DB, FAIL_ON_CHOICES, SAVE_BASELINE, Resolved, resolve
 from ..options import FAIL_ON as FAIL_ON_OPTION
 from .config import DEFAULT_DB, BaselineConfig, check_name
+from .store_base import redact, target_of
 
 if TYPE_CHECKING:
     from .campaign_judge import CampaignComparison
@@ -46,7 +47,7 @@ class BaselineSession:
     _store: Any = None
     verdict_lines: list[str] = field(default_factory=list)  # for the terminal summary
     _config: BaselineConfig | None = None
-    _db_path: Resolved[Path] | None = None
+    _db_path: Resolved[str | Path] | None = None
     _campaigns: dict[str, CampaignComparison] = field(default_factory=dict)
     save_notes: list[str] = field(default_factory=list)  # runs saved but not accepted, with why
 
@@ -58,7 +59,7 @@ class BaselineSession:
         return self._config
 
     @property
-    def db_path(self) -> Resolved[Path]:
+    def db_path(self) -> Resolved[str | Path]:
         if self._db_path is None:
             self._db_path = _db_path(self.pytest_config, self.config)
         return self._db_path
@@ -94,8 +95,8 @@ class BaselineSession:
     def _judged(self, run_dir: Path) -> CampaignComparison:
         if self.compare_name is None:
             pytest.skip("baseline comparison not requested (use --p2p-compare[=NAME])")
-        if not Path(self.db_path.value).exists():
-            pytest.skip(f"no baseline database yet at {self.db_path.value} ({self.db_path.origin}); "
+        if not store_exists(self.db_path.value):
+            pytest.skip(f"no baseline database yet at {redact(self.db_path.value)} ({self.db_path.origin}); "
                         f"save one with --p2p-save-baseline={self.compare_name}")
         problem = None
         try:
@@ -158,8 +159,8 @@ class BaselineSession:
 
         if self.compare_name is None:
             pytest.skip("baseline comparison not requested (use --p2p-compare[=NAME])")
-        if not Path(self.db_path.value).exists():
-            pytest.skip(f"no baseline database yet at {self.db_path.value} ({self.db_path.origin})")
+        if not store_exists(self.db_path.value):
+            pytest.skip(f"no baseline database yet at {redact(self.db_path.value)} ({self.db_path.origin})")
         problem = None
         try:
             fp = build_fingerprint(run_dir)
@@ -214,7 +215,11 @@ class BaselineSession:
         return saved
 
 
-def _db_path(config: pytest.Config, cfg: BaselineConfig) -> Resolved[Path]:
+def _db_path(config: pytest.Config, cfg: BaselineConfig) -> Resolved[str | Path]:
+    """The store: an SQLite path made absolute, or a ``postgresql://`` URL passed through untouched.
+
+    ``Path()`` would fold a URL's ``//`` and turn it, password included, into directory names.
+    """
     got = resolve(config, DB)
     if got.value is None:
         base = config.rootpath
@@ -222,8 +227,10 @@ def _db_path(config: pytest.Config, cfg: BaselineConfig) -> Resolved[Path]:
     else:
         raw, origin = str(got.value), got.origin
         base = config.rootpath if origin.startswith("ini") else config.invocation_params.dir
-    path = Path(raw).expanduser()
-    return Resolved(path if path.is_absolute() else base / path, origin)
+    try:
+        return Resolved(target_of(str(raw), base), origin)
+    except P2PError as exc:
+        raise pytest.UsageError(f"pytest-p2p: {exc}") from None
 
 
 def _rig_config(config: pytest.Config) -> BaselineConfig:
@@ -328,7 +335,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             what = f"accepted as baseline {sess.save_name!r}" + (f" ({refused} not: see below)" if refused else "")
         else:
             what = "kept as history"
-        session.config.stash[_SAVED_KEY] = f"{len(saved)} run(s) saved to {sess.db_path.value}, {what}: " \
+        session.config.stash[_SAVED_KEY] = f"{len(saved)} run(s) saved to {redact(sess.db_path.value)}, {what}: " \
                                            + ", ".join(saved)
 
 
@@ -346,3 +353,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(f"pytest-p2p: {saved}", red="NOT saved" in saved)
     for note in (sess.save_notes if sess is not None else []):
         terminalreporter.write_line(f"pytest-p2p: {note}", yellow=True)
+
+
+def store_exists(target: str | Path) -> bool:
+    """Whether the store is already there (asked of the server for a URL; imported only when needed)."""
+    from .store import exists
+
+    return exists(target)
