@@ -357,3 +357,25 @@ def test_campaign_writer_output_reads_back_through_the_report_reader(tmp_path: P
     assert list(back.scenarios()) == [("p2p_on", "c8")] and back.reps("p2p_on", "c8") == {1: {"output_throughput": 1.5}}
     assert back.read_run_meta()["status"] == "complete" and back.read_scenario_file("p2p_on", "c8", "aggregate.json")
     assert not (rd.path / ".p2p-space-reserve").exists()  # released once the run is final
+
+
+def test_interrupt_traceback_entries_without_a_line_are_left_out() -> None:
+    """pytest's interrupt repr raises TypeError on a frame whose tb_lineno is None (a signal at a line-less
+    instruction): such entries are filtered before it renders, so the session still ends as interrupted."""
+    from pytest_p2p.campaign.hooks import has_line
+
+    class NoLine:
+        @property
+        def lineno(self) -> int:
+            raise TypeError("unsupported operand type(s) for -: 'NoneType' and 'int'")
+
+    class Line:
+        lineno = 41
+
+    assert has_line(Line()) and not has_line(NoLine())
+    try:
+        raise KeyboardInterrupt("SIGHUP received")
+    except KeyboardInterrupt:
+        excinfo = pytest.ExceptionInfo.from_current()
+    kept = excinfo.traceback.filter(has_line)
+    assert len(kept) == len(excinfo.traceback)  # real entries with lines are all kept

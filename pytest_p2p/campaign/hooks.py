@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -127,6 +128,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A SIGTERM/SIGHUP whose interrupt Python lost (raised inside a destructor) still ends the session."""
     signals.checkpoint()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> Generator[None, None, None]:
+    """Leave out traceback entries without a line number before pytest renders the interrupt.
+
+    A signal handled at an instruction that has no line (Python 3.11+) leaves a frame whose
+    ``tb_lineno`` is None; the terminal reporter's long repr then raises TypeError and the
+    session ends as an internal error (rc 1) instead of interrupted (rc 128 + signal). Seen once
+    in CI on a SIGHUP mid-campaign.
+    """
+    excinfo.traceback = excinfo.traceback.filter(has_line)
+    return (yield)
+
+
+def has_line(entry: Any) -> bool:
+    """Whether pytest can render this traceback entry (its ``lineno`` needs ``tb_lineno``)."""
+    try:
+        return isinstance(entry.lineno, int)
+    except TypeError:
+        return False
 
 
 @pytest.hookimpl(optionalhook=True)
