@@ -37,8 +37,8 @@ RESERVE = ".p2p-space-reserve"  # the same name the report's reader ignores
 _RESERVE_BYTES = 64 * 1024
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
 _SAFE_RE = re.compile(r"[^A-Za-z0-9._-]+")
-_ARM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
-_POINT_RE = re.compile(r"^(?:c[0-9]+|s[0-9A-Za-z.]+)$")
+ARM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
+POINT_RE = re.compile(r"^(?:c[0-9]+|s[0-9A-Za-z.]+)$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 Json = dict[str, object]
 
@@ -82,16 +82,16 @@ def make_run_id(rig: str, pair_key: str, now: datetime | None = None) -> str:
 
 def scenario_name(arm: str, point: str) -> str:
     """``<arm>-<point>``; names that would make the directory ambiguous are refused."""
-    if not isinstance(arm, str) or not _ARM_RE.match(arm):
+    if not isinstance(arm, str) or not ARM_RE.match(arm):
         raise ResultsError(f"arm name {arm!r} cannot name a scenario directory: use letters, digits, '_' and '.' "
                            "(no '-', which separates arm and point in '<arm>-<point>')")
-    if not isinstance(point, str) or not _POINT_RE.match(point):
+    if not isinstance(point, str) or not POINT_RE.match(point):
         raise ResultsError(f"point {point!r} is not a campaign point: expected 'c<N>' (model concurrency) or "
                            "'s<size>' (probe message size, e.g. 's8KiB')")
     return f"{arm}-{point}"
 
 
-def _rep(rep: int) -> int:
+def check_rep(rep: int) -> int:
     if isinstance(rep, bool) or not isinstance(rep, int) or rep < 1:
         raise ResultsError(f"rep number must be an integer >= 1 (reps count from 1), got {rep!r}")
     return rep
@@ -216,7 +216,7 @@ class RunDir:
         return self._json(self.scenario_dir(arm, point) / "scenario.json", {"arm": arm, "point": point, **data})
 
     def write_rep(self, arm: str, point: str, rep: int, data: Json) -> Path:
-        return self._json(self.scenario_dir(arm, point) / f"run_{_rep(rep)}.json", data)
+        return self._json(self.scenario_dir(arm, point) / f"run_{check_rep(rep)}.json", data)
 
     def write_aggregate(self, arm: str, point: str, data: Json) -> Path:
         return self._json(self.scenario_dir(arm, point) / "aggregate.json", {"arm": arm, "point": point, **data})
@@ -225,10 +225,10 @@ class RunDir:
         return self._json(self.scenario_dir(arm, point) / "transport_proof.json", data)
 
     def telemetry_path(self, arm: str, point: str, rep: int) -> Path:
-        return self.scenario_dir(arm, point) / f"telemetry_run{_rep(rep)}.csv"
+        return self.scenario_dir(arm, point) / f"telemetry_run{check_rep(rep)}.csv"
 
     def server_log_path(self, arm: str, point: str, rep: int) -> Path:
-        return self.scenario_dir(arm, point) / f"server_run{_rep(rep)}.log"
+        return self.scenario_dir(arm, point) / f"server_run{check_rep(rep)}.log"
 
 
 def create_run_dir(root: Path, rig: str, pair_key: str, kind: str, run_id: str | None) -> RunWriter:

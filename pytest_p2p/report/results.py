@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pytest_p2p.campaign.rundir import ARM_RE, POINT_RE, check_rep, make_run_id, safe_component, scenario_name
 from pytest_p2p.errors import ResultsError
 from pytest_p2p.util import atomic_write_bytes, atomic_write_json, atomic_write_text
 
@@ -37,9 +38,6 @@ ENV = "env"
 PLOTS = "plots"
 KINDS = ("model", "probe")
 
-_SAFE_RE = re.compile(r"[^A-Za-z0-9._-]+")
-_ARM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
-_POINT_RE = re.compile(r"^(?:c[0-9]+|s[0-9A-Za-z.]+)$")
 _REP_RE = re.compile(r"^run_([0-9]+)\.json$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -61,42 +59,6 @@ class ResultsWriteError(ResultsError, OSError):
 
 
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
-
-
-def safe_component(text: str) -> str:
-    """Squash ``text`` to the characters we allow in a run id (letters, digits, ``._-``)."""
-    cleaned = _SAFE_RE.sub("-", str(text)).strip("-.")
-    return cleaned or "unnamed"
-
-
-def make_run_id(rig: str, pair_key: str, now: datetime | None = None) -> str:
-    """``<UTC yyyymmdd-HHMMSS>_<rig>_<pair>``: sorts by time, says what was measured."""
-    stamp = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}_{safe_component(rig)}_{safe_component(pair_key)}"
-
-
-def _check_arm(arm: str) -> str:
-    if not isinstance(arm, str) or not _ARM_RE.match(arm):
-        raise ResultsError(
-            f"arm name {arm!r} cannot name a scenario directory: use letters, digits, '_' and '.' "
-            "(no '-', which separates arm and point in '<arm>-<point>')"
-        )
-    return arm
-
-
-def _check_point(point: str) -> str:
-    if not isinstance(point, str) or not _POINT_RE.match(point):
-        raise ResultsError(
-            f"point {point!r} is not a campaign point: expected 'c<N>' (model concurrency) "
-            "or 's<size>' (probe message size, e.g. 's8KiB')"
-        )
-    return point
-
-
-def _check_rep(rep: int) -> int:
-    if isinstance(rep, bool) or not isinstance(rep, int) or rep < 1:
-        raise ResultsError(f"rep number must be an integer >= 1 (reps count from 1), got {rep!r}")
-    return rep
 
 
 def read_json(path: Path) -> Any:
@@ -282,7 +244,7 @@ class ResultsDir:
     # -- scenarios ----------------------------------------------------------------------
     def scenario_dir(self, arm: str, point: str) -> Path:
         """``scenarios/<arm>-<point>/``, created on first use."""
-        d = self._path / SCENARIOS / f"{_check_arm(arm)}-{_check_point(point)}"
+        d = self._path / SCENARIOS / scenario_name(arm, point)
 
         def make() -> Path:
             d.mkdir(parents=True, exist_ok=True)
@@ -298,7 +260,7 @@ class ResultsDir:
         return self._write_json(self.scenario_dir(arm, point) / "scenario.json", "scenario description", body)
 
     def write_rep(self, arm: str, point: str, rep: int, data: dict[str, Any]) -> Path:
-        target = self.scenario_dir(arm, point) / f"run_{_check_rep(rep)}.json"
+        target = self.scenario_dir(arm, point) / f"run_{check_rep(rep)}.json"
         return self._write_json(target, f"result of rep {rep}", data)
 
     def write_aggregate(self, arm: str, point: str, data: dict[str, Any]) -> Path:
@@ -309,10 +271,10 @@ class ResultsDir:
         return self._write_json(self.scenario_dir(arm, point) / "transport_proof.json", "transport proof", data)
 
     def telemetry_path(self, arm: str, point: str, rep: int) -> Path:
-        return self.scenario_dir(arm, point) / f"telemetry_run{_check_rep(rep)}.csv"
+        return self.scenario_dir(arm, point) / f"telemetry_run{check_rep(rep)}.csv"
 
     def server_log_path(self, arm: str, point: str, rep: int) -> Path:
-        return self.scenario_dir(arm, point) / f"server_run{_check_rep(rep)}.log"
+        return self.scenario_dir(arm, point) / f"server_run{check_rep(rep)}.log"
 
     # -- reading back -------------------------------------------------------------------
     def scenarios(self) -> Iterator[tuple[str, str]]:
@@ -324,12 +286,12 @@ class ResultsDir:
             if not d.is_dir() or "-" not in d.name:
                 continue
             arm, point = d.name.rsplit("-", 1)
-            if _ARM_RE.match(arm) and _POINT_RE.match(point):
+            if ARM_RE.match(arm) and POINT_RE.match(point):
                 yield arm, point
 
     def reps(self, arm: str, point: str) -> dict[int, dict[str, Any]]:
         """``{k: run_<k>.json}`` for the reps on disk, by rep number; corrupt files raise."""
-        d = self._path / SCENARIOS / f"{_check_arm(arm)}-{_check_point(point)}"
+        d = self._path / SCENARIOS / scenario_name(arm, point)
         if not d.is_dir():
             return {}
         found: dict[int, dict[str, Any]] = {}
@@ -341,11 +303,11 @@ class ResultsDir:
 
     def read_scenario_file(self, arm: str, point: str, name: str) -> dict[str, Any] | None:
         """One JSON file of a scenario (``scenario.json``, ``aggregate.json``, ...) or ``None`` if absent."""
-        f = self._path / SCENARIOS / f"{_check_arm(arm)}-{_check_point(point)}" / name
+        f = self._path / SCENARIOS / scenario_name(arm, point) / name
         return _read_object(f) if f.is_file() else None
 
     def telemetry_files(self, arm: str, point: str) -> dict[int, Path]:
-        d = self._path / SCENARIOS / f"{_check_arm(arm)}-{_check_point(point)}"
+        d = self._path / SCENARIOS / scenario_name(arm, point)
         out: dict[int, Path] = {}
         if d.is_dir():
             for f in d.glob("telemetry_run*.csv"):
