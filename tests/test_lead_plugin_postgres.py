@@ -6,29 +6,14 @@ and the session-end save, where a URL used to be folded into a file path by ``Pa
 
 from __future__ import annotations
 
-import pytest
 from store_pg import PASSWORD, PgServer, pg_fixture  # noqa: F401 - fixture
-from test_verdict_plugin import FAKE  # the fake campaign the verdict plugin tests use
+from test_verdict_plugin import run_p  # noqa: F401,F811 - the verdict plugin tests' fake-campaign runner (fixture)
 from verdict_rundir import write_run
 
 from pytest_p2p.verdict.store import Store
 
 
-@pytest.fixture
-def run_p(pytester, monkeypatch):
-    pytester.makepyfile(fakecampaign=FAKE)
-    pytester.syspathinsert()
-    monkeypatch.delenv("PYTEST_P2P_DB", raising=False)
-
-    def run(run_dir, *args):
-        monkeypatch.setenv("FAKE_RUN_DIR", str(run_dir))
-        return pytester.runpytest("-p", "no:pytest_p2p.campaign.hooks", "-p", "no:pytest_p2p.report.hooks",
-                                  "-p", "fakecampaign", "--pyargs", "pytest_p2p.checks.test_baseline",
-                                  "-p", "no:cacheprovider", "-rs", *args)
-    return run
-
-
-def test_save_and_compare_through_a_postgresql_url(run_p, tmp_path, pg: PgServer) -> None:
+def test_save_and_compare_through_a_postgresql_url(run_p, tmp_path, pg: PgServer) -> None:  # noqa: F811
     url = pg.create_database()
     assert PASSWORD in url
     res = run_p(write_run(tmp_path, "pgfirst"), "--p2p-save-baseline=fleet", f"--p2p-db={url}")
