@@ -32,25 +32,13 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_p2p.probes.arms import Arm
 from pytest_p2p.serve.config import parse_server
 from pytest_p2p.serve.loadgen import generate_load, make_spec
 from pytest_p2p.serve.metrics import RequestRecord, percentile
 from pytest_p2p.serve.server import launch
-
-
-@dataclass
-class _Arm:
-    name: str = "bench"
-    env: dict[str, str] = field(default_factory=dict)
-
-    def vllm_flags(self) -> list[str]:
-        return []
-
-    def vllm_env(self) -> dict[str, str]:
-        return {}
 
 
 def _cpu_s(pid: int) -> float:
@@ -119,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     one_core = args.client_processes == 1
     if not args.no_pin and one_core:
         _pin(0, 0)  # this process is the client; sharded clients pin themselves to the highest cores
-    with launch(cfg, _Arm(), (0,), None, tmp / "server.log") as srv:
+    with launch(cfg, Arm(name="bench"), (0,), None, tmp / "server.log") as srv:
         if not args.no_pin:
             _pin(srv.pid, 1 if one_core else 0)
         for transport in args.transports:

@@ -30,11 +30,11 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_p2p.metrics import metric
+from pytest_p2p.probes.arms import Arm
 from pytest_p2p.serve.config import parse_server
 from pytest_p2p.serve.loadgen import generate_load, make_spec
 from pytest_p2p.serve.server import launch
@@ -72,18 +72,6 @@ for line in sys.stdin:
     u = os.times()
     say({"ok": ok, "error": err, "cpu_s": (u.user - t.user) + (u.system - t.system)})
 """
-
-
-@dataclass
-class _Arm:
-    name: str = "bench"
-    env: dict[str, str] = field(default_factory=dict)
-
-    def vllm_flags(self) -> list[str]:
-        return []
-
-    def vllm_env(self) -> dict[str, str]:
-        return {}
 
 
 class Bench:
@@ -252,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     print(f"# cores {len(os.sched_getaffinity(0))}, loadavg {os.getloadavg()}, python {sys.version.split()[0]}",
           flush=True)
-    with launch(cfg, _Arm(), (0,), None, args.out / "server.log") as srv:  # type: ignore[arg-type]
+    with launch(cfg, Arm(name="bench"), (0,), None, args.out / "server.log") as srv:  # type: ignore[arg-type]
         print(f"# server ready in {srv.ready_s:.1f} s, pid {srv.pid}; notes {srv.notes}", flush=True)
         env = {**os.environ, "OPENAI_API_KEY": srv.api_key, "NCCL_NVLS_ENABLE": "0"}
         bench = Bench(args.python, args.bench_module, env, args.out / "bench-worker.log")
