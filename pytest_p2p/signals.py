@@ -83,6 +83,26 @@ def checkpoint() -> None:
         raise KeyboardInterrupt(f"{signal.Signals(sig).name} received")
 
 
+def interrupted_by(exc: BaseException) -> bool:
+    """Whether ``exc`` is how an interrupt surfaced: a ``KeyboardInterrupt`` anywhere in its
+    cause/context chain, or any exception after a terminating signal came in.
+
+    Why: Python wraps what a signal handler raises when it lands in some places — inside a
+    dataclass being defined during an import it reads ``RuntimeError: Error calling
+    __set_name__``. Judged by its type alone, a cancelled job would be reported as failed.
+    """
+    if received() is not None:
+        return True
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def received() -> int | None:
     """The first terminating signal received in this process, if any."""
     return _received[0] if _received else None

@@ -151,13 +151,15 @@ class CampaignRunner(Generic[H]):
             self._rerun_screened(rd, result, points, pending)
             self._add_pairs(rd, result, points, pending, started)
             status = "complete" if not pending and not result.errors else "failed"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            sig = signals.received()
-            if sig is not None:
-                result.notes.append(f"interrupted by signal {sig} (treated like Ctrl-C)")
-            raise
         except BaseException as exc:
+            if signals.interrupted_by(exc):
+                # also when the KeyboardInterrupt surfaced wrapped: a signal landing inside a class
+                # body being imported comes out as "RuntimeError: Error calling __set_name__"
+                status = "interrupted"
+                sig = signals.received()
+                if sig is not None:
+                    result.notes.append(f"interrupted by signal {sig} (treated like Ctrl-C)")
+                raise
             status = "failed"
             result.errors.append(str(exc) if isinstance(exc, P2PError) else f"{type(exc).__name__}: {exc}")
             raise
