@@ -24,7 +24,13 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pytest_p2p.probes._nccl_direct import DirectComm
+    from pytest_p2p.probes._worker_types import AllReduceCheck, AllReduceSpec, CudaGraph, Dist, Tensor, Torch
 
 
 def say(msg: str) -> None:
@@ -99,7 +105,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _check(dist: Any, torch: Any, buf: Any, nbytes: int, rank: int, world: int, graph: bool) -> dict[str, Any]:
+def _check(dist: Dist, torch: Torch, buf: Tensor, nbytes: int, rank: int, world: int, graph: bool) -> AllReduceCheck:
     """Exact-value check: rank r contributes (r+1) * (i % 251); the sum is (i % 251) * n(n+1)/2.
 
     All values are small integers, exact in float32, so any wrong element is a real error.
@@ -127,7 +133,8 @@ def _check(dist: Any, torch: Any, buf: Any, nbytes: int, rank: int, world: int, 
     return {"bytes": nbytes, "graph": graph, "wrong": bad, "first_wrong": first_bad}  # first_wrong: rank 0's
 
 
-def _capture(dist: Any, torch: Any, x: Any, count: int, warmup: int, reset: Any = None) -> Any:
+def _capture(dist: Dist, torch: Torch, x: Tensor, count: int, warmup: int,
+             reset: Callable[[], object] | None = None) -> CudaGraph:
     """Capture ``count`` in-place all-reduces of ``x`` in a CUDA graph (warm-up on a side stream first)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -153,7 +160,7 @@ def _capture(dist: Any, torch: Any, x: Any, count: int, warmup: int, reset: Any 
     return g
 
 
-def _check_direct(direct: Any, torch: Any, buf: Any, nbytes: int, rank: int, world: int) -> dict[str, Any]:
+def _check_direct(direct: DirectComm, torch: Torch, buf: Tensor, nbytes: int, rank: int, world: int) -> AllReduceCheck:
     """Exact-value check of the direct NCCL path before it is trusted for timing."""
     x = buf[: nbytes // 4]
     x.fill_(float(rank + 1))
@@ -166,7 +173,7 @@ def _check_direct(direct: Any, torch: Any, buf: Any, nbytes: int, rank: int, wor
     return {"bytes": nbytes, "graph": False, "direct": True, "wrong": bad, "first_wrong": None}
 
 
-def _capture_direct(direct: Any, torch: Any, x: Any, count: int, warmup: int) -> Any:
+def _capture_direct(direct: DirectComm, torch: Torch, x: Tensor, count: int, warmup: int) -> CudaGraph | None:
     """``count`` direct ncclAllReduce calls captured in one CUDA graph (nccl-tests ``-G``), or None.
 
     No torch collective is involved, so the graph holds NCCL's kernels back to back without
@@ -189,7 +196,7 @@ def _capture_direct(direct: Any, torch: Any, x: Any, count: int, warmup: int) ->
     return g
 
 
-def _time_replays(g: Any, dist: Any, torch: Any, launches: int) -> float:
+def _time_replays(g: CudaGraph, dist: Dist, torch: Torch, launches: int) -> float:
     """Seconds per replay of graph ``g``: one untimed upload launch, then ``launches`` between barriers."""
     g.replay()  # first launch uploads the graph; not timed
     torch.cuda.synchronize()
@@ -202,7 +209,7 @@ def _time_replays(g: Any, dist: Any, torch: Any, launches: int) -> float:
     return (time.perf_counter() - t0) / launches
 
 
-def _time_size(dist: Any, torch: Any, x: Any, spec: dict[str, Any], direct: Any = None) -> float:
+def _time_size(dist: Dist, torch: Torch, x: Tensor, spec: AllReduceSpec, direct: DirectComm | None = None) -> float:
     """Seconds per all-reduce of ``x`` on this rank."""
     iters, launches = int(spec["iters"]), int(spec["graph_launches"])
     if direct is not None and spec["graph"]:

@@ -18,7 +18,10 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_p2p.probes._worker_types import Dist, NcclArgs, Tensor, Torch
 
 NCCL_FLOAT32 = 7  # ncclFloat32 in ncclDataType_t
 NCCL_SUM = 0  # ncclSum in ncclRedOp_t
@@ -50,7 +53,7 @@ def load_library() -> ctypes.CDLL:
 class DirectComm:
     """An NCCL communicator of its own over the pair, created with an id shared through torch.distributed."""
 
-    def __init__(self, dist: Any, torch: Any, rank: int, world: int) -> None:
+    def __init__(self, dist: Dist, torch: Torch, rank: int, world: int) -> None:
         self.lib = load_library()
         self.lib.ncclGetErrorString.restype = ctypes.c_char_p
         self.lib.ncclAllReduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
@@ -72,7 +75,7 @@ class DirectComm:
         if code != 0:
             raise RuntimeError(f"{what} failed: {self.lib.ncclGetErrorString(code).decode()} (ncclResult {code})")
 
-    def prepare(self, x: Any) -> tuple[Any, ...]:
+    def prepare(self, x: Tensor) -> NcclArgs:
         """The converted arguments of an in-place float32 sum of ``x`` on the current stream.
 
         Built once per size: looking up the stream through torch and converting seven
@@ -83,11 +86,11 @@ class DirectComm:
         return (ptr, ptr, ctypes.c_size_t(x.numel()), ctypes.c_int(NCCL_FLOAT32), ctypes.c_int(NCCL_SUM),
                 self.comm, stream)
 
-    def all_reduce(self, x: Any) -> None:
+    def all_reduce(self, x: Tensor) -> None:
         """In-place float32 sum of ``x`` on the current CUDA stream (asynchronous, like nccl-tests)."""
         self._check(self.lib.ncclAllReduce(*self.prepare(x)), "ncclAllReduce")
 
-    def run(self, args: tuple[Any, ...], times: int) -> None:
+    def run(self, args: NcclArgs, times: int) -> None:
         """``times`` back-to-back all-reduces with prepared arguments; the hot loop is one ctypes call."""
         call = self.lib.ncclAllReduce
         for _ in range(times):

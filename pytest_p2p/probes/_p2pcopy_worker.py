@@ -20,7 +20,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_p2p.probes._worker_types import CopyMode, CudaStream, Device, P2PCopyRaw, Tensor, Torch
 
 
 def main(argv: list[str]) -> int:
@@ -45,7 +48,7 @@ def main(argv: list[str]) -> int:
         torch.cuda.synchronize(d0)
         torch.cuda.synchronize(d1)
 
-    def copy(src: int, mode: str, staging: Any = None) -> None:
+    def copy(src: int, mode: str, staging: Tensor | None = None) -> None:
         dst_dev = 1 - src
         with torch.cuda.stream(streams[src]):
             if mode == "peer":
@@ -69,11 +72,11 @@ def main(argv: list[str]) -> int:
         sync()
         return nbytes * reps * len(directions) / (time.perf_counter() - t0) / 1e9
 
-    result: dict[str, Any] = {"bytes": nbytes, "reps": reps, "can_access_peer": can, "modes": {},
+    result: P2PCopyRaw = {"bytes": nbytes, "reps": reps, "can_access_peer": can, "modes": {},
                               "device_names": [torch.cuda.get_device_name(i) for i in range(2)],
                               "torch_version": torch.__version__}
     for mode in ("peer", "host_staged"):
-        m: dict[str, Any] = {
+        m: CopyMode = {
             "unidir_gbs": {"0->1": bandwidth(mode, [0]), "1->0": bandwidth(mode, [1])},
             "bidir_gbs": bandwidth(mode, [0, 1]),
         }
@@ -89,7 +92,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _latency(torch: Any, mode: str, reps: int) -> tuple[dict[str, float], str]:
+def _latency(torch: Torch, mode: str, reps: int) -> tuple[dict[str, float], str]:
     """Microseconds per 4-byte copy, each direction."""
     out: dict[str, float] = {}
     how = "cuda-graph"
@@ -99,7 +102,7 @@ def _latency(torch: Any, mode: str, reps: int) -> tuple[dict[str, float], str]:
         b = torch.zeros(1, dtype=torch.float32, device=ddst)
         h = torch.zeros(1, dtype=torch.float32, pin_memory=True)
 
-        def once(a: Any = a, b: Any = b, h: Any = h, dsrc: Any = dsrc, ddst: Any = ddst) -> None:
+        def once(a: Tensor = a, b: Tensor = b, h: Tensor = h, dsrc: Device = dsrc, ddst: Device = ddst) -> None:
             if mode == "peer":
                 b.copy_(a, non_blocking=True)
             else:  # the H2D half must wait for the D2H half: order the two devices' streams
@@ -129,7 +132,7 @@ def _latency(torch: Any, mode: str, reps: int) -> tuple[dict[str, float], str]:
             if runner is None:
                 how = "eager loop (includes Python launch overhead)"
 
-                def runner(stream: Any = stream) -> None:
+                def runner(stream: CudaStream = stream) -> None:
                     with torch.cuda.stream(stream):
                         for _ in range(reps):
                             once()
