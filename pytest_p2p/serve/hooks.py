@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,6 +25,8 @@ from ..errors import P2PError
 from ..util import atomic_write_json
 
 if TYPE_CHECKING:
+    from openai import OpenAI
+
     from ..probes.arms import ServerArm
     from .config import ServerConfig
     from .result import LoadResult
@@ -125,7 +127,7 @@ def vllm_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
 
 
 @pytest.fixture
-def openai_client(vllm_server: RunningServer) -> Iterator[Any]:
+def openai_client(vllm_server: RunningServer) -> Iterator[OpenAI]:
     """A synchronous ``openai.OpenAI`` bound to the server: no retries, no proxy, explicit timeouts."""
     import openai
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -81,8 +80,11 @@ def summarize(name: str, values_s: Sequence[float], percentiles: Iterable[float]
 
 
 def compute_metrics(records: Sequence[RequestRecord], duration: float,
-                    percentiles: Iterable[float] = PERCENTILES) -> dict[str, Any]:
-    """The ``vllm bench serve`` result keys for measured (non-warm-up) requests over ``duration`` s."""
+                    percentiles: Iterable[float] = PERCENTILES) -> dict[str, float]:
+    """The ``vllm bench serve`` result keys for measured (non-warm-up) requests over ``duration`` s.
+
+    Every value is a number: the counts (``completed``, ``failed``, ``total_*_tokens``) are ints.
+    """
     if duration <= 0:
         raise ValueError(f"benchmark duration must be positive, got {duration}")
     pcts = tuple(percentiles)
@@ -93,7 +95,7 @@ def compute_metrics(records: Sequence[RequestRecord], duration: float,
     tpots = [(r.latency - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
     total_in = sum(r.prompt_len for r in ok)
     total_out = sum(r.output_tokens for r in ok)
-    result: dict[str, Any] = {
+    result: dict[str, float] = {
         "duration": duration,
         "completed": len(ok),
         "failed": len(records) - len(ok),

@@ -14,7 +14,8 @@ import json
 import secrets
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from ..errors import ServerError
 from .logs import likely_cause, pair_key, tail
@@ -33,7 +34,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _http(method: str, url: str, api_key: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, bytes]:
+def _http(method: str, url: str, api_key: str, body: Mapping[str, object] | None, timeout: float) -> tuple[int, bytes]:
     """Tiny stdlib HTTP client for readiness probes (keeps the launcher free of heavy imports)."""
     import urllib.error
     import urllib.request

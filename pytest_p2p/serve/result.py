@@ -1,7 +1,7 @@
 """The load generator's typed result, and its ``vllm bench serve`` JSON form.
 
-Why typed: the campaign, the fixtures and the verdict read a run's numbers; a dict of
-``Any`` let a misspelt key or a string count flow silently into an average. Why the
+Why typed: the campaign, the fixtures and the verdict read a run's numbers; an untyped
+dict let a misspelt key or a string count flow silently into an average. Why the
 bench JSON form too: users' scripts read ``vllm bench serve --save-result`` files, so
 :meth:`LoadResult.to_dict` carries every key bench writes (same names, same units,
 ``itls`` per request, ``request_goodput`` null without SLOs) plus ours (docs/metrics.md).
@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-JSONValue = object  # a JSON-serialisable value (str, int, float, bool, None, lists and dicts of them)
+from ..jsontypes import JSONValue
 
 #: a client process busy this fraction of the measured window could not keep up
 SATURATED_CPU = 0.90
