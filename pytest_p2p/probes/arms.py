@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..errors import ConfigError
 
@@ -123,7 +123,7 @@ PRESETS: dict[str, Arm] = {
 DEFAULT_ARMS = ("p2p_on", "p2p_off")
 
 
-def parse_arms(value: Any, source: str, path: str) -> dict[str, Arm]:
+def parse_arms(value: object, source: str, path: str) -> dict[str, Arm]:
     """Parse the rig file's ``arms:`` section.
 
     Accepted forms: absent (the seed's ``p2p_on`` and ``p2p_off``); a list of preset
@@ -150,7 +150,7 @@ def parse_arms(value: Any, source: str, path: str) -> dict[str, Arm]:
     return arms
 
 
-def _parse_arm(name: str, spec: Any, source: str, where: str) -> Arm:
+def _parse_arm(name: str, spec: object, source: str, where: str) -> Arm:
     if spec is None or isinstance(spec, str):
         preset_name = name if spec is None else spec
         if preset_name not in PRESETS:
@@ -185,7 +185,7 @@ def _parse_arm(name: str, spec: Any, source: str, where: str) -> Arm:
     return Arm(name, env, expect, car, symm, desc)
 
 
-def _opt_bool(body: Mapping[str, Any], key: str, source: str, where: str, default: bool | None) -> bool | None:
+def _opt_bool(body: Mapping[str, object], key: str, source: str, where: str, default: bool | None) -> bool | None:
     if key not in body or body[key] is None:
         return default if key not in body else None
     return boolean(body[key], source, join(where, key))

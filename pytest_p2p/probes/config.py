@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal, TypedDict
 
 from ..errors import ConfigError
 from ..util import format_size
@@ -41,7 +41,7 @@ class Thresholds:
     busbw_min_gbs: Mapping[int, float] = field(default_factory=dict)
     latency_max_us: Mapping[int, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, dict[str, float]]:
         return {k: {format_size(s): x for s, x in getattr(self, k).items()} for k in THRESHOLD_KINDS}
 
 
@@ -87,7 +87,7 @@ class ProbeConfig:
             {**self.thresholds.latency_max_us, **own.latency_max_us},
         )
 
-    def select_arms(self, defined: Mapping[str, Any], source: str = "rig", path: str = "probe.arms") -> list[str]:
+    def select_arms(self, defined: Mapping[str, object], source: str = "rig", path: str = "probe.arms") -> list[str]:
         if self.arms is None:
             return list(defined)
         for i, name in enumerate(self.arms):
@@ -97,9 +97,42 @@ class ProbeConfig:
         return list(self.arms)
 
 
-def parse_probe(value: Any, source: str, path: str) -> ProbeConfig:
+class _ProbeFields(TypedDict, total=False):
+    """The :class:`ProbeConfig` fields a ``probe:`` section sets (the others keep their defaults)."""
+
+    sizes: tuple[int, ...]
+    decode_sizes: tuple[int, ...]
+    iters: int
+    warmup: int
+    graph: bool
+    direct: bool
+    graph_launches: int
+    timeout_s: float
+    thresholds: Thresholds
+    per_arm_thresholds: Mapping[str, Thresholds]
+    uplift: Uplift
+    arms: tuple[str, ...] | None
+    copy_bytes: int
+    copy_reps: int
+    nccl_tests: bool
+
+
+class _UpliftFields(TypedDict, total=False):
+    faster: str
+    slower: str
+    at: tuple[int, ...] | None
+    min: float
+
+
+#: the section's counts and their lower bounds; its switches
+_COUNT_KEYS: tuple[tuple[Literal["iters", "warmup", "graph_launches", "copy_reps"], int], ...] = (
+    ("iters", 1), ("warmup", 0), ("graph_launches", 1), ("copy_reps", 1))
+_BOOL_KEYS: tuple[Literal["graph", "direct", "nccl_tests"], ...] = ("graph", "direct", "nccl_tests")
+
+
+def parse_probe(value: object, source: str, path: str) -> ProbeConfig:
     body = mapping(value, source, path, allowed=PROBE_KEYS)
-    kw: dict[str, Any] = {}
+    kw: _ProbeFields = {}
     if "decode_sizes" in body and "decode" in body:
         raise ConfigError(source, join(path, "decode"), "give decode_sizes or decode, not both")
     decode: tuple[int, ...] = DEFAULT_DECODE_SIZES
@@ -110,12 +143,12 @@ def parse_probe(value: Any, source: str, path: str) -> ProbeConfig:
     kw["decode_sizes"] = decode
     base = _sizes(body["sizes"], source, join(path, "sizes")) if "sizes" in body else DEFAULT_SIZES
     kw["sizes"] = tuple(sorted(set(base) | set(decode)))
-    for key, lo in (("iters", 1), ("warmup", 0), ("graph_launches", 1), ("copy_reps", 1)):
-        if key in body:
-            kw[key] = int_in(body[key], source, join(path, key), lo, MAX_COUNT)
-    for key in ("graph", "direct", "nccl_tests"):
-        if key in body:
-            kw[key] = boolean(body[key], source, join(path, key))
+    for count, lo in _COUNT_KEYS:
+        if count in body:
+            kw[count] = int_in(body[count], source, join(path, count), lo, MAX_COUNT)
+    for switch in _BOOL_KEYS:
+        if switch in body:
+            kw[switch] = boolean(body[switch], source, join(path, switch))
     if "timeout_s" in body:
         kw["timeout_s"] = float_in(body["timeout_s"], source, join(path, "timeout_s"), 1, MAX_TIMEOUT_S)
     if "copy_bytes" in body:
@@ -134,7 +167,7 @@ def parse_probe(value: Any, source: str, path: str) -> ProbeConfig:
     return ProbeConfig(**kw)
 
 
-def _sizes(value: Any, source: str, path: str) -> tuple[int, ...]:
+def _sizes(value: object, source: str, path: str) -> tuple[int, ...]:
     items = sequence(value, source, path)
     if not items:
         raise ConfigError(source, path, "expected at least one size")
@@ -148,7 +181,7 @@ def _sizes(value: Any, source: str, path: str) -> tuple[int, ...]:
     return tuple(sorted(set(out)))
 
 
-def _decode_sizes(value: Any, source: str, path: str) -> tuple[int, ...]:
+def _decode_sizes(value: object, source: str, path: str) -> tuple[int, ...]:
     """``batch x hidden / tp x dtype_bytes`` for each batch, rounded down to whole float32 words."""
     body = mapping(value, source, path, allowed=DECODE_KEYS)
     for key in ("hidden", "batches"):
@@ -172,12 +205,12 @@ def _decode_sizes(value: Any, source: str, path: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def _size_map(value: Any, source: str, path: str) -> dict[int, float]:
+def _size_map(value: object, source: str, path: str) -> dict[int, float]:
     return {size(k, source, join(path, k)): float_in(x, source, join(path, k), 0, MAX_THRESHOLD)
             for k, x in mapping(value, source, path).items()}
 
 
-def _thresholds(value: Any, source: str, path: str) -> tuple[Thresholds, dict[str, Thresholds]]:
+def _thresholds(value: object, source: str, path: str) -> tuple[Thresholds, dict[str, Thresholds]]:
     body = mapping(value, source, path, allowed=(*THRESHOLD_KINDS, "per_arm"))
     common = Thresholds(*(_size_map(body.get(k), source, join(path, k)) for k in THRESHOLD_KINDS))
     per_arm = {}
@@ -188,9 +221,9 @@ def _thresholds(value: Any, source: str, path: str) -> tuple[Thresholds, dict[st
     return common, per_arm
 
 
-def _uplift(value: Any, source: str, path: str) -> Uplift:
+def _uplift(value: object, source: str, path: str) -> Uplift:
     body = mapping(value, source, path, allowed=UPLIFT_KEYS)
-    kw: dict[str, Any] = {}
+    kw: _UpliftFields = {}
     for key in ("faster", "slower"):
         if key in body:
             kw[key] = string(body[key], source, join(path, key))
