@@ -43,9 +43,9 @@ downtraining) and ``exclude_throttled`` whether untrustworthy reps are dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from ..errors import ConfigError
+from ..jsontypes import JSONObject
 from ..stats.uplift_rule import RULES, UpliftRule, parse_min_uplift
 from ..util import format_size
 from ..validate import boolean, float_in, int_in, join, mapping, sequence, size, string
@@ -104,7 +104,7 @@ class CampaignConfig:
     scenario_timeout_s: float = 900.0
     telemetry_hz: float = 2.0
     exclude_throttled: bool = True
-    min_uplift_raw: Any = None
+    min_uplift_raw: object = None  # as the rig file wrote it; parsed per kind by uplift_rule_for
     uplift_rule: str = "point"
     uplift_metric: str | None = None
     uplift_direction: str | None = None
@@ -167,12 +167,12 @@ class CampaignConfig:
             out = replace(out, kind=kind)
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """Every rig-file key but ``min_uplift`` (run.json records the parsed rule under ``uplift.rule``)."""
         return {k: getattr(self, k) for k in _KEYS if k != "min_uplift"}
 
 
-def _int_list(value: Any, source: str, path: str, hi: int) -> tuple[int, ...]:
+def _int_list(value: object, source: str, path: str, hi: int) -> tuple[int, ...]:
     items = [value] if isinstance(value, int) and not isinstance(value, bool) else sequence(value, source, path)
     out = tuple(int_in(v, source, join(path, i), 1, hi) for i, v in enumerate(items))
     if not out:
@@ -182,65 +182,95 @@ def _int_list(value: Any, source: str, path: str, hi: int) -> tuple[int, ...]:
     return out
 
 
-def parse_campaign(value: Any, source: str, path: str = "campaign") -> CampaignConfig:
-    """Validate the ``campaign:`` section; ``None`` gives the defaults."""
+def _arms(value: object, source: str, path: str) -> tuple[str, ...]:
+    arms = tuple(string(a, source, join(path, i)) for i, a in enumerate(sequence(value, source, path)))
+    if not arms:
+        raise ConfigError(source, path, "expected at least one arm")
+    if len(set(arms)) != len(arms):
+        raise ConfigError(source, path, f"arm names repeat: {list(arms)}")
+    return arms
+
+
+def _sizes(value: object, source: str, path: str) -> tuple[int, ...]:
+    sizes = tuple(size(v, source, join(path, i)) for i, v in enumerate(sequence(value, source, path)))
+    if not sizes or any(s <= 0 or s > MAX_SIZE for s in sizes):
+        raise ConfigError(source, path, f"expected a list of sizes from 1 B to {format_size(MAX_SIZE)} "
+                                        "like [8KiB, 128KiB]")
+    return sizes
+
+
+def parse_campaign(value: object, source: str, path: str = "campaign") -> CampaignConfig:
+    """Validate the ``campaign:`` section; ``None`` gives the defaults.
+
+    Keys are checked in a fixed order (the first bad one is the error); a key the rig file
+    leaves out keeps its default, and so does ``null`` where the key allows it.
+    """
     m = mapping(value, source, path, allowed=_KEYS)
-    kw: dict[str, Any] = {"source": source, "explicit": frozenset(m)}
+    d = CampaignConfig()
 
     def p(key: str) -> str:
         return join(path, key)
 
-    if "kind" in m:
-        kw["kind"] = string(m["kind"], source, p("kind"), KINDS)
-    if "arms" in m:
-        arms = tuple(string(a, source, join(p("arms"), i)) for i, a in enumerate(sequence(m["arms"], source,
-                                                                                          p("arms"))))
-        if not arms:
-            raise ConfigError(source, p("arms"), "expected at least one arm")
-        if len(set(arms)) != len(arms):
-            raise ConfigError(source, p("arms"), f"arm names repeat: {list(arms)}")
-        kw["arms"] = arms
-    if "concurrency" in m:
-        kw["concurrency"] = _int_list(m["concurrency"], source, p("concurrency"), MAX_CONCURRENCY)
-    if "sizes" in m:
-        sizes = tuple(size(v, source, join(p("sizes"), i)) for i, v in enumerate(sequence(m["sizes"], source,
-                                                                                          p("sizes"))))
-        if not sizes or any(s <= 0 or s > MAX_SIZE for s in sizes):
-            raise ConfigError(source, p("sizes"), f"expected a list of sizes from 1 B to {format_size(MAX_SIZE)} "
-                                                  "like [8KiB, 128KiB]")
-        kw["sizes"] = sizes
-    for key, lo, hi in (("reps", 1, MAX_REPS), ("seed", 0, 2**32 - 1), ("warmup", 0, MAX_PROMPTS),
-                        ("prompts_per_concurrency", 1, MAX_PROMPTS), ("vram_free_mib", 0, 10**7),
-                        ("rep_retries", 0, 10)):
-        if key in m:
-            kw[key] = int_in(m[key], source, p(key), lo, hi)
-    for key in ("input_len", "output_len"):
-        if key in m and m[key] is not None:
-            kw[key] = int_in(m[key], source, p(key), 1, MAX_TOKENS)
-    if "max_reps" in m and m["max_reps"] is not None:
-        kw["max_reps"] = int_in(m["max_reps"], source, p("max_reps"), 1, MAX_REPS)
-    for key in ("cooldown_s", "idle_baseline_s", "vram_free_timeout_s"):
-        if key in m:
-            kw[key] = float_in(m[key], source, p(key), 0, DAY_S)
-    for key, hi_s in (("scenario_timeout_s", WEEK_S), ("request_timeout_s", DAY_S), ("max_time_s", WEEK_S)):
-        if key in m and m[key] is not None:
-            kw[key] = float_in(m[key], source, p(key), 0.001, hi_s)
-    if "telemetry_hz" in m:
-        kw["telemetry_hz"] = float_in(m["telemetry_hz"], source, p("telemetry_hz"), 1, 10)
-    for key in ("smoke", "exclude_throttled"):
-        if key in m:
-            kw[key] = boolean(m[key], source, p(key))
-    if "schedule" in m:
-        kw["schedule"] = string(m["schedule"], source, p("schedule"), MODES)
-    if "uplift_rule" in m:
-        kw["uplift_rule"] = string(m["uplift_rule"], source, p("uplift_rule"), RULES)
-    if "uplift_metric" in m and m["uplift_metric"] is not None:
-        kw["uplift_metric"] = string(m["uplift_metric"], source, p("uplift_metric"))
-    if "uplift_direction" in m and m["uplift_direction"] is not None:
-        kw["uplift_direction"] = string(m["uplift_direction"], source, p("uplift_direction"), ("higher", "lower"))
-    if "min_uplift" in m:
-        kw["min_uplift_raw"] = m["min_uplift"]
-    cfg = CampaignConfig(**kw)
+    def given(key: str) -> bool:
+        """Set, and not ``null``."""
+        return key in m and m[key] is not None
+
+    def whole(key: str, lo: int, hi: int, default: int) -> int:
+        return int_in(m[key], source, p(key), lo, hi) if key in m else default
+
+    def whole_or_null(key: str, lo: int, hi: int, default: int | None) -> int | None:
+        return int_in(m[key], source, p(key), lo, hi) if given(key) else default
+
+    def real(key: str, lo: float, hi: float, default: float) -> float:
+        return float_in(m[key], source, p(key), lo, hi) if key in m else default
+
+    def flag(key: str, default: bool) -> bool:
+        return boolean(m[key], source, p(key)) if key in m else default
+
+    def word(key: str, choices: tuple[str, ...], default: str) -> str:
+        return string(m[key], source, p(key), choices) if key in m else default
+
+    kind = word("kind", KINDS, d.kind)
+    arms = _arms(m["arms"], source, p("arms")) if "arms" in m else d.arms
+    concurrency = (_int_list(m["concurrency"], source, p("concurrency"), MAX_CONCURRENCY) if "concurrency" in m
+                   else d.concurrency)
+    sizes = _sizes(m["sizes"], source, p("sizes")) if "sizes" in m else d.sizes
+    reps = whole("reps", 1, MAX_REPS, d.reps)
+    seed = whole("seed", 0, 2**32 - 1, d.seed)
+    warmup = whole("warmup", 0, MAX_PROMPTS, d.warmup)
+    prompts_per_concurrency = whole("prompts_per_concurrency", 1, MAX_PROMPTS, d.prompts_per_concurrency)
+    vram_free_mib = whole("vram_free_mib", 0, 10**7, d.vram_free_mib)
+    rep_retries = whole("rep_retries", 0, 10, d.rep_retries)
+    input_len = whole_or_null("input_len", 1, MAX_TOKENS, d.input_len)
+    output_len = whole_or_null("output_len", 1, MAX_TOKENS, d.output_len)
+    max_reps = whole_or_null("max_reps", 1, MAX_REPS, d.max_reps)
+    cooldown_s = real("cooldown_s", 0, DAY_S, d.cooldown_s)
+    idle_baseline_s = real("idle_baseline_s", 0, DAY_S, d.idle_baseline_s)
+    vram_free_timeout_s = real("vram_free_timeout_s", 0, DAY_S, d.vram_free_timeout_s)
+    scenario_timeout_s = (float_in(m["scenario_timeout_s"], source, p("scenario_timeout_s"), 0.001, WEEK_S)
+                          if given("scenario_timeout_s") else d.scenario_timeout_s)
+    request_timeout_s = (float_in(m["request_timeout_s"], source, p("request_timeout_s"), 0.001, DAY_S)
+                         if given("request_timeout_s") else d.request_timeout_s)
+    max_time_s = (float_in(m["max_time_s"], source, p("max_time_s"), 0.001, WEEK_S) if given("max_time_s")
+                  else d.max_time_s)
+    telemetry_hz = real("telemetry_hz", 1, 10, d.telemetry_hz)
+    smoke = flag("smoke", d.smoke)
+    exclude_throttled = flag("exclude_throttled", d.exclude_throttled)
+    schedule = word("schedule", MODES, d.schedule)
+    uplift_rule = word("uplift_rule", RULES, d.uplift_rule)
+    uplift_metric = (string(m["uplift_metric"], source, p("uplift_metric")) if given("uplift_metric")
+                     else d.uplift_metric)
+    uplift_direction = (string(m["uplift_direction"], source, p("uplift_direction"), ("higher", "lower"))
+                        if given("uplift_direction") else d.uplift_direction)
+    cfg = CampaignConfig(
+        kind=kind, arms=arms, concurrency=concurrency, sizes=sizes, reps=reps, schedule=schedule, seed=seed,
+        smoke=smoke, warmup=warmup, prompts_per_concurrency=prompts_per_concurrency, input_len=input_len,
+        output_len=output_len, cooldown_s=cooldown_s, idle_baseline_s=idle_baseline_s,
+        vram_free_timeout_s=vram_free_timeout_s, vram_free_mib=vram_free_mib, scenario_timeout_s=scenario_timeout_s,
+        telemetry_hz=telemetry_hz, exclude_throttled=exclude_throttled,
+        min_uplift_raw=m.get("min_uplift", d.min_uplift_raw), uplift_rule=uplift_rule,
+        uplift_metric=uplift_metric, uplift_direction=uplift_direction, request_timeout_s=request_timeout_s,
+        rep_retries=rep_retries, max_reps=max_reps, max_time_s=max_time_s, source=source, explicit=frozenset(m))
     # Validate the threshold table now (for whichever kinds it could be used with), not mid-campaign.
     kinds = ("model", "probe") if cfg.kind == "auto" else (cfg.kind,)
     errors: list[ConfigError] = []

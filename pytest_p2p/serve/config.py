@@ -17,9 +17,9 @@ import shlex
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import ConfigError
+from ..jsontypes import JSONObject
 
 # names, not 'from .. import validate as v': that form reads a stale module off the package object when
 # pytester re-imports the package in-process, and its ConfigError would escape 'except P2PError'
@@ -63,7 +63,7 @@ class ServerConfig:
     command: tuple[str, ...] = ("vllm", "serve")
     model: str = ""
     served_model_name: str | None = None
-    args: Mapping[str, Any] = field(default_factory=dict)
+    args: Mapping[str, object] = field(default_factory=dict)  # scalars or lists, as the rig file wrote them
     flags: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     startup_timeout_s: float = 900.0
@@ -103,7 +103,7 @@ class ServerConfig:
         out += ["--host", host, "--port", str(port)]
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "command": list(self.command), "model": self.model,
             "served_model_name": self.served_model_name, "args": dict(self.args),
@@ -120,7 +120,7 @@ def _flag(name: str) -> str:
     return name if name.startswith("-") else f"--{name}"
 
 
-def _arg(key: str, value: Any) -> list[str]:
+def _arg(key: str, value: object) -> list[str]:
     """``{max-model-len: 2048}`` -> ``--max-model-len 2048``; true -> bare flag; false/null -> omitted."""
     if value is None or value is False:
         return []
@@ -136,7 +136,7 @@ def is_standin(command: tuple[str, ...] | list[str]) -> bool:
     return any(w == STANDIN_MODULE or w.endswith("pytest_p2p/serve/standin.py") for w in command)
 
 
-def parse_server(value: Any, source: str, path: str = "server") -> ServerConfig:
+def parse_server(value: object, source: str, path: str = "server") -> ServerConfig:
     """Parse the rig file's ``server`` section (``None``: vLLM defaults, model still required to launch)."""
     data = mapping(value, source, path, allowed=_KEYS)
     default = ServerConfig()
@@ -187,7 +187,7 @@ def parse_server(value: Any, source: str, path: str = "server") -> ServerConfig:
     )
 
 
-def parse_load(value: Any, source: str, path: str) -> LoadDefaults:
+def parse_load(value: object, source: str, path: str) -> LoadDefaults:
     data = mapping(value, source, path, allowed=_LOAD_KEYS)
     d = LoadDefaults()
 
