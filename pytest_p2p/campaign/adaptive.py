@@ -6,6 +6,10 @@ robust screen (:func:`pytest_p2p.stats.screen_pairs`: paired log ratios and per-
 or the telemetry (throttled, link downtrained) flags it; its rep files are set aside (kept,
 named ``run_<k>.try<n>.screened.json``) and the pair is measured again, once.
 
+A slot (one server start of one arm: all its points) that sits off at every point
+together is screened too (:func:`screen_slots`, :func:`pytest_p2p.stats.outlying_slots`):
+a bad start at -20 % hides in the noise of any one point at CV 8 %, not across four.
+
 Why add pairs: a noisy uplift cannot be decided from 3 pairs, and saying "inconclusive,
 N pairs would decide it" is only useful if the campaign can act on it. While a primary
 decision is inconclusive, the runner adds interleaved pairs up to ``campaign.max_reps`` or
@@ -20,7 +24,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..stats import Decision, Outcome, SequentialPlan, StatsError, decide_uplift, screen_pairs
+from ..stats import Decision, Outcome, SequentialPlan, StatsError, decide_uplift, outlying_slots, screen_pairs
 from .aggregate import is_measurement
 from .config import CampaignConfig
 
@@ -77,6 +81,30 @@ def screen(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int])
         ratio = av[i] / bv[i]
         why.setdefault(ks[i], f"outlying pair: {metric} {av[i]:.4g} vs {bv[i]:.4g} (ratio {ratio:.3f}) "
                               f"against the other {len(ks) - 1} pair(s)")
+    return why
+
+
+def screen_slots(by_point: Mapping[str, Reps], arm: str, config: CampaignConfig, kind: str,
+                 reps: list[int]) -> dict[int, str]:
+    """``{rep: why}`` for the slots of ``arm`` that sit off at every point together (:func:`outlying_slots`).
+
+    Only reps measured at every point take part; a slot is one server start, so one bad
+    start shows at all of its points even when each point alone looks like noise.
+    """
+    metric = config.metric(kind)
+    values = {p: {k: _value(d.get(k), metric, kind) for k in reps} for p, d in by_point.items()}
+    ks = [k for k in reps if all(v[k] is not None for v in values.values())]
+    rows = [[x for k in ks if (x := v[k]) is not None] for v in values.values()]
+    try:
+        odd = outlying_slots(rows)
+    except StatsError:
+        return {}
+    why: dict[int, str] = {}
+    for i in odd:
+        shift = sum(math.log(row[i]) - sum(math.log(x) for j, x in enumerate(row) if j != i) / (len(row) - 1)
+                    for row in rows) / len(rows)
+        why[ks[i]] = (f"{arm} rep {ks[i]} off at all {len(rows)} points together: {metric} "
+                      f"{math.expm1(shift) * 100:+.0f} % against the other {len(ks) - 1} rep(s) (one bad server start)")
     return why
 
 

@@ -219,6 +219,10 @@ class CampaignRunner(Generic[H]):
         for point in points:
             for k, reason in adaptive.screen(*self._arm_reps(result, point), cfg, self.kind, reps).items():
                 why.setdefault(k, f"{point}: {reason}")
+        for arm in cfg.arms:
+            by_point = {p: result.rep_data.get((arm, p), {}) for p in points}
+            for k, reason in adaptive.screen_slots(by_point, arm, cfg, self.kind, reps).items():
+                why.setdefault(k, reason)
         for k, reason in sorted(why.items()):
             for arm in cfg.arms:
                 old = {p: d for p in points if (d := result.rep_data.get((arm, p), {}).pop(k, None)) is not None}

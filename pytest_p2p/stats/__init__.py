@@ -6,6 +6,7 @@ Stable API (documented in docs/baselines.md, so that others can audit the statis
 * :func:`decide_uplift` — does arm A beat arm B by a threshold? pass / fail / inconclusive
   on confidence bounds, with the pairs needed;
 * :func:`screen_pairs` / :func:`outliers` — reps to re-run instead of averaging them in;
+* :func:`outlying_slots` — server starts (slots) off at every point together, to re-run;
 * :class:`SequentialPlan` — adaptive pairs with alpha spending across looks;
 * :func:`decide_change` / :class:`RunStats` — one run against its history (the run is the unit);
 * :func:`family_wise` / :func:`holm_adjust` — Holm's control over a campaign's primaries.
@@ -18,11 +19,12 @@ from __future__ import annotations
 from .baseline import MIN_RUNS, RunStats, decide_change, family_wise
 from .decide import Decision, Outcome, SequentialPlan, decide_uplift, log_ratios, outliers, pairs_for, screen_pairs
 from .multiplicity import holm_adjust, holm_reject
+from .slots import outlying_slots
 from .summary import RepSummary, summarise
 from .tdist import StatsError, t_cdf, t_quantile, z_quantile
 
 __all__ = [
     "MIN_RUNS", "Decision", "Outcome", "RepSummary", "RunStats", "SequentialPlan", "StatsError",
     "decide_change", "decide_uplift", "family_wise", "holm_adjust", "holm_reject", "log_ratios", "outliers",
-    "pairs_for", "screen_pairs", "summarise", "t_cdf", "t_quantile", "z_quantile",
+    "outlying_slots", "pairs_for", "screen_pairs", "summarise", "t_cdf", "t_quantile", "z_quantile",
 ]
