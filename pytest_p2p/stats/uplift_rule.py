@@ -22,11 +22,12 @@ so the error rate holds across the looks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import SupportsFloat, SupportsIndex
 
 from ..errors import ConfigError, P2PError
+from ..jsontypes import JSONObject
 from ..util import format_size, parse_size
 from ..validate import join, percent
 from .decide import Outcome, SequentialPlan, decide_uplift
@@ -41,7 +42,7 @@ class TooFewRepsError(P2PError):
     """Kept for callers that catch it; the bounds rule reports too few pairs as inconclusive instead."""
 
 
-def point_key(key: Any, kind: str, source: str = "rig.yaml", path: str = "campaign.min_uplift") -> str:
+def point_key(key: object, kind: str, source: str = "rig.yaml", path: str = "campaign.min_uplift") -> str:
     """Normalise a ``min_uplift`` key to a point label: ``8`` -> ``c8`` (model), ``8KiB`` -> ``s8KiB`` (probe)."""
     if isinstance(key, bool):
         raise ConfigError(source, path, f"expected a concurrency or size key, got {key!r}")
@@ -81,12 +82,12 @@ class UpliftRule:
         sp = SequentialPlan(self.alpha, max(1, min(first, last)), max(first, last))
         return sp.alpha_at(min(max(pairs, sp.min_pairs), sp.max_pairs))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"default": self.default, "per_point": dict(self.per_point), "rule": self.rule,
                 "alpha": self.alpha, "plan": list(self.plan) if self.plan else None}
 
 
-def parse_min_uplift(value: Any, rule: str, kind: str, source: str, path: str) -> UpliftRule:
+def parse_min_uplift(value: object, rule: str, kind: str, source: str, path: str) -> UpliftRule:
     """``5%`` (one threshold everywhere) or ``{default: 5%, 8: 8%}``."""
     if rule not in RULES:
         raise ConfigError(source, path, f"uplift rule must be one of {', '.join(RULES)}, got {rule!r}")
@@ -126,7 +127,7 @@ class UpliftVerdict:
     def inconclusive(self) -> bool:
         return self.outcome == Outcome.INCONCLUSIVE.value
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "point": self.point, "metric": self.metric, "faster_arm": self.faster_arm,
             "slower_arm": self.slower_arm, "estimate": self.estimate,
@@ -136,14 +137,28 @@ class UpliftVerdict:
         }
 
 
-def judge(uplift: Mapping[str, Any], point: str, rule: UpliftRule, *, metric: str, faster_arm: str,
+def _ratios(value: object) -> list[float]:
+    """The ``ratios`` of a paired-uplift result as floats; a wrong shape raises ``TypeError`` like ``float()``."""
+    if not value:
+        return []
+    if not isinstance(value, Iterable):
+        raise TypeError(f"'{type(value).__name__}' object is not iterable")
+    out: list[float] = []
+    for r in value:
+        if not isinstance(r, (str, bytes, bytearray, SupportsFloat, SupportsIndex)):
+            raise TypeError(f"float() argument must be a string or a real number, not '{type(r).__name__}'")
+        out.append(float(r))
+    return out
+
+
+def judge(uplift: Mapping[str, object], point: str, rule: UpliftRule, *, metric: str, faster_arm: str,
           slower_arm: str) -> UpliftVerdict:
     """Apply the bounds rule to one :func:`~pytest_p2p.campaign.stats.paired_uplift` result.
 
     Uses the paired ratios it carries (already turned round for lower-is-better metrics).
     Fewer than 2 pairs is *inconclusive* (no spread known), never a pass and never an error.
     """
-    ratios = [float(r) for r in (uplift.get("ratios") or [])]
+    ratios = _ratios(uplift.get("ratios"))
     thr = rule.threshold(point)
     what = f"uplift of {faster_arm} over {slower_arm} in {metric} at {point}"
     alpha = rule.alpha_for(len(ratios))
