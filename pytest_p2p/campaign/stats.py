@@ -21,16 +21,37 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 from ..stats.tdist import StatsError, t_cdf, t_quantile
 
 __all__ = ["StatsError", "t_cdf", "t_quantile", "mean", "sample_std", "median", "mean_ci", "summarize",
-           "paired_uplift"]
+           "paired_uplift", "Summary", "PairedUplift"]
 
 STD_KIND = "sample (ddof=1)"
 CI_KIND = "two-sided 95% Student-t interval of the mean"
 UPLIFT_KIND = "paired by rep: geometric mean of a_k/b_k - 1, t interval on log ratios"
+
+
+class Summary(TypedDict):
+    """One metric across reps, as in ``aggregate.json`` (``None`` where there are too few values)."""
+
+    mean: float | None
+    std: float | None
+    median: float | None
+    ci95: list[float] | None
+    n: int
+    values: list[float]
+
+
+class PairedUplift(TypedDict):
+    """Arm A over arm B, paired by rep (``estimate``/``ci95`` ``None`` without pairs / below two pairs)."""
+
+    estimate: float | None
+    ci95: list[float] | None
+    n: int
+    ratios: list[float]
+    kind: str
 
 
 # --- descriptive statistics -------------------------------------------------------------
@@ -83,7 +104,7 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float]
     return (m - half, m + half)
 
 
-def summarize(values: Sequence[float]) -> dict[str, Any]:
+def summarize(values: Sequence[float]) -> Summary:
     """``{mean, std, median, ci95, n, values}`` — the shape of one metric in ``aggregate.json``."""
     xs = _clean(values, "summarize")
     if not xs:
@@ -105,7 +126,7 @@ def paired_uplift(
     *,
     higher_is_better: bool = True,
     level: float = 0.95,
-) -> dict[str, Any]:
+) -> PairedUplift:
     """Uplift of arm A over arm B from reps paired by index (rep k of A with rep k of B).
 
     A pair where either side is ``None`` (a missing or excluded rep) is dropped, so
