@@ -41,6 +41,7 @@ from pytest_p2p.stats import (  # noqa: E402
     decide_change,
     decide_uplift,
     family_wise,
+    outlying_slots,
 )
 
 ALPHA = 0.01  # campaign family-wise
@@ -133,6 +134,22 @@ def outliers_np(x: np.ndarray, z: float = 5.0, floor: float = 0.02) -> np.ndarra
     return flags
 
 
+def slots_np(x: np.ndarray, alpha: float = 0.01, min_size: float = 0.10) -> np.ndarray:
+    """x (..., P, n) log values of one arm -> flags (..., n), as ``stats.outlying_slots``."""
+    p, n = x.shape[-2], x.shape[-1]
+    if p < 2 or n < 3:
+        return np.zeros(x.shape[:-2] + (n,), bool)
+    crit = float(sst.t.ppf(1 - alpha / 2, p * (n - 2)))
+    flags = np.zeros(x.shape[:-2] + (n,), bool)
+    for i in range(n):
+        rest = np.delete(x, i, axis=-1)
+        score = (x[..., i] - rest.mean(-1)).mean(-1)
+        se = np.sqrt(rest.var(-1, ddof=1).mean(-1) * (1 + 1 / (n - 1)) / p)
+        flags[..., i] = (np.abs(score) >= min_size) & ((se == 0) | (np.abs(score) > crit * se))
+    flags[flags.sum(-1) > n // 3] = False
+    return flags
+
+
 # ----------------------------------------------------------------------------- campaigns
 
 def slot_positions(n: int, schedule: str) -> np.ndarray:
@@ -153,16 +170,19 @@ def draw_runs(rng: np.random.Generator, t: int, runs: int, n: int, cv: float, ta
     return x
 
 
-def screen_and_rerun(rng: np.random.Generator, cur: np.ndarray, eff: np.ndarray, cv: float,
-                     drift: float) -> np.ndarray:
-    """cur (T, A, P, n), eff (T, A, 1, 1) the run's own effect: each flagged pair is re-run once
-    (fresh values of both arms, in new slots at the end of the schedule)."""
+def screen_and_rerun(rng: np.random.Generator, cur: np.ndarray, truth: np.ndarray, cv: float,
+                     drift: float, slots: bool = True) -> np.ndarray:
+    """cur (T, A, P, n); truth (T, A, P, 1) the current run's true level (its run effect plus any true
+    change): each flagged pair is re-run once — fresh values of both arms, with the same truth (a re-run
+    measures the same system; only the bad rep's excursion is gone), in new slots at the end of the schedule."""
     ratios = cur[:, 0] - cur[:, 1]
     flag = outliers_np(ratios) | outliers_np(cur[:, 0]) | outliers_np(cur[:, 1])  # (T, P, n)
+    if slots:  # a slot off at every point together: re-run that pair at all points
+        flag |= (slots_np(cur[:, 0]) | slots_np(cur[:, 1]))[:, None, :]
     if not flag.any():
         return cur
     n = cur.shape[-1]
-    fresh = eff + rng.normal(0.0, cv, cur.shape) - drift * (2 * n + np.arange(A))[None, :, None, None]
+    fresh = truth + rng.normal(0.0, cv, cur.shape) - drift * (2 * n + np.arange(A))[None, :, None, None]
     return np.where(flag[:, None], fresh, cur)
 
 
@@ -172,15 +192,15 @@ def run_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def campaign_fail(rng: np.random.Generator, t: int, k: int, n: int, cv: float, tau: float, drift: float,
                   schedule: str, *, outlier: bool, screen: bool, offset: tuple[float, float] = (0.0, 0.0),
-                  one_scenario: float = 0.0, adaptive_max: int = 0) -> dict[str, float]:
+                  one_scenario: float = 0.0, adaptive_max: int = 0, slots: bool = True) -> dict[str, float]:
     """Per-campaign rates: any primary fails (scenario or uplift), and which kind."""
     base = draw_runs(rng, t, k, n, cv, tau, drift, schedule)
     nmax = max(n, adaptive_max)
-    eff = rng.normal(0.0, tau, (t, A, 1, 1))
-    cur_full = rng.normal(0.0, cv, (t, A, P, nmax)) + eff - drift * slot_positions(nmax, schedule)[None, :, None, :]
-    cur_full[:, 0] += offset[0]
-    cur_full[:, 1] += offset[1]
-    cur_full[:, 0, P - 1] += one_scenario
+    truth = np.broadcast_to(rng.normal(0.0, tau, (t, A, 1, 1)), (t, A, P, 1)).copy()  # run effect per arm
+    truth[:, 0] += offset[0]
+    truth[:, 1] += offset[1]
+    truth[:, 0, P - 1] += one_scenario
+    cur_full = rng.normal(0.0, cv, (t, A, P, nmax)) + truth - drift * slot_positions(nmax, schedule)[None, :, None, :]
     if outlier:
         cur_full[:, 0, :, 1] += OUTLIER
     looks = list(range(n, nmax + 1)) if adaptive_max else [n]
@@ -193,10 +213,11 @@ def campaign_fail(rng: np.random.Generator, t: int, k: int, n: int, cv: float, t
     fail_sc = np.zeros(t, bool)
     fail_up = np.zeros(t, bool)
     hit = np.zeros(t, bool)
+    hit_any = np.zeros(t, bool)
     for nc in looks:
         cur = cur_full[..., :nc]
         if screen and nc >= 3:
-            cur = screen_and_rerun(rng, cur, eff, cv, drift)
+            cur = screen_and_rerun(rng, cur, truth, cv, drift, slots)
         alpha = plan.alpha_at(nc) if plan else ALPHA
         cm, cvv = run_stats(cur)  # (T, A, P)
         f1, ok1, p1 = decide_change_np(np.moveaxis(bm, 1, -1), np.moveaxis(bv, 1, -1), n, cm, cvv, nc, TOL, alpha)
@@ -209,11 +230,13 @@ def campaign_fail(rng: np.random.Generator, t: int, k: int, n: int, cv: float, t
         fail_sc |= new & rej[:, :A * P].any(1)
         fail_up |= new & rej[:, A * P:].any(1)
         hit |= new & rej[:, P - 1]  # the p2p_on scenario at the last point
+        hit_any |= new & (rej[:, P - 1] | rej[:, A * P + P - 1])  # ... or the uplift history at that point
         allpass = np.concatenate([ok1.reshape(t, -1), ok2.reshape(t, -1)], 1).all(1)
         done |= anyrej | allpass
         if done.all():
             break
-    return {"fail": failed.mean(), "scenario": fail_sc.mean(), "uplift": fail_up.mean(), "hit": hit.mean()}
+    return {"fail": failed.mean(), "scenario": fail_sc.mean(), "uplift": fail_up.mean(), "hit": hit.mean(),
+            "hit_any": (hit_any & failed).mean()}
 
 
 def uplift_rule(rng: np.random.Generator, t: int, true_up: float, cv: float, drift: float, schedule: str,
@@ -265,9 +288,17 @@ def fidelity(rng: np.random.Generator, trials: int = 300) -> None:
             pkg = np.array([x.outcome is Outcome.FAIL for x in family_wise(ds, ALPHA)])
             _, rej = holm_any(pv[None], ALPHA)
             bad += int((pkg != rej[0]).any())
+    for _ in range(trials):
+        n_pts, n_reps = int(rng.choice([2, 4])), int(rng.choice([3, 4, 6]))
+        x = rng.normal(0, rng.uniform(0.01, 0.08), (n_pts, n_reps))
+        if rng.uniform() < 0.5:
+            x[:, int(rng.integers(n_reps))] += rng.choice([OUTLIER, -OUTLIER / 2])
+        pkg = outlying_slots(np.exp(x).tolist())
+        mine = list(np.flatnonzero(slots_np(x[None])[0]))
+        bad += int(pkg != mine)
     if bad:
         raise SystemExit(f"fidelity: {bad} disagreements between numpy rules and the package")
-    print(f"fidelity: numpy rules agree with pytest_p2p.stats on {trials} random cases (+ Holm)")
+    print(f"fidelity: numpy rules agree with pytest_p2p.stats on {trials} random cases (+ Holm, slot screen)")
 
 
 # ----------------------------------------------------------------------------- report
@@ -281,7 +312,9 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="fewer cells (smoke)")
+    ap.add_argument("--tables", default="1,2,3,4", help="which tables to compute (comma-separated)")
     args = ap.parse_args()
+    tables = {int(x) for x in args.tables.split(",")}
     rng = np.random.default_rng(args.seed)
     t0 = time.time()
     fidelity(rng)
@@ -289,44 +322,69 @@ def main() -> None:
     ks = [1, 3, 10, 30]
     cvs = [0.01, 0.03, 0.05, 0.08] if not args.quick else [0.03]
     taus = [0.0, 0.01, 0.02, 0.03] if not args.quick else [0.03]
+    if 1 in tables:
+        table_false_alarms(rng, t, ks, cvs, taus)
+    if 2 in tables:
+        table_detection(rng, t)
+    if 3 in tables:
+        table_day_vs_p2p(rng, t)
+    if 4 in tables:
+        table_uplift_rule(rng, t)
+    print(f"\nelapsed {time.time() - t0:.0f} s")
+
+
+def table_false_alarms(rng: np.random.Generator, t: int, ks: list[int], cvs: list[float], taus: list[float]) -> None:
     print(f"\n## 1. Unchanged campaigns that fail (per campaign, %), {t} trials a cell")
     print("12 primary tests (8 scenarios + 4 uplift histories), Holm at 1 %, ABBA, drift 0.5 %/slot, one unflagged "
-          "-20 % rep (one slot of p2p_on, all points) in the current run; n = reps per arm of every run\n")
-    print("| K | within CV | run-to-run | n=4 screen on: fail | (scenario / uplift) | n=3 screen on | n=4 screen off |")
-    print("|---|---|---|---|---|---|---|")
-    worst = {4: 0.0, 3: 0.0}
+          "-20 % rep (one slot of p2p_on, all points) in the current run; n = reps per arm of every run; "
+          "'screens on' = per-point and slot screens, 'per-point only' = without the slot screen\n")
+    print("| K | within CV | run-to-run | n=4 screens on: fail | (scenario / uplift) | n=4 per-point only "
+          "| n=3 screens on | n=4 no screen |")
+    print("|---|---|---|---|---|---|---|---|")
+    worst = {4: 0.0, 3: 0.0, 0: 0.0}
     for k in ks:
         for cv in cvs:
             for tau in taus:
                 on = campaign_fail(rng, t, k, 4, cv, tau, 0.005, "abba", outlier=True, screen=True)
+                pp = campaign_fail(rng, t, k, 4, cv, tau, 0.005, "abba", outlier=True, screen=True, slots=False)
                 on3 = campaign_fail(rng, t, k, 3, cv, tau, 0.005, "abba", outlier=True, screen=True)
                 off = campaign_fail(rng, t, k, 4, cv, tau, 0.005, "abba", outlier=True, screen=False)
                 worst[4] = max(worst[4], on["fail"])
                 worst[3] = max(worst[3], on3["fail"])
+                worst[0] = max(worst[0], pp["fail"])
                 print(f"| {k} | {cv:.0%} | {tau:.0%} | {pct(on['fail'])} | {pct(on['scenario'])} / "
-                      f"{pct(on['uplift'])} | {pct(on3['fail'])} | {pct(off['fail'])} |")
-    print(f"\nworst unchanged-campaign failure rate, screen on: n=4 {pct(worst[4])} %, n=3 {pct(worst[3])} %")
+                      f"{pct(on['uplift'])} | {pct(pp['fail'])} | {pct(on3['fail'])} | {pct(off['fail'])} |",
+                      flush=True)
+    print(f"\nworst unchanged-campaign failure rate, screens on: n=4 {pct(worst[4])} %, n=3 {pct(worst[3])} %; "
+          f"per-point screen only, n=4: {pct(worst[0])} %")
 
+
+def table_detection(rng: np.random.Generator, t: int) -> None:
     print("\n## 2. Detection of a true -10 % drop of the primary (%), within CV <= 3 %")
     print("(a) in every scenario (system regression): any primary fails; (b) in one scenario only (p2p_on at c8): "
-          "that scenario fails.  n = reps of every run, baseline and current (the baseline verdict is one look "
-          "at the end of the campaign)\n")
-    print("| K | within CV | run-to-run | (a) n=3 | (a) n=4 | (a) n=6 | (b) n=3 | (b) n=4 | (b) n=6 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "that scenario fails; (b any) that scenario or its uplift history fails.  n = reps of every run, "
+          "baseline and current (the baseline verdict is one look at the end of the campaign)\n")
+    print("| K | within CV | run-to-run | (a) n=3 | (a) n=4 | (a) n=6 | (b) n=3 | (b) n=4 | (b) n=6 | (b any) n=6 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     drop = math.log(0.9)
     for k in (10, 30):
         for cv in (0.01, 0.02, 0.03):
             for tau in (0.0, 0.01, 0.02):
                 a_cells, b_cells = [], []
-                for n, adaptive in ((3, 0), (4, 0), (6, 0)):
+                last_any = ""
+                for n in (3, 4, 6):
                     a = campaign_fail(rng, t, k, n, cv, tau, 0.005, "abba", outlier=False, screen=True,
-                                      offset=(drop, drop), adaptive_max=adaptive)
+                                      offset=(drop, drop))
                     b = campaign_fail(rng, t, k, n, cv, tau, 0.005, "abba", outlier=False, screen=True,
-                                      one_scenario=drop, adaptive_max=adaptive)
+                                      one_scenario=drop)
                     a_cells.append(pct(a["fail"]))
                     b_cells.append(pct(b["hit"]))
-                print(f"| {k} | {cv:.0%} | {tau:.0%} | " + " | ".join(a_cells + b_cells) + " |")
+                    last_any = pct(b["hit_any"])
+                print(f"| {k} | {cv:.0%} | {tau:.0%} | " + " | ".join([*a_cells, *b_cells, last_any]) + " |",
+                      flush=True)
 
+
+def table_day_vs_p2p(rng: np.random.Generator, t: int) -> None:
     print("\n## 3. Both arms 3 % slower (a slower day) vs P2P-only loss (p2p_on -4 %), K = 10, 4 reps, screen on")
     print("| within CV | run-to-run | both -3 %: any fail | of which uplift | p2p_on -4 %: uplift history fails |"
           " any fail |")
@@ -338,8 +396,10 @@ def main() -> None:
             only = campaign_fail(rng, t, 10, 4, cv, tau, 0.005, "abba", outlier=False, screen=True,
                                  offset=(math.log(0.96), 0.0))
             print(f"| {cv:.0%} | {tau:.0%} | {pct(both['fail'])} | {pct(both['uplift'])} | {pct(only['uplift'])} |"
-                  f" {pct(only['fail'])} |")
+                  f" {pct(only['fail'])} |", flush=True)
 
+
+def table_uplift_rule(rng: np.random.Generator, t: int) -> None:
     print(f"\n## 4. Minimum-uplift rule (threshold +5 %, alpha 1 % per wrong verdict), {t} trials a cell")
     print("pass / fail / inconclusive %, drift 0.5 %/slot; 'fixed 4' = 4 pairs ABBA, 'adaptive' = 3..6 pairs "
           "ABBA with alpha spending; 'AB 3' = the old AB-AB-AB with 3 pairs\n")
@@ -357,7 +417,6 @@ def main() -> None:
                     worst_wrong = max(worst_wrong, fl if up >= UP_THR else ps)
             print(f"| {cv:.0%} | {up:+.0%} | " + " | ".join(cells) + " |")
     print(f"\nworst wrong-verdict rate at >= 3 pp from the threshold (no outlier): {pct(worst_wrong)} %")
-    print(f"\nelapsed {time.time() - t0:.0f} s")
 
 
 if __name__ == "__main__":
