@@ -108,6 +108,22 @@ def screen_slots(by_point: Mapping[str, Reps], arm: str, config: CampaignConfig,
     return why
 
 
+def screen_campaign(rep_data: Mapping[tuple[str, str], Reps], config: CampaignConfig, kind: str, reps: list[int],
+                    points: list[str]) -> dict[int, str]:
+    """``{rep: why}`` for the pairs to re-run: each point's screen (:func:`screen`), then each arm's slots."""
+    b = config.arm_b or config.arm_a
+    why: dict[int, str] = {}
+    for point in points:
+        on, off = rep_data.get((config.arm_a, point), {}), rep_data.get((b, point), {})
+        for k, reason in screen(on, off, config, kind, reps).items():
+            why.setdefault(k, f"{point}: {reason}")
+    for arm in config.arms:
+        by_point = {p: rep_data.get((arm, p), {}) for p in points}
+        for k, reason in screen_slots(by_point, arm, config, kind, reps).items():
+            why.setdefault(k, reason)
+    return why
+
+
 @dataclass(frozen=True)
 class Budget:
     """When adding pairs stops: ``max_reps`` pairs, or ``deadline`` (monotonic seconds)."""

@@ -214,15 +214,7 @@ class CampaignRunner(Generic[H]):
         cfg = self.config
         if cfg.arm_b is None or pending or result.errors:
             return
-        reps = list(range(1, result.reps + 1))
-        why: dict[int, str] = {}
-        for point in points:
-            for k, reason in adaptive.screen(*self._arm_reps(result, point), cfg, self.kind, reps).items():
-                why.setdefault(k, f"{point}: {reason}")
-        for arm in cfg.arms:
-            by_point = {p: result.rep_data.get((arm, p), {}) for p in points}
-            for k, reason in adaptive.screen_slots(by_point, arm, cfg, self.kind, reps).items():
-                why.setdefault(k, reason)
+        why = adaptive.screen_campaign(result.rep_data, cfg, self.kind, list(range(1, result.reps + 1)), points)
         for k, reason in sorted(why.items()):
             for arm in cfg.arms:
                 old = {p: d for p in points if (d := result.rep_data.get((arm, p), {}).pop(k, None)) is not None}
