@@ -16,21 +16,50 @@ the seed's.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
-from .telemetry import SIMULATED_MARK, Row
+from .telemetry import SIMULATED_MARK, Cell, Row
 
 METHOD_COUNTER = "nvml_energy_counter"
 METHOD_POWER = "power_integration"
 
 
+class WindowEnergy(TypedDict):
+    """What :func:`window_energy` measured (GPU keys are indexes as strings, JSON's only key type)."""
+
+    method: str
+    simulated: bool
+    window_s: float | None
+    joules: dict[str, float | None]
+    total_joules: float | None
+    avg_watts: float | None
+    idle_watts: dict[str, float | None]
+    idle_total_watts: float | None
+    output_tokens: int | None
+    tokens_per_joule: float | None
+    joules_per_token: float | None
+    notes: list[str]
+
+
+def _float(value: Cell) -> float:
+    """A cell as ``float()`` reads it (an empty cell is the ``TypeError`` float(None) raises)."""
+    if value is None:
+        raise TypeError("float() argument must be a string or a real number, not 'NoneType'")
+    return float(value)
+
+
+def _wall(row: Row) -> float:
+    return _float(row["wall_epoch"])
+
+
 def _by_gpu(rows: Sequence[Row]) -> dict[int, list[Row]]:
     out: dict[int, list[Row]] = {}
     for r in rows:
-        if isinstance(r.get("index"), int):
-            out.setdefault(r["index"], []).append(r)
+        index = r.get("index")
+        if isinstance(index, int):
+            out.setdefault(index, []).append(r)
     for rs in out.values():
-        rs.sort(key=lambda r: r["wall_epoch"])
+        rs.sort(key=_wall)
     return out
 
 
@@ -38,14 +67,13 @@ def idle_watts(rows: Sequence[Row]) -> dict[int, float | None]:
     """Mean sampled power per GPU over the idle rows taken before a rep."""
     out: dict[int, float | None] = {}
     for g, rs in _by_gpu(rows).items():
-        ws = [float(r["power.draw"]) for r in rs if isinstance(r.get("power.draw"), (int, float))]
+        ws = [float(w) for r in rs if isinstance(w := r.get("power.draw"), (int, float))]
         out[g] = sum(ws) / len(ws) if ws else None
     return out
 
 
 def _integrate_power(rs: Sequence[Row]) -> float | None:
-    pts = [(float(r["wall_epoch"]), float(r["power.draw"])) for r in rs
-           if isinstance(r.get("power.draw"), (int, float))]
+    pts = [(_wall(r), float(w)) for r in rs if isinstance(w := r.get("power.draw"), (int, float))]
     if len(pts) < 2:
         return None
     return sum((t1 - t0) * (w0 + w1) / 2.0 for (t0, w0), (t1, w1) in zip(pts, pts[1:], strict=False))
@@ -58,7 +86,7 @@ def window_energy(
     *,
     output_tokens: int | None = None,
     idle_rows: Sequence[Row] = (),
-) -> dict[str, Any]:
+) -> WindowEnergy:
     """Energy of the window between ``start_rows`` and ``end_rows`` (the samples taken at its marks).
 
     ``window_rows`` (every sample in between, marks included) feed the power-integration fallback.
@@ -72,10 +100,11 @@ def window_energy(
         s = start.get(g, [None])[0]
         e = end.get(g, [None])[-1]
         if s is not None and e is not None:
-            durations.append(float(e["wall_epoch"]) - float(s["wall_epoch"]))
-        if (s is not None and e is not None and isinstance(s.get("energy_mj"), int)
-                and isinstance(e.get("energy_mj"), int) and e["energy_mj"] >= s["energy_mj"]):
-            joules[g] = (e["energy_mj"] - s["energy_mj"]) / 1000.0
+            durations.append(_wall(e) - _wall(s))
+        mj0 = s.get("energy_mj") if s is not None else None
+        mj1 = e.get("energy_mj") if e is not None else None
+        if isinstance(mj0, int) and isinstance(mj1, int) and mj1 >= mj0:
+            joules[g] = (mj1 - mj0) / 1000.0
             methods[g] = METHOD_COUNTER
         else:
             joules[g] = _integrate_power(window.get(g, []))
@@ -118,6 +147,6 @@ def window_energy(
 ENERGY_METRICS = ("tokens_per_joule", "joules_per_token", "avg_watts")
 
 
-def energy_metrics(energy: Mapping[str, Any]) -> dict[str, float]:
+def energy_metrics(energy: Mapping[str, object]) -> dict[str, float]:
     """The energy numbers that are aggregated like any other metric."""
-    return {k: float(energy[k]) for k in ENERGY_METRICS if isinstance(energy.get(k), (int, float))}
+    return {k: float(v) for k in ENERGY_METRICS if isinstance(v := energy.get(k), (int, float))}

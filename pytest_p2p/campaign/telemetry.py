@@ -22,9 +22,10 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import P2PError
+from ..jsontypes import JSONObject
 from ..util import atomic_write_text
 
 if TYPE_CHECKING:
@@ -55,7 +56,10 @@ REASON_NAMES = {REASON_SW_POWER_CAP: "sw_power_cap", REASON_HW_SLOWDOWN: "hw_slo
                 REASON_SW_THERMAL: "sw_thermal", REASON_HW_THERMAL: "hw_thermal",
                 REASON_HW_POWER_BRAKE: "hw_power_brake"}
 
-Row = dict[str, Any]
+#: one CSV cell: a number NVML reported, the ``simulated`` mark, or ``None`` for a field the GPU does not report
+Cell = int | float | str | None
+#: one sample of one GPU: :data:`COLUMNS` -> cell
+Row = dict[str, Cell]
 
 
 def throttle_names(mask: int) -> list[str]:
@@ -150,7 +154,7 @@ class SimulatedReader(Reader):
         now = time.time()
         dt = 0.0 if self._last is None else max(0.0, now - self._last)
         self._last = now
-        rows = []
+        rows: list[Row] = []
         for g in self.gpus:
             watts = self.idle_w + (self.busy_w - self.idle_w) * self.load + 3.0 * math.sin(now + g)
             self._energy_mj[g] = self._energy_mj.get(g, 1_000_000.0) + watts * dt * 1000.0
@@ -289,7 +293,7 @@ class RepFlags:
     samples: int
     simulated: bool
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"throttled": self.throttled, "downtrained": self.downtrained, "reasons": self.reasons,
                 "details": self.details, "samples": self.samples, "simulated": self.simulated}
 
