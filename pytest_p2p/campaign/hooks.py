@@ -29,7 +29,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pytest
 
@@ -42,6 +42,26 @@ if TYPE_CHECKING:
     from .config import CampaignConfig
     from .outcome import CampaignOutcome
     from .result import CampaignResult
+
+T = TypeVar("T")
+
+
+class _Node(Protocol):
+    """What the xdist hooks use of a ``WorkerController`` (``workeroutput`` is read with ``getattr``: a
+    worker that died has none)."""
+
+    workerinput: dict[str, object]
+
+    @property
+    def config(self) -> pytest.Config: ...
+
+
+class _TracebackEntry(Protocol):
+    """What :func:`has_line` reads of pytest's ``TracebackEntry``."""
+
+    @property
+    def lineno(self) -> int: ...
+
 
 MODES = CAMPAIGN_MODES
 STAMP_KEY = pytest.StashKey[str]()
@@ -77,7 +97,7 @@ class Plan:
     origin: str
 
 
-def _resolved(config: pytest.Config, opt: Option[Any]) -> tuple[Any, str]:
+def _resolved(config: pytest.Config, opt: Option[T]) -> tuple[T, str]:
     r = resolve(config, opt)
     return r.value, r.where()
 
@@ -107,7 +127,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node: Any) -> None:
+def pytest_configure_node(node: _Node) -> None:
     """xdist controller -> worker: one run stamp for the whole session."""
     node.workerinput[WORKER_STAMP] = node.config.stash[STAMP_KEY]
 
@@ -143,7 +163,7 @@ def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> G
     return (yield)
 
 
-def has_line(entry: Any) -> bool:
+def has_line(entry: _TracebackEntry) -> bool:
     """Whether pytest can render this traceback entry (its ``lineno`` needs ``tb_lineno``)."""
     try:
         return isinstance(entry.lineno, int)
@@ -152,7 +172,7 @@ def has_line(entry: Any) -> bool:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node: Any, error: Any) -> None:
+def pytest_testnodedown(node: _Node, error: object) -> None:
     """xdist worker -> controller: the campaigns it finished, published again on the controller."""
     from .outcome import CampaignOutcome
 
@@ -306,7 +326,7 @@ def pair_scope(nodeid: str) -> str | None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Under ``--dist loadgroup``, one work unit per GPU pair, read from the test id itself.
 
     xdist's own loadgroup reads ``xdist_group`` marks through a node-id suffix that

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
@@ -143,6 +143,7 @@ def parse_server(value: object, source: str, path: str = "server") -> ServerConf
     command: tuple[str, ...] = default.command
     if "command" in data:
         raw = data["command"]
+        words: Sequence[object]
         if isinstance(raw, str):
             try:
                 words = shlex.split(raw)
