@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import SupportsIndex, SupportsInt, TypedDict
 
 from ..children import die_with_parent
 from ..envs import subprocess_env
@@ -43,7 +43,7 @@ from .model import (
     PcieLink,
     PcieReading,
 )
-from .nvml import Nvml, NvmlGpu, nvml_call, nvml_get, nvml_session, text, why_no_nvml
+from .nvml import Nvml, NvmlGpu, Pynvml, nvml_call, nvml_get, nvml_session, struct_field, text, why_no_nvml
 
 # nvmlNvlinkVersion_t -> NVLink generation (1.0, 2.0, 2.2, 3.0, 3.1, 4.0, 5.0, 6.0)
 NVLINK_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
@@ -61,7 +61,20 @@ def nvml_available() -> tuple[bool, str]:
     return (True, "NVML sees the GPUs") if why is None else (False, why)
 
 
-def clock_event_reasons(nv: Any, h: Any) -> int | None:
+def _code(value: object) -> int:
+    """``int(value)`` of a raw NVML result (an enum or a counter); TypeError where ``int()`` itself refuses."""
+    if isinstance(value, (str, bytes, SupportsInt, SupportsIndex)):
+        return int(value)
+    raise TypeError(f"int() argument must be a string, a bytes-like object or a real number, not "
+                    f"'{type(value).__name__}'")
+
+
+def _count(value: object) -> int | None:
+    """A raw NVML counter read with :func:`nvml_call` (``None``: not reported)."""
+    return None if value is None else _code(value)
+
+
+def clock_event_reasons(nv: Pynvml, h: object) -> int | None:
     """The clocks-event (throttle) reason mask of raw handle ``h`` (kept for callers not yet on :mod:`.nvml`)."""
     return NvmlGpu(Nvml(nv), -1, h).clock_event_reasons()
 
@@ -128,7 +141,7 @@ def read_pcie(h: NvmlGpu) -> PcieReading:
     return PcieReading(h.pcie_gen(), h.pcie_width())
 
 
-def _nvlinks(nv: Any, h: Any) -> list[NvLinkState]:
+def _nvlinks(nv: Pynvml, h: object) -> list[NvLinkState]:
     links: list[NvLinkState] = []
     for link in range(getattr(nv, "NVML_NVLINK_MAX_LINKS", MAX_NVLINKS)):
         state = nvml_call(nv, "nvmlDeviceGetNvLinkState", h, link)
@@ -137,31 +150,31 @@ def _nvlinks(nv: Any, h: Any) -> list[NvLinkState]:
         version = nvml_call(nv, "nvmlDeviceGetNvLinkVersion", h, link)
         remote = nvml_call(nv, "nvmlDeviceGetNvLinkRemotePciInfo", h, link)
         rtype = nvml_call(nv, "nvmlDeviceGetNvLinkRemoteDeviceType", h, link)
-        crc = [nvml_call(nv, "nvmlDeviceGetNvLinkErrorCounter", h, link, c)
+        crc = [_count(nvml_call(nv, "nvmlDeviceGetNvLinkErrorCounter", h, link, c))
                for c in (nv.NVML_NVLINK_ERROR_DL_CRC_FLIT, nv.NVML_NVLINK_ERROR_DL_CRC_DATA)]
-        replay = nvml_call(nv, "nvmlDeviceGetNvLinkErrorCounter", h, link, nv.NVML_NVLINK_ERROR_DL_REPLAY)
+        replay = _count(nvml_call(nv, "nvmlDeviceGetNvLinkErrorCounter", h, link, nv.NVML_NVLINK_ERROR_DL_REPLAY))
         remote_bus = None
         if remote is not None:
-            remote_bus = nvml_get(normalize_bus_id, text(remote.busId))
+            remote_bus = nvml_get(normalize_bus_id, text(struct_field(remote, "busId")))
         known_crc = [c for c in crc if c is not None]
         links.append(NvLinkState(
             link=link,
             active=bool(state),
-            version=NVLINK_VERSION.get(int(version)) if version is not None else None,
+            version=NVLINK_VERSION.get(_code(version)) if version is not None else None,
             remote_bus_id=remote_bus,
-            remote_type=REMOTE_TYPE.get(int(rtype)) if rtype is not None else None,
+            remote_type=REMOTE_TYPE.get(_code(rtype)) if rtype is not None else None,
             crc_errors=sum(known_crc) if known_crc else None,
             replay_errors=replay,
         ))
     return links
 
 
-def _pair(nv: Any, a: GpuEvidence, b: GpuEvidence, ha: Any, hb: Any) -> PairEvidence:
+def _pair(nv: Pynvml, a: GpuEvidence, b: GpuEvidence, ha: object, hb: object) -> PairEvidence:
     level = nvml_get(lambda: nv.nvmlDeviceGetTopologyCommonAncestor(ha, hb))
     status = {}
     for name, idx in P2P_CAPS.items():
         code = nvml_call(nv, "nvmlDeviceGetP2PStatus", ha, hb, idx)
-        status[name] = P2P_STATUS.get(int(code), "U") if code is not None else None
+        status[name] = P2P_STATUS.get(_code(code), "U") if code is not None else None
     between = nvlinks_between(a, b, status.get("nvlink"))
     topology = f"NV{between}" if between else (TOPOLOGY_CLASS.get(int(level)) if level is not None else None)
     return PairEvidence(a=a.index, b=b.index, topology=topology,
@@ -225,6 +238,19 @@ print("RESULT " + json.dumps({"devices": devs, "peer": peer}), flush=True)
 """
 
 
+class _LoadDevice(TypedDict):
+    cuda_index: int
+    bus_id: str
+    name: str
+
+
+class _LoadResult(TypedDict):
+    """The ``RESULT`` line of :data:`_LOAD_SCRIPT`: CUDA's devices and its peer-access matrix."""
+
+    devices: list[_LoadDevice]
+    peer: list[tuple[int, int, bool]]  # [i, j, can i access j] (JSON arrays)
+
+
 def read_under_load(evidence: Evidence, *, seconds: float = 2.0, python: str | None = None) -> None:
     """Fill ``pcie.loaded`` (read while a CUDA workload runs) and CUDA peer access, in place.
 
@@ -238,7 +264,7 @@ def read_under_load(evidence: Evidence, *, seconds: float = 2.0, python: str | N
     env = subprocess_env(None, nccl_debug=None)
     limit = seconds + 120
     samples: dict[int, list[PcieReading]] = {g.index: [] for g in evidence.gpus}
-    result: dict[str, Any] | None = None
+    result: _LoadResult | None = None
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as errf:
         try:
             proc = subprocess.Popen([python or sys.executable, "-c", _LOAD_SCRIPT, str(seconds)], env=env,

@@ -20,18 +20,41 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import ParamSpec, Protocol, TypeVar
 
 from ..errors import EvidenceError
 from ..util import normalize_bus_id
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 ENV_SWITCH = "PYTEST_P2P_NVML"
 REPLAY_HINT = ("Replay a recording instead: --p2p-snapshot FILE (pytest) or --snapshot FILE "
                "(python -m pytest_p2p; '--snapshot demo' replays the bundled 2x H200 recording)")
+
+
+class Pynvml(Protocol):
+    """The part of the ``pynvml`` module called by attribute here and in :mod:`.live`.
+
+    Every other getter is called by name through :func:`nvml_call` (so a name this
+    nvidia-ml-py lacks is 'not reported', not an AttributeError) and returns ``object``.
+    """
+
+    NVML_NVLINK_ERROR_DL_REPLAY: int
+    NVML_NVLINK_ERROR_DL_CRC_FLIT: int
+    NVML_NVLINK_ERROR_DL_CRC_DATA: int
+
+    def nvmlInit(self) -> None: ...
+
+    def nvmlShutdown(self) -> None: ...
+
+    def nvmlDeviceGetCount(self) -> int: ...
+
+    def nvmlDeviceGetHandleByIndex(self, index: int, /) -> object: ...
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a: object, b: object, /) -> int: ...
 
 
 class NvmlUnavailable(EvidenceError):
@@ -43,7 +66,7 @@ def nvml_switched_off() -> bool:
     return os.environ.get(ENV_SWITCH, "").strip().lower() in ("off", "0", "false", "no")
 
 
-def _module() -> Any:
+def _module() -> Pynvml:
     """The pynvml module, initialised; :class:`NvmlUnavailable` with the reason when it cannot be."""
     if nvml_switched_off():
         raise NvmlUnavailable(f"NVML is switched off ({ENV_SWITCH}=off): treated as a machine without a "
@@ -57,23 +80,24 @@ def _module() -> Any:
     except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound/DriverNotLoaded, OSError from ctypes
         raise NvmlUnavailable(f"NVML could not start ({exc}): no NVIDIA driver is loaded on this machine, or it "
                               f"cannot be reached from here. {REPLAY_HINT}.") from None
-    return pynvml
+    module: Pynvml = pynvml  # untyped library: the surface this package relies on
+    return module
 
 
-def _shutdown(nv: Any) -> None:
+def _shutdown(nv: Pynvml) -> None:
     with contextlib.suppress(Exception):
         nv.nvmlShutdown()
 
 
-def nvml_get(fn: Callable[..., T], *args: Any) -> T | None:
+def nvml_get(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T | None:
     """``fn(*args)``, or ``None``: NVML getters raise NotSupported & co. on some GPUs, that is 'not reported'."""
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except Exception:  # noqa: BLE001 - pynvml raises a zoo of NVMLError subclasses and ctypes errors
         return None
 
 
-def nvml_call(nv: Any, name: str, *args: Any) -> Any:
+def nvml_call(nv: Pynvml, name: str, *args: object) -> object:
     """``nv.<name>(*args)``, or ``None`` when this nvidia-ml-py lacks the function or the GPU does not report it.
 
     The name is looked up inside the guard: a getter added in a newer NVML must not crash an
@@ -85,6 +109,18 @@ def nvml_call(nv: Any, name: str, *args: Any) -> Any:
 def text(value: object) -> str:
     """NVML strings are bytes in older nvidia-ml-py, str in newer."""
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def struct_field(struct: object, name: str) -> object:
+    """A field of a struct pynvml returned (``c_nvmlPciInfo_t.busId``): AttributeError when absent, as ``.name``."""
+    return getattr(struct, name)
+
+
+def _items(value: object) -> Iterable[object]:
+    """A list pynvml returned; TypeError for anything not iterable, as a ``for`` loop over it would raise."""
+    if isinstance(value, Iterable):
+        return value
+    raise TypeError(f"'{type(value).__name__}' object is not iterable")
 
 
 def _int(value: object) -> int | None:
@@ -116,11 +152,11 @@ class NvmlGpu:
         self.index = index
         self.handle = handle
 
-    def call(self, name: str, *args: Any) -> Any:
+    def call(self, name: str, *args: object) -> object:
         """Guarded ``nvmlDevice...(handle, *args)``: ``None`` when not reported or not in this nvidia-ml-py."""
         return nvml_call(self.nvml.module, name, self.handle, *args)
 
-    def _required(self, name: str) -> Any:
+    def _required(self, name: str) -> object:
         try:
             return getattr(self.nvml.module, name)(self.handle)
         except Exception as exc:  # noqa: BLE001 - NVMLError_GpuIsLost, _Unknown, AttributeError of an old library
@@ -128,7 +164,7 @@ class NvmlGpu:
                                 f"the GPU is still there") from None
 
     def bus_id(self) -> str:
-        return normalize_bus_id(text(self._required("nvmlDeviceGetPciInfo").busId))
+        return normalize_bus_id(text(struct_field(self._required("nvmlDeviceGetPciInfo"), "busId")))
 
     def name(self) -> str:
         return text(self._required("nvmlDeviceGetName"))
@@ -213,14 +249,14 @@ class NvmlGpu:
         procs = self.call("nvmlDeviceGetComputeRunningProcesses")
         if procs is None:
             return None
-        pids = {_int(getattr(p, "pid", None)) for p in procs}
+        pids = {_int(getattr(p, "pid", None)) for p in _items(procs)}
         return sorted(p for p in pids if p is not None)
 
 
 class Nvml:
     """An initialised NVML, valid inside :func:`nvml_session`. ``module`` is the raw pynvml for the evidence stage."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Pynvml) -> None:
         self.module = module
 
     @property
@@ -229,10 +265,10 @@ class Nvml:
         err = getattr(self.module, "NVMLError", Exception)
         return err if isinstance(err, type) and issubclass(err, Exception) else Exception
 
-    def constant(self, name: str, default: int) -> Any:
+    def constant(self, name: str, default: int) -> object:
         return getattr(self.module, name, default)
 
-    def call(self, name: str, *args: Any) -> Any:
+    def call(self, name: str, *args: object) -> object:
         """Guarded ``nvml<name>(*args)`` for system-level getters."""
         return nvml_call(self.module, name, *args)
 
@@ -310,5 +346,5 @@ def why_no_nvml() -> str | None:
     return None
 
 
-__all__ = ["ENV_SWITCH", "MemoryUse", "Nvml", "NvmlGpu", "NvmlUnavailable", "Utilization", "nvml_call", "nvml_get",
-           "nvml_session", "nvml_switched_off", "text", "why_no_nvml"]
+__all__ = ["ENV_SWITCH", "MemoryUse", "Nvml", "NvmlGpu", "NvmlUnavailable", "Pynvml", "Utilization", "nvml_call",
+           "nvml_get", "nvml_session", "nvml_switched_off", "struct_field", "text", "why_no_nvml"]
