@@ -20,12 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from .errors import EvidenceError
 from .evidence.model import Evidence
+from .jsontypes import JSONObject
 from .options import LIVE, RESULTS, RIG, SNAPSHOT, Resolved, path_of, resolve
 from .rig import ResolvedRig, Rig, auto_rig, load_rig
 from .rig import resolve as resolve_rig
@@ -128,7 +128,7 @@ class P2PSession:
             text = f"DEMO — {text}; model campaigns use the SIMULATED stand-in server"
         return text
 
-    def snapshot_dict(self) -> dict[str, Any]:
+    def snapshot_dict(self) -> JSONObject:
         from .evidence.snapshot import envelope
 
         return envelope(self.evidence)

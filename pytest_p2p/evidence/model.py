@@ -9,7 +9,9 @@ a guessed default.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TypedDict
+
+from ..jsontypes import JSONObject
 
 # nvidia-smi topo -m classes, best first. NV# is represented as "NV<n>".
 TOPOLOGY_ORDER = ("NV", "PIX", "PXB", "PHB", "NODE", "SYS")
@@ -177,30 +179,128 @@ class Evidence:
             return f"live NVML on {self.host}"
         return f"replay of {self.origin} (recorded {self.recorded_at} on {self.host})"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
 
-def _pcie_reading(d: dict[str, Any] | None) -> PcieReading | None:
+# The shape of :meth:`Evidence.to_dict` as :func:`evidence_from_dict` reads it back (``snapshot.py``
+# checks a recording against it, field by field, before it gets here).
+
+
+class PcieReadingDict(TypedDict):
+    gen: int | None
+    width: int | None
+
+
+class _PcieLinkRequired(TypedDict):
+    idle: PcieReadingDict
+    max: PcieReadingDict
+    gpu_max: PcieReadingDict
+
+
+class PcieLinkDict(_PcieLinkRequired, total=False):
+    loaded: PcieReadingDict | None
+    replay_counter: int | None
+    load_method: str
+
+
+class NvLinkDict(TypedDict):
+    link: int
+    active: bool
+    version: int | None
+    remote_bus_id: str | None
+    remote_type: str | None
+    crc_errors: int | None
+    replay_errors: int | None
+
+
+class _GpuRequired(TypedDict):
+    index: int
+    name: str
+    uuid: str  # a hand-written recording may hold null here: it is read back as it is
+    bus_id: str
+    pcie: PcieLinkDict
+
+
+class GpuDict(_GpuRequired, total=False):
+    nvlinks: list[NvLinkDict]
+    memory_total_mib: int | None
+    memory_used_mib: int | None
+    energy_mj: int | None
+    power_w: float | None
+    power_limit_w: float | None
+    sm_clock_mhz: int | None
+    mem_clock_mhz: int | None
+    temperature_c: int | None
+    pstate: int | None
+    throttle_reasons: int | None
+    cuda_index: int | None
+    mig_mode: bool | None
+
+
+class PairDict(TypedDict):
+    a: int
+    b: int
+    topology: str | None
+    nvml_topology_level: int | None
+    nvlinks_between: int
+    p2p_read: str | None
+    p2p_write: str | None
+    p2p_nvlink: str | None
+    p2p_atomics: str | None
+    cuda_peer_ab: bool | None
+    cuda_peer_ba: bool | None
+
+
+class _EvidenceRequired(TypedDict):
+    source: str
+    origin: str
+    recorded_at: str
+    host: str
+    driver_version: str | None
+    nvml_version: str | None
+    cuda_driver_version: int | None
+    gpus: list[GpuDict]
+    pairs: list[PairDict]
+
+
+class EvidenceDict(_EvidenceRequired, total=False):
+    notes: list[str]
+    simulated: bool
+
+
+def _pcie_reading(d: PcieReadingDict | None) -> PcieReading | None:
     return None if d is None else PcieReading(gen=d.get("gen"), width=d.get("width"))
 
 
-def evidence_from_dict(d: dict[str, Any]) -> Evidence:
+def _gpu_from_dict(g: GpuDict) -> GpuEvidence:
+    p = g["pcie"]
+    pcie = PcieLink(
+        idle=_pcie_reading(p["idle"]) or PcieReading(None, None),
+        loaded=_pcie_reading(p.get("loaded")),
+        max=_pcie_reading(p["max"]) or PcieReading(None, None),
+        gpu_max=_pcie_reading(p["gpu_max"]) or PcieReading(None, None),
+        replay_counter=p.get("replay_counter"),
+        load_method=p.get("load_method", "none"),
+    )
+    links = [NvLinkState(**link) for link in g.get("nvlinks", [])]
+    return GpuEvidence(
+        index=g["index"], name=g["name"], uuid=g["uuid"], bus_id=g["bus_id"], pcie=pcie, nvlinks=links,
+        memory_total_mib=g.get("memory_total_mib"), memory_used_mib=g.get("memory_used_mib"),
+        energy_mj=g.get("energy_mj"), power_w=g.get("power_w"), power_limit_w=g.get("power_limit_w"),
+        sm_clock_mhz=g.get("sm_clock_mhz"), mem_clock_mhz=g.get("mem_clock_mhz"),
+        temperature_c=g.get("temperature_c"), pstate=g.get("pstate"), throttle_reasons=g.get("throttle_reasons"),
+        cuda_index=g.get("cuda_index"), mig_mode=g.get("mig_mode"),
+    )
+
+
+def evidence_from_dict(d: EvidenceDict) -> Evidence:
     """Inverse of :meth:`Evidence.to_dict` (schema checks live in ``snapshot.py``)."""
-    gpus = []
-    for g in d["gpus"]:
-        p = g["pcie"]
-        pcie = PcieLink(
-            idle=_pcie_reading(p["idle"]) or PcieReading(None, None),
-            loaded=_pcie_reading(p.get("loaded")),
-            max=_pcie_reading(p["max"]) or PcieReading(None, None),
-            gpu_max=_pcie_reading(p["gpu_max"]) or PcieReading(None, None),
-            replay_counter=p.get("replay_counter"),
-            load_method=p.get("load_method", "none"),
-        )
-        links = [NvLinkState(**link) for link in g.get("nvlinks", [])]
-        rest = {k: v for k, v in g.items() if k not in ("pcie", "nvlinks")}
-        gpus.append(GpuEvidence(pcie=pcie, nvlinks=links, **rest))
-    pairs = [PairEvidence(**p) for p in d["pairs"]]
-    rest = {k: v for k, v in d.items() if k not in ("gpus", "pairs")}
-    return Evidence(gpus=gpus, pairs=pairs, **rest)
+    return Evidence(
+        source=d["source"], origin=d["origin"], recorded_at=d["recorded_at"], host=d["host"],
+        driver_version=d["driver_version"], nvml_version=d["nvml_version"],
+        cuda_driver_version=d["cuda_driver_version"],
+        gpus=[_gpu_from_dict(g) for g in d["gpus"]],
+        pairs=[PairEvidence(**p) for p in d["pairs"]],
+        notes=d.get("notes", []), simulated=d.get("simulated", False),
+    )
