@@ -10,17 +10,18 @@ Expectations cascade: rig-wide ``expect`` < per-GPU ``gpu.<selector>`` < per-pai
 ``pair.<a>-<b>``. A field left out is not checked — except with no rig file at all,
 where :func:`auto_rig` takes the pairs that can do P2P and expects every link at its
 maximum and peer access wherever the topology supports it. The expectations themselves
-(and their judging) live in the evidence stage (``evidence/expect.py``).
+(and their judging) live in the evidence stage (``evidence/expect.py``), and so does
+:func:`resolve`, which applies a rig to one machine's evidence (``evidence/resolve.py``;
+re-exported here).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
 from .evidence.expect import (
@@ -32,15 +33,12 @@ from .evidence.expect import (
     LinkExpect,
     NvlinkExpect,
     ResolvedRig,
-    auto_expectations_for_gpu,
     parse_expectations,
     parse_topology,
     topology_supports_p2p,
-    why_no_p2p,
 )
 from .evidence.genconfig import rig_to_yaml_dict
-from .evidence.model import Evidence
-from .evidence.snapshot import is_bundled_demo
+from .evidence.resolve import Selector, resolve
 from .evidence.visible import visible_gpus
 from .util import is_bus_id, normalize_bus_id
 
@@ -69,8 +67,6 @@ TOP_KEYS = ("rig", "description", "gpus", "pairs", "env", "expect", "gpu", "pair
             "arms", "probe", "server", "campaign", "baseline")
 SECTION_KEYS = ("arms", "probe", "server", "campaign", "baseline")
 
-Selector = int | str  # NVML index, canonical bus id, or UUID
-
 
 @dataclass(frozen=True)
 class RigSections:
@@ -92,7 +88,7 @@ class RigSections:
         return getattr(self, key)
 
 
-def parse_sections(top: Mapping[str, Any], source: str) -> RigSections:
+def parse_sections(top: Mapping[str, object], source: str) -> RigSections:
     """Each stage validates its own section (``None``: the section is absent, defaults apply)."""
     from .campaign.config import parse_campaign
     from .probes.arms import parse_arms
@@ -165,7 +161,7 @@ def load_rig(path: str | Path, origin: str | None = None) -> Rig:
     return rig
 
 
-def parse_rig(data: Any, source: str = "rig.yaml", text: str | None = None,
+def parse_rig(data: object, source: str = "rig.yaml", text: str | None = None,
               default_name: str | None = None) -> Rig:
     """Validate parsed YAML. Never raises anything but :class:`ConfigError`.
 
@@ -180,7 +176,7 @@ def parse_rig(data: Any, source: str = "rig.yaml", text: str | None = None,
         raise ConfigError(source, "", "structure nested too deeply") from None
 
 
-def _parse_rig(data: Any, source: str, text: str | None, default_name: str) -> Rig:
+def _parse_rig(data: object, source: str, text: str | None, default_name: str) -> Rig:
     if data is None:
         data = {}
     top = mapping(data, source, "", TOP_KEYS)
@@ -211,7 +207,7 @@ def _parse_rig(data: Any, source: str, text: str | None, default_name: str) -> R
                expect=expect, gpu_expect=gpu_expect, pair_expect=pair_expect, sections=sections, digest=digest)
 
 
-def _cross_check(top: Mapping[str, Any], sections: RigSections, source: str) -> None:
+def _cross_check(top: Mapping[str, object], sections: RigSections, source: str) -> None:
     """What one section says about another, named at rig-load time (not as a collection error later)."""
     undefined = [a for a in sections.campaign.arms if a not in sections.arms]
     if undefined:
@@ -224,7 +220,7 @@ def _cross_check(top: Mapping[str, Any], sections: RigSections, source: str) -> 
                                                   "local path); a model campaign cannot start without it")
 
 
-def parse_selector(value: Any, source: str, path: str) -> Selector:
+def parse_selector(value: object, source: str, path: str) -> Selector:
     """A GPU selector: NVML index, PCI bus id (any common spelling) or UUID (``GPU-…``)."""
     if isinstance(value, bool):
         raise ConfigError(source, path, f"expected a GPU index, bus id or UUID, got {show(value)}")
@@ -245,7 +241,7 @@ def parse_selector(value: Any, source: str, path: str) -> Selector:
                       f"expected a GPU index, PCI bus id ('0000:0A:00.0') or UUID ('GPU-…'), got {show(value)}")
 
 
-def _parse_gpus(value: Any, source: str) -> list[Selector] | None:
+def _parse_gpus(value: object, source: str) -> list[Selector] | None:
     if value == "all":
         return None
     items = sequence(value, source, "gpus")
@@ -257,7 +253,7 @@ def _parse_gpus(value: Any, source: str) -> list[Selector] | None:
     return sels
 
 
-def _parse_pairs(value: Any, source: str) -> str | list[tuple[Selector, Selector]]:
+def _parse_pairs(value: object, source: str) -> str | list[tuple[Selector, Selector]]:
     if value in ("auto", "all"):
         return str(value)
     items = sequence(value, source, "pairs")
@@ -287,120 +283,7 @@ def auto_rig() -> Rig:
                auto=True, digest="auto")
 
 
-# --------------------------------------------------------------------------- resolution
-
-
-def resolve(rig: Rig, evidence: Evidence, *, visible: str | None = None, use_env: bool = True) -> ResolvedRig:
-    """Apply the rig to one machine's evidence.
-
-    A rig GPU this machine does not show is recorded in ``missing`` (the presence check fails
-    with it; the other GPUs are still checked) — unless the evidence is the bundled demo
-    snapshot, where it means the rig belongs to another machine: a :class:`ConfigError`.
-    ``visible`` (default: ``CUDA_VISIBLE_DEVICES`` for live evidence) narrows auto-detection.
-    """
-    if visible is None and use_env and evidence.source == "live":
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    r = _Resolver(rig, evidence)
-    notes: list[str] = []
-    if rig.gpus is None:
-        gpus = [g.index for g in evidence.gpus]
-        if visible is not None:
-            gpus, note = visible_gpus(evidence, visible)
-            notes.append(note)
-    else:
-        found = [r.lookup(sel, f"gpus[{i}]") for i, sel in enumerate(rig.gpus)]
-        gpus = [idx for idx in found if idx is not None]
-        if visible is not None:
-            notes.append(f"CUDA_VISIBLE_DEVICES={visible!r} does not narrow the rig's own 'gpus' (each probe and "
-                         f"server gets its own CUDA_VISIBLE_DEVICES)")
-    pairs, excluded = r.pairs(gpus)
-    if r.missing and is_bundled_demo(evidence):
-        raise ConfigError(rig.source, "", f"{r.missing[0]} — the evidence is the bundled DEMO snapshot, not this rig's "
-                                          f"machine; run on the rig's machine or replay a snapshot recorded there "
-                                          f"(--p2p-snapshot FILE)")
-    gpu_expect: dict[int, Expectations] = {}
-    specific_gpu = {sel: r.lookup(sel, f"gpu.{sel}") for sel in rig.gpu_expect}
-    for idx in gpus:
-        base = auto_expectations_for_gpu(evidence.gpu(idx)) if rig.auto else Expectations()
-        exp = rig.expect.over(base)
-        for sel, specific in rig.gpu_expect.items():
-            if specific_gpu[sel] == idx:
-                exp = specific.over(exp)
-        gpu_expect[idx] = exp
-    specific_pair = {}
-    for sa, sb in rig.pair_expect:
-        ia, ib = r.lookup(sa, f"pair.{sa}-{sb}"), r.lookup(sb, f"pair.{sa}-{sb}")
-        specific_pair[(sa, sb)] = tuple(sorted((ia, ib))) if ia is not None and ib is not None else None
-    pair_expect: dict[tuple[int, int], Expectations] = {}
-    for pair in pairs:
-        ev = evidence.pair(*pair)
-        base = Expectations(peer_access=topology_supports_p2p(ev.topology) or None, topology=ev.topology) \
-            if rig.auto else Expectations()
-        exp = rig.expect.over(base)
-        for key, specific in rig.pair_expect.items():
-            if specific_pair[key] == pair:
-                exp = specific.over(exp)
-        pair_expect[pair] = exp
-    return ResolvedRig(rig_name=rig.name, source=rig.source, gpus=gpus, pairs=pairs, gpu_expect=gpu_expect,
-                       pair_expect=pair_expect, excluded=excluded, missing=r.missing, notes=notes)
-
-
-class _Resolver:
-    """Selector lookups for one rig on one machine, collecting the GPUs that are not there."""
-
-    def __init__(self, rig: Rig, evidence: Evidence) -> None:
-        self.rig = rig
-        self.evidence = evidence
-        self.missing: list[str] = []
-        self._missing_sel: set[Selector] = set()
-
-    def lookup(self, sel: Selector, path: str) -> int | None:
-        for g in self.evidence.gpus:
-            if (isinstance(sel, int) and g.index == sel) or sel in (g.bus_id, g.uuid):
-                return g.index
-        if sel not in self._missing_sel:
-            self._missing_sel.add(sel)
-            present = ", ".join(f"{g.index}={g.bus_id}" for g in self.evidence.gpus) or "none"
-            kind = "index" if isinstance(sel, int) else ("UUID" if str(sel).upper().startswith("GPU-") else "bus id")
-            self.missing.append(f"{path}: no GPU with {kind} {sel} on this machine ({self.evidence.label}); "
-                                f"GPUs present: {present}")
-        return None
-
-    def pairs(self, gpus: list[int]) -> tuple[list[tuple[int, int]], dict[tuple[int, int], str]]:
-        rig, evidence, source = self.rig, self.evidence, self.rig.source
-        recorded = {(p.a, p.b) for p in evidence.pairs}  # live: every pair; a snapshot may hold fewer
-        ordered = sorted(gpus)
-        all_pairs = [(a, b) for i, a in enumerate(ordered) for b in ordered[i + 1:] if (a, b) in recorded]
-        excluded: dict[tuple[int, int], str] = {}
-        if rig.pairs == "all":
-            return all_pairs, excluded
-        if rig.pairs == "auto":
-            pairs = []
-            for p in all_pairs:
-                why = why_no_p2p(evidence, evidence.pair(*p))
-                if why is None:
-                    pairs.append(p)
-                else:
-                    excluded[p] = why
-            return pairs, excluded
-        pairs = []
-        for i, (sa, sb) in enumerate(rig.pairs):
-            ia, ib = self.lookup(sa, f"pairs[{i}]"), self.lookup(sb, f"pairs[{i}]")
-            if ia is None or ib is None:
-                continue  # a GPU of the pair is not on this machine: reported in ``missing``
-            a, b = sorted((ia, ib))
-            if a not in gpus or b not in gpus:
-                raise ConfigError(source, f"pairs[{i}]", f"GPU {a if a not in gpus else b} is not in 'gpus'")
-            if (a, b) in pairs:
-                raise ConfigError(source, f"pairs[{i}]", f"GPUs {a} and {b} are listed as a pair twice")
-            if (a, b) not in recorded:
-                raise ConfigError(source, f"pairs[{i}]", f"the evidence ({evidence.label}) holds nothing about "
-                                                         f"the pair of GPUs {a} and {b}")
-            pairs.append((a, b))
-        return pairs, excluded
-
-
 __all__ = ["COUNTER_KEYS", "EXPECT_KEYS", "NVLINK_KEYS", "PCIE_KEYS", "Expectations", "LinkExpect", "NvlinkExpect",
-           "ResolvedRig", "Rig", "RigSections", "auto_rig", "load_rig", "parse_expectations", "parse_rig",
-           "parse_selector", "parse_topology", "resolve", "rig_to_yaml_dict", "topology_supports_p2p",
+           "ResolvedRig", "Rig", "RigSections", "Selector", "auto_rig", "load_rig", "parse_expectations",
+           "parse_rig", "parse_selector", "parse_topology", "resolve", "rig_to_yaml_dict", "topology_supports_p2p",
            "visible_gpus"]

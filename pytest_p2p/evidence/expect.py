@@ -3,14 +3,14 @@
 They belong to the evidence stage (the checks in :mod:`.diagnose` judge evidence against
 them); the rig file (``rig.py``) parses its ``expect``/``gpu``/``pair`` blocks with
 :func:`parse_expectations` and hands the result here, so evidence never imports the rig.
-:class:`ResolvedRig` is the rig applied to one machine: NVML indices instead of
-selectors, which GPUs and pairs are checked, and why the others are not.
+:class:`ResolvedRig` is the rig applied to one machine (made by :func:`.resolve.resolve`): NVML
+indices instead of selectors, which GPUs and pairs are checked, and why the others are not.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ..errors import ConfigError
 
@@ -84,7 +84,7 @@ class Expectations:
         )
 
 
-def parse_topology(value: Any, source: str, path: str) -> str:
+def parse_topology(value: object, source: str, path: str) -> str:
     text = string(value, source, path).strip().upper()
     if text in ("PIX", "PXB", "PHB", "NODE", "SYS", "NV"):
         return text
@@ -95,7 +95,7 @@ def parse_topology(value: Any, source: str, path: str) -> str:
                       f"got {show(value)}")
 
 
-def parse_expectations(value: Any, source: str, path: str, only: tuple[str, ...] = EXPECT_KEYS) -> Expectations:
+def parse_expectations(value: object, source: str, path: str, only: tuple[str, ...] = EXPECT_KEYS) -> Expectations:
     m = mapping(value, source, path, only)
     peer = boolean(m["peer_access"], source, join(path, "peer_access")) if "peer_access" in m else None
     topo = parse_topology(m["topology"], source, join(path, "topology")) if "topology" in m else None
@@ -133,7 +133,7 @@ def parse_expectations(value: Any, source: str, path: str, only: tuple[str, ...]
     )
 
 
-def _width(value: Any, source: str, path: str) -> int:
+def _width(value: object, source: str, path: str) -> int:
     if isinstance(value, str) and value.lower().startswith("x") and value[1:].isdigit():
         value = int(value[1:])
     w = integer(value, source, path, 1, 32)
