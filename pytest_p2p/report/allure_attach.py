@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 LABEL_KEYS = ("rig", "pair", "arm", "concurrency", "point", "size")
 
@@ -19,7 +19,46 @@ _TYPES = {".png": "PNG", ".csv": "CSV", ".json": "JSON", ".md": "TEXT", ".txt": 
           ".html": "HTML", ".svg": "SVG"}
 
 
-def _allure() -> Any | None:
+class AllureDynamic(Protocol):
+    """``allure.dynamic``: labels and presentation of the running test."""
+
+    def label(self, label_type: str, *labels: str) -> object: ...
+    def epic(self, *epics: str) -> object: ...
+    def feature(self, *features: str) -> object: ...
+    def story(self, *stories: str) -> object: ...
+    def severity(self, severity_level: str) -> object: ...
+    def title(self, test_title: str) -> object: ...
+    def parameter(self, name: str, value: str) -> object: ...
+
+
+class AllureAttach(Protocol):
+    """``allure.attach``: a body, or a file with ``.file``."""
+
+    def __call__(self, body: str | bytes, name: str | None = ..., attachment_type: object = ...) -> object: ...
+    def file(self, source: str, name: str | None = ..., attachment_type: object = ...) -> object: ...
+
+
+class AllureAttachmentTypes(Protocol):
+    """``allure.attachment_type`` (an enum); the members named in code, others read with ``getattr``."""
+
+    @property
+    def JSON(self) -> object: ...
+    @property
+    def PNG(self) -> object: ...
+
+
+class AllureAPI(Protocol):
+    """The part of the ``allure`` module the report stage calls."""
+
+    @property
+    def dynamic(self) -> AllureDynamic: ...
+    @property
+    def attach(self) -> AllureAttach: ...
+    @property
+    def attachment_type(self) -> AllureAttachmentTypes: ...
+
+
+def _allure() -> AllureAPI | None:
     try:
         import allure
     except ImportError:
@@ -32,7 +71,7 @@ def available() -> bool:
     return _allure() is not None
 
 
-def labels(**values: Any) -> int:
+def labels(**values: object) -> int:
     """Set allure labels (``rig``, ``pair``, ``arm``, ``concurrency``...) on the running test.
 
     ``None`` values are skipped. Returns how many labels were set (0 without allure), so
@@ -61,7 +100,7 @@ def attach_file(path: str | Path, name: str | None = None) -> bool:
     return True
 
 
-def attach_json(obj: Any, name: str) -> bool:
+def attach_json(obj: object, name: str) -> bool:
     """Attach a JSON-serialisable object (a transport proof, an uplift verdict)."""
     allure = _allure()
     if allure is None:

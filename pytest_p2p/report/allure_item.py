@@ -17,9 +17,14 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
+
+from pytest_p2p.jsontypes import JSONObject, as_dict, as_dicts
+
+if TYPE_CHECKING:
+    from pytest_p2p.report.allure_attach import AllureAPI
 
 _STAGE_OF_MODULE = {"test_evidence": "evidence", "test_probes": "probes", "test_campaign": "campaign",
                     "test_baseline": "verdict"}
@@ -52,7 +57,7 @@ def stable_identity(item: pytest.Item) -> Identity:
     return Identity(full_name=full, history_id=_md5(full, param_id), test_case_id=_md5(full))
 
 
-def readable(value: Any) -> str:
+def readable(value: object) -> str:
     """A parameter as a person reads it: ``gpu0-gpu1``, ``p2p_on``, ``p2p_on-c8`` (not a dataclass repr)."""
     if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, int) for v in value):
         return f"gpu{value[0]}-gpu{value[1]}"
@@ -101,11 +106,11 @@ def multiline_message(message: str) -> str:
     return lead + "\n".join(f"  - {p.strip()}" for p in parts)
 
 
-def _attach_bytes(allure: Any, data: bytes | str, name: str, kind: str) -> None:
+def _attach_bytes(allure: AllureAPI, data: bytes | str, name: str, kind: str) -> None:
     allure.attach(data, name=name, attachment_type=getattr(allure.attachment_type, kind))
 
 
-def attach_probe(allure: Any, result: Any, attached: set[str]) -> None:
+def attach_probe(allure: AllureAPI, result: object, attached: set[str]) -> None:
     """NCCL evidence lines and the probe table of an all-reduce result (each once per session)."""
     key = f"probe:{getattr(result, 'pair_key', '')}:{getattr(result, 'arm', '')}"
     proof = getattr(result, "proof", None)
@@ -128,27 +133,27 @@ def attach_probe(allure: Any, result: Any, attached: set[str]) -> None:
     _attach_bytes(allure, "\n".join(table), f"all-reduce table {getattr(result, 'arm', '')}", "TEXT")
 
 
-def attach_copy(allure: Any, result: Any) -> None:
+def attach_copy(allure: AllureAPI, result: object) -> None:
     if hasattr(result, "to_dict"):
         _attach_bytes(allure, json.dumps(result.to_dict(), indent=2, default=str), "P2P copy probe", "JSON")
 
 
-def attach_evidence(allure: Any, evidence: Any, found: Mapping[str, str]) -> None:
+def attach_evidence(allure: AllureAPI, evidence: object, found: Mapping[str, str]) -> None:
     """The snapshot excerpt a check judged: its pair or GPU (not the whole snapshot)."""
     if evidence is None or not hasattr(evidence, "to_dict"):
         return
-    d = evidence.to_dict()
-    excerpt: dict[str, Any] = {k: d.get(k) for k in ("source", "origin", "recorded_at", "host", "driver_version",
+    d = as_dict(evidence.to_dict())
+    excerpt: JSONObject = {k: d.get(k) for k in ("source", "origin", "recorded_at", "host", "driver_version",
                                                      "cuda_driver_version", "simulated")}
     pair = found.get("pair")
     if pair:
-        excerpt["pair"] = [p for p in d.get("pairs") or [] if isinstance(p, dict) and
-                           (p.get("key") == pair or f"gpu{p.get('a')}-gpu{p.get('b')}" == pair)]
+        excerpt["pair"] = [p for p in as_dicts(d.get("pairs"))
+                           if p.get("key") == pair or f"gpu{p.get('a')}-gpu{p.get('b')}" == pair]
     excerpt["gpus"] = d.get("gpus")
     _attach_bytes(allure, json.dumps(excerpt, indent=2, default=str), "evidence (snapshot excerpt)", "JSON")
 
 
-def attach_campaign(allure: Any, run_dir: Path, found: Mapping[str, str], attached: set[str]) -> None:
+def attach_campaign(allure: AllureAPI, run_dir: Path, found: Mapping[str, str], attached: set[str]) -> None:
     """Scenario files for a scenario check, proofs for an arm, summary (HTML) and plots once per run."""
     from pytest_p2p.report.allure_attach import attach_file
     from pytest_p2p.report.allure_meta import markdown_to_html

@@ -17,14 +17,28 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
 from ..errors import P2PError
+from ..jsontypes import as_dict
+from .summary_types import Summary, is_summary
 
 if TYPE_CHECKING:
+    import pluggy
+
     from ..campaign.outcome import CampaignOutcome
+    from .allure_attach import AllureAPI
+
+
+class _AllureTestResult(Protocol):
+    """allure-pytest's bookkeeping of one test (``allure_commons.model2.TestResult``): what we rewrite."""
+
+    fullName: str | None
+    historyId: str | None
+    testCaseId: str | None
+    status: str | None
 
 RUN_DIRS_KEY: pytest.StashKey[list[Path]] = pytest.StashKey[list[Path]]()
 ATTACHED_KEY: pytest.StashKey[set[str]] = pytest.StashKey[set[str]]()  # files attached once per session
@@ -43,7 +57,7 @@ def record_run_dir(config: pytest.Config, path: str | Path) -> None:
         dirs.append(p)
 
 
-def _label_value(value: Any) -> str | None:
+def _label_value(value: object) -> str | None:
     if value is None:
         return None
     if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, int) for v in value):
@@ -113,7 +127,7 @@ def _alluredir(config: pytest.Config) -> Path | None:
     return Path(d) if d else None
 
 
-def _listener_result(config: pytest.Config, item: pytest.Item) -> Any | None:
+def _listener_result(config: pytest.Config, item: pytest.Item) -> _AllureTestResult | None:
     """allure-pytest's TestResult of this item (its listener's bookkeeping), or None."""
     listener = config.pluginmanager.getplugin("allure_listener")
     cache, logger = getattr(listener, "_cache", None), getattr(listener, "allure_logger", None)
@@ -125,7 +139,7 @@ def _listener_result(config: pytest.Config, item: pytest.Item) -> Any | None:
     return None
 
 
-def _attach_for(item: pytest.Item, allure: Any, found: dict[str, str]) -> None:
+def _attach_for(item: pytest.Item, allure: AllureAPI, found: dict[str, str]) -> None:
     from . import allure_item
 
     attached = item.config.stash.setdefault(ATTACHED_KEY, set())
@@ -142,7 +156,8 @@ def _attach_for(item: pytest.Item, allure: Any, found: dict[str, str]) -> None:
         _attach_trend(item, allure, Path(run_dir), found, attached)
 
 
-def _attach_trend(item: pytest.Item, allure: Any, run_dir: Path, found: dict[str, str], attached: set[str]) -> None:
+def _attach_trend(item: pytest.Item, allure: AllureAPI, run_dir: Path, found: dict[str, str],
+                  attached: set[str]) -> None:
     point = found.get("point")
     if not point or found.get("arm") or f"trend:{run_dir}:{point}" in attached:
         return
@@ -153,10 +168,11 @@ def _attach_trend(item: pytest.Item, allure: Any, run_dir: Path, found: dict[str
 
     db = resolve(item.config, DB)
     target = path_of(item.config, db) if db.value else item.config.rootpath / ".p2p" / "history.db"  # type: ignore[arg-type]
-    meta = read_json(run_dir / "run.json")
-    if not isinstance(meta, dict):
+    raw = read_json(run_dir / "run.json")
+    if not isinstance(raw, dict):
         return
-    pair = str((meta.get("pair") or {}).get("key") or "")
+    meta = as_dict(raw)
+    pair = str(as_dict(meta.get("pair")).get("key") or "")
     metric = "time_us" if meta.get("kind") == "probe" else "output_throughput"
     png = trend_png(history(target, str(meta.get("rig")), pair, point, metric),
                     f"{metric} at {point}, {meta.get('rig')} {pair}: stored runs")
@@ -192,7 +208,8 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)  # old-style: pytest>=7.4 is supported
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
     if item.get_closest_marker("p2p") is None:
@@ -300,7 +317,7 @@ def environment(config: pytest.Config) -> dict[str, str]:
         with contextlib.suppress(P2PError, OSError):
             from .results import read_json
 
-            versions = (read_json(run_dir / "run.json") or {}).get("versions") or {}
+            versions = as_dict(as_dict(read_json(run_dir / "run.json")).get("versions"))
             for key, label in (("nccl", "NCCL"), ("vllm", "vLLM"), ("torch", "torch"), ("driver", "driver"),
                                ("cuda_driver", "CUDA_driver")):
                 if versions.get(key) and not env.get(label):
@@ -308,13 +325,13 @@ def environment(config: pytest.Config) -> dict[str, str]:
     return env
 
 
-def _load_summary(run_dir: Path) -> dict[str, Any]:
+def _load_summary(run_dir: Path) -> Summary:
     from .results import read_json
 
     summary_path = run_dir / "summary.json"
     if summary_path.is_file():
         data = read_json(summary_path)
-        if isinstance(data, dict):
+        if is_summary(data):
             return data
     from .render import render_report
 
@@ -341,7 +358,7 @@ def summary_lines(run_dir: Path) -> list[str]:
     return lines
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     dirs = config.stash.get(RUN_DIRS_KEY, [])
     if not dirs:
         return

@@ -16,15 +16,21 @@ forbids, hence pytest's ``PytestWarning: record_property is incompatible with ju
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+from pytest_p2p.jsontypes import as_dict
+from pytest_p2p.report.summary_types import Summary, stat_at
+
+if TYPE_CHECKING:
+    from _pytest.junitxml import LogXML
 
 PREFIX = "p2p."
 
 
-def _xml(config: pytest.Config) -> Any | None:
+def _xml(config: pytest.Config) -> LogXML | None:
     from _pytest.junitxml import xml_key
 
     return config.stash.get(xml_key, None)
@@ -75,9 +81,9 @@ def item_numbers(item: pytest.Item) -> Iterator[tuple[str, object]]:
             return
 
 
-def campaign_properties(summary: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+def campaign_properties(summary: Summary) -> Iterator[tuple[str, str]]:
     """``p2p.<pair>.<point>.uplift`` = ``+9.0%``, ``...verdict`` = pass/fail, ``...<arm>.output_throughput``."""
-    pair = str((summary.get("pair") or {}).get("key") or "run")
+    pair = str(as_dict(summary.get("pair")).get("key") or "run")
     kind = summary.get("kind")
     for u in summary.get("uplift") or []:
         base = f"{PREFIX}{pair}.{u.get('point')}"
@@ -88,11 +94,11 @@ def campaign_properties(summary: Mapping[str, Any]) -> Iterator[tuple[str, str]]
         yield f"{base}.verdict", {True: "pass", False: "fail", None: "inconclusive"}[passed]
     metric = "time_us" if kind == "probe" else "output_throughput"
     for sc in summary.get("scenarios") or []:
-        st = (sc.get("metrics") or {}).get(metric) or {}
-        if st.get("mean") is not None:
-            yield f"{PREFIX}{pair}.{sc['point']}.{sc['arm']}.{metric}", f"{float(st['mean']):.4g}"
-        bw = (sc.get("metrics") or {}).get("busbw_gbs") or {}
-        if bw.get("mean") is not None:
-            yield f"{PREFIX}{pair}.{sc['point']}.{sc['arm']}.busbw_gbs", f"{float(bw['mean']):.4g}"
+        mean = (stat_at(sc, "metrics", metric) or {}).get("mean")
+        if mean is not None:
+            yield f"{PREFIX}{pair}.{sc['point']}.{sc['arm']}.{metric}", f"{float(mean):.4g}"
+        bw_mean = (stat_at(sc, "metrics", "busbw_gbs") or {}).get("mean")
+        if bw_mean is not None:
+            yield f"{PREFIX}{pair}.{sc['point']}.{sc['arm']}.busbw_gbs", f"{float(bw_mean):.4g}"
     if summary.get("simulated"):
         yield f"{PREFIX}{pair}.simulated", "true"

@@ -13,38 +13,44 @@ import io
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from pytest_p2p.jsontypes import as_dict
 from pytest_p2p.report import terminal
 from pytest_p2p.report.plots_hw import TelemetryLookup
+from pytest_p2p.report.summary_types import Summary, UpliftEntry, stat_at
 from pytest_p2p.util import atomic_write_bytes, parse_size
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
-def _pyplot() -> Any:
+
+def _pyplot() -> None:
+    """Select the non-interactive ``Agg`` backend before pyplot is used; ImportError without matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _x(point: str) -> float:
     return float(int(point[1:])) if point.startswith("c") else float(parse_size(point[1:]))
 
 
-def _title(fig: Any, ax_or_fig: Any, text: str, summary: dict[str, Any]) -> None:
+def _title(fig: Figure, ax_or_fig: Axes | None, text: str, summary: Summary) -> None:
     sim = summary.get("simulated")
     head = f"SIMULATED — {text}" if sim else text
-    sub = f"{summary.get('rig', '?')} {(summary.get('pair') or {}).get('key', '?')} · {summary.get('run_id', '')}"
+    sub = f"{summary.get('rig', '?')} {as_dict(summary.get('pair')).get('key', '?')} · {summary.get('run_id', '')}"
     fig.suptitle(f"{head}\n{sub}", fontsize=10)
     if sim:
         fig.text(0.99, 0.01, "SIMULATED", ha="right", va="bottom", fontsize=12, color="red", alpha=0.8,
                  fontweight="bold")
 
 
-def _save(fig: Any, path: Path) -> Path:
-    plt = _pyplot()
+def _save(fig: Figure, path: Path) -> Path:
+    _pyplot()
+    import matplotlib.pyplot as plt
+
     buf = io.BytesIO()
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(buf, format="png", dpi=110)
@@ -52,24 +58,25 @@ def _save(fig: Any, path: Path) -> Path:
     return atomic_write_bytes(path, buf.getvalue())
 
 
-def _series(summary: dict[str, Any], where: str, key: str) -> dict[str, tuple[list[float], list[float], list[float]]]:
+def _series(summary: Summary, where: str, key: str) -> dict[str, tuple[list[float], list[float], list[float]]]:
     """arm -> (x, mean, std) for one metric, points in order; scenarios without it are left out."""
     out: dict[str, tuple[list[float], list[float], list[float]]] = {}
     arm_order = {a: i for i, a in enumerate(summary.get("arms") or {})}
     for sc in sorted(summary.get("scenarios") or [], key=lambda s: (arm_order.get(s["arm"], len(arm_order)),
                                                                     terminal.point_sort_key(s["point"]))):
-        st = (sc.get(where) or {}).get(key)
-        if not isinstance(st, dict) or st.get("mean") is None:
+        st = stat_at(sc, where, key)
+        mean = st.get("mean") if st is not None else None
+        if st is None or mean is None:
             continue
         xs, ms, ss = out.setdefault(sc["arm"], ([], [], []))
         xs.append(_x(sc["point"]))
-        ms.append(float(st["mean"]))
+        ms.append(float(mean))
         std = st.get("std")
         ss.append(float(std) if std is not None and math.isfinite(float(std)) else 0.0)
     return out
 
 
-def _arm_plot(ax: Any, series: dict[str, tuple[list[float], list[float], list[float]]], ylabel: str,
+def _arm_plot(ax: Axes, series: dict[str, tuple[list[float], list[float], list[float]]], ylabel: str,
               xlabel: str, log_x: bool) -> None:
     for arm, (xs, ms, ss) in series.items():
         ax.errorbar(xs, ms, yerr=ss, marker="o", capsize=4, label=arm)
@@ -82,20 +89,22 @@ def _arm_plot(ax: Any, series: dict[str, tuple[list[float], list[float], list[fl
         ax.legend(title="arm (error bars: ±1 std over reps)", fontsize=8, title_fontsize=8)
 
 
-def _ticks(ax: Any, summary: dict[str, Any]) -> None:
+def _ticks(ax: Axes, summary: Summary) -> None:
     points = sorted({sc["point"] for sc in summary.get("scenarios") or []}, key=terminal.point_sort_key)
     ax.set_xticks([_x(p) for p in points])
     ax.set_xticklabels([terminal.point_label(p) for p in points])
     ax.minorticks_off()
 
 
-def _uplift_plot(summary: dict[str, Any], path: Path, what: str) -> Path | None:
+def _uplift_plot(summary: Summary, path: Path, what: str) -> Path | None:
     entries = [u for u in summary.get("uplift") or [] if u.get("estimate") is not None]
     if not entries:
         return None
-    plt = _pyplot()
+    _pyplot()
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str], list[UpliftEntry]] = {}
     for u in entries:
         groups.setdefault((u["faster_arm"], u["slower_arm"]), []).append(u)
     points = sorted({u["point"] for u in entries}, key=terminal.point_sort_key)
@@ -107,13 +116,16 @@ def _uplift_plot(summary: dict[str, Any], path: Path, what: str) -> Path | None:
             if p not in by_point:
                 continue
             u = by_point[p]
-            est = float(u["estimate"]) * 100
+            estimate = u.get("estimate")
+            if estimate is None:  # pragma: no cover - entries hold only points with an estimate
+                continue
+            est = float(estimate) * 100
             ci = u.get("ci95")
             xs.append(pi + (gi - (len(groups) - 1) / 2) * width)
             ys.append(est)
-            if ci and None not in ci:
-                lo.append(max(est - float(ci[0]) * 100, 0.0))
-                hi.append(max(float(ci[1]) * 100 - est, 0.0))
+            if ci and None not in ci and (ci_lo := ci[0]) is not None and (ci_hi := ci[1]) is not None:
+                lo.append(max(est - float(ci_lo) * 100, 0.0))
+                hi.append(max(float(ci_hi) * 100 - est, 0.0))
             else:
                 lo.append(0.0)
                 hi.append(0.0)
@@ -140,8 +152,8 @@ def _uplift_plot(summary: dict[str, Any], path: Path, what: str) -> Path | None:
     return _save(fig, path)
 
 
-def render_plots(summary: dict[str, Any], out_dir: Path, telemetry: TelemetryLookup, *,
-                 copy_result: Mapping[str, Any] | None = None,
+def render_plots(summary: Summary, out_dir: Path, telemetry: TelemetryLookup, *,
+                 copy_result: Mapping[str, object] | None = None,
                  matrix_text: str | None = None) -> tuple[list[Path], list[str]]:
     """Write ``out_dir/*.png``; returns the paths and notes on what was skipped and why.
 
@@ -150,7 +162,8 @@ def render_plots(summary: dict[str, Any], out_dir: Path, telemetry: TelemetryLoo
     either of which feeds the P2P matrix plot.
     """
     try:
-        plt = _pyplot()
+        _pyplot()
+        import matplotlib.pyplot as plt
     except ImportError:
         return [], ["plots skipped: matplotlib is not importable (it is a dependency of pytest-p2p: reinstall it)"]
     written: list[Path] = []
@@ -200,15 +213,15 @@ def render_plots(summary: dict[str, Any], out_dir: Path, telemetry: TelemetryLoo
         written.append(up)
     else:
         notes.append("uplift.png skipped: no point has a paired rep of two arms")
-    written += _hw_plots(plt, summary, out_dir, telemetry, copy_result, matrix_text, notes)
+    written += _hw_plots(summary, out_dir, telemetry, copy_result, matrix_text, notes)
     return written, notes
 
 
-def _hw_plots(plt: Any, summary: dict[str, Any], out_dir: Path, telemetry: TelemetryLookup,
-              copy_result: Mapping[str, Any] | None, matrix_text: str | None, notes: list[str]) -> list[Path]:
+def _hw_plots(summary: Summary, out_dir: Path, telemetry: TelemetryLookup,
+              copy_result: Mapping[str, object] | None, matrix_text: str | None, notes: list[str]) -> list[Path]:
     from pytest_p2p.report import plots_hw
 
-    def title(fig: Any, text: str) -> None:
+    def title(fig: Figure, text: str) -> None:
         _title(fig, None, text, summary)
 
     written: list[Path] = []
@@ -219,12 +232,12 @@ def _hw_plots(plt: Any, summary: dict[str, Any], out_dir: Path, telemetry: Telem
         if not files:
             notes.append(f"no telemetry timeline for arm {arm}: no telemetry CSV on disk")
             continue
-        p = plots_hw.telemetry_plot(plt, title, files, arm, out_dir / f"telemetry_{arm}.png", _save)
+        p = plots_hw.telemetry_plot(title, files, arm, out_dir / f"telemetry_{arm}.png", _save)
         if p is None:
             notes.append(f"telemetry plot for {arm} skipped: its CSVs have no wall_epoch samples")
         else:
             written.append(p)
-    p = plots_hw.pcie_plot(plt, title, by_arm, out_dir / "pcie_link.png", _save)
+    p = plots_hw.pcie_plot(title, by_arm, out_dir / "pcie_link.png", _save)
     if p is None:
         notes.append("pcie_link.png skipped: no telemetry sample carries pcie.link.gen.current")
     else:
@@ -232,13 +245,13 @@ def _hw_plots(plt: Any, summary: dict[str, Any], out_dir: Path, telemetry: Telem
     matrices = _matrices(copy_result, matrix_text, notes)
     if matrices is not None:
         gpus, mats, source = matrices
-        p = plots_hw.matrix_plot(plt, title, gpus, mats, source, out_dir / "p2p_matrix.png", _save)
+        p = plots_hw.matrix_plot(title, gpus, mats, source, out_dir / "p2p_matrix.png", _save)
         if p is not None:
             written.append(p)
     return written
 
 
-def _matrices(copy_result: Mapping[str, Any] | None, matrix_text: str | None,
+def _matrices(copy_result: Mapping[str, object] | None, matrix_text: str | None,
               notes: list[str]) -> tuple[list[int], dict[str, list[list[float | None]]], str] | None:
     from pytest_p2p.report import plots_hw
 

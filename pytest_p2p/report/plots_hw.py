@@ -19,11 +19,18 @@ import csv
 import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pytest_p2p.report import terminal
+from pytest_p2p.report.summary_types import Summary
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TelemetryLookup = Callable[[str, str], Mapping[int, Path]]
+#: draws the title (and the SIMULATED stamp) of a figure; writes a figure as PNG and returns its path
+Title = Callable[["Figure", str], None]
+Save = Callable[["Figure", Path], Path]
 
 _PANELS = (
     ("utilization.gpu", "utilization (%)", (0.0, 105.0)),
@@ -109,15 +116,16 @@ def _xy(rows: list[dict[str, float]], col: str, to_x: Callable[[float], float]) 
     return xs, ys
 
 
-def arm_files(summary: Mapping[str, Any], telemetry: TelemetryLookup, arm: str) -> list[Path]:
+def arm_files(summary: Summary, telemetry: TelemetryLookup, arm: str) -> list[Path]:
     """Every telemetry CSV of an arm, points in order, reps in order."""
     points = sorted({sc["point"] for sc in summary.get("scenarios") or [] if sc["arm"] == arm},
                     key=terminal.point_sort_key)
     return [f for p in points for _rep, f in sorted(telemetry(arm, p).items())]
 
 
-def telemetry_plot(plt: Any, title: Callable[[Any, str], None], files: list[Path], label: str,
-                   path: Path, save: Callable[[Any, Path], Path]) -> Path | None:
+def telemetry_plot(title: Title, files: list[Path], label: str, path: Path, save: Save) -> Path | None:
+    import matplotlib.pyplot as plt
+
     by_gpu = read_samples(files)
     times = [r["t"] for rows in by_gpu.values() for r in rows if not math.isnan(r["t"])]
     if not times:
@@ -148,9 +156,10 @@ def telemetry_plot(plt: Any, title: Callable[[Any, str], None], files: list[Path
     return save(fig, path)
 
 
-def pcie_plot(plt: Any, title: Callable[[Any, str], None], by_arm: Mapping[str, list[Path]], path: Path,
-              save: Callable[[Any, Path], Path]) -> Path | None:
+def pcie_plot(title: Title, by_arm: Mapping[str, list[Path]], path: Path, save: Save) -> Path | None:
     """PCIe generation and width per GPU over the whole campaign (both arms, one clock)."""
+    import matplotlib.pyplot as plt
+
     series: dict[str, list[dict[str, float]]] = {}
     for files in by_arm.values():
         for gpu, rows in read_samples(files).items():
@@ -189,7 +198,7 @@ def pcie_plot(plt: Any, title: Callable[[Any, str], None], by_arm: Mapping[str, 
 Matrix = list[list[float | None]]
 
 
-def copy_matrices(copy: Mapping[str, Any]) -> tuple[list[int], dict[str, Matrix]] | None:
+def copy_matrices(copy: Mapping[str, object]) -> tuple[list[int], dict[str, Matrix]] | None:
     """Latency and bandwidth matrices (P2P disabled = host-staged, enabled = peer) of a p2pcopy.json."""
     pair = copy.get("pair")
     modes = copy.get("modes")
@@ -213,8 +222,10 @@ def copy_matrices(copy: Mapping[str, Any]) -> tuple[list[int], dict[str, Matrix]
     return (gpus, out) if out else None
 
 
-def matrix_plot(plt: Any, title: Callable[[Any, str], None], gpus: list[int], mats: Mapping[str, Matrix],
-                source: str, path: Path, save: Callable[[Any, Path], Path]) -> Path | None:
+def matrix_plot(title: Title, gpus: list[int], mats: Mapping[str, Matrix], source: str, path: Path,
+                save: Save) -> Path | None:
+    import matplotlib.pyplot as plt
+
     panels = [(k, lbl) for k, lbl in (("latency_disabled", "latency, P2P disabled (µs)"),
                                       ("latency_enabled", "latency, P2P enabled (µs)"),
                                       ("bandwidth_disabled", "unidirectional BW, P2P disabled (GB/s)"),

@@ -18,8 +18,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from pytest_p2p.jsontypes import JSONObject, as_dict
 from pytest_p2p.report import terminal
 from pytest_p2p.seedlayout import SeedRun
 
@@ -118,13 +118,13 @@ def telemetry_row(name: str, files: Iterable[Path]) -> list[str] | None:
             f"{sum(avg_card) / len(avg_card):.0f}" if avg_card else "-", fmt(mems, "max"), fmt(sms, "max"), str(n)]
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def _read(path: Path) -> JSONObject | None:
     """A JSON object file, or None if absent/unreadable (the sections then say it is missing)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
-    return data if isinstance(data, dict) else None
+    return as_dict(data) if isinstance(data, dict) else None
 
 
 def _quote_claims(proof: Mapping[str, object], observed: str | None, source: str) -> list[str]:
@@ -237,7 +237,8 @@ def proof_for_run(run_dir: Path, summary: Mapping[str, object]) -> Proof:
                 log_name = Path(str(data.get("source") or "server log")).name
                 t.lines = _quote_claims(data, observed, f"{f.parent.name}/{log_name}")
         proof.transports.append(t)
-    pair_key = str((meta.get("pair") or {}).get("key", "")) if isinstance(meta.get("pair"), dict) else ""
+    pair = meta.get("pair")
+    pair_key = str(as_dict(pair).get("key", "")) if isinstance(pair, dict) else ""
     proof.probe_headers, proof.probe_rows, notes = _probe_rows(run_dir.parent, pair_key)
     proof.notes += notes
     for d in sorted(scen.iterdir()) if scen.is_dir() else []:

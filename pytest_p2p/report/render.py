@@ -8,24 +8,39 @@ an interrupted campaign correct: reps 1-2 are summarised, rep 3 is listed as mis
 
 from __future__ import annotations
 
-import math
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Final, Protocol
 
 from pytest_p2p.errors import ResultsError
+from pytest_p2p.jsontypes import JSONObject, as_dict, as_float, as_int, as_list
 from pytest_p2p.report import terminal
 from pytest_p2p.report.proof import proof_for_run
 from pytest_p2p.report.results import PLOTS, ResultsDir, read_json
 from pytest_p2p.report.summary_files import csv_text, md_text
+from pytest_p2p.report.summary_types import EnergyGroup, Scenario, Stat, Summary, TransportEntry, UpliftEntry, is_stat
 from pytest_p2p.util import atomic_write_json, atomic_write_text
 
 SUMMARY_SCHEMA = 1
 
 # Metric whose paired uplift is reported, and whether a larger value is better.
 UPLIFT_METRIC = {"model": ("output_throughput", True), "probe": ("time_us", False)}
-ENERGY_KEYS = ("tokens_per_joule", "joules_per_token", "avg_watts")
+ENERGY_KEYS: Final = ("tokens_per_joule", "joules_per_token", "avg_watts")
+
+if TYPE_CHECKING:
+    from pytest_p2p.stats.uplift_rule import UpliftRule
+
+
+class _PairedUplift(Protocol):
+    """``campaign.stats.paired_uplift``: ``{estimate, ci95, n, ratios, kind}`` of reps paired by index."""
+
+    def __call__(self, a_values: Sequence[float | None], b_values: Sequence[float | None], /, *,
+                 higher_is_better: bool = ...) -> Mapping[str, object]: ...
+
+
+_Summarize = Callable[[Sequence[float]], Mapping[str, object]]
 
 @dataclass
 class Rendered:
@@ -37,14 +52,14 @@ class Rendered:
     summary_md: Path
     plots: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: Summary = field(default_factory=Summary)
 
     @property
     def paths(self) -> list[Path]:
         return [self.summary_md, self.summary_csv, self.summary_json, *self.plots]
 
 
-def _stats() -> tuple[Any, Any]:
+def _stats() -> tuple[_Summarize, _PairedUplift]:
     """The campaign stage owns the statistics; the report only calls them."""
     try:
         from pytest_p2p.campaign.stats import paired_uplift, summarize
@@ -53,69 +68,78 @@ def _stats() -> tuple[Any, Any]:
     return summarize, paired_uplift
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
-
-
-def _summarize(values: list[float]) -> dict[str, Any]:
+def _summarize(values: list[float]) -> Stat:
     summarize, _ = _stats()
     out = dict(summarize(values))
     out["values"] = list(values)
+    if not is_stat(out):  # pragma: no cover - summarize gives numbers or null
+        raise ResultsError(f"campaign.stats.summarize gave {out!r}, not a metric summary")
     return out
 
 
-def _aggregate_reps(reps: dict[int, dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def _aggregate_reps(reps: Mapping[int, JSONObject]) -> tuple[dict[str, Stat], EnergyGroup, dict[str, list[int]]]:
     """metrics, energy and flags of one scenario from its rep files."""
     names: list[str] = []
     for data in reps.values():
         for k, v in data.items():
-            if _is_number(v) and k not in names:
+            if as_float(v) is not None and k not in names:
                 names.append(k)
-    metrics = {}
+    metrics: dict[str, Stat] = {}
     for name in names:
-        vals = [float(d[name]) for d in reps.values() if _is_number(d.get(name))]
+        vals = [f for d in reps.values() if (f := as_float(d.get(name))) is not None]
         if vals:
             metrics[name] = _summarize(vals)
-    energy: dict[str, Any] = {}
+    energy: EnergyGroup = {}
     for key in ENERGY_KEYS:
-        vals = [float(e[key]) for d in reps.values()
-                if isinstance(e := d.get("energy"), dict) and _is_number(e.get(key))]
+        vals = [f for d in reps.values() if (f := as_float(as_dict(d.get("energy")).get(key))) is not None]
         if vals:
             energy[key] = _summarize(vals)
-    methods = sorted({str(d["energy"].get("method")) for d in reps.values()
-                      if isinstance(d.get("energy"), dict) and d["energy"].get("method")})
+    methods = sorted({str(e.get("method")) for d in reps.values() if (e := as_dict(d.get("energy"))).get("method")})
     if methods:
         energy["method"] = ", ".join(methods)
     flags = {
-        "throttled_reps": [k for k, d in reps.items() if (d.get("flags") or {}).get("throttled")],
-        "downtrained_reps": [k for k, d in reps.items() if (d.get("flags") or {}).get("downtrained")],
+        "throttled_reps": [k for k, d in reps.items() if as_dict(d.get("flags")).get("throttled")],
+        "downtrained_reps": [k for k, d in reps.items() if as_dict(d.get("flags")).get("downtrained")],
     }
     return metrics, energy, flags
 
 
-def _untrustworthy(rep: dict[str, Any]) -> bool:
+def _untrustworthy(rep: Mapping[str, object]) -> bool:
     """A rep the campaign's ``exclude_throttled`` drops: throttled, or its PCIe link downtrained."""
-    flags = rep.get("flags") or {}
+    flags = as_dict(rep.get("flags"))
     return bool(flags.get("throttled") or flags.get("downtrained"))
+
+
+def _aggregate_file(aggregate: Mapping[str, object]) -> tuple[dict[str, Stat], EnergyGroup, dict[str, list[int]]]:
+    """metrics, energy and flags of an ``aggregate.json`` (a scenario without rep files).
+
+    Entries of a wrong shape are left out rather than carried into the summary.
+    """
+    metrics = {k: v for k, v in as_dict(aggregate.get("metrics")).items() if is_stat(v)}
+    energy: EnergyGroup = {k: v for k, v in as_dict(aggregate.get("energy")).items()
+                           if is_stat(v) or v is None or isinstance(v, (str, bool))}
+    flags = {k: [r for r in v if isinstance(r, int)] for k, v in as_dict(aggregate.get("flags")).items()
+             if isinstance(v, list)}
+    return metrics, energy, flags or {"throttled_reps": [], "downtrained_reps": []}
 
 
 _META_MISSING_RE = re.compile(r"^(?P<scenario>\S+-\S+) rep (?P<rep>[0-9]+)$")
 
 
-def _expected(meta: dict[str, Any]) -> tuple[list[str], list[str], int | None]:
+def _expected(meta: Mapping[str, object]) -> tuple[list[str], list[str], int | None]:
     arms = meta.get("arms") or {}
-    arm_names = list(arms) if isinstance(arms, (dict, list)) else []
-    points = [str(p) for p in meta.get("points") or []]
+    arm_names = [str(a) for a in arms] if isinstance(arms, (dict, list)) else []
+    points = [str(p) for p in as_list(meta.get("points"))]
     reps = meta.get("reps")
     return arm_names, points, reps if isinstance(reps, int) and not isinstance(reps, bool) else None
 
 
-def _transport_of(proof: dict[str, Any] | None) -> str | None:
+def _transport_of(proof: Mapping[str, object] | None) -> str | None:
     if not proof:
         return None
     for key in ("transport", "observed", "observed_transport"):
-        if isinstance(proof.get(key), str):
-            return str(proof[key])
+        if isinstance(value := proof.get(key), str):
+            return value
     if proof.get("nccl_used_p2p") is True:
         return "P2P"
     if proof.get("nccl_used_shm") is True:
@@ -123,14 +147,14 @@ def _transport_of(proof: dict[str, Any] | None) -> str | None:
     return None
 
 
-def _comparisons(meta: dict[str, Any], arm_names: list[str]) -> list[tuple[str, str]]:
+def _comparisons(meta: Mapping[str, object], arm_names: list[str]) -> list[tuple[str, str]]:
     """(A, B) pairs: ``run.json``'s ``uplift.faster_arm``/``slower_arm`` when the campaign wrote them,
     else its first arm over its second (campaign config: "uplift is A over B").
 
     A third or later arm (e.g. custom all-reduce + P2P) is compared against B too.
     """
-    up = meta.get("uplift") if isinstance(meta.get("uplift"), dict) else None
-    if up is not None and "slower_arm" in up:
+    up = meta.get("uplift")
+    if isinstance(up, dict) and "slower_arm" in up:
         a, b = up.get("faster_arm"), up.get("slower_arm")
         if not b or a not in arm_names or b not in arm_names:
             return []
@@ -141,7 +165,14 @@ def _comparisons(meta: dict[str, Any], arm_names: list[str]) -> list[tuple[str, 
     return [(a, ref) for a in arm_names if a != ref]
 
 
-def _uplift_settings(meta: dict[str, Any], kind: str) -> tuple[str, bool, Any, bool]:
+def _to_float(value: object) -> float:
+    """``float(value)`` for what JSON can hold; TypeError for null, a list or an object (as float() raises)."""
+    if isinstance(value, (int, float, str)):
+        return float(value)
+    raise TypeError(f"float() argument must be a string or a real number, not {type(value).__name__!r}")
+
+
+def _uplift_settings(meta: Mapping[str, object], kind: str) -> tuple[str, bool, UpliftRule, bool]:
     """metric, higher_is_better, the UpliftRule and exclude_throttled, as the campaign recorded them.
 
     ``run.json`` may carry ``uplift: {metric, direction, rule: UpliftRule.to_dict(),
@@ -150,8 +181,8 @@ def _uplift_settings(meta: dict[str, Any], kind: str) -> tuple[str, bool, Any, b
     """
     from pytest_p2p.verdict.thresholds import RULES, UpliftRule
 
-    up: dict[str, Any] = meta["uplift"] if isinstance(meta.get("uplift"), dict) else {}
-    camp: dict[str, Any] = meta["campaign"] if isinstance(meta.get("campaign"), dict) else {}
+    up = as_dict(meta.get("uplift"))
+    camp = as_dict(meta.get("campaign"))
     default_metric, default_higher = UPLIFT_METRIC[kind]
     metric = str(up.get("metric") or camp.get("uplift_metric") or default_metric)
     direction = up.get("direction") or camp.get("uplift_direction")
@@ -163,13 +194,16 @@ def _uplift_settings(meta: dict[str, Any], kind: str) -> tuple[str, bool, Any, b
         from pytest_p2p.campaign.config import metric_direction
 
         higher = metric_direction(metric) != "lower"
-    rule_d: dict[str, Any] = up["rule"] if isinstance(up.get("rule"), dict) else {}
+    rule_d = as_dict(up.get("rule"))
     rule_name = rule_d.get("rule") or camp.get("uplift_rule") or "point"
-    if rule_name not in RULES:
+    if not isinstance(rule_name, str) or rule_name not in RULES:
         raise ResultsError(f"run.json: uplift.rule.rule is {rule_name!r}, expected one of {', '.join(RULES)}")
     try:
-        rule = UpliftRule(default=float(rule_d.get("default", 0.05)),
-                          per_point={str(k): float(v) for k, v in (rule_d.get("per_point") or {}).items()},
+        per_point = rule_d.get("per_point") or {}
+        if not isinstance(per_point, dict):
+            raise AttributeError("per_point has no items()")
+        rule = UpliftRule(default=_to_float(rule_d.get("default", 0.05)),
+                          per_point={str(k): _to_float(v) for k, v in per_point.items()},
                           rule=rule_name)
     except (TypeError, ValueError, AttributeError):
         raise ResultsError(f"run.json: uplift.rule {rule_d!r} is not an UpliftRule dict "
@@ -178,22 +212,24 @@ def _uplift_settings(meta: dict[str, Any], kind: str) -> tuple[str, bool, Any, b
     return metric, higher, rule, bool(excl)
 
 
-def _uplift(meta: dict[str, Any], kind: str, arm_names: list[str],
-            rep_data: dict[tuple[str, str], dict[int, dict[str, Any]]],
-            agg_values: dict[tuple[str, str], dict[str, list[float]]], points: list[str]) -> list[dict[str, Any]]:
+def _ci(value: object) -> list[float | None] | None:
+    return [as_float(v) for v in value] if isinstance(value, list) else None
+
+
+def _uplift(meta: Mapping[str, object], kind: str, arm_names: list[str],
+            rep_data: dict[tuple[str, str], dict[int, JSONObject]],
+            agg_values: dict[tuple[str, str], dict[str, list[float]]], points: list[str]) -> list[UpliftEntry]:
     from pytest_p2p.verdict.thresholds import TooFewRepsError, judge
 
     _, paired_uplift = _stats()
     metric, higher, rule, _excl = _uplift_settings(meta, kind)
-    out = []
+    out: list[UpliftEntry] = []
     for faster, slower in _comparisons(meta, arm_names):
         for point in points:
             fr, sr = rep_data.get((faster, point), {}), rep_data.get((slower, point), {})
             common = sorted(k for k in fr if k in sr)
-            fv: list[float | None] = [float(fr[k][metric]) if _is_number(fr[k].get(metric)) else None
-                                      for k in common]
-            sv: list[float | None] = [float(sr[k][metric]) if _is_number(sr[k].get(metric)) else None
-                                      for k in common]
+            fv: list[float | None] = [as_float(fr[k].get(metric)) for k in common]
+            sv: list[float | None] = [as_float(sr[k].get(metric)) for k in common]
             if not common:  # no paired rep files: pair the aggregate values in order, if both have them
                 fa = agg_values.get((faster, point), {}).get(metric, [])
                 sa = agg_values.get((slower, point), {}).get(metric, [])
@@ -209,9 +245,10 @@ def _uplift(meta: dict[str, Any], kind: str, arm_names: list[str],
                             "threshold": rule.threshold(point), "rule": rule.rule, "passed": None,
                             "message": f"uplift not computable at {point}: {exc}"})
                 continue
-            entry: dict[str, Any] = {
+            entry: UpliftEntry = {
                 "point": point, "metric": metric, "faster_arm": faster, "slower_arm": slower,
-                "estimate": res.get("estimate"), "ci95": res.get("ci95"), "n": res.get("n", 0),
+                "estimate": as_float(res.get("estimate")), "ci95": _ci(res.get("ci95")),
+                "n": as_int(res.get("n", 0)) or 0,
                 "direction": "higher" if higher else "lower",
                 "threshold": rule.threshold(point), "rule": rule.rule, "passed": None, "message": "",
             }
@@ -230,7 +267,7 @@ def _uplift(meta: dict[str, Any], kind: str, arm_names: list[str],
     return out
 
 
-def build_summary(rd: ResultsDir) -> dict[str, Any]:
+def build_summary(rd: ResultsDir) -> Summary:
     """The ``summary.json`` dict of a run directory (reads files only, writes nothing)."""
     meta = rd.read_run_meta()
     kind = str(meta["kind"]) if meta.get("kind") in UPLIFT_METRIC else "model"
@@ -244,9 +281,9 @@ def build_summary(rd: ResultsDir) -> dict[str, Any]:
     points.sort(key=terminal.point_sort_key)
     _metric, _higher, _rule, excl = _uplift_settings(meta, kind)
 
-    scenarios: list[dict[str, Any]] = []
+    scenarios: list[Scenario] = []
     missing: list[str] = []
-    rep_data: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    rep_data: dict[tuple[str, str], dict[int, JSONObject]] = {}
     agg_values: dict[tuple[str, str], dict[str, list[float]]] = {}
     transports: dict[str, set[str]] = {}
     for arm in arm_names:
@@ -264,17 +301,17 @@ def build_summary(rd: ResultsDir) -> dict[str, Any]:
                     missing.append(f"{name}: no rep completed (expected {n_reps})")
                 elif absent and reps:
                     missing.append(f"{name}: run {', '.join(map(str, absent))} of {n_reps} missing")
+            metrics: dict[str, Stat]
+            energy: EnergyGroup
+            flags: dict[str, list[int]]
             if reps:
-                metrics, energy, _ = _aggregate_reps(used) if used else ({}, {}, None)
+                metrics, energy = _aggregate_reps(used)[:2] if used else ({}, {})
                 _, _, flags = _aggregate_reps(reps)
                 source = "run files"
             elif aggregate:
-                metrics = aggregate.get("metrics") or {}
-                energy = aggregate.get("energy") or {}
-                flags = aggregate.get("flags") or {"throttled_reps": [], "downtrained_reps": []}
+                metrics, energy, flags = _aggregate_file(aggregate)
                 source = "aggregate.json"
-                agg_values[(arm, point)] = {k: list(v.get("values") or []) for k, v in metrics.items()
-                                            if isinstance(v, dict)}
+                agg_values[(arm, point)] = {k: list(v.get("values") or []) for k, v in metrics.items()}
             else:
                 if n_reps is None:
                     missing.append(f"{name}: no rep completed")
@@ -288,7 +325,7 @@ def build_summary(rd: ResultsDir) -> dict[str, Any]:
                 "metrics": metrics, "energy": energy, "flags": flags, "transport": observed,
             })
     derived = {m.split(":", 1)[0] for m in missing}
-    for m in meta.get("missing") or []:
+    for m in as_list(meta.get("missing")):
         text = m if isinstance(m, str) else str(m)
         hit = _META_MISSING_RE.match(text)
         if hit and hit.group("scenario") in derived:
@@ -296,12 +333,17 @@ def build_summary(rd: ResultsDir) -> dict[str, Any]:
         if text not in missing:
             missing.append(text)
 
-    arms_meta: dict[str, Any] = meta["arms"] if isinstance(meta.get("arms"), dict) else {a: {} for a in arm_names}
-    summary: dict[str, Any] = {
+    arms_meta: JSONObject = as_dict(arms) if isinstance(arms := meta.get("arms"), dict) else {a: {} for a in arm_names}
+    transport: dict[str, TransportEntry] = {
+        arm: {"expected": as_dict(arms_meta.get(arm)).get("expect_transport"),
+              "observed": sorted(transports.get(arm, set()))}
+        for arm in arm_names
+    }
+    summary: Summary = {
         "schema": SUMMARY_SCHEMA,
         "run_id": meta.get("run_id", rd.path.name),
         "rig": meta.get("rig"),
-        "pair": meta.get("pair") or {},
+        "pair": as_dict(meta.get("pair")),
         "kind": kind,
         "simulated": bool(meta.get("simulated")),
         "status": meta.get("status", "unknown"),
@@ -312,11 +354,7 @@ def build_summary(rd: ResultsDir) -> dict[str, Any]:
         "finished_at": meta.get("finished_at"),
         "arms": arms_meta,
         "points": points,
-        "transport": {
-            arm: {"expected": (arms_meta.get(arm) or {}).get("expect_transport"),
-                  "observed": sorted(transports.get(arm, set()))}
-            for arm in arm_names
-        },
+        "transport": transport,
         "scenarios": scenarios,
         "uplift": _uplift(meta, kind, arm_names, rep_data, agg_values, points),
         "verdicts": None,
@@ -345,7 +383,7 @@ def render_report(run_dir: str | Path, *, plots: bool = True) -> Rendered:
         copy = base.parent / "probes" / pair_key / "p2pcopy.json"
         copy_result = read_json(copy) if pair_key and copy.is_file() else None
         plot_paths, notes = render_plots(summary, base / PLOTS, rd.telemetry_files,
-                                         copy_result=copy_result if isinstance(copy_result, dict) else None)
+                                         copy_result=as_dict(copy_result) if isinstance(copy_result, dict) else None)
     proof = proof_for_run(base, summary)
     summary["proof"] = proof.to_dict()
     rendered = Rendered(

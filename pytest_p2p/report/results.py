@@ -23,13 +23,13 @@ import errno
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from pytest_p2p.campaign.rundir import ARM_RE, POINT_RE, check_rep, make_run_id, safe_component, scenario_name
 from pytest_p2p.errors import ResultsError
+from pytest_p2p.jsontypes import JSONObject, JSONValue, as_dict, as_list
 from pytest_p2p.util import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 RUN_META = "run.json"
@@ -61,7 +61,7 @@ class ResultsWriteError(ResultsError, OSError):
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path) -> JSONValue:
     """Load one JSON file of a results dir; a corrupt or unreadable one is named in the error."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -78,11 +78,11 @@ def read_json(path: Path) -> Any:
         ) from None
 
 
-def _read_object(path: Path) -> dict[str, Any]:
+def _read_object(path: Path) -> JSONObject:
     data = read_json(path)
     if not isinstance(data, dict):
         raise ResultsError(f"{path}: expected a JSON object, found {type(data).__name__}")
-    return data
+    return as_dict(data)  # json.loads gives string keys: the same dict
 
 
 class ResultsDir:
@@ -130,10 +130,10 @@ class ResultsDir:
             current.update(self._failure_fields(current))
             atomic_write_json(meta_path, current)
 
-    def _failure_fields(self, current: dict[str, Any]) -> dict[str, Any]:
-        errors = [e for e in (current.get("errors") or []) if isinstance(e, str)]
+    def _failure_fields(self, current: Mapping[str, object]) -> JSONObject:
+        errors = [e for e in as_list(current.get("errors") or []) if isinstance(e, str)]
         errors += [e for e in self._write_errors if e not in errors]
-        fields: dict[str, Any] = {"status": "failed", "errors": errors}
+        fields: JSONObject = {"status": "failed", "errors": errors}
         if not current.get("finished_at"):
             fields["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         return fields
@@ -216,7 +216,7 @@ class ResultsDir:
         return f"ResultsDir({str(self._path)!r})"
 
     # -- run meta and environment -------------------------------------------------------
-    def write_run_meta(self, meta: dict[str, Any]) -> Path:
+    def write_run_meta(self, meta: Mapping[str, object]) -> Path:
         """Merge ``meta`` into ``run.json`` (top-level keys replace), so status updates are one call."""
         target = self._path / RUN_META
         current = _read_object(target) if target.is_file() else {}
@@ -228,10 +228,10 @@ class ResultsDir:
                 (self._path / RESERVE).unlink()
         return self._write(target, "run metadata (run.json)", lambda: atomic_write_json(target, current))
 
-    def read_run_meta(self) -> dict[str, Any]:
+    def read_run_meta(self) -> JSONObject:
         return _read_object(self._path / RUN_META)
 
-    def write_env(self, name: str, content: str | dict[str, Any] | list[Any]) -> Path:
+    def write_env(self, name: str, content: str | Mapping[str, object] | Sequence[object]) -> Path:
         """``env/<name>``: a dict or list is written as JSON, a string as text, as given."""
         if not _ENV_NAME_RE.match(name or ""):
             raise ResultsError(f"env file name {name!r} must be a plain file name like 'doctor.json'")
@@ -252,22 +252,22 @@ class ResultsDir:
 
         return self._write(d, "scenario directory", make)
 
-    def _write_json(self, target: Path, what: str, data: Any) -> Path:
+    def _write_json(self, target: Path, what: str, data: JSONValue) -> Path:
         return self._write(target, what, lambda: atomic_write_json(target, data))
 
-    def write_scenario(self, arm: str, point: str, data: dict[str, Any]) -> Path:
+    def write_scenario(self, arm: str, point: str, data: Mapping[str, object]) -> Path:
         body = {"arm": arm, "point": point, **data}
         return self._write_json(self.scenario_dir(arm, point) / "scenario.json", "scenario description", body)
 
-    def write_rep(self, arm: str, point: str, rep: int, data: dict[str, Any]) -> Path:
+    def write_rep(self, arm: str, point: str, rep: int, data: Mapping[str, object]) -> Path:
         target = self.scenario_dir(arm, point) / f"run_{check_rep(rep)}.json"
         return self._write_json(target, f"result of rep {rep}", data)
 
-    def write_aggregate(self, arm: str, point: str, data: dict[str, Any]) -> Path:
+    def write_aggregate(self, arm: str, point: str, data: Mapping[str, object]) -> Path:
         body = {"arm": arm, "point": point, **data}
         return self._write_json(self.scenario_dir(arm, point) / "aggregate.json", "scenario aggregate", body)
 
-    def write_proof(self, arm: str, point: str, data: dict[str, Any]) -> Path:
+    def write_proof(self, arm: str, point: str, data: Mapping[str, object]) -> Path:
         return self._write_json(self.scenario_dir(arm, point) / "transport_proof.json", "transport proof", data)
 
     def telemetry_path(self, arm: str, point: str, rep: int) -> Path:
@@ -289,19 +289,19 @@ class ResultsDir:
             if ARM_RE.match(arm) and POINT_RE.match(point):
                 yield arm, point
 
-    def reps(self, arm: str, point: str) -> dict[int, dict[str, Any]]:
+    def reps(self, arm: str, point: str) -> dict[int, JSONObject]:
         """``{k: run_<k>.json}`` for the reps on disk, by rep number; corrupt files raise."""
         d = self._path / SCENARIOS / scenario_name(arm, point)
         if not d.is_dir():
             return {}
-        found: dict[int, dict[str, Any]] = {}
+        found: dict[int, JSONObject] = {}
         for f in d.iterdir():
             m = _REP_RE.match(f.name)
             if m:
                 found[int(m.group(1))] = _read_object(f)
         return dict(sorted(found.items()))
 
-    def read_scenario_file(self, arm: str, point: str, name: str) -> dict[str, Any] | None:
+    def read_scenario_file(self, arm: str, point: str, name: str) -> JSONObject | None:
         """One JSON file of a scenario (``scenario.json``, ``aggregate.json``, ...) or ``None`` if absent."""
         f = self._path / SCENARIOS / scenario_name(arm, point) / name
         return _read_object(f) if f.is_file() else None

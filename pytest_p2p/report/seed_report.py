@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pytest_p2p.report import terminal
 from pytest_p2p.report.proof import proof_for_seed, proof_markdown
+from pytest_p2p.report.summary_types import EnergyGroup, Scenario, Stat, Summary, UpliftEntry
 from pytest_p2p.seedlayout import SeedRun, read_seed_run
 from pytest_p2p.util import atomic_write_json, atomic_write_text
 
@@ -34,7 +34,7 @@ _CSV_METRICS = {"output_tok_s": "output_throughput", "total_tok_s": "total_token
 @dataclass
 class SeedRendered:
     out_dir: Path
-    summary: dict[str, Any]
+    summary: Summary
     paths: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -52,14 +52,14 @@ def _pair(arms: list[str]) -> tuple[str, str] | None:
     return (arms[0], arms[1]) if len(arms) >= 2 else None
 
 
-def seed_summary(run: SeedRun) -> dict[str, Any]:
+def seed_summary(run: SeedRun) -> Summary:
     """Our ``summary`` dict (as in summary.json) from a p2p-bench directory."""
-    scenarios: list[dict[str, Any]] = []
+    scenarios: list[Scenario] = []
     seen: set[tuple[str, str]] = set()
     for s in run.scenarios:
-        metrics = {name: {"mean": st.mean, "std": st.std, "n": s.n_runs or None,
+        metrics: dict[str, Stat] = {name: {"mean": st.mean, "std": st.std, "n": s.n_runs or None,
                           "values": list(st.values)} for name, st in s.metrics.items()}
-        energy: dict[str, Any] = {}
+        energy: EnergyGroup = {}
         if s.mean_watts:
             energy["avg_watts"] = {"mean": s.mean_watts, "n": 1}
             out = s.metrics.get("output_throughput")
@@ -87,17 +87,18 @@ def seed_summary(run: SeedRun) -> dict[str, Any]:
                           "source": "summary.csv", "metrics": metrics, "energy": {},
                           "flags": {"throttled_reps": [], "downtrained_reps": []}, "transport": None})
     arms: list[str] = []
-    for sc in [*({"arm": r.get("arm", "")} for r in run.summary_rows if r.get("arm")), *scenarios]:
-        if sc["arm"] not in arms:
-            arms.append(sc["arm"])
+    for arm in [*(r.get("arm", "") for r in run.summary_rows if r.get("arm")), *(sc["arm"] for sc in scenarios)]:
+        if arm not in arms:
+            arms.append(arm)
     points = sorted({sc["point"] for sc in scenarios}, key=terminal.point_sort_key)
-    observed = {a: sorted({sc["transport"] for sc in scenarios if sc["arm"] == a and sc["transport"]}) for a in arms}
-    summary: dict[str, Any] = {
+    observed = {a: sorted({t for sc in scenarios if sc["arm"] == a and (t := sc["transport"])}) for a in arms}
+    uplift: list[UpliftEntry] = []
+    summary: Summary = {
         "schema": 1, "run_id": run.path.name, "rig": "p2p-bench", "pair": {"key": "seed layout"}, "kind": "model",
         "simulated": False, "status": "complete", "missing": list(run.missing), "reps": None, "schedule": None,
         "started_at": None, "finished_at": None, "arms": {a: {} for a in arms}, "points": points,
         "transport": {a: {"expected": None, "observed": observed[a]} for a in arms},
-        "scenarios": scenarios, "uplift": [], "verdicts": None,
+        "scenarios": scenarios, "uplift": uplift, "verdicts": None,
         "source_layout": "p2p-bench", "std_convention": run.std_convention,
         "uplift_convention": "ratio of the arms' means − 1 (p2p-bench); not paired, no interval",
     }
@@ -109,18 +110,18 @@ def seed_summary(run: SeedRun) -> dict[str, Any]:
         for p in points:
             a = (by.get((faster, p)) or {}).get("metrics", {}).get("output_throughput")
             b = (by.get((slower, p)) or {}).get("metrics", {}).get("output_throughput")
-            if not a or not b or not b.get("mean"):
+            if not a or not b or not (b_mean := b.get("mean")) or (a_mean := a.get("mean")) is None:
                 continue
-            summary["uplift"].append({
+            uplift.append({
                 "point": p, "metric": "output_throughput", "faster_arm": faster, "slower_arm": slower,
-                "estimate": a["mean"] / b["mean"] - 1.0, "ci95": None, "n": min(a.get("n") or 0, b.get("n") or 0),
+                "estimate": a_mean / b_mean - 1.0, "ci95": None, "n": min(a.get("n") or 0, b.get("n") or 0),
                 "direction": "higher", "threshold": None, "rule": "ratio of means", "passed": None,
                 "message": "p2p-bench convention: ratio of means",
             })
     return summary
 
 
-def _markdown(summary: dict[str, Any], run: SeedRun, plots: list[Path], notes: list[str], out_dir: Path) -> str:
+def _markdown(summary: Summary, run: SeedRun, plots: list[Path], notes: list[str], out_dir: Path) -> str:
     headers, rows = terminal.glance_rows(summary)
     lines = [f"# {terminal.title(summary)}", "",
              f"Read from the p2p-bench results directory `{run.path}` as it is (nothing there was changed).", "",

@@ -11,10 +11,11 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
-from typing import Any
 
+from pytest_p2p.jsontypes import as_dict, as_dicts
 from pytest_p2p.report import terminal
 from pytest_p2p.report.proof import Proof, proof_markdown
+from pytest_p2p.report.summary_types import Summary, stat_at
 from pytest_p2p.util import parse_size
 
 _MODEL_CSV = (
@@ -38,7 +39,7 @@ _MODEL_CSV = (
 _PROBE_CSV = (("time_us", "time_us"), ("busbw_gbs", "busbw_gbs"), ("algbw_gbs", "algbw_gbs"))
 
 
-def csv_text(summary: dict[str, Any]) -> str:
+def csv_text(summary: Summary) -> str:
     probe = summary["kind"] == "probe"
     cols = _PROBE_CSV if probe else _MODEL_CSV
     header = ["arm", "size_bytes" if probe else "concurrency", "point", "n_reps"]
@@ -53,18 +54,18 @@ def csv_text(summary: dict[str, Any]) -> str:
     for sc in summary["scenarios"]:
         point = sc["point"]
         try:
-            pval: Any = parse_size(point[1:]) if probe else int(point[1:])
+            pval: int | str = parse_size(point[1:]) if probe else int(point[1:])
         except ValueError:
             pval = point
         n = max((v.get("n") or 0) for v in sc["metrics"].values()) if sc["metrics"] else 0
-        row: list[Any] = [sc["arm"], pval, point, n]
+        row: list[object] = [sc["arm"], pval, point, n]
         for out_name, key in cols:
-            st = sc["metrics"].get(key) or {}
+            st = stat_at(sc, "metrics", key) or {}
             row.append(_r(st.get("mean")))
             if out_name in ("output_tok_s", "total_tok_s") or probe:
                 row.append(_r(st.get("std")))
         if not probe:
-            row += [_r((sc["energy"].get(k) or {}).get("mean")) for k in ("avg_watts", "tokens_per_joule",
+            row += [_r((stat_at(sc, "energy", k) or {}).get("mean")) for k in ("avg_watts", "tokens_per_joule",
                                                                           "joules_per_token")]
         row += [" ".join(map(str, sc["flags"].get("throttled_reps") or [])),
                 " ".join(map(str, sc["flags"].get("downtrained_reps") or [])),
@@ -73,20 +74,20 @@ def csv_text(summary: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def _r(v: Any) -> Any:
+def _r(v: float | None) -> float | str:
     return "" if v is None else round(float(v), 4)
 
 
-def md_text(summary: dict[str, Any], plot_paths: list[Path], notes: list[str], run_dir: Path,
+def md_text(summary: Summary, plot_paths: list[Path], notes: list[str], run_dir: Path,
             proof: Proof | None = None) -> str:
     sim = summary["simulated"]
-    pair = summary.get("pair") or {}
+    pair = as_dict(summary.get("pair"))
     lines = [f"# {terminal.title(summary)}", ""]
     if sim:
         lines += ["> **SIMULATED**: produced on the demo rig (recorded snapshot + stand-in server). "
                   "These numbers exercise the tooling; they measure no real interconnect.", ""]
     gpus = ", ".join(f"GPU{g.get('index')} {g.get('name', '')} {g.get('bus_id', '')}".strip()
-                     for g in pair.get("gpus") or [])
+                     for g in as_dicts(pair.get("gpus")))
     lines += [
         f"- status: **{summary['status']}**; kind: {summary['kind']}; reps per scenario: {summary.get('reps')}; "
         f"schedule: {summary.get('schedule') or '-'}",
@@ -107,9 +108,11 @@ def md_text(summary: dict[str, Any], plot_paths: list[Path], notes: list[str], r
                   "|---|---|---|---|---|---|---|---|---|"]
         for u in summary["uplift"]:
             ci = u.get("ci95")
-            ci_txt = f"{ci[0] * 100:+.1f} % .. {ci[1] * 100:+.1f} %" if ci and None not in ci else "-"
-            est = f"{u['estimate'] * 100:+.1f} %" if u.get("estimate") is not None else "-"
-            thr = f"{u['threshold'] * 100:+.1f} %" if u.get("threshold") is not None else "-"
+            ci_txt = f"{lo * 100:+.1f} % .. {hi * 100:+.1f} %" if (
+                ci and None not in ci and (lo := ci[0]) is not None and (hi := ci[1]) is not None) else "-"
+            estimate, threshold = u.get("estimate"), u.get("threshold")
+            est = f"{estimate * 100:+.1f} %" if estimate is not None else "-"
+            thr = f"{threshold * 100:+.1f} %" if threshold is not None else "-"
             ok = {True: "yes", False: "**no**", None: "-"}[u.get("passed")]
             lines.append(f"| {u['point']} | {u['faster_arm']} | {u['slower_arm']} | {u['metric']} | {est} | "
                          f"{ci_txt} | {u.get('n')} | {thr} | {ok} |")

@@ -7,8 +7,8 @@ a reader who knows that report recognises the table at once.
 
 from __future__ import annotations
 
-from typing import Any
-
+from pytest_p2p.jsontypes import as_dict
+from pytest_p2p.report.summary_types import Scenario, Stat, Summary, UpliftEntry, stat_at
 from pytest_p2p.util import format_size, parse_size
 
 SIMULATED_TAG = "SIMULATED"
@@ -60,10 +60,11 @@ def _fmt(value: float | None, digits: int) -> str:
     return f"{value:.{digits}f}"
 
 
-def _cell(stat: dict[str, Any] | None, digits: int, with_std: bool) -> str:
-    if not stat or stat.get("mean") is None:
+def _cell(stat: Stat | None, digits: int, with_std: bool) -> str:
+    mean = stat.get("mean") if stat else None
+    if stat is None or mean is None:
         return "-"
-    text = _fmt(float(stat["mean"]), digits)
+    text = _fmt(float(mean), digits)
     std = stat.get("std")
     n = stat.get("n")
     if with_std and std is not None and (n is None or n >= 2):  # n None: a stored std of unknown count
@@ -71,7 +72,7 @@ def _cell(stat: dict[str, Any] | None, digits: int, with_std: bool) -> str:
     return text
 
 
-def _ordered_scenarios(summary: dict[str, Any]) -> list[dict[str, Any]]:
+def _ordered_scenarios(summary: Summary) -> list[Scenario]:
     arm_order = {name: i for i, name in enumerate(summary.get("arms") or {})}
     return sorted(
         summary.get("scenarios") or [],
@@ -79,7 +80,7 @@ def _ordered_scenarios(summary: dict[str, Any]) -> list[dict[str, Any]]:
     )
 
 
-def glance_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def glance_rows(summary: Summary) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the glance table; one row per scenario, ordered by point then arm."""
     probe = summary.get("kind") == "probe"
     columns = _PROBE_COLUMNS if probe else _MODEL_COLUMNS
@@ -88,15 +89,15 @@ def glance_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     for sc in _ordered_scenarios(summary):
         row = [point_label(sc["point"]), sc["arm"]]
         for _header, key, where, digits, with_std in columns:
-            row.append(_cell((sc.get(where) or {}).get(key), digits, with_std))
+            row.append(_cell(stat_at(sc, where, key), digits, with_std))
         rows.append(row)
     return headers, rows
 
 
-def title(summary: dict[str, Any]) -> str:
+def title(summary: Summary) -> str:
     """One line naming the run; starts with SIMULATED for demo data so nobody quotes it."""
     sim = f"{SIMULATED_TAG} — " if summary.get("simulated") else ""
-    pair = (summary.get("pair") or {}).get("key", "?")
+    pair = as_dict(summary.get("pair")).get("key", "?")
     status = summary.get("status", "?")
     status_note = "" if status == "complete" else f" [{status}]"
     return f"{sim}p2p results at a glance: {summary.get('rig', '?')} {pair} ({summary.get('run_id', '?')}){status_note}"
@@ -124,7 +125,7 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def glance_table(summary: dict[str, Any]) -> str:
+def glance_table(summary: Summary) -> str:
     """The terminal table: a title line (SIMULATED first when simulated), then aligned rows."""
     headers, rows = glance_rows(summary)
     if not rows:
@@ -132,13 +133,13 @@ def glance_table(summary: dict[str, Any]) -> str:
     return title(summary) + "\n" + _text_table(headers, rows)
 
 
-def _uplift_label(summary: dict[str, Any], faster: str, slower: str, multi: bool) -> str:
+def _uplift_label(summary: Summary, faster: str, slower: str, multi: bool) -> str:
     if not multi and isinstance(summary.get("uplift_label"), str):
         return str(summary["uplift_label"])  # e.g. a p2p-bench directory, whose arms carry no expectation
     arms = summary.get("arms") or {}
     probe = summary.get("kind") == "probe"
     what = "latency uplift" if probe else "output-throughput uplift"
-    expect = str((arms.get(faster) or {}).get("expect_transport") or "")
+    expect = str(as_dict(arms.get(faster)).get("expect_transport") or "")
     if not multi and expect.upper().startswith("P2P"):
         return f"P2P {what}"
     return f"{faster} vs {slower} {what}"
@@ -148,7 +149,7 @@ def _pct(value: float) -> str:
     return f"{value * 100:+.1f} %"
 
 
-def uplift_line(summary: dict[str, Any]) -> str:
+def uplift_line(summary: Summary) -> str:
     """``P2P output-throughput uplift: c1 +9.0 % · c2 +12.6 %`` (one line per compared arm pair).
 
     For probe campaigns the uplift is in time (``slower/faster - 1`` of ``time_us``), so a
@@ -158,19 +159,20 @@ def uplift_line(summary: dict[str, Any]) -> str:
     entries = summary.get("uplift") or []
     if not entries:
         return "uplift: not computed (needs two arms with at least one paired rep at some point)"
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str], list[UpliftEntry]] = {}
     for e in entries:
         groups.setdefault((e["faster_arm"], e["slower_arm"]), []).append(e)
     lines = []
     for (faster, slower), items in groups.items():
         parts = []
         for e in sorted(items, key=lambda e: point_sort_key(e["point"])):
-            if e.get("estimate") is None:
+            estimate, threshold = e.get("estimate"), e.get("threshold")
+            if estimate is None:
                 parts.append(f"{e['point']} n/a")
                 continue
-            part = f"{e['point']} {_pct(float(e['estimate']))}"
-            if e.get("passed") is False and e.get("threshold") is not None:
-                part += f" (FAIL < {_pct(float(e['threshold']))})"
+            part = f"{e['point']} {_pct(float(estimate))}"
+            if e.get("passed") is False and threshold is not None:
+                part += f" (FAIL < {_pct(float(threshold))})"
             elif e.get("outcome") == "inconclusive":
                 need = e.get("pairs_needed")
                 part += f" (inconclusive{f', ~{need} pairs needed' if need else ''})"

@@ -53,7 +53,8 @@ def trend_png(points: list[TrendPoint], title: str) -> bytes | None:
     try:
         from pytest_p2p.report.plots import _pyplot
 
-        plt = _pyplot()
+        _pyplot()
+        import matplotlib.pyplot as plt
     except ImportError:
         return None
     runs = sorted({(p.started_at, p.run_id) for p in points})
