@@ -13,7 +13,6 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from .errors import WriteError
 
@@ -69,7 +68,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+def atomic_write_json(path: str | os.PathLike[str], obj: object) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
@@ -79,8 +78,11 @@ _SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1000, "KIB": 1024, "M": 1024**2, 
                "TB": 1000**4, "TIB": 1024**4}
 
 
-def parse_size(text: str | int) -> int:
-    """Parse ``8KiB``, ``256M``, ``4`` or ``1GB`` into bytes (K/M/G without B are binary, like nccl-tests)."""
+def parse_size(text: object) -> int:
+    """Parse ``8KiB``, ``256M``, ``4`` or ``1GB`` into bytes (K/M/G without B are binary, like nccl-tests).
+
+    Every other value (a negative int, a list, a fraction of a byte) is a :class:`ValueError` naming it.
+    """
     if isinstance(text, bool):
         raise ValueError(f"expected a size like '8KiB', got {text!r}")
     if isinstance(text, int):

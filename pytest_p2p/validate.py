@@ -12,10 +12,13 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .errors import ConfigError
 from .util import parse_size
+
+if TYPE_CHECKING:
+    from yaml.nodes import Node
 
 # Bounds on user-written structured input (rig files, anything loaded with yaml_document):
 # far above any real rig file, far below what hangs or exhausts the machine.
@@ -31,7 +34,7 @@ def join(path: str, key: object) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
-def show(value: Any) -> str:
+def show(value: object) -> str:
     """A value as the user wrote it, short — never rendering a huge value whole (no full ``repr``)."""
     if isinstance(value, bool) or value is None or isinstance(value, float):
         text = repr(value)
@@ -51,7 +54,7 @@ def show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def mapping(value: Any, source: str, path: str, allowed: Iterable[str] | None = None) -> Mapping[str, Any]:
+def mapping(value: object, source: str, path: str, allowed: Iterable[str] | None = None) -> Mapping[str, object]:
     """A mapping with string keys; with ``allowed``, unknown keys are errors that list the known ones."""
     if value is None:
         return {}
@@ -78,15 +81,15 @@ def _closest(word: str, candidates: list[str]) -> str | None:
     return got[0] if got else None
 
 
-def integer(value: Any, source: str, path: str, lo: int | None = None, hi: int | None = None) -> int:
-    ok = isinstance(value, int) and not isinstance(value, bool)
-    if ok and (lo is None or value >= lo) and (hi is None or value <= hi):
+def integer(value: object, source: str, path: str, lo: int | None = None, hi: int | None = None) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and (lo is None or value >= lo) \
+            and (hi is None or value <= hi):
         return int(value)
     rng = f" {lo}..{hi}" if lo is not None and hi is not None else (f" >= {lo}" if lo is not None else "")
     raise ConfigError(source, path, f"expected an integer{rng}, got {show(value)}")
 
 
-def int_in(value: Any, source: str, path: str, lo: int, hi: int, *, what: str = "an integer") -> int:
+def int_in(value: object, source: str, path: str, lo: int, hi: int, *, what: str = "an integer") -> int:
     """A bounded integer: ``reps``, ``concurrency``, counts. ``1e8`` (a float or a YAML string) is refused, and
     so is any value outside ``lo..hi`` — a huge count would exhaust memory or hang instead of failing here."""
     if isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi:
@@ -97,7 +100,7 @@ def int_in(value: Any, source: str, path: str, lo: int, hi: int, *, what: str = 
     raise ConfigError(source, path, f"expected {what} {lo}..{hi}, got {show(value)}{hint}")
 
 
-def float_in(value: Any, source: str, path: str, lo: float, hi: float, *, what: str = "a number") -> float:
+def float_in(value: object, source: str, path: str, lo: float, hi: float, *, what: str = "a number") -> float:
     """A bounded, finite number: timeouts, durations, rates (``1e308`` s or NaN never reach arithmetic)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if isinstance(value, int) and value.bit_length() > 1000:
@@ -115,22 +118,22 @@ def _looks_numeric(text: str) -> bool:
     return True
 
 
-def number(value: Any, source: str, path: str, lo: float | None = None, hi: float | None = None) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-    ok = ok and (not isinstance(value, int) or value.bit_length() <= 1000)  # float(value) would overflow
-    if ok and (lo is None or value >= lo) and (hi is None or value <= hi):
+def number(value: object, source: str, path: str, lo: float | None = None, hi: float | None = None) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+            and (not isinstance(value, int) or value.bit_length() <= 1000) \
+            and (lo is None or value >= lo) and (hi is None or value <= hi):  # past 1000 bits float() overflows
         return float(value)
     rng = f" {lo}..{hi}" if lo is not None and hi is not None else (f" >= {lo}" if lo is not None else "")
     raise ConfigError(source, path, f"expected a number{rng}, got {show(value)}")
 
 
-def boolean(value: Any, source: str, path: str) -> bool:
+def boolean(value: object, source: str, path: str) -> bool:
     if isinstance(value, bool):
         return value
     raise ConfigError(source, path, f"expected true or false, got {show(value)}")
 
 
-def string(value: Any, source: str, path: str, choices: Iterable[str] | None = None) -> str:
+def string(value: object, source: str, path: str, choices: Iterable[str] | None = None) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(source, path, f"expected a non-empty string, got {show(value)}")
     if choices is not None:
@@ -140,13 +143,13 @@ def string(value: Any, source: str, path: str, choices: Iterable[str] | None = N
     return value
 
 
-def sequence(value: Any, source: str, path: str) -> list[Any]:
+def sequence(value: object, source: str, path: str) -> list[object]:
     if isinstance(value, (list, tuple)):
         return list(value)
     raise ConfigError(source, path, f"expected a list, got {show(value)}")
 
 
-def percent(value: Any, source: str, path: str) -> float:
+def percent(value: object, source: str, path: str) -> float:
     """``5%``, ``'5 %'`` or ``0.05`` -> 0.05 (a bare number above 1 is read as percent: ``8`` -> 0.08).
 
     A quoted number without ``%`` (``'0.05'``) reads like the bare number, not as 0.05 %.
@@ -167,14 +170,14 @@ def percent(value: Any, source: str, path: str) -> float:
     raise ConfigError(source, path, f"expected a percentage like '5%', got {show(value)}")
 
 
-def size(value: Any, source: str, path: str) -> int:
+def size(value: object, source: str, path: str) -> int:
     try:
         return parse_size(value)
     except (ValueError, TypeError) as exc:
         raise ConfigError(source, path, str(exc)) from None
 
 
-def env_mapping(value: Any, source: str, path: str) -> dict[str, str]:
+def env_mapping(value: object, source: str, path: str) -> dict[str, str]:
     """An environment block: string keys, scalar values turned into strings (YAML's 1 -> '1')."""
     out: dict[str, str] = {}
     for key, val in mapping(value, source, path).items():
@@ -187,7 +190,7 @@ def env_mapping(value: Any, source: str, path: str) -> dict[str, str]:
     return out
 
 
-def yaml_document(text: str, source: str) -> Any:
+def yaml_document(text: str, source: str) -> object:
     """Parse YAML text safely and bounded: size, nesting depth and alias expansion (billion laughs).
 
     ``yaml.safe_load`` refuses arbitrary objects but happily builds a document whose aliases
@@ -228,13 +231,13 @@ def _yaml_problem(exc: Exception) -> str:
     return f"{where}{str(problem)[:200]}"
 
 
-def _measure_nodes(root: Any, source: str) -> None:
+def _measure_nodes(root: Node, source: str) -> None:
     import yaml
 
     sizes: dict[int, int] = {}
     active: set[int] = set()
 
-    def size(node: Any, depth: int) -> int:
+    def size(node: Node, depth: int) -> int:
         if depth > MAX_DEPTH:
             raise ConfigError(source, "", f"nested too deeply (limit {MAX_DEPTH} levels)")
         key = id(node)
@@ -265,12 +268,12 @@ def _measure_nodes(root: Any, source: str) -> None:
     size(root, 0)
 
 
-def check_bounded(data: Any, source: str) -> None:
+def check_bounded(data: object, source: str) -> None:
     """The same bounds for already-parsed data (shared references count at their expanded size)."""
     sizes: dict[int, int] = {}
     active: set[int] = set()
 
-    def size(obj: Any, depth: int) -> int:
+    def size(obj: object, depth: int) -> int:
         if depth > MAX_DEPTH:
             raise ConfigError(source, "", f"nested too deeply (limit {MAX_DEPTH} levels)")
         if isinstance(obj, int) and not isinstance(obj, bool) and obj.bit_length() > MAX_INT_DIGITS * 4:
