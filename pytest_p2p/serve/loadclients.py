@@ -1,0 +1,288 @@
+"""The load generator's client side: one event loop per client process, sharded over spawned processes.
+
+:mod:`.loadgen` says what to run (:class:`~.loadgen.LoadSpec`) and turns the records into a
+:class:`~.result.LoadResult`; this module runs it. Each client process (:class:`Job`) warms up,
+meets the others at one barrier, then sends its share of the measured requests with its own
+connections (:mod:`.transport`), recording every request -- success or counted failure with
+its reason -- and its own health: CPU time over the measured window and the lateness of its
+event loop (:class:`~.result.ClientStats`). How many processes: :func:`plan_processes`, from the
+concurrency and the cores idle now (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from ..errors import ServerError
+from .metrics import RequestRecord, percentile
+from .result import ClientStats
+from .transport import StreamError, StreamParser, Transport, make_transport
+
+if TYPE_CHECKING:
+    from .loadgen import LoadSpec
+
+__all__ = ["STREAMS_PER_PROCESS", "Job", "Shard", "drive", "free_cores", "plan_processes", "run_coroutine",
+           "run_sharded"]
+
+#: streams one client process serves before another is started (docs/performance.md)
+STREAMS_PER_PROCESS = 16
+
+
+class _Barrier(Protocol):
+    """What a client process uses of ``multiprocessing``'s ``Barrier``."""
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def abort(self) -> None: ...
+
+
+def free_cores(window_s: float = 0.05) -> float:
+    """Idle cores among ours right now, from two /proc/stat readings (all of them where /proc cannot say)."""
+    cpus = sorted(os.sched_getaffinity(0))
+
+    def read() -> dict[int, tuple[int, int]]:
+        out = {}
+        with open("/proc/stat", encoding="ascii") as fh:
+            for line in fh:
+                f = line.split()
+                if f[0].startswith("cpu") and f[0] != "cpu" and int(f[0][3:]) in cpus:
+                    ticks = [int(x) for x in f[1:8]]
+                    out[int(f[0][3:])] = (sum(ticks), ticks[3] + ticks[4])  # total, idle + iowait
+        return out
+
+    try:
+        a = read()
+        time.sleep(window_s)
+        b = read()
+    except (OSError, ValueError, IndexError):
+        return float(len(cpus))
+    idle = 0.0
+    for cpu, (total, free) in b.items():
+        dt = total - a.get(cpu, (total, free))[0]
+        idle += (free - a.get(cpu, (total, free))[1]) / dt if dt > 0 else 1.0
+    return idle if b else float(len(cpus))
+
+
+def plan_processes(concurrency: int, cores: float | None = None) -> int:
+    """Client processes for ``concurrency`` streams: one per :data:`STREAMS_PER_PROCESS`, at most half the free cores.
+
+    The other half is left to the server (vLLM's API server and engine core are busy
+    processes of their own); a 2-core box therefore always runs one in-process loop.
+    ``cores`` defaults to the cores idle right now among those this process may use.
+    """
+    n = free_cores() if cores is None else cores
+    return max(1, min(max(1, int(n // 2)), math.ceil(concurrency / STREAMS_PER_PROCESS)))
+
+
+@dataclass(frozen=True)
+class Job:
+    """What one client process runs: its share of the measured requests and its concurrency."""
+
+    base_url: str
+    api_key: str
+    model: str
+    spec: LoadSpec
+    prompts: tuple[str, ...]
+    offsets: tuple[float, ...]
+    warm_ids: tuple[int, ...]
+    ids: tuple[int, ...]
+    concurrency: int
+    cpu: int | None = None
+
+
+@dataclass
+class Shard:
+    """What one client process brought back: its records, its measured window and its own health."""
+
+    warm: list[RequestRecord]
+    records: dict[int, RequestRecord]
+    t0: float
+    t1: float
+    stats: ClientStats
+
+
+def _payload(job: Job, prompt: str) -> dict[str, object]:
+    s = job.spec
+    opts: dict[str, object] = {"include_usage": True}
+    if s.continuous_usage:
+        opts["continuous_usage_stats"] = True
+    # the request bench sends: no sampling parameters (the server's defaults), ignore_eos, usage at the end.
+    # (Sending temperature 0 made greedy decoding of dummy weights repeat tokens: other server work per token.)
+    body: dict[str, object] = {"model": job.model, "stream": True, "stream_options": opts, "ignore_eos": True}
+    if s.endpoint == "chat":
+        body.update(messages=[{"role": "user", "content": prompt}], max_completion_tokens=s.output_len)
+    else:
+        body.update(prompt=prompt, max_tokens=s.output_len)
+    return body
+
+
+async def _request(transport: Transport, job: Job, prompt: str, rid: str, keep_times: bool) -> RequestRecord:
+    rec = RequestRecord(prompt_len=job.spec.input_len)
+    parser = StreamParser(rec, chat=job.spec.endpoint == "chat", keep_times=keep_times)
+    path = "chat/completions" if job.spec.endpoint == "chat" else "completions"
+    timeout = job.spec.request_timeout_s
+    rec.start_time = time.perf_counter()
+    try:
+        await asyncio.wait_for(transport.stream(path, _payload(job, prompt), rid, parser.feed), timeout)
+        parser.finish()
+        rec.success = True
+    except (asyncio.TimeoutError, TimeoutError):
+        rec.error = f"timeout: no complete response within {timeout:g} s"
+    except StreamError as exc:
+        rec.error = str(exc)
+    except (ConnectionError, OSError) as exc:
+        rec.error = f"connection error: {type(exc).__name__}: {str(exc)[:200]}"
+    except Exception as exc:  # noqa: BLE001 - every failure is counted with its reason, none escapes
+        rec.error = f"{type(exc).__name__}: {str(exc)[:200]}"
+    rec.latency = (parser.last or rec.start_time) - rec.start_time
+    rec.chunk_times = parser.times if keep_times else None
+    return rec
+
+
+async def _lag_probe(samples: list[float], stop: asyncio.Event) -> None:
+    """How long a callback made ready now waits for the loop: the bound on a chunk timestamp's lateness."""
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        await asyncio.sleep(0.005)
+        fut: asyncio.Future[None] = loop.create_future()
+        t = time.perf_counter()
+        loop.call_soon(fut.set_result, None)
+        await fut
+        samples.append(time.perf_counter() - t)
+
+
+async def drive(job: Job, gate: Callable[[], object] | None = None) -> Shard:
+    """Warm up, pass the ``gate`` (the other client processes), then run ``job.ids``."""
+    s = job.spec
+    transport = make_transport(s.transport, job.base_url, job.api_key, connections=job.concurrency + 4,
+                               timeout_s=s.request_timeout_s)
+    try:
+        sem = asyncio.Semaphore(job.concurrency)
+
+        async def warm_one(i: int) -> RequestRecord:
+            async with sem:
+                return await _request(transport, job, job.prompts[i], f"warmup-{i}", False)
+
+        warm = list(await asyncio.gather(*(warm_one(i) for i in job.warm_ids)))
+        if gate is not None:
+            gate()
+        records: dict[int, RequestRecord] = {}
+        base = s.warmup
+
+        async def one(i: int) -> None:
+            records[i] = await _request(transport, job, job.prompts[base + i], f"req-{i}", s.keep_chunk_times)
+
+        lags: list[float] = []
+        stop = asyncio.Event()
+        probe = asyncio.ensure_future(_lag_probe(lags, stop))
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        if math.isinf(s.request_rate):
+            queue = list(reversed(job.ids))
+
+            async def worker() -> None:
+                while queue:
+                    await one(queue.pop())
+
+            await asyncio.gather(*(worker() for _ in range(min(job.concurrency, len(job.ids)))))
+        else:
+            async def gated(i: int) -> None:
+                async with sem:
+                    await one(i)
+
+            tasks = []
+            for i in job.ids:
+                delay = t0 + job.offsets[i] - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.ensure_future(gated(i)))
+            await asyncio.gather(*tasks)
+        t1, cpu1 = time.perf_counter(), time.process_time()
+        stop.set()
+        await probe
+    finally:
+        await transport.close()
+    stats = ClientStats(cpu_s=cpu1 - cpu0, wall_s=t1 - t0, lag_p99_ms=percentile(lags, 99.0) * 1e3,
+                        requests=len(job.ids))
+    return Shard(warm, records, t0, t1, stats)
+
+
+def _shard_main(conn: object, barrier: _Barrier, job: Job) -> None:
+    """One client process of a sharded run: pinned, its own event loop and connections."""
+    import multiprocessing.connection
+    import threading
+
+    assert isinstance(conn, multiprocessing.connection.Connection)
+    from ..children import set_parent_death_signal
+
+    set_parent_death_signal()  # the starting thread waits for every shard: safe (children.py says why)
+    try:
+        if job.cpu is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, {job.cpu})
+        wait = barrier.wait
+        out = asyncio.run(drive(job, gate=lambda: wait(job.spec.request_timeout_s + 60)))
+        conn.send(("ok", out))
+    except (Exception, threading.BrokenBarrierError) as exc:  # noqa: BLE001 - reported to the parent
+        with contextlib.suppress(Exception):
+            barrier.abort()
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def run_sharded(jobs: Sequence[Job]) -> list[Shard]:
+    """Every job in its own spawned process; they warm up, meet at one barrier, then measure together."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads or an event loop
+    barrier = ctx.Barrier(len(jobs))
+    children, pipes = [], []
+    for job in jobs:
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_shard_main, daemon=True, args=(child, barrier, job))
+        proc.start()
+        child.close()
+        children.append(proc)
+        pipes.append(parent)
+    shards: list[Shard] = []
+    problems: list[str] = []
+    try:
+        for pipe in pipes:
+            try:
+                status, payload = pipe.recv()
+            except EOFError:
+                status, payload = "error", "client process died"
+            if status == "ok":
+                shards.append(payload)
+            else:
+                problems.append(str(payload))
+    finally:
+        for proc in children:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1)
+    if problems:
+        raise ServerError(f"load generator against {jobs[0].base_url}: client process failed: "
+                          f"{'; '.join(problems)}")
+    return shards
+
+
+def run_coroutine(job: Job) -> Shard:
+    """Run ``job`` in this process, on a loop of its own (one client, no spawned process)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(drive(job))
+    # called from inside an event loop (e.g. an async test): run on a private loop in a thread
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, drive(job)).result()
