@@ -326,6 +326,7 @@ def environment(config: pytest.Config) -> dict[str, str]:
 
 
 def _load_summary(run_dir: Path) -> Summary:
+    """``summary.json`` if it has the summary's shape, else the summary rendered again from the rep files."""
     from .results import read_json
 
     summary_path = run_dir / "summary.json"
