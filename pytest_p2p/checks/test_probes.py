@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from types import ModuleType
-from typing import Any
 
 import pytest
 
@@ -102,10 +101,11 @@ def test_p2p_copy(p2p_copy: P2PCopyResult) -> None:
 
 
 # -- in-process latency measurements through pytest-benchmark (need a real GPU) ----------------------
-def _torch_or_skip(p2p_session: P2PSession) -> Any:
+def _torch_or_skip(p2p_session: P2PSession) -> ModuleType:
     if not p2p_session.live:
         pytest.skip(f"needs a real GPU: the session's evidence is {p2p_session.label}")
-    return pytest.importorskip("torch", reason="needs torch with CUDA")
+    torch: ModuleType = pytest.importorskip("torch", reason="needs torch with CUDA")
+    return torch
 
 
 @pytest.mark.gpu

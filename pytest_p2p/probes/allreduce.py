@@ -21,16 +21,19 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..children import die_with_parent
 from ..envs import subprocess_env
 from ..errors import ProbeError
+from ..jsontypes import JSONObject
 from ..util import atomic_write_json, atomic_write_text, format_size
+from ._jsonneed import need_dict, need_list, to_float, to_int
 from .arms import Arm
 from .config import ProbeConfig
 
 if TYPE_CHECKING:
+    from ._worker_types import AllReduceSpec
     from .transport_model import TransportProof
 
 SCHEMA = 1
@@ -73,11 +76,11 @@ class AllReduceResult:
     arm: str
     rows: list[Row]
     correct: bool
-    checks: list[dict[str, Any]]
+    checks: list[JSONObject]
     log_path: Path | None
     proof: TransportProof | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-    nccl_tests: dict[str, Any] | None = None
+    meta: JSONObject = field(default_factory=dict)
+    nccl_tests: JSONObject | None = None  # run_nccl_tests' summary, or {"error": ...}
 
     @property
     def pair_key(self) -> str:
@@ -89,7 +92,7 @@ class AllReduceResult:
                 return r
         return None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "schema": SCHEMA,
             "probe": "allreduce",
@@ -105,16 +108,19 @@ class AllReduceResult:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], log_path: Path | None, source: str) -> AllReduceResult:
+    def from_dict(cls, d: Mapping[str, object], log_path: Path | None, source: str) -> AllReduceResult:
         """Read a result written by :meth:`to_dict` (a replay); errors name ``source``."""
         try:
             if d.get("schema") != SCHEMA or d.get("probe") != "allreduce":
                 raise ValueError(f"not an all-reduce probe result of schema {SCHEMA}")
-            pair = (int(d["pair"][0]), int(d["pair"][1]))
-            rows = [Row(int(r["bytes"]), float(r["time_us"]), float(r["algbw_gbs"]), float(r["busbw_gbs"]))
-                    for r in d["rows"]]
-            return cls(pair, str(d["arm"]), rows, bool(d["correct"]), list(d.get("checks", [])), log_path,
-                       None, dict(d.get("meta", {})), d.get("nccl_tests"))
+            pair_ids = need_list(d["pair"], "pair")
+            pair = (to_int(pair_ids[0]), to_int(pair_ids[1]))
+            rows = [Row(to_int(r["bytes"]), to_float(r["time_us"]), to_float(r["algbw_gbs"]), to_float(r["busbw_gbs"]))
+                    for r in _objects(d["rows"], "rows")]
+            nccl_tests = d.get("nccl_tests")
+            return cls(pair, str(d["arm"]), rows, bool(d["correct"]), _objects(d.get("checks", []), "checks"),
+                       log_path, None, dict(need_dict(d.get("meta", {}), "meta")),
+                       None if nccl_tests is None else need_dict(nccl_tests, "nccl_tests"))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise ProbeError(f"{source}: unreadable all-reduce probe result ({type(exc).__name__}: {exc})") from None
 
@@ -225,10 +231,11 @@ def run_allreduce(
     if raw_path.exists():
         raw_path.unlink()
     check_sizes = [s for s in CHECK_SIZES if s <= max(cfg.sizes)] or [min(cfg.sizes)]
-    atomic_write_json(spec_path, {
+    spec: AllReduceSpec = {
         "sizes": list(cfg.sizes), "check_sizes": check_sizes, "iters": cfg.iters, "warmup": cfg.warmup,
         "graph": cfg.graph, "direct": cfg.direct, "graph_launches": cfg.graph_launches, "out": str(raw_path),
-    })
+    }
+    atomic_write_json(spec_path, spec)
     port = free_port()
     base = subprocess_env(pair, rig_env, arm.env)
     envs, logs = [], []
@@ -256,20 +263,21 @@ def run_allreduce(
     return result
 
 
-def result_from_raw(pair: tuple[int, int], arm: Arm, raw: Mapping[str, Any], log_path: Path | None,
+def result_from_raw(pair: tuple[int, int], arm: Arm, raw: Mapping[str, object], log_path: Path | None,
                     source: str) -> AllReduceResult:
     """Turn the worker's times into rows (bandwidths computed here, where they are tested)."""
     try:
-        n = int(raw["world_size"])
-        rows = [Row.from_time(int(r["bytes"]), float(r["time_us"]), n) for r in raw["rows"]]
-        checks = list(raw["checks"])
-        correct = bool(checks) and all(int(c["wrong"]) == 0 for c in checks)
-        meta = {k: raw.get(k) for k in ("world_size", "graph", "timing_method", "iters", "warmup", "graph_launches",
-                                        "torch_version", "nccl_version", "device_names")}
+        n = to_int(raw["world_size"])
+        rows = [Row.from_time(to_int(r["bytes"]), to_float(r["time_us"]), n) for r in _objects(raw["rows"], "rows")]
+        checks = _objects(raw["checks"], "checks")
+        correct = bool(checks) and all(to_int(c["wrong"]) == 0 for c in checks)
+        meta: JSONObject = {k: raw.get(k) for k in ("world_size", "graph", "timing_method", "iters", "warmup",
+                                                    "graph_launches", "torch_version", "nccl_version",
+                                                    "device_names")}
     except (KeyError, TypeError, ValueError) as exc:
         raise ProbeError(f"{source}: malformed worker result ({type(exc).__name__}: {exc})") from None
     try:
-        total = int(raw.get("iters") or 0) * int(raw.get("graph_launches") or 0)
+        total = to_int(raw.get("iters") or 0) * to_int(raw.get("graph_launches") or 0)
     except (TypeError, ValueError):  # only a label: a malformed count must not lose the measurement
         total = 0
     meta["timing"] = {
@@ -279,9 +287,14 @@ def result_from_raw(pair: tuple[int, int], arm: Arm, raw: Mapping[str, Any], log
                   "mean over ranks",
         "graph": f"CUDA graph of {raw.get('iters')} torch all-reduces x {raw.get('graph_launches')} replays, "
                  "mean over ranks",
-    }.get(raw.get("timing_method") or ("graph" if raw.get("graph") else "eager"),
+    }.get(str(raw.get("timing_method") or ("graph" if raw.get("graph") else "eager")),
           "eager torch loop (includes Python launch overhead), mean over ranks")
     return AllReduceResult(pair, arm.name, rows, correct, checks, log_path, None, meta)
+
+
+def _objects(value: object, what: str) -> list[JSONObject]:
+    """A JSON array of objects (``TypeError`` for another shape, read as a malformed result)."""
+    return [need_dict(item, f"an item of {what}") for item in need_list(value, what)]
 
 
 def merge_logs(logs: Sequence[Path], target: Path) -> Path:

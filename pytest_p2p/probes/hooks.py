@@ -22,7 +22,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pytest
 
@@ -70,7 +70,9 @@ class ProbeState:
     session: P2PSession
     replay: Path | None
     replay_origin: str = ""
-    cache: dict[tuple[object, ...], tuple[str, Any]] = field(default_factory=dict)
+    # each probe's outcome, run once: its result, or the error or skip it raised (raised again on each use)
+    allreduce_cache: dict[tuple[object, ...], AllReduceResult | BaseException] = field(default_factory=dict)
+    copy_cache: dict[tuple[object, ...], P2PCopyResult | BaseException] = field(default_factory=dict)
 
     @property
     def cfg(self) -> ProbeConfig:
@@ -110,24 +112,25 @@ class ProbeState:
 
     # -- results, run or replayed once ---------------------------------------------------------
     def allreduce(self, pair: tuple[int, int], arm: Arm) -> AllReduceResult:
-        return self._once(("allreduce", pair, arm.name), lambda: self._allreduce(pair, arm))
+        return self._once(self.allreduce_cache, ("allreduce", pair, arm.name), lambda: self._allreduce(pair, arm))
 
     def copy(self, pair: tuple[int, int]) -> P2PCopyResult:
-        return self._once(("p2pcopy", pair), lambda: self._copy(pair))
+        return self._once(self.copy_cache, ("p2pcopy", pair), lambda: self._copy(pair))
 
-    def _once(self, key: tuple[object, ...], make: Callable[[], _T]) -> _T:
-        if key not in self.cache:
+    @staticmethod
+    def _once(cache: dict[tuple[object, ...], _T | BaseException], key: tuple[object, ...],
+              make: Callable[[], _T]) -> _T:
+        if key not in cache:
             try:
-                self.cache[key] = ("ok", make())
+                cache[key] = make()
             except (P2PError, pytest.skip.Exception) as exc:
-                self.cache[key] = ("err", exc)
-        kind, value = self.cache[key]
-        if kind == "err":
+                cache[key] = exc
+        value = cache[key]
+        if isinstance(value, BaseException):
             if isinstance(value, pytest.skip.Exception):
                 pytest.skip(str(value.msg))
             pytest.fail(str(value), pytrace=False)
-        result: _T = value
-        return result
+        return value
 
     def _keep_replayed(self, pair: tuple[int, int], name: str) -> None:
         """Copy a replayed recording into this session's results, beside a REPLAYED_FROM note.
@@ -339,15 +342,25 @@ def p2p_copy(p2p_probe_state: ProbeState, p2p_pair: tuple[int, int],
     return p2p_probe_state.copy((p2p_pair[0], p2p_pair[1]))
 
 
+class Benchmark(Protocol):
+    """The part of pytest-benchmark's ``benchmark`` fixture the built-in checks use."""
+
+    @property
+    def extra_info(self) -> dict[str, object]: ...
+
+    def pedantic(self, target: Callable[[], object], *, rounds: int, iterations: int,
+                 warmup_rounds: int) -> object: ...
+
+
 @pytest.fixture
-def p2p_benchmark(request: pytest.FixtureRequest) -> Any:
+def p2p_benchmark(request: pytest.FixtureRequest) -> Benchmark:
     """pytest-benchmark's ``benchmark`` fixture, or a clean skip where it cannot time anything."""
     config = request.config
     if not config.pluginmanager.hasplugin("benchmark"):
         pytest.skip("pytest-benchmark is not installed")
     if hasattr(config, "workerinput") or config.pluginmanager.hasplugin("dsession"):
         pytest.skip("pytest-benchmark turns itself off under xdist (-n); run benchmarks without -n")
-    bench = request.getfixturevalue("benchmark")
+    bench: Benchmark = request.getfixturevalue("benchmark")
     if getattr(bench, "disabled", False):
         pytest.skip("pytest-benchmark is disabled (--benchmark-disable or xdist)")
     return bench

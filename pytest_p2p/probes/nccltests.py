@@ -22,9 +22,10 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import ProbeError
+from ..jsontypes import JSONObject
+from ._jsonneed import to_float
 
 _VERSION_RE = re.compile(
     r"^#\s*nccl-tests version (?P<v>\S+)(?: nccl-headers=(?P<h>\d+))?(?: nccl-library=(?P<lib>\d+))?"
@@ -50,8 +51,8 @@ class Measurement:
     error: float | None = None  # nccl-tests <= 2.11: max deviation instead of a wrong count
     per_iter: dict[str, float] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"time_us": self.time_us, "algbw": self.algbw, "busbw": self.busbw, "wrong": self.wrong}
+    def to_dict(self) -> JSONObject:
+        d: JSONObject = {"time_us": self.time_us, "algbw": self.algbw, "busbw": self.busbw, "wrong": self.wrong}
         if self.error is not None:
             d["error"] = self.error
         if self.per_iter:
@@ -70,7 +71,7 @@ class NcclTestsRow:
     ip: Measurement | None
     line: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "size_bytes": self.size_bytes, "count": self.count, "type": self.type, "redop": self.redop,
             "root": self.root, "oop": self.oop.to_dict() if self.oop else None,
@@ -85,7 +86,7 @@ class NcclTestsResult:
     program: str | None = None
     nccl_tests_version: str | None = None
     nccl_version: str | None = None
-    devices: list[dict[str, Any]] = field(default_factory=list)
+    devices: list[JSONObject] = field(default_factory=list)  # as the output names them
     avg_busbw: float | None = None
     out_of_bounds: int | None = None
     time_kind: str = "time"  # "time" (GPU) or "cputime" (-C)
@@ -100,7 +101,7 @@ class NcclTestsResult:
         values = [m.busbw for r in self.rows for m in (r.oop, r.ip) if m is not None and m.busbw is not None]
         return max(values) if values else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "format": self.format, "program": self.program, "nccl_tests_version": self.nccl_tests_version,
             "nccl_version": self.nccl_version, "devices": [dict(d) for d in self.devices],
@@ -246,10 +247,10 @@ def _measure(vals: list[str], where: str, old: bool) -> Measurement:
     return Measurement(t, a, b, None if w is None else int(w), None, per_iter)
 
 
-def _jnum(v: Any) -> float | None:
+def _jnum(v: object) -> float | None:
     if v is None:
         return None
-    x = float(v)  # nccl-tests writes non-finite doubles as the string "nan"
+    x = to_float(v)  # nccl-tests writes non-finite doubles as the string "nan"
     return None if math.isnan(x) else x
 
 
@@ -263,7 +264,7 @@ def _parse_json(text: str, source: str) -> NcclTestsResult:
         ) from None
     if not isinstance(doc, dict) or "results" not in doc or not isinstance(doc["results"], (list, type(None))):
         raise ProbeError(f"{source}: not nccl-tests -J output (no 'results' list)")
-    config: dict[str, Any] = doc["config"] if isinstance(doc.get("config"), dict) else {}
+    config: JSONObject = doc["config"] if isinstance(doc.get("config"), dict) else {}
     res = NcclTestsResult(rows=[], format="json")
     code = doc.get("nccl_version")
     res.nccl_version = _nccl_code(code) if isinstance(code, int) and 0 <= code < 10**7 else None
@@ -298,7 +299,7 @@ def _parse_json(text: str, source: str) -> NcclTestsResult:
     return res
 
 
-def _jmeasure(m: Any, res: NcclTestsResult) -> Measurement | None:
+def _jmeasure(m: object, res: NcclTestsResult) -> Measurement | None:
     if m is None:
         return None
     if not isinstance(m, dict):

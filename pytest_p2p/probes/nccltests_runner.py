@@ -17,11 +17,11 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from ..children import die_with_parent
 from ..envs import subprocess_env
 from ..errors import ProbeError
+from ..jsontypes import JSONObject
 from .allreduce import kill_group
 from .arms import Arm
 
@@ -70,7 +70,7 @@ def run_nccl_tests(
     args: Sequence[str] = DEFAULT_ARGS,
     binary: str | None = None,
     mpi: bool = False,
-) -> dict[str, Any] | None:
+) -> JSONObject | None:
     """Run ``all_reduce_perf`` under the arm's env; ``None`` when it (or, with ``mpi``, mpirun) is missing.
 
     Writes ``nccl_tests.log`` (its stdout) and ``nccl_tests.nccl.<pid>.log`` (NCCL INFO);

@@ -15,11 +15,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from ..envs import subprocess_env
 from ..errors import ProbeError
+from ..jsontypes import JSONObject
 from ..util import atomic_write_json
+from ._jsonneed import need_dict, need_list, to_float, to_int
 from .allreduce import last_line, run_ranks
 from .config import ProbeConfig
 
@@ -28,13 +30,26 @@ WORKER_MODULE = "pytest_p2p.probes._p2pcopy_worker"
 MODES = ("peer", "host_staged")
 
 
+class _CopyModeMeasured(TypedDict):
+    unidir_gbs: dict[str, float]  # direction ("0->1", "1->0") -> GB/s
+    bidir_gbs: float
+    latency_us: dict[str, float]  # direction -> us per 4-byte copy
+
+
+class CopyModeResult(_CopyModeMeasured, total=False):
+    """One copy mode of a result: its numbers read as numbers, its labels kept as recorded."""
+
+    latency_timing: object  # how the latency was timed (the worker writes a string)
+    method: object  # how the copy was made (the worker writes a string)
+
+
 @dataclass
 class P2PCopyResult:
     pair: tuple[int, int]
     bytes: int
     can_access_peer: dict[str, bool]
-    modes: dict[str, dict[str, Any]]  # mode -> unidir_gbs{dir}, bidir_gbs, latency_us{dir}, method
-    meta: dict[str, Any] = field(default_factory=dict)
+    modes: dict[str, CopyModeResult]  # "peer", "host_staged"
+    meta: JSONObject = field(default_factory=dict)
     log_path: Path | None = None
 
     @property
@@ -48,26 +63,42 @@ class P2PCopyResult:
     def latency_us(self, mode: str) -> float:
         return float(max(self.modes[mode]["latency_us"].values()))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"schema": SCHEMA, "probe": "p2pcopy", "pair": list(self.pair), "bytes": self.bytes,
                 "can_access_peer": self.can_access_peer, "modes": self.modes, "meta": self.meta,
                 "log": self.log_path.name if self.log_path else None}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], source: str, log_path: Path | None = None) -> P2PCopyResult:
+    def from_dict(cls, d: Mapping[str, object], source: str, log_path: Path | None = None) -> P2PCopyResult:
         try:
             if d.get("schema") != SCHEMA or d.get("probe") != "p2pcopy":
                 raise ValueError(f"not a P2P copy probe result of schema {SCHEMA}")
-            modes = {m: dict(d["modes"][m]) for m in MODES}
-            for m in modes.values():
-                m["unidir_gbs"] = {k: float(x) for k, x in m["unidir_gbs"].items()}
-                m["latency_us"] = {k: float(x) for k, x in m["latency_us"].items()}
-                m["bidir_gbs"] = float(m["bidir_gbs"])
-            return cls((int(d["pair"][0]), int(d["pair"][1])), int(d["bytes"]),
-                       {k: bool(x) for k, x in d["can_access_peer"].items()}, modes, dict(d.get("meta", {})),
-                       log_path)
+            recorded = need_dict(d["modes"], "modes")
+            modes = {m: _mode(need_dict(recorded[m], f"modes.{m}"), m) for m in MODES}
+            pair_ids = need_list(d["pair"], "pair")
+            return cls((to_int(pair_ids[0]), to_int(pair_ids[1])), to_int(d["bytes"]),
+                       {k: bool(x) for k, x in need_dict(d["can_access_peer"], "can_access_peer").items()}, modes,
+                       dict(need_dict(d.get("meta", {}), "meta")), log_path)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise ProbeError(f"{source}: unreadable P2P copy probe result ({type(exc).__name__}: {exc})") from None
+
+
+def _mode(recorded: JSONObject, name: str) -> CopyModeResult:
+    """One mode of a recorded result, its numbers converted (``float()`` of each, as recorded)."""
+    mode: CopyModeResult = {
+        "unidir_gbs": _per_direction(recorded["unidir_gbs"], f"modes.{name}.unidir_gbs"),
+        "bidir_gbs": to_float(recorded["bidir_gbs"]),
+        "latency_us": _per_direction(recorded["latency_us"], f"modes.{name}.latency_us"),
+    }
+    if "latency_timing" in recorded:
+        mode["latency_timing"] = recorded["latency_timing"]
+    if "method" in recorded:
+        mode["method"] = recorded["method"]
+    return mode
+
+
+def _per_direction(value: object, what: str) -> dict[str, float]:
+    return {k: to_float(x) for k, x in need_dict(value, what).items()}
 
 
 def run_p2p_copy(

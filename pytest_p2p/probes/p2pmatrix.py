@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import ProbeError
+from ..jsontypes import JSONObject
 
 _HEADINGS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"Unidirectional P2P=Disabled Bandwidth.*Matrix"), "unidirectional_bw_disabled"),
@@ -45,7 +45,7 @@ _NUM_RE = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^(?:-?inf|nan)$"
 class P2PMatrixResult:
     """Devices, peer access and every matrix, indexed ``[row][col]`` in the header's device order."""
 
-    devices: list[dict[str, Any]] = field(default_factory=list)
+    devices: list[JSONObject] = field(default_factory=list)  # index, name, PCI ids as the output gives them
     can_access: dict[tuple[int, int], bool] = field(default_factory=dict)
     matrices: dict[str, list[list[float | None]]] = field(default_factory=dict)
     labels: dict[str, list[int]] = field(default_factory=dict)  # device index of each row/column
@@ -56,7 +56,7 @@ class P2PMatrixResult:
         labels = self.labels[matrix]
         return self.matrices[matrix][labels.index(src)][labels.index(dst)]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "devices": [dict(d) for d in self.devices],
             "can_access": {f"{i},{j}": v for (i, j), v in sorted(self.can_access.items())},
