@@ -26,7 +26,7 @@ def visible_gpus(evidence: Evidence, visible: str) -> tuple[list[int], str]:
         if entry.lstrip("-").isdigit() and len(entry) < 6:
             match = [g.index for g in evidence.gpus if g.index == int(entry)]
         elif entry.upper().startswith("GPU-") and len(entry) > 4:
-            match = [g.index for g in evidence.gpus if g.uuid.upper().startswith(entry.upper())]
+            match = [g.index for g in evidence.gpus if (g.uuid or "").upper().startswith(entry.upper())]
         elif entry.upper().startswith("MIG-"):
             extra.append(f"{entry[:60]} is a MIG instance: MIG instances have no peer access, so it adds no pair")
             continue

@@ -370,7 +370,7 @@ def cuda_indices(evidence: Evidence, pair: tuple[int, int]) -> tuple[int, int]:
     """torch device indices of a pair's GPUs in *this* process, matched by UUID (CUDA's order may not be NVML's)."""
     import torch
 
-    want = {evidence.gpu(i).uuid.lower().removeprefix("gpu-"): i for i in pair}
+    want = {(evidence.gpu(i).uuid or "").lower().removeprefix("gpu-"): i for i in pair}
     found: dict[int, int] = {}
     for dev in range(torch.cuda.device_count()):
         uuid = str(getattr(torch.cuda.get_device_properties(dev), "uuid", "")).lower().removeprefix("gpu-")
