@@ -19,7 +19,8 @@ whether the log is *complete*, because only a complete log may prove that someth
 text and total: any text gives a proof (:mod:`.nccl_lines` bounds every line and number).
 
 This module builds the proof; :mod:`.nccl_lines` reads lines, :mod:`.transport_model` is
-the data and its JSON, :mod:`.transport_expect` judges arm expectations.
+the data and its JSON (:mod:`.transport_readback` reads it back), :mod:`.transport_expect` judges arm
+expectations.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ from .transport_model import (
     CommInfo,
     Connection,
     TransportProof,
-    proof_from_dict,
 )
+from .transport_readback import proof_from_dict
 
 __all__ = [
     "INCOMPLETE", "MAX_EVIDENCE", "NO_CONNECTIONS", "NO_INFO", "NO_INFO_PROBLEM", "PROOF_SCHEMA", "PROOF_VERSION",

@@ -6,6 +6,9 @@ complete (:attr:`TransportProof.complete`: every rank of every communicator fini
 ``Init COMPLETE`` and printed its connections). Otherwise the claim is ``None`` — unknown —
 never ``False``: an excerpt, a ``grep``, one host's half of a two-host job prove nothing by
 absence. :attr:`TransportProof.state` names the situation in one word.
+
+This module is the data and how it is written (``to_dict``); reading the JSON back, with every
+value narrowed strictly, is :mod:`.transport_readback` (split off to keep both under ~400 lines).
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from ..errors import ProbeError
 from .transport_expect import ExpectResult, check_expectation
 
 PROOF_SCHEMA = "pytest-p2p/transport-proof"
@@ -105,14 +107,10 @@ class Connection:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> Connection:
-        return cls(
-            channel=_req_int(d["channel"]), src_rank=_req_int(d["src_rank"]), src_dev=str(d["src_dev"]),
-            dst_rank=_req_int(d["dst_rank"]), dst_dev=str(d["dst_dev"]), transport=str(d["transport"]),
-            kind=str(d["kind"]), line=_req_int(d["line"]), conn_index=_opt_int(d.get("conn_index")),
-            flags=tuple(str(f) for f in _list(d.get("flags"))), direction=_opt_str(d.get("direction")),
-            net_dev=_opt_int(d.get("net_dev")), proxy_rank=_opt_int(d.get("proxy_rank")),
-            via_rank=_opt_int(d.get("via_rank")), pid=_opt_int(d.get("pid")),
-        )
+        """The inverse of :meth:`to_dict`; the reader lives in :mod:`.transport_readback` with the others."""
+        from .transport_readback import connection_from_dict  # lazy: that module imports this one
+
+        return connection_from_dict(d)
 
 
 def key_label(key: ConnKey) -> str:
@@ -133,13 +131,6 @@ def key_printer(key: ConnKey) -> int:
 def _key_dict(key: ConnKey, count: int) -> dict[str, object]:
     return {"transport": key[0], "kind": key[1], "flags": list(key[2]), "direction": key[3], "src_rank": key[4],
             "src_dev": key[5], "dst_rank": key[6], "dst_dev": key[7], "label": key_label(key), "count": count}
-
-
-def _key_from(d: Mapping[str, object]) -> tuple[ConnKey, int]:
-    key: ConnKey = (str(d["transport"]), str(d["kind"]), tuple(str(f) for f in _list(d.get("flags"))),
-                    _opt_str(d.get("direction")), _req_int(d["src_rank"]), str(d.get("src_dev", "")),
-                    _req_int(d["dst_rank"]), str(d.get("dst_dev", "")))
-    return key, _req_int(d["count"])
 
 
 @dataclass(frozen=True)
@@ -333,94 +324,3 @@ class TransportProof:
             "claims": {name: c.to_dict() for name, c in self.claims.items()},
             "warnings": list(self.warnings), "stats": dict(self.stats),
         }
-
-
-# -- reading back -------------------------------------------------------------------------------
-
-def _req_int(x: object) -> int:
-    if isinstance(x, bool) or not isinstance(x, (int, str)):
-        raise TypeError(f"expected an integer, got {type(x).__name__}")
-    return int(x)
-
-
-def _opt_int(x: object) -> int | None:
-    return None if x is None else _req_int(x)
-
-
-def _opt_str(x: object) -> str | None:
-    return None if x is None else str(x)
-
-
-def _opt_bool(x: object) -> bool | None:
-    return None if x is None else bool(x)
-
-
-def _list(x: object) -> list[object]:
-    if x is None:
-        return []
-    if not isinstance(x, (list, tuple)):
-        raise TypeError(f"expected a list, got {type(x).__name__}")
-    return list(x)
-
-
-def _map(x: object) -> Mapping[str, object]:
-    if x is None:
-        return {}
-    if not isinstance(x, Mapping):
-        raise TypeError(f"expected an object, got {type(x).__name__}")
-    return x
-
-
-def _comm(d: object) -> CommInfo:
-    m = _map(d)
-    return CommInfo(comm=str(m.get("comm", "")), rank=_req_int(m["rank"]), nRanks=_req_int(m["nRanks"]),
-                    nNodes=_req_int(m["nNodes"]), localRanks=_req_int(m["localRanks"]),
-                    localRank=_req_int(m["localRank"]), mnnvl=_opt_int(m.get("mnnvl")), pid=_opt_int(m.get("pid")),
-                    line=_req_int(m.get("line", 0)))
-
-
-def _claim(name: str, d: object) -> Claim:
-    m = _map(d)
-    lines = tuple((_req_int(_list(p)[0]), str(_list(p)[1])) for p in _list(m.get("lines")))
-    return Claim(name, m.get("value"), lines, _req_int(m.get("count", 0)))
-
-
-def proof_from_dict(d: object, source: str = "transport_proof.json") -> TransportProof:
-    """Rebuild a proof written by :meth:`TransportProof.to_dict`; other schemas or versions are errors."""
-    if not isinstance(d, Mapping):
-        raise ProbeError(f"{source}: expected a transport proof object, got {type(d).__name__}")
-    if d.get("schema") != PROOF_SCHEMA:
-        raise ProbeError(f"{source}: not a transport proof (schema {d.get('schema')!r}, expected {PROOF_SCHEMA!r})")
-    if d.get("version") != PROOF_VERSION:
-        raise ProbeError(
-            f"{source}: transport proof version {d.get('version')!r} is not supported (this pytest-p2p reads "
-            f"version {PROOF_VERSION}); re-parse the NCCL log with `python -m pytest_p2p transport LOG --json`"
-        )
-    try:
-        summary = _map(d.get("summary"))
-        connections = [Connection.from_dict(_map(c)) for c in _list(d.get("connections"))]
-        counts: Counter[ConnKey] = Counter(dict(_key_from(_map(x)) for x in _list(d.get("connection_counts"))))
-        has_info = bool(d["has_info"])
-        complete = bool(d.get("complete", False))
-        state = str(d.get("state") or (NO_INFO if not has_info else PROVED if complete else INCOMPLETE))
-        p2p_type = d.get("p2p_type")
-        return TransportProof(
-            source=str(d.get("source", source)), has_info=has_info, problem=_opt_str(d.get("problem")),
-            state=state, complete=complete, completeness=str(d.get("completeness") or ""),
-            nccl_version=_opt_str(d.get("nccl_version")), connections=connections, connection_counts=counts,
-            claims={str(k): _claim(str(k), v) for k, v in _map(d.get("claims")).items()},
-            env_overrides={str(k): str(v) for k, v in _map(d.get("env_overrides")).items()},
-            p2p_type=None if p2p_type is None else {str(k): _req_int(v) for k, v in _map(p2p_type).items()},
-            comms=[_comm(c) for c in _list(d.get("comms"))],
-            net_plugin=_opt_str(summary.get("net_plugin")),
-            net_devices=[str(x) for x in _list(summary.get("net_devices"))],
-            gdr_support=[dict(_map(g)) for g in _list(d.get("gdr_support"))],
-            nvls_channels=_opt_int(summary.get("nvls_channels")),
-            nvls_supported=_opt_bool(summary.get("nvls_supported")), used_nvls=_opt_bool(summary.get("used_nvls")),
-            used_collnet=_opt_bool(summary.get("used_collnet")), collnet_state=_opt_str(summary.get("collnet_state")),
-            device_id_format=_opt_str(d.get("device_id_format")),
-            warnings=[str(w) for w in _list(d.get("warnings"))],
-            stats={str(k): _req_int(v) for k, v in _map(d.get("stats")).items()},
-        )
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-        raise ProbeError(f"{source}: malformed transport proof ({type(exc).__name__}: {exc})") from None
