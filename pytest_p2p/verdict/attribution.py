@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from ..jsontypes import JSONObject, JSONValue, as_dict
 from .fingerprint import flatten
 
 
@@ -22,8 +22,8 @@ class Change:
     rank: int  # lower = more likely cause
     field: str  # flattened fingerprint key
     text: str
-    before: Any = None
-    after: Any = None
+    before: JSONValue = None
+    after: JSONValue = None
 
 
 _RANKS: tuple[tuple[str, int], ...] = (
@@ -50,20 +50,24 @@ def _rank(key: str) -> int:
     return 9
 
 
-def _show(x: Any) -> str:
+def _show(x: object) -> str:
     if x is None:
         return "unset"
     text = str(x)
     return text if len(text) <= 48 else text[:45] + "..."
 
 
-def _gpu_label(fp: Mapping[str, Any], bus: str) -> str:
-    link = (fp.get("links") or {}).get(bus) or {}
+def _links(fp: Mapping[str, object]) -> JSONObject:
+    return as_dict(fp.get("links"))
+
+
+def _gpu_label(fp: Mapping[str, object], bus: str) -> str:
+    link = as_dict(_links(fp).get(bus))
     idx = link.get("index")
     return f"GPU {idx} ({bus})" if idx is not None else f"GPU {bus}"
 
 
-def fingerprint_changes(base: Mapping[str, Any], cur: Mapping[str, Any], *, arm: str | None = None,
+def fingerprint_changes(base: Mapping[str, object], cur: Mapping[str, object], *, arm: str | None = None,
                         scenario: str | None = None, since: str | None = None) -> list[Change]:
     """Differences, most likely cause first. With ``arm``/``scenario``, other arms' facts are left out."""
     fb, fc = flatten(dict(base)), flatten(dict(cur))
@@ -71,8 +75,8 @@ def fingerprint_changes(base: Mapping[str, Any], cur: Mapping[str, Any], *, arm:
     changes: list[Change] = []
     handled: set[str] = set()
     # links: one line per GPU and reading, "Gen4 x4 -> Gen3 x4"
-    for bus in sorted(set(base.get("links") or {}) | set(cur.get("links") or {})):
-        lb, lc = (base.get("links") or {}).get(bus) or {}, (cur.get("links") or {}).get(bus) or {}
+    for bus in sorted(set(_links(base)) | set(_links(cur))):
+        lb, lc = as_dict(_links(base).get(bus)), as_dict(_links(cur).get(bus))
         for reading, what in (("loaded", "link under load"), ("max", "max link")):
             if lb.get(reading) != lc.get(reading):
                 changes.append(Change(0, f"links.{bus}.{reading}",
@@ -110,7 +114,7 @@ def fingerprint_changes(base: Mapping[str, Any], cur: Mapping[str, Any], *, arm:
     return changes
 
 
-def unchanged_headlines(base: Mapping[str, Any], cur: Mapping[str, Any]) -> list[str]:
+def unchanged_headlines(base: Mapping[str, object], cur: Mapping[str, object]) -> list[str]:
     """``driver 595.71.05 unchanged`` for the facts a reader would suspect first."""
     out = []
     for key in ("versions.driver", "versions.nccl", "versions.vllm"):
@@ -120,7 +124,7 @@ def unchanged_headlines(base: Mapping[str, Any], cur: Mapping[str, Any]) -> list
     return out
 
 
-def explain(headline: str, base: Mapping[str, Any], cur: Mapping[str, Any], *, arm: str | None = None,
+def explain(headline: str, base: Mapping[str, object], cur: Mapping[str, object], *, arm: str | None = None,
             scenario: str | None = None, since: str | None = None) -> str:
     """``headline; cause 1; cause 2; driver X unchanged`` — the text of a regression failure."""
     changes = fingerprint_changes(base, cur, arm=arm, scenario=scenario, since=since)

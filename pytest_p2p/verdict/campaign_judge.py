@@ -15,11 +15,12 @@ moves the ratio — an interconnect regression even when absolute levels moved w
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from ..jsontypes import dig
 from ..stats import Decision, RunStats, StatsError, decide_change, family_wise, holm_adjust, outliers
 from .compare import (
     INCONCLUSIVE,
@@ -37,7 +38,12 @@ from .compare import (
 )
 from .config import BaselineConfig
 
+if TYPE_CHECKING:
+    from .store import RunRecord, Store
+
 Scenario = tuple[str, str]
+#: a baseline run's samples of one scenario: (run_id, arm, point) -> metric -> Sample
+BaseRows = Callable[[str, str, str], Mapping[str, Sample]]
 
 
 @dataclass
@@ -77,6 +83,7 @@ def _scenarios(run_dir: Path) -> list[tuple[Scenario, Path]]:
 def _uplift_arms(run_dir: Path, arms: Sequence[str]) -> tuple[str, str] | None:
     from .fingerprint import read_json
 
+    run: object
     try:
         run = read_json(run_dir / "run.json", "run.json")
     except Exception:  # noqa: BLE001 - run.json is optional here: fall back to the usual arm names
@@ -103,7 +110,7 @@ def _ratio_stats(on: Sample, off: Sample, higher: bool) -> RunStats | None:
     return None
 
 
-def compare_campaign(store: Any, run_dir: Path, cfg: BaselineConfig, name: str | None = None) -> CampaignComparison:
+def compare_campaign(store: Store, run_dir: Path, cfg: BaselineConfig, name: str | None = None) -> CampaignComparison:
     """Judge every scenario of ``run_dir`` and its uplift history against baseline ``name``."""
     from .attribution import explain
     from .fingerprint import build_fingerprint, comparability, read_json
@@ -112,11 +119,11 @@ def compare_campaign(store: Any, run_dir: Path, cfg: BaselineConfig, name: str |
     run_dir = Path(run_dir)
     name = name or cfg.name
     fp = build_fingerprint(run_dir)
-    kind = fp.get("kind")
+    kind = fp["kind"]
     out = CampaignComparison(run_dir, name, kind, cfg.alpha)
     candidates = store.baseline_runs(name, fp["rig"], fp["pair"]["ident"], kind, cfg.depth, exclude=fp["run_id"])
     scen = _scenarios(run_dir)
-    usable_by_arm: dict[str, list[Any]] = {}
+    usable_by_arm: dict[str, list[RunRecord]] = {}
     excluded_by_arm: dict[str, list[str]] = {}
     for arm in sorted({a for (a, _), _ in scen}):
         want = comparability(fp, arm)
@@ -171,7 +178,7 @@ def compare_campaign(store: Any, run_dir: Path, cfg: BaselineConfig, name: str |
                                                reason="primary metric absent from this run")
     _uplift_history(out, cfg, usable_by_arm, base_rows, current)
     _multiplicity(out, cfg)
-    newest_fp = candidates[0].fingerprint if candidates else {}
+    newest_fp: Mapping[str, object] = candidates[0].fingerprint if candidates else {}
     newest = candidates[0] if candidates else None
     since = ((newest.started_at or newest.saved_at or "")[:10] or None) if newest else None
     for (arm, point), sc in out.scenarios.items():
@@ -194,8 +201,8 @@ def compare_campaign(store: Any, run_dir: Path, cfg: BaselineConfig, name: str |
     return out
 
 
-def _uplift_history(out: CampaignComparison, cfg: BaselineConfig, usable_by_arm: Mapping[str, list[Any]],
-                    base_rows: Any, current: Mapping[Scenario, Mapping[str, Sample]]) -> None:
+def _uplift_history(out: CampaignComparison, cfg: BaselineConfig, usable_by_arm: Mapping[str, list[RunRecord]],
+                    base_rows: BaseRows, current: Mapping[Scenario, Mapping[str, Sample]]) -> None:
     arms = sorted({a for a, _ in current})
     pair = _uplift_arms(out.run_dir, arms)
     out.uplift_arms = pair
@@ -274,7 +281,7 @@ def screen_run(run_dir: Path, cfg: BaselineConfig | None = None) -> list[str]:
     cfg = cfg or BaselineConfig()
     problems: list[str] = []
     try:
-        kind = read_json(run_dir / "run.json", "run.json").get("kind")
+        kind = dig(read_json(run_dir / "run.json", "run.json"), "kind")
     except Exception:  # noqa: BLE001 - the store's own save reports an unreadable run dir
         kind = None
     for (arm, point), agg_path in _scenarios(run_dir):

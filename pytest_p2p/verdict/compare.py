@@ -27,14 +27,16 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import metrics as registry
+from ..jsontypes import as_dict, as_float
 from ..stats import Decision, Outcome, RunStats, StatsError, decide_change
 from .config import BaselineConfig, Tolerance
 
 if TYPE_CHECKING:
     from .campaign_judge import CampaignComparison
+    from .store import Store
 
 REGRESSION, IMPROVEMENT, UNCHANGED = "regression", "improvement", "unchanged"
 INCONCLUSIVE, NOT_COMPARABLE, NO_BASELINE, UNJUDGED = "inconclusive", "not comparable", "no baseline", "unjudged"
@@ -262,7 +264,7 @@ def overall(primary_verdicts: Sequence[str]) -> str:
     return INCONCLUSIVE
 
 
-def compare_scenario(store: Any, run_dir: Any, arm: str, point: str, cfg: BaselineConfig,
+def compare_scenario(store: Store, run_dir: str | Path, arm: str, point: str, cfg: BaselineConfig,
                      name: str | None = None, campaign: CampaignComparison | None = None) -> ScenarioComparison:
     """Compare ``<run_dir>/scenarios/<arm>-<point>`` with the runs accepted under ``name``.
 
@@ -279,18 +281,23 @@ def compare_scenario(store: Any, run_dir: Any, arm: str, point: str, cfg: Baseli
     return got
 
 
-def compare_links(base_fp: Mapping[str, Any], cur_fp: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """Link facts judged like metrics: ``(fact, verdict, text)``; exact, since link state is not noisy."""
+def compare_links(base_fp: Mapping[str, object], cur_fp: Mapping[str, object]) -> list[tuple[str, str, str]]:
+    """Link facts judged like metrics: ``(fact, verdict, text)``; exact, since link state is not noisy.
+
+    A fact that is not a number on both sides (unset, or not recorded) is not judged.
+    """
     out = []
-    for bus, lc in sorted((cur_fp.get("links") or {}).items()):
-        lb = (base_fp.get("links") or {}).get(bus)
+    base_links = as_dict(base_fp.get("links"))
+    for bus, cur_link in sorted(as_dict(cur_fp.get("links")).items()):
+        lb, lc = as_dict(base_links.get(bus)), as_dict(cur_link)
         if not lb:
             continue
         for fact in ("loaded_gen", "loaded_width", "max_gen", "max_width", "nvlinks_active"):
             b, c = lb.get(fact), lc.get(fact)
-            if b is None or c is None:
+            nb, nc = as_float(b), as_float(c)
+            if nb is None or nc is None:
                 continue
-            v = REGRESSION if c < b else IMPROVEMENT if c > b else UNCHANGED
+            v = REGRESSION if nc < nb else IMPROVEMENT if nc > nb else UNCHANGED
             label = f"GPU {lc.get('index')} ({bus}) {fact.replace('_', ' ')}"
             out.append((f"{bus}.{fact}", v, f"{label} {b} -> {c}"))
     return out

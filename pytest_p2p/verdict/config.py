@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from ..errors import ConfigError
 from ..metrics import default_primaries, direction
@@ -75,7 +75,7 @@ class BaselineConfig:
         return self.primary or default_primaries(kind or "model", point)
 
 
-def check_name(name: str, source: str, path: str = "") -> str:
+def check_name(name: object, source: str, path: str = "") -> str:
     """Baseline names are short identifiers (so that ``--p2p-compare tests/`` is caught, not used)."""
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise ConfigError(source, path, f"a baseline name is letters, digits, '.', '_' or '-' "
@@ -83,7 +83,7 @@ def check_name(name: str, source: str, path: str = "") -> str:
     return name
 
 
-def _tolerance(value: Any, source: str, path: str) -> Tolerance:
+def _tolerance(value: object, source: str, path: str) -> Tolerance:
     if isinstance(value, Mapping):
         m = mapping(value, source, path, allowed=("rel", "abs"))
         rel = percent(m["rel"], source, join(path, "rel")) if "rel" in m else 0.0
@@ -96,12 +96,29 @@ def _tolerance(value: Any, source: str, path: str) -> Tolerance:
     return tol
 
 
-def parse_baseline(value: Any, source: str, path: str) -> BaselineConfig:
+class _BaselineFields(TypedDict, total=False):
+    """The :class:`BaselineConfig` fields a ``baseline:`` section sets (the others keep their defaults)."""
+
+    db: str
+    name: str
+    depth: int
+    rule: str
+    alpha: float
+    min_reps: int
+    min_runs: int
+    default_tolerance: Tolerance
+    tolerances: Mapping[str, Tolerance]
+    directions: Mapping[str, str]
+    primary: tuple[str, ...]
+    uplift_tolerance: float
+
+
+def parse_baseline(value: object, source: str, path: str) -> BaselineConfig:
     """Parse the ``baseline`` section (``None``: defaults)."""
     m = mapping(value, source, path, allowed=(
         "db", "name", "depth", "rule", "alpha", "min_reps", "min_runs", "tolerance", "directions", "primary",
         "uplift_tolerance"))
-    kw: dict[str, Any] = {}
+    kw: _BaselineFields = {}
     if "db" in m:
         kw["db"] = string(m["db"], source, join(path, "db"))
     if "name" in m:

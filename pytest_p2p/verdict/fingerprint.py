@@ -14,15 +14,87 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ..errors import ResultsError
+from ..jsontypes import JSONObject, JSONValue, as_dict, as_list
+
+if TYPE_CHECKING:
+    from ..evidence.model import Evidence, PcieReading
 
 FINGERPRINT_VERSION = 1
 VERSION_KEYS = ("driver", "cuda_driver", "nccl", "torch", "vllm", "plugin", "python", "kernel", "git_commit")
 
 
-def read_json(path: Path, what: str) -> Any:
+class PairIdentity(TypedDict):
+    key: JSONValue  # run.json's pair key, as written
+    ident: str  # :func:`pair_ident`
+    gpus: list[JSONObject]  # index, bus_id, uuid and name of each GPU, as run.json states them
+
+
+class ServerFacts(TypedDict):
+    model: JSONValue
+    args: JSONValue
+    flags: JSONValue
+
+
+class ArmFacts(TypedDict):
+    env: JSONObject
+    expect_transport: JSONValue
+    custom_all_reduce: JSONValue
+
+
+class TransportFacts(TypedDict):
+    transport: JSONValue  # from the arm's transport proof
+    nccl_version: JSONValue
+
+
+class LinkFacts(TypedDict):
+    """One GPU of the pair in the evidence snapshot (keyed by its bus id)."""
+
+    index: int
+    loaded: str | None  # "Gen4 x16"; None when it was not read under load
+    max: str | None
+    loaded_gen: int | None
+    loaded_width: int | None
+    max_gen: int | None
+    max_width: int | None
+    nvlinks_active: int
+    nvlink_version: int | None
+
+
+class PairFacts(TypedDict, total=False):
+    """What the evidence says about the pair (empty when it does not list the pair)."""
+
+    topology: str | None
+    nvlinks_between: int
+    p2p_read: str | None
+    p2p_write: str | None
+
+
+class Fingerprint(TypedDict):
+    """What :func:`build_fingerprint` writes (a stored one is read back as plain JSON)."""
+
+    fingerprint_version: int
+    run_id: str
+    rig: str
+    rig_digest: JSONValue
+    kind: str | None
+    simulated: bool
+    started_at: JSONValue
+    pair: PairIdentity
+    versions: JSONObject  # VERSION_KEYS
+    kernel_cmdline: str | None
+    server: ServerFacts | None
+    arms: dict[str, ArmFacts]
+    transport: dict[str, TransportFacts]
+    links: dict[str, LinkFacts]
+    pair_facts: PairFacts
+    throttled: dict[str, list[JSONValue]]  # scenario -> flagged reps
+    downtrained: dict[str, list[JSONValue]]
+
+
+def read_json(path: Path, what: str) -> JSONValue:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -31,7 +103,7 @@ def read_json(path: Path, what: str) -> Any:
         raise ResultsError(f"{path}: {what} is not readable JSON: {exc}") from None
 
 
-def load_run(run_dir: Path) -> dict[str, Any]:
+def load_run(run_dir: Path) -> JSONObject:
     """``run.json`` with the fields the verdict relies on checked."""
     run = read_json(run_dir / "run.json", "run.json")
     if not isinstance(run, dict):
@@ -40,92 +112,103 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         if key not in run:
             raise ResultsError(f"{run_dir / 'run.json'}: field {key!r} is missing")
     gpus = run["pair"].get("gpus") if isinstance(run["pair"], dict) else None
-    if not isinstance(gpus, list) or len(gpus) != 2:
+    if not isinstance(gpus, list) or len(gpus) != 2 or not all(isinstance(g, dict) for g in gpus):
         raise ResultsError(f"{run_dir / 'run.json'}: pair.gpus must list the pair's two GPUs")
     return run
 
 
-def load_evidence_dict(run_dir: Path) -> dict[str, Any] | None:
-    """The evidence snapshot of the run as a plain dict, or None when the run has none."""
+def load_evidence(run_dir: Path) -> Evidence | None:
+    """The evidence snapshot of the run, or None when the run has none."""
     path = run_dir / "env" / "snapshot.json"
     if not path.exists():
         return None
     from ..evidence.snapshot import load_snapshot
 
-    return load_snapshot(path).to_dict()  # a bad snapshot raises SnapshotError naming the file and field
+    return load_snapshot(path)  # a bad snapshot raises SnapshotError naming the file and field
 
 
-def pair_ident(run: Mapping[str, Any]) -> str:
+def pair_gpus(run: Mapping[str, object]) -> list[JSONObject]:
+    """``run["pair"]["gpus"]``: the GPUs of the pair as run.json (or a store record) lists them."""
+    pair = run["pair"]
+    listed = pair["gpus"] if isinstance(pair, dict) else None
+    gpus = [g for g in listed if isinstance(g, dict)] if isinstance(listed, list) else []
+    if not isinstance(listed, list) or len(gpus) != len(listed):
+        raise ResultsError(f"run {run.get('run_id')!r}: pair.gpus must list the pair's GPUs as objects")
+    return gpus
+
+
+def pair_ident(run: Mapping[str, object]) -> str:
     """The persisted identity of a pair: its bus ids in order (slots, so a swapped GPU is a change)."""
     from ..util import normalize_bus_id
 
     ids = []
-    for g in run["pair"]["gpus"]:
+    for g in pair_gpus(run):
         bus = g.get("bus_id")
-        ids.append(normalize_bus_id(bus) if bus else str(g.get("uuid")))
+        if bus and not isinstance(bus, str):
+            raise ResultsError(f"run {run.get('run_id')!r}: pair.gpus: bus_id {bus!r} is not a PCI bus id")
+        ids.append(normalize_bus_id(bus) if isinstance(bus, str) and bus else str(g.get("uuid")))
     return "+".join(sorted(ids))
 
 
-def _reading(d: Any) -> dict[str, int | None] | None:
-    if not isinstance(d, dict):
-        return None
-    return {"gen": d.get("gen"), "width": d.get("width")}
+def _label(r: PcieReading | None) -> str | None:
+    return None if r is None else r.label()
 
 
-def _label(r: dict[str, int | None] | None) -> str | None:
-    if r is None:
-        return None
-    g = f"Gen{r['gen']}" if r.get("gen") is not None else "Gen?"
-    w = f"x{r['width']}" if r.get("width") is not None else "x?"
-    return f"{g} {w}"
-
-
-def _links(evidence: Mapping[str, Any] | None, run: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _links(evidence: Evidence | None, run: Mapping[str, object]) -> dict[str, LinkFacts]:
+    out: dict[str, LinkFacts] = {}
     if evidence is None:
         return out
     from ..util import normalize_bus_id
 
     by_bus = {}
-    for g in evidence.get("gpus", []):
+    for gpu in evidence.gpus:
         try:
-            by_bus[normalize_bus_id(g["bus_id"])] = g
-        except (KeyError, ValueError, TypeError):
+            by_bus[normalize_bus_id(gpu.bus_id)] = gpu
+        except ValueError:
             continue
-    for pg in run["pair"]["gpus"]:
+    for pg in pair_gpus(run):
+        raw = pg.get("bus_id")
+        if not isinstance(raw, str):
+            continue
         try:
-            bus = normalize_bus_id(pg["bus_id"])
-        except (KeyError, ValueError, TypeError):
+            bus = normalize_bus_id(raw)
+        except ValueError:
             continue
         g = by_bus.get(bus)
         if g is None:
             continue
-        pcie = g.get("pcie") or {}
-        loaded, mx = _reading(pcie.get("loaded")), _reading(pcie.get("max"))
-        active = [lk for lk in g.get("nvlinks", []) if lk.get("active")]
-        versions = sorted({lk.get("version") for lk in active if lk.get("version") is not None})
+        loaded, mx = g.pcie.loaded, g.pcie.max
+        active = g.active_nvlinks
+        versions = sorted({lk.version for lk in active if lk.version is not None})
         out[bus] = {
-            "index": g.get("index"),
+            "index": g.index,
             "loaded": _label(loaded),
             "max": _label(mx),
-            "loaded_gen": loaded and loaded["gen"],
-            "loaded_width": loaded and loaded["width"],
-            "max_gen": mx and mx["gen"],
-            "max_width": mx and mx["width"],
+            "loaded_gen": loaded.gen if loaded is not None else None,
+            "loaded_width": loaded.width if loaded is not None else None,
+            "max_gen": mx.gen,
+            "max_width": mx.width,
             "nvlinks_active": len(active),
             "nvlink_version": versions[-1] if versions else None,
         }
     return out
 
 
-def _pair_facts(evidence: Mapping[str, Any] | None, run: Mapping[str, Any]) -> dict[str, Any]:
+def _index(value: object) -> int:
+    """``int(value)`` of a JSON value (a GPU index as run.json writes it)."""
+    if not isinstance(value, (int, float, str)):
+        raise TypeError(f"int() argument must be a string or a real number, not {type(value).__name__!r}")
+    return int(value)
+
+
+def _pair_facts(evidence: Evidence | None, run: Mapping[str, object]) -> PairFacts:
     if evidence is None:
         return {}
-    idx = sorted(int(g["index"]) for g in run["pair"]["gpus"] if g.get("index") is not None)
-    for p in evidence.get("pairs", []):
-        if len(idx) == 2 and [p.get("a"), p.get("b")] == idx:
-            return {"topology": p.get("topology"), "nvlinks_between": p.get("nvlinks_between"),
-                    "p2p_read": p.get("p2p_read"), "p2p_write": p.get("p2p_write")}
+    idx = sorted(_index(g["index"]) for g in pair_gpus(run) if g.get("index") is not None)
+    for p in evidence.pairs:
+        if len(idx) == 2 and [p.a, p.b] == idx:
+            return {"topology": p.topology, "nvlinks_between": p.nvlinks_between,
+                    "p2p_read": p.p2p_read, "p2p_write": p.p2p_write}
     return {}
 
 
@@ -134,17 +217,22 @@ def _scenario_files(run_dir: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
 
-def build_fingerprint(run_dir: str | Path) -> dict[str, Any]:
+def _text(value: object) -> str | None:
+    """A run.json field stored as text (``None`` stays ``None``), as the store's text columns keep it."""
+    return None if value is None else str(value)
+
+
+def build_fingerprint(run_dir: str | Path) -> Fingerprint:
     """Read a results directory into a JSON-serialisable fingerprint (see module doc)."""
     run_dir = Path(run_dir)
     run = load_run(run_dir)
-    evidence = load_evidence_dict(run_dir)
+    evidence = load_evidence(run_dir)
     cmdline_path = run_dir / "env" / "kernel_cmdline.txt"
     cmdline = cmdline_path.read_text(encoding="utf-8", errors="replace").strip() if cmdline_path.exists() else None
-    versions = run.get("versions") or {}
-    transport: dict[str, dict[str, Any]] = {}
-    throttled: dict[str, list[int]] = {}
-    downtrained: dict[str, list[int]] = {}
+    versions = as_dict(run.get("versions"))
+    transport: dict[str, TransportFacts] = {}
+    throttled: dict[str, list[JSONValue]] = {}
+    downtrained: dict[str, list[JSONValue]] = {}
     for sdir in _scenario_files(run_dir):
         proof_path = sdir / "transport_proof.json"
         agg_path = sdir / "aggregate.json"
@@ -156,37 +244,38 @@ def build_fingerprint(run_dir: str | Path) -> dict[str, Any]:
                                            "nccl_version": proof.get("nccl_version")})
         if agg_path.exists():
             agg = read_json(agg_path, "scenario aggregate")
-            flags = agg.get("flags") or {} if isinstance(agg, dict) else {}
+            flags = as_dict(agg.get("flags")) if isinstance(agg, dict) else {}
             if flags.get("throttled_reps"):
-                throttled[sdir.name] = list(flags["throttled_reps"])
+                throttled[sdir.name] = list(as_list(flags["throttled_reps"]))
             if flags.get("downtrained_reps"):
-                downtrained[sdir.name] = list(flags["downtrained_reps"])
+                downtrained[sdir.name] = list(as_list(flags["downtrained_reps"]))
     nccl = versions.get("nccl")
     if nccl is None:
         seen = sorted({str(t["nccl_version"]) for t in transport.values() if t.get("nccl_version")})
         nccl = ",".join(seen) or None
     server = run.get("server")
+    gpus = pair_gpus(run)
     return {
         "fingerprint_version": FINGERPRINT_VERSION,
-        "run_id": run["run_id"],
-        "rig": run["rig"],
+        "run_id": str(run["run_id"]),
+        "rig": str(run["rig"]),
         "rig_digest": run.get("rig_digest"),
-        "kind": run.get("kind"),
-        "simulated": bool(run.get("simulated", False) or (evidence or {}).get("simulated", False)),
+        "kind": _text(run.get("kind")),
+        "simulated": bool(run.get("simulated", False) or (evidence is not None and evidence.simulated)),
         "started_at": run.get("started_at"),
         "pair": {
-            "key": run["pair"].get("key"),
+            "key": as_dict(run["pair"]).get("key"),
             "ident": pair_ident(run),
-            "gpus": [{k: g.get(k) for k in ("index", "bus_id", "uuid", "name")} for g in run["pair"]["gpus"]],
+            "gpus": [{k: g.get(k) for k in ("index", "bus_id", "uuid", "name")} for g in gpus],
         },
         "versions": {**{k: versions.get(k) for k in VERSION_KEYS}, "nccl": nccl,
-                     "driver": versions.get("driver") or (evidence or {}).get("driver_version")},
+                     "driver": versions.get("driver") or (evidence.driver_version if evidence is not None else None)},
         "kernel_cmdline": cmdline,
         "server": None if not isinstance(server, dict) else {
             "model": server.get("model"), "args": server.get("args"), "flags": server.get("flags")},
-        "arms": {name: {"env": dict(a.get("env") or {}), "expect_transport": a.get("expect_transport"),
+        "arms": {name: {"env": dict(as_dict(a.get("env"))), "expect_transport": a.get("expect_transport"),
                         "custom_all_reduce": a.get("custom_all_reduce")}
-                 for name, a in (run.get("arms") or {}).items() if isinstance(a, dict)},
+                 for name, a in as_dict(run.get("arms")).items() if isinstance(a, dict)},
         "transport": transport,
         "links": _links(evidence, run),
         "pair_facts": _pair_facts(evidence, run),
@@ -195,14 +284,14 @@ def build_fingerprint(run_dir: str | Path) -> dict[str, Any]:
     }
 
 
-def comparability(fp: Mapping[str, Any], arm: str) -> dict[str, Any]:
+def comparability(fp: Mapping[str, object], arm: str) -> JSONObject:
     """What must be equal for a scenario of ``arm`` to be compared at all (model, args, arm definition).
 
     The arm's *environment* is deliberately not here: an env change (``NCCL_P2P_LEVEL=LOC``
     under the same arm name) is a candidate cause that attribution reports, not a new arm.
     """
-    server = fp.get("server") or {}
-    arm_def = (fp.get("arms") or {}).get(arm) or {}
+    server = as_dict(fp.get("server"))
+    arm_def = as_dict(as_dict(fp.get("arms")).get(arm))
     return {
         "kind": fp.get("kind"),
         "simulated": bool(fp.get("simulated")),
@@ -213,9 +302,9 @@ def comparability(fp: Mapping[str, Any], arm: str) -> dict[str, Any]:
     }
 
 
-def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(obj: object, prefix: str = "") -> JSONObject:
     """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists stay values (they are compared whole)."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     if isinstance(obj, Mapping):
         for k, val in obj.items():
             key = f"{prefix}.{k}" if prefix else str(k)

@@ -14,13 +14,15 @@ shared SQLite store, which serialises writers; nothing else shared is written.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
 from ..errors import ConfigError, P2PError
+from ..jsontypes import as_dict, as_list
 from ..options import COMPARE, DB, FAIL_ON_CHOICES, SAVE_BASELINE, Resolved, resolve
 from ..options import FAIL_ON as FAIL_ON_OPTION
 from .config import DEFAULT_DB, BaselineConfig, check_name
@@ -28,6 +30,8 @@ from .store_base import redact, target_of
 
 if TYPE_CHECKING:
     from .campaign_judge import CampaignComparison
+    from .compare import ScenarioComparison
+    from .store import Store
 
 #: The rig loader may put the rig file's ``baseline:`` section (a BaselineConfig) here.
 BASELINE_CONFIG_KEY = pytest.StashKey[BaselineConfig]()
@@ -44,7 +48,7 @@ class BaselineSession:
     save_name: str | None
     fail_on: str
     run_dirs: dict[str, Path] = field(default_factory=dict)  # run dirs this process saw
-    _store: Any = None
+    _store: Store | None = None
     verdict_lines: list[str] = field(default_factory=list)  # for the terminal summary
     _config: BaselineConfig | None = None
     _db_path: Resolved[str | Path] | None = None
@@ -69,7 +73,7 @@ class BaselineSession:
         """Runs go to the store when a baseline option is given or the database is set explicitly."""
         return self.save_name is not None or self.compare_name is not None or self.db_path.origin != "default"
 
-    def store(self, create: bool = True) -> Any:
+    def store(self, create: bool = True) -> Store:
         from .store import Store
 
         if self._store is None:
@@ -107,7 +111,8 @@ class BaselineSession:
             pytest.fail(problem, pytrace=False)
         return camp
 
-    def check_scenario(self, run_dir: Path, arm: str, point: str, node: Any = None) -> Any:
+    def check_scenario(self, run_dir: Path, arm: str, point: str,
+                       node: pytest.Item | None = None) -> ScenarioComparison:
         """The body of ``test_no_regression``: skip, pass, inconclusive (skip / strict fail) or regression."""
         from .compare import IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, NOT_COMPARABLE, REGRESSION, PerformanceRegression
         from .policy import inconclusive
@@ -135,7 +140,7 @@ class BaselineSession:
             inconclusive(self.pytest_config, result.message)
         return result
 
-    def check_uplift_history(self, run_dir: Path, point: str, node: Any = None) -> Any:
+    def check_uplift_history(self, run_dir: Path, point: str, node: pytest.Item | None = None) -> str:
         """The body of ``test_uplift_unchanged``: the on/off uplift at ``point`` against its own history."""
         from .compare import INCONCLUSIVE, NO_BASELINE, NOT_COMPARABLE, REGRESSION, PerformanceRegression
         from .policy import inconclusive
@@ -284,7 +289,7 @@ def p2p_baseline(pytestconfig: pytest.Config) -> BaselineSession:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item: pytest.Item) -> Any:
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
     result = yield
     campaign = getattr(item, "funcargs", {}).get("p2p_campaign")
     run_dir = getattr(campaign, "run_dir", None)
@@ -297,15 +302,22 @@ def pytest_runtest_setup(item: pytest.Item) -> Any:
 _WORKER_KEY = "p2p_verdict_run_dirs"
 
 
+class _WorkerNode(Protocol):
+    """What the controller reads of an xdist ``WorkerController`` (its ``workeroutput`` once it is down)."""
+
+    config: pytest.Config
+
+
 @pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node: Any, error: Any) -> None:
+def pytest_testnodedown(node: _WorkerNode, error: object) -> None:
     """xdist controller: take over the run directories a worker saw; the controller saves them all,
     so a failed save is reported on the terminal the user reads (never only in a worker)."""
     sess = node.config.stash.get(SESSION_KEY, None)
-    dirs = (getattr(node, "workeroutput", None) or {}).get(_WORKER_KEY) or []
+    dirs = as_list(as_dict(getattr(node, "workeroutput", None)).get(_WORKER_KEY))  # str paths (sessionfinish)
     if sess is not None:
         for d in dirs:
-            sess.run_dirs[str(Path(d).resolve())] = Path(d)
+            if isinstance(d, str):
+                sess.run_dirs[str(Path(d).resolve())] = Path(d)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -342,7 +354,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 _SAVED_KEY = pytest.StashKey[str]()
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     sess = config.stash.get(SESSION_KEY, None)
     if sess is not None and sess.verdict_lines:
         terminalreporter.section("p2p baseline verdicts")

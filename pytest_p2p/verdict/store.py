@@ -19,14 +19,15 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeGuard
 
 from ..errors import P2PError, StoreError
+from ..jsontypes import JSONObject, as_dict, as_floats
 from .fingerprint import build_fingerprint, load_run, pair_ident, read_json
 from .store_base import (
     ANY_URL,
@@ -39,6 +40,9 @@ from .store_base import (
     target_of,
 )
 from .store_sqlite import APPLICATION_ID, BUSY_TIMEOUT_MS, MIGRATIONS, SqliteBackend, _v1, _v2
+
+if TYPE_CHECKING:
+    from .store_transfer import StoreExport
 
 __all__ = ["APPLICATION_ID", "BUSY_TIMEOUT_MS", "MIGRATIONS", "SCHEMA_VERSION", "MetricRow", "RunRecord", "Store",
            "StoreMissing", "StoreSaveError", "_v1", "_v2", "aggregate_rows", "exists", "is_url", "redact",
@@ -69,7 +73,7 @@ class RunRecord:
     simulated: bool
     status: str | None
     source_dir: str | None
-    fingerprint: dict[str, Any]
+    fingerprint: JSONObject  # as saved (see fingerprint.Fingerprint), read back as JSON
     baselines: tuple[str, ...] = ()
 
 
@@ -145,14 +149,14 @@ class Store:
             rows.extend(aggregate_rows(read_json(agg_path, "scenario aggregate"), sdir.name, agg_path))
         return self.save(run, fp, rows, source_dir=str(run_dir.resolve()), accept=accept, note=note)
 
-    def save(self, run: dict[str, Any], fingerprint: dict[str, Any], rows: Sequence[MetricRow],
+    def save(self, run: Mapping[str, object], fingerprint: Mapping[str, object], rows: Sequence[MetricRow],
              *, source_dir: str | None = None, accept: str | None = None, note: str | None = None) -> str:
         run_id = str(run["run_id"])
         with self.write(f"saving run {run_id}") as db:
             if not db.query("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
                 db.execute(
                     "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    (run_id, run["rig"], run["pair"].get("key"), pair_ident(run), run.get("kind"),
+                    (run_id, run["rig"], as_dict(run["pair"]).get("key"), pair_ident(run), run.get("kind"),
                      run.get("started_at"), _now(), int(bool(fingerprint.get("simulated"))), run.get("status"),
                      source_dir, json.dumps(fingerprint, sort_keys=True, default=str)))
                 db.executemany(
@@ -197,10 +201,10 @@ class Store:
             return db.execute("DELETE FROM baselines WHERE name = ? AND run_id = ?", (name, run_id)) > 0
 
     # -- reading -------------------------------------------------------------------------
-    def _record(self, row: Sequence[Any]) -> RunRecord:
+    def _record(self, row: Sequence[object]) -> RunRecord:
         return self._records([row])[0]
 
-    def _records(self, rows: Sequence[Sequence[Any]]) -> list[RunRecord]:
+    def _records(self, rows: Sequence[Sequence[object]]) -> list[RunRecord]:
         """Rows of ``runs`` with their baseline names, in one query per 500 runs (not one per run:
         a fleet database may be a network round trip away)."""
         names: dict[str, list[str]] = {}
@@ -211,9 +215,10 @@ class Store:
                     "SELECT run_id, name FROM baselines WHERE run_id IN (" + ",".join("?" * len(chunk)) + ") "
                     "ORDER BY run_id, name", chunk):
                 names.setdefault(str(run_id), []).append(str(name))
-        return [RunRecord(run_id=row[0], rig=row[1], pair_key=row[2], pair_ident=row[3], kind=row[4],
-                          started_at=row[5], saved_at=row[6], simulated=bool(row[7]), status=row[8],
-                          source_dir=row[9], fingerprint=json.loads(row[10]),
+        return [RunRecord(run_id=_text(row[0]), rig=_text(row[1]), pair_key=_opt_text(row[2]),
+                          pair_ident=_text(row[3]), kind=_opt_text(row[4]), started_at=_opt_text(row[5]),
+                          saved_at=_text(row[6]), simulated=bool(row[7]), status=_opt_text(row[8]),
+                          source_dir=_opt_text(row[9]), fingerprint=as_dict(json.loads(_text(row[10]))),
                           baselines=tuple(names.get(str(row[0]), ()))) for row in rows]
 
     def run(self, run_id: str) -> RunRecord:
@@ -247,13 +252,13 @@ class Store:
 
     def baseline_names(self) -> list[tuple[str, int]]:
         with self._reading("listing baselines") as db:
-            return [(str(r[0]), int(r[1])) for r in db.query(
+            return [(str(r[0]), self._count(r[1], "baselines")) for r in db.query(
                 "SELECT name, count(*) FROM baselines GROUP BY name ORDER BY name")]
 
     def baseline_entries(self) -> list[tuple[str, str, str, str | None]]:
         """Every acceptance: ``(name, run_id, accepted_at, note)``."""
         with self._reading("listing baselines") as db:
-            return [(str(r[0]), str(r[1]), str(r[2]), r[3]) for r in db.query(
+            return [(str(r[0]), str(r[1]), str(r[2]), _opt_text(r[3])) for r in db.query(
                 "SELECT name, run_id, accepted_at, note FROM baselines ORDER BY name, run_id")]
 
     def baseline_runs(self, name: str, rig: str, ident: str, kind: str | None, depth: int,
@@ -270,7 +275,7 @@ class Store:
 
     def metrics(self, run_id: str, arm: str | None = None, point: str | None = None) -> list[MetricRow]:
         sql = "SELECT arm, point, metric, n, mean, std, median, vals FROM results WHERE run_id = ?"
-        args: list[Any] = [run_id]
+        args: list[object] = [run_id]
         if arm is not None:
             sql += " AND arm = ?"
             args.append(arm)
@@ -278,16 +283,33 @@ class Store:
             sql += " AND point = ?"
             args.append(point)
         with self._reading(f"reading the metrics of run {run_id}") as db:
-            return [MetricRow(r[0], r[1], r[2], int(r[3]), r[4], r[5], r[6], json.loads(r[7]))
+            return [MetricRow(_text(r[0]), _text(r[1]), _text(r[2]), self._count(r[3], "results.n"),
+                              self._real(r[4]), self._real(r[5]), self._real(r[6]), as_floats(json.loads(_text(r[7]))))
                     for r in db.query(sql + " ORDER BY arm, point, metric", args)]
 
-    def export(self, *, rig: str | None = None) -> dict[str, Any]:
+    def _count(self, value: object, column: str) -> int:
+        """An integer column (the schema's ``{int}``, never NULL where this reads it)."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise StoreError(f"baseline database {self.where}: {column} holds {value!r:.40}, not an integer "
+                         "(a damaged or foreign store)")
+
+    def _real(self, value: object) -> float | None:
+        """A ``{real}`` column: a number or NULL."""
+        if value is None or isinstance(value, float):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        raise StoreError(f"baseline database {self.where}: results holds {value!r:.40}, not a number "
+                         "(a damaged or foreign store)")
+
+    def export(self, *, rig: str | None = None) -> StoreExport:
         """Everything (or one rig's history), as JSON-able data: ``baseline export`` / ``import``."""
         from .store_transfer import export_store
 
         return export_store(self, rig=rig)
 
-    def import_data(self, data: Any, *, source: str = "export") -> tuple[int, int, int]:
+    def import_data(self, data: object, *, source: str = "export") -> tuple[int, int, int]:
         """Add an :meth:`export` (of either backend) in one transaction: (runs added, already there, acceptances)."""
         from .store_transfer import import_store
 
@@ -322,14 +344,15 @@ def save_campaign_runs(target: str | Path, run_dirs: Iterable[str | Path], *, ac
         return store.save_runs(dirs, accept=accept)
 
 
-def aggregate_rows(agg: Any, scenario: str, where: Path | str) -> list[MetricRow]:
+def aggregate_rows(agg: object, scenario: str, where: Path | str) -> list[MetricRow]:
     """Metric rows of one ``aggregate.json`` (``arm``/``point`` from the file, else the directory name)."""
-    if not isinstance(agg, dict) or not isinstance(agg.get("metrics"), dict):
+    metrics = agg.get("metrics") if isinstance(agg, dict) else None
+    if not isinstance(agg, dict) or not isinstance(metrics, dict):
         raise StoreError(f"{where}: expected an object with a 'metrics' mapping")
     default_arm, _, default_point = scenario.rpartition("-")
     arm, point = str(agg.get("arm") or default_arm), str(agg.get("point") or default_point)
     rows = []
-    for metric, m in agg["metrics"].items():
+    for metric, m in metrics.items():
         if not isinstance(m, dict):
             raise StoreError(f"{where}: metrics.{metric}: expected an object with mean/std/values")
         raw = m.get("values")
@@ -341,7 +364,7 @@ def aggregate_rows(agg: Any, scenario: str, where: Path | str) -> list[MetricRow
     return rows
 
 
-def _number(x: Any) -> bool:
+def _number(x: object) -> TypeGuard[int | float]:
     """A finite int or float (not a bool, not an integer too large for a float)."""
     if not isinstance(x, (int, float)) or isinstance(x, bool):
         return False
@@ -351,6 +374,16 @@ def _number(x: Any) -> bool:
         return False
 
 
-def _f(x: Any) -> float | None:
+def _f(x: object) -> float | None:
     """A finite number, else None (SQLite stores NaN as NULL; PostgreSQL would keep it: same on both)."""
     return float(x) if _number(x) else None
+
+
+def _text(value: object) -> str:
+    """A text column as text (what both drivers return for one; ``str`` keeps that as is)."""
+    return value if isinstance(value, str) else str(value)
+
+
+def _opt_text(value: object) -> str | None:
+    """A nullable text column."""
+    return None if value is None else _text(value)

@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import unquote
 
 from ..errors import StoreError
@@ -89,7 +89,7 @@ class StoreSaveError(StoreError):
         return str(self)
 
 
-#: Any ``scheme://`` (redacted like a PostgreSQL URL; refused unless it is one).
+#: A URL of whatever ``scheme://`` (redacted like a PostgreSQL URL; refused unless it is one).
 ANY_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 #: A PostgreSQL URL that ``pathlib.Path`` has mangled (``postgresql:/u:pw@h/db``).
 MANGLED_URL = re.compile(r"(?:^|/)(postgres(?:ql)?):/+(?=[^/])", re.IGNORECASE)
@@ -206,7 +206,9 @@ class Backend(Protocol):
     null_safe_eq: str
     null_safe_ne: str  # its negation ("IS NOT", "IS DISTINCT FROM")
 
-    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]: ...
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
+        """The rows of one statement (text, numbers and NULLs as the driver returns them)."""
+        ...
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> int:
         """Run one statement; the number of rows it changed."""

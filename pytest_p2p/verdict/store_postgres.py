@@ -26,13 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ..errors import StoreError
 from .store_base import OUR_TABLES, SCHEMA_VERSION, StoreMissing, redact, schema_steps, scrub, store_error
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg.rows import TupleRow
 
 APPLICATION = "pytest-p2p"
 LOCK_KEY = 0x50325031  # "P2P1", the advisory lock that serialises writers (per database)
@@ -58,6 +59,13 @@ def _steps(version: int) -> list[str]:
     return schema_steps(version, text='TEXT COLLATE "C"', real="DOUBLE PRECISION", integer="BIGINT")
 
 
+class _ConnectDefaults(TypedDict, total=False):
+    """What we add to the URL's own connection parameters when it does not set them."""
+
+    connect_timeout: int
+    application_name: str
+
+
 class PostgresBackend:
     """One connection (autocommit; writes in explicit transactions) to a PostgreSQL store."""
 
@@ -80,13 +88,13 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise StoreError(f"baseline database {self.where} is not a valid PostgreSQL URL "
                              f"({self._text(exc)})") from None
-        extra: dict[str, Any] = {}
+        extra: _ConnectDefaults = {}
         if "connect_timeout" not in params:
             extra["connect_timeout"] = CONNECT_TIMEOUT_S
         if "application_name" not in params:
             extra["application_name"] = APPLICATION
         with self.guard("connecting"):
-            self.con: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(url, autocommit=True, **extra)
+            self.con: psycopg.Connection[TupleRow] = psycopg.connect(url, autocommit=True, **extra)
         try:
             with self.guard("configuring the session"):
                 self.con.execute(f"SET lock_timeout = {int(self.timeout_s * 1000)}")
@@ -167,7 +175,7 @@ class PostgresBackend:
     def _sql(sql: str) -> str:
         return sql.replace("?", "%s")
 
-    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
         return list(self.con.execute(self._sql(sql), tuple(params)).fetchall())
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> int:

@@ -19,14 +19,20 @@ import re
 import statistics
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from ..jsontypes import JSONObject, as_dict
 from ..seedlayout import SeedRun, read_seed_run, seed_metrics
-from .fingerprint import FINGERPRINT_VERSION, VERSION_KEYS
+from .fingerprint import FINGERPRINT_VERSION, VERSION_KEYS, ArmFacts, Fingerprint, TransportFacts
 from .store import MetricRow
 
 SEED_RIG = "p2p-bench"
 _DATE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})")
+
+
+class SeedFingerprint(Fingerprint):
+    """A fingerprint of the same shape, saying which p2p-bench directory it was read from."""
+
+    source: str
 
 
 def _pair_indices(run: SeedRun) -> list[int]:
@@ -40,7 +46,7 @@ def _pair_indices(run: SeedRun) -> list[int]:
     return []
 
 
-def _gpus(run: SeedRun, indices: list[int]) -> list[dict[str, Any]]:
+def _gpus(run: SeedRun, indices: list[int]) -> list[JSONObject]:
     """The pair's GPUs with bus ids where the evidence lists them; else a name that says what is unknown."""
     order = (run.evidence or {}).get("device_order")
     listed = order.get("all_gpus") if isinstance(order, dict) else None
@@ -48,7 +54,7 @@ def _gpus(run: SeedRun, indices: list[int]) -> list[dict[str, Any]]:
     if len(indices) != 2:
         return [{"index": None, "bus_id": None, "uuid": f"{run.path.name}:gpu-{k} (not recorded)", "name": None}
                 for k in ("a", "b")]
-    out = []
+    out: list[JSONObject] = []
     for i in indices:
         g = by_index.get(i) or {}
         out.append({"index": i, "bus_id": g.get("bus_id"), "name": g.get("name"),
@@ -56,8 +62,8 @@ def _gpus(run: SeedRun, indices: list[int]) -> list[dict[str, Any]]:
     return out
 
 
-def _transport(run: SeedRun) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _transport(run: SeedRun) -> dict[str, TransportFacts]:
+    out: dict[str, TransportFacts] = {}
     for sc in run.scenarios:
         proof = sc.transport
         if proof is None or sc.arm in out:
@@ -67,7 +73,7 @@ def _transport(run: SeedRun) -> dict[str, dict[str, Any]]:
     return out
 
 
-def seed_record(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], list[MetricRow]]:
+def seed_record(path: str | Path) -> tuple[JSONObject, SeedFingerprint, list[MetricRow]]:
     """``(run, fingerprint, rows)`` for :meth:`.store.Store.save`; a bad file is a ResultsError naming it."""
     run = read_seed_run(path)
     name = run.path.resolve().name
@@ -75,25 +81,25 @@ def seed_record(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], list[
     gpus = _gpus(run, indices)
     key = "-".join(f"gpu{i}" for i in indices) if indices else "unknown pair"
     date = _DATE_RE.match(name)
-    record: dict[str, Any] = {"run_id": f"seed-{name}", "rig": SEED_RIG, "pair": {"key": key, "gpus": gpus},
-                              "kind": "model", "started_at": date.group(1) if date else None,
-                              "status": "complete", "simulated": False}
+    run_id, started_at = f"seed-{name}", date.group(1) if date else None
+    record: JSONObject = {"run_id": run_id, "rig": SEED_RIG, "pair": {"key": key, "gpus": gpus},
+                          "kind": "model", "started_at": started_at, "status": "complete", "simulated": False}
     transport = _transport(run)
-    first: Mapping[str, Any] = (run.scenarios[0].server or {}) if run.scenarios else {}
-    arms: dict[str, dict[str, Any]] = {}
+    first: Mapping[str, object] = (run.scenarios[0].server or {}) if run.scenarios else {}
+    arms: dict[str, ArmFacts] = {}
     for sc in run.scenarios:
         env = (sc.server or {}).get("env")
+        proof = transport.get(sc.arm)
         arms.setdefault(sc.arm, {"env": dict(env) if isinstance(env, dict) else {},
-                                 "expect_transport": (transport.get(sc.arm) or {}).get("transport"),
+                                 "expect_transport": proof["transport"] if proof is not None else None,
                                  "custom_all_reduce": (sc.transport or {}).get("custom_all_reduce")})
-    versions = (run.evidence or {}).get("versions")
-    versions = versions if isinstance(versions, dict) else {}
+    versions = as_dict((run.evidence or {}).get("versions"))
     nccl = ",".join(sorted({str(t["nccl_version"]) for t in transport.values() if t.get("nccl_version")})) or None
     from .fingerprint import pair_ident
 
-    fingerprint: dict[str, Any] = {
-        "fingerprint_version": FINGERPRINT_VERSION, "run_id": record["run_id"], "rig": SEED_RIG,
-        "rig_digest": None, "kind": "model", "simulated": False, "started_at": record["started_at"],
+    fingerprint: SeedFingerprint = {
+        "fingerprint_version": FINGERPRINT_VERSION, "run_id": run_id, "rig": SEED_RIG,
+        "rig_digest": None, "kind": "model", "simulated": False, "started_at": started_at,
         "source": f"p2p-bench results directory {name} (seed layout)",
         "pair": {"key": key, "ident": pair_ident(record),
                  "gpus": [{k: g.get(k) for k in ("index", "bus_id", "uuid", "name")} for g in gpus]},

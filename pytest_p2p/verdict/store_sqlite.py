@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ..errors import StoreError
 from .store_base import SCHEMA, SCHEMA_VERSION, StoreMissing, check_not_a_url, schema_steps, store_error
@@ -195,7 +195,7 @@ class SqliteBackend:
                 time.sleep(min(0.05 * attempt, 1.0, max(0.0, deadline - time.monotonic())))
 
     # -- the Backend protocol ---------------------------------------------------------------
-    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[object, ...]]:
         return [tuple(r) for r in self.db.execute(sql, tuple(params)).fetchall()]
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> int:

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ..errors import StoreError
+from ..jsontypes import JSONObject
 from .store_base import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -27,8 +29,32 @@ if TYPE_CHECKING:
 
 FORMAT = "pytest-p2p-baseline-export"
 
+#: one row of each table, in column order, as an import writes it
+RunRow = tuple[str, str, str | None, str, str | None, str | None, str, int, str | None, str | None, str]
+ResultRow = tuple[str, str, str, str, int, float | None, float | None, float | None, str]
+AcceptanceRow = tuple[str, str, str, str | None]
 
-def export_store(store: Store, *, rig: str | None = None) -> dict[str, Any]:
+
+class Acceptance(TypedDict):
+    name: str
+    run_id: str
+    accepted_at: str
+    note: str | None
+
+
+class StoreExport(TypedDict):
+    """What ``baseline export`` writes (an import reads it back as plain JSON and checks every field)."""
+
+    format: str
+    schema_version: int
+    exported_at: str
+    rig: str | None
+    runs: list[JSONObject]  # every RunRecord field, "baselines" as a list, "metrics" as MetricRow fields
+    baselines: dict[str, list[str]]  # name -> run ids, in history order
+    acceptances: list[Acceptance]
+
+
+def export_store(store: Store, *, rig: str | None = None) -> StoreExport:
     runs = store.runs(rig=rig)
     ids = {r.run_id for r in runs}
     entries = [e for e in store.baseline_entries() if e[1] in ids]
@@ -58,17 +84,17 @@ class _Reader:
         return StoreError(f"{self.source}: {path}: {what} — not a pytest-p2p baseline export, or edited; "
                           "nothing was imported")
 
-    def obj(self, x: Any, path: str) -> dict[str, Any]:
+    def obj(self, x: object, path: str) -> JSONObject:
         if not isinstance(x, dict):
             raise self.fail(path, f"expected an object, got {type(x).__name__}")
         return x
 
-    def lst(self, x: Any, path: str) -> list[Any]:
+    def lst(self, x: object, path: str) -> list[object]:
         if not isinstance(x, list):
             raise self.fail(path, f"expected a list, got {type(x).__name__}")
         return x
 
-    def text(self, d: dict[str, Any], key: str, path: str, *, optional: bool = False) -> str | None:
+    def text(self, d: Mapping[str, object], key: str, path: str, *, optional: bool = False) -> str | None:
         x = d.get(key)
         if x is None and optional:
             return None
@@ -76,12 +102,12 @@ class _Reader:
             raise self.fail(f"{path}.{key}", f"expected a string, got {type(x).__name__}")
         return x
 
-    def req(self, d: dict[str, Any], key: str, path: str) -> str:
+    def req(self, d: Mapping[str, object], key: str, path: str) -> str:
         got = self.text(d, key, path)
         assert got is not None
         return got
 
-    def num(self, x: Any, path: str) -> float | None:
+    def num(self, x: object, path: str) -> float | None:
         if x is None:
             return None
         if isinstance(x, bool) or not isinstance(x, (int, float)):
@@ -92,13 +118,13 @@ class _Reader:
             raise self.fail(path, "number out of range") from None
         return f if math.isfinite(f) else None
 
-    def count(self, x: Any, path: str) -> int:
+    def count(self, x: object, path: str) -> int:
         if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2**62:
             raise self.fail(path, f"expected a count, got {x!r:.40}")
         return x
 
 
-def _rows(data: Any, source: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+def _rows(data: object, source: str) -> tuple[list[RunRow], list[ResultRow], list[AcceptanceRow]]:
     """(runs rows, results rows, baselines rows) of an export, all checked before anything is written."""
     rd = _Reader(source)
     top = rd.obj(data, "(top)")
@@ -108,23 +134,25 @@ def _rows(data: Any, source: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any
     if version > SCHEMA_VERSION:
         raise StoreError(f"{source}: exported from schema version {version}, newer than this pytest-p2p "
                          f"understands ({SCHEMA_VERSION}); upgrade pytest-p2p — nothing was imported")
-    exported_at = top.get("exported_at") if isinstance(top.get("exported_at"), str) else None
-    runs: list[tuple[Any, ...]] = []
-    results: list[tuple[Any, ...]] = []
-    accepted: list[tuple[Any, ...]] = []
-    for i, r in enumerate(rd.lst(top.get("runs"), "runs")):
+    exported = top.get("exported_at")
+    exported_at = exported if isinstance(exported, str) else None
+    runs: list[RunRow] = []
+    results: list[ResultRow] = []
+    accepted: list[AcceptanceRow] = []
+    for i, item in enumerate(rd.lst(top.get("runs"), "runs")):
         p = f"runs[{i}]"
-        r = rd.obj(r, p)
+        r = rd.obj(item, p)
         fp = rd.obj(r.get("fingerprint"), f"{p}.fingerprint")
         run_id = rd.req(r, "run_id", p)
-        runs.append((run_id, rd.req(r, "rig", p), rd.text(r, "pair_key", p, optional=True),
-                     rd.req(r, "pair_ident", p), rd.text(r, "kind", p, optional=True),
-                     rd.text(r, "started_at", p, optional=True), rd.req(r, "saved_at", p),
-                     int(bool(r.get("simulated"))), rd.text(r, "status", p, optional=True),
-                     rd.text(r, "source_dir", p, optional=True), json.dumps(fp, sort_keys=True, default=str)))
-        for j, m in enumerate(rd.lst(r.get("metrics", []), f"{p}.metrics")):
+        run: RunRow = (run_id, rd.req(r, "rig", p), rd.text(r, "pair_key", p, optional=True),
+                       rd.req(r, "pair_ident", p), rd.text(r, "kind", p, optional=True),
+                       rd.text(r, "started_at", p, optional=True), rd.req(r, "saved_at", p),
+                       int(bool(r.get("simulated"))), rd.text(r, "status", p, optional=True),
+                       rd.text(r, "source_dir", p, optional=True), json.dumps(fp, sort_keys=True, default=str))
+        runs.append(run)
+        for j, metric in enumerate(rd.lst(r.get("metrics", []), f"{p}.metrics")):
             q = f"{p}.metrics[{j}]"
-            m = rd.obj(m, q)
+            m = rd.obj(metric, q)
             values = [rd.num(v, f"{q}.values[{k}]") for k, v in enumerate(rd.lst(m.get("values", []), f"{q}.values"))]
             results.append((run_id, rd.req(m, "arm", q), rd.req(m, "point", q), rd.req(m, "metric", q),
                             rd.count(m.get("n"), f"{q}.n"), rd.num(m.get("mean"), f"{q}.mean"),
@@ -134,11 +162,11 @@ def _rows(data: Any, source: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any
             for name in rd.lst(r.get("baselines", []), f"{p}.baselines"):
                 if not isinstance(name, str):
                     raise rd.fail(f"{p}.baselines", "expected names")
-                accepted.append((name, run_id, exported_at or r.get("saved_at"), None))
+                accepted.append((name, run_id, exported_at or run[6], None))  # run[6]: its saved_at
     known = {row[0] for row in runs}
-    for i, a in enumerate(rd.lst(top.get("acceptances", []), "acceptances")):
+    for i, item in enumerate(rd.lst(top.get("acceptances", []), "acceptances")):
         p = f"acceptances[{i}]"
-        a = rd.obj(a, p)
+        a = rd.obj(item, p)
         run_id = rd.req(a, "run_id", p)
         if run_id not in known:
             raise rd.fail(f"{p}.run_id", f"run {run_id!r} is not in the file")
@@ -149,7 +177,7 @@ def _rows(data: Any, source: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any
     return runs, results, accepted
 
 
-def import_store(store: Store, data: Any, *, source: str) -> tuple[int, int, int]:
+def import_store(store: Store, data: object, *, source: str) -> tuple[int, int, int]:
     """Add an export to ``store`` in one transaction; (runs added, runs already there, acceptances added)."""
     from .config import check_name
 
@@ -167,7 +195,7 @@ def import_store(store: Store, data: Any, *, source: str) -> tuple[int, int, int
             new.add(row[0])
             added += 1
         db.executemany("INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?)", [r for r in results if r[0] in new])
-        for row in accepted:
+        for acceptance in accepted:
             acc += db.execute("INSERT INTO baselines (name, run_id, accepted_at, note) VALUES (?,?,?,?) "
-                              "ON CONFLICT (name, run_id) DO NOTHING", row)
+                              "ON CONFLICT (name, run_id) DO NOTHING", acceptance)
     return added, present, acc
