@@ -12,12 +12,16 @@ fails). ``test_uplift_unchanged[<pair>-<point>]`` judges the uplift against its 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
+if TYPE_CHECKING:
+    from pytest_p2p.campaign.result import CampaignResult
+    from pytest_p2p.verdict.hooks import BaselineSession
 
-def scenario_parts(scenario: Any) -> tuple[str, str]:
+
+def scenario_parts(scenario: object) -> tuple[str, str]:
     """``(arm, point)`` from the campaign's scenario object or its id ``p2p_on-c8``."""
     arm, point = getattr(scenario, "arm", None), getattr(scenario, "point", None)
     if arm is not None and point is not None:
@@ -30,13 +34,14 @@ def scenario_parts(scenario: Any) -> tuple[str, str]:
 
 
 @pytest.mark.p2p
-def test_no_regression(p2p_campaign: Any, p2p_scenario: Any, p2p_baseline: Any, request: pytest.FixtureRequest) -> None:
+def test_no_regression(p2p_campaign: CampaignResult, p2p_scenario: str, p2p_baseline: BaselineSession,
+                       request: pytest.FixtureRequest) -> None:
     arm, point = scenario_parts(p2p_scenario)
     p2p_baseline.check_scenario(p2p_campaign.run_dir, arm, point, node=request.node)
 
 
 @pytest.mark.p2p
-def test_uplift_unchanged(p2p_campaign: Any, p2p_point: str, p2p_baseline: Any,
+def test_uplift_unchanged(p2p_campaign: CampaignResult, p2p_point: str, p2p_baseline: BaselineSession,
                           request: pytest.FixtureRequest) -> None:
     """The on/off uplift at this point did not fall against the baseline runs' uplift.
 
@@ -47,6 +52,6 @@ def test_uplift_unchanged(p2p_campaign: Any, p2p_point: str, p2p_baseline: Any,
 
 
 @pytest.mark.p2p
-def test_links_not_downtrained(p2p_campaign: Any, p2p_baseline: Any) -> None:
+def test_links_not_downtrained(p2p_campaign: CampaignResult, p2p_baseline: BaselineSession) -> None:
     """The pair's PCIe generation/width and NVLink count did not drop since the newest baseline run."""
     p2p_baseline.check_links(p2p_campaign.run_dir)

@@ -9,25 +9,41 @@ On the demo rig every one of these runs against the SIMULATED stand-in — the m
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_p2p.jsontypes import as_float
 from pytest_p2p.verdict.policy import inconclusive
 from pytest_p2p.verdict.thresholds import TooFewRepsError
+
+if TYPE_CHECKING:
+    from pytest_p2p.campaign.result import CampaignResult
 
 pytestmark = pytest.mark.p2p
 
 
-def _sim(campaign: Any) -> str:
+def _sim(campaign: CampaignResult) -> str:
     return " [SIMULATED: demo rig, stand-in server]" if campaign.simulated else ""
 
 
-def _where(campaign: Any) -> str:
+def _where(campaign: CampaignResult) -> str:
     return f"(results: {campaign.run_dir})"
 
 
-def test_campaign_complete(p2p_campaign: Any) -> None:
+def _messages(value: object) -> list[str]:
+    """A JSON list of messages as text; any other value is one message (never read as "none")."""
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def _requests_failed(rep: Mapping[str, object]) -> bool:
+    """A rep with a failed request, none completed, or a failure count that is not a number."""
+    failed = as_float(rep.get("failed") or 0)
+    return failed is None or failed > 0 or not rep.get("completed")
+
+
+def test_campaign_complete(p2p_campaign: CampaignResult) -> None:
     """Every scheduled rep ran; a failed or interrupted campaign lists what is missing and why."""
     c = p2p_campaign
     problems = [*c.errors, *(f"missing: {m}" for m in c.missing)]
@@ -35,7 +51,7 @@ def test_campaign_complete(p2p_campaign: Any) -> None:
         f"campaign {c.pair_key} is {c.status}{_sim(c)} {_where(c)}:\n  " + "\n  ".join(problems))
 
 
-def test_uplift(p2p_campaign: Any, p2p_point: str, request: pytest.FixtureRequest) -> None:
+def test_uplift(p2p_campaign: CampaignResult, p2p_point: str, request: pytest.FixtureRequest) -> None:
     """Arm A over arm B at this point, paired by rep, against the rig's ``min_uplift``.
 
     Decided on confidence bounds (``pytest_p2p.stats.decide_uplift``): pass when the lower
@@ -52,7 +68,7 @@ def test_uplift(p2p_campaign: Any, p2p_point: str, request: pytest.FixtureReques
     assert verdict.passed, f"{verdict.message}{_sim(c)} {_where(c)}"
 
 
-def test_transport(p2p_campaign: Any, p2p_campaign_arm: str) -> None:
+def test_transport(p2p_campaign: CampaignResult, p2p_campaign_arm: str) -> None:
     """The NCCL INFO lines of this arm's run prove the transport the arm expects (P2P/CUMEM, SHM, ...)."""
     from pytest_p2p.probes.transport import proof_from_dict
 
@@ -66,19 +82,19 @@ def test_transport(p2p_campaign: Any, p2p_campaign_arm: str) -> None:
     assert ok, f"arm {arm} expected {expect}: {why}{_sim(c)} {_where(c)}"
 
 
-def test_attestation(p2p_campaign: Any, p2p_campaign_arm: str) -> None:
+def test_attestation(p2p_campaign: CampaignResult, p2p_campaign_arm: str) -> None:
     """The server's own log agrees with the arm (e.g. no CUSTOM all-reduce in a P2P-off arm)."""
     c = p2p_campaign
     if c.kind != "model":
         pytest.skip("probe campaign: no server to attest")
     att = c.attestations.get(p2p_campaign_arm)
     assert att is not None, f"arm {p2p_campaign_arm}: no server attestation{_sim(c)} {_where(c)}"
-    problems = att.get("problems") or []
+    problems = _messages(att.get("problems") or [])
     assert not problems, (f"arm {p2p_campaign_arm}: the server log contradicts the arm{_sim(c)} {_where(c)}:\n  "
                           + "\n  ".join(problems))
 
 
-def test_no_throttling(p2p_campaign: Any, p2p_scenario: Any) -> None:
+def test_no_throttling(p2p_campaign: CampaignResult, p2p_scenario: str) -> None:
     """No rep ran on a thermally/power-throttled GPU or a link that never reached its expected state.
 
     Expected: the evidence's link reading under load (else its maximum); see ``telemetry.assess``.
@@ -91,14 +107,16 @@ def test_no_throttling(p2p_campaign: Any, p2p_scenario: Any) -> None:
     bad = []
     for k, data in sorted(reps.items()):
         f = data.get("flags") or {}
-        if f.get("throttled") or f.get("downtrained"):
-            bad.append(f"rep {k}: " + "; ".join(f.get("details") or f.get("reasons") or ["flagged"]))
+        if not isinstance(f, dict):
+            bad.append(f"rep {k}: flags are not an object: {f!r:.80}")
+        elif f.get("throttled") or f.get("downtrained"):
+            bad.append(f"rep {k}: " + "; ".join(_messages(f.get("details") or f.get("reasons") or ["flagged"])))
     excluded = c.config.exclude_throttled if c.config is not None else False
     note = " (excluded from the statistics: campaign.exclude_throttled)" if excluded else ""
     assert not bad, f"scenario {p2p_scenario}{_sim(c)}{note} {_where(c)}:\n  " + "\n  ".join(bad)
 
 
-def test_no_failed_requests(p2p_campaign: Any, p2p_scenario: Any) -> None:
+def test_no_failed_requests(p2p_campaign: CampaignResult, p2p_scenario: str) -> None:
     """Every timed request of every rep completed (a failed request is not a slow one)."""
     c = p2p_campaign
     if c.kind != "model":
@@ -108,5 +126,5 @@ def test_no_failed_requests(p2p_campaign: Any, p2p_scenario: Any) -> None:
     if not reps:
         pytest.fail(f"scenario {p2p_scenario}: no rep was measured {_where(c)}", pytrace=False)
     bad = [f"rep {k}: {d.get('failed')} failed, {d.get('completed')} completed"
-           for k, d in sorted(reps.items()) if (d.get("failed") or 0) > 0 or not d.get("completed")]
+           for k, d in sorted(reps.items()) if _requests_failed(d)]
     assert not bad, f"scenario {p2p_scenario}{_sim(c)} {_where(c)}:\n  " + "\n  ".join(bad)
