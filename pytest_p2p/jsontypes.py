@@ -1,8 +1,8 @@
 """JSON as it comes off disk, typed honestly: ``object`` narrowed where it is read.
 
 Why: results directories, snapshots, stores and server answers are JSON written by other
-versions of this tool, by p2p-bench, by ``vllm bench serve`` or by hand. Typing them
-``dict[str, Any]`` lets a wrong shape travel silently into a verdict; typing the values
+versions of this tool, by p2p-bench, by ``vllm bench serve`` or by hand. Typing them as
+unchecked dynamic values lets a wrong shape travel silently into a verdict; typing the values
 ``object`` makes every reader say what it expects. Known shapes get a ``TypedDict`` in
 their own stage; these helpers are the narrowing every reader needs (stage-free: any
 stage may import them).
