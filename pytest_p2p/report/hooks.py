@@ -40,6 +40,7 @@ class _AllureTestResult(Protocol):
     testCaseId: str | None
     status: str | None
 
+
 RUN_DIRS_KEY: pytest.StashKey[list[Path]] = pytest.StashKey[list[Path]]()
 ATTACHED_KEY: pytest.StashKey[set[str]] = pytest.StashKey[set[str]]()  # files attached once per session
 NOTES_KEY: pytest.StashKey[list[str]] = pytest.StashKey[list[str]]()

@@ -58,7 +58,7 @@ def seed_summary(run: SeedRun) -> Summary:
     seen: set[tuple[str, str]] = set()
     for s in run.scenarios:
         metrics: dict[str, Stat] = {name: {"mean": st.mean, "std": st.std, "n": s.n_runs or None,
-                          "values": list(st.values)} for name, st in s.metrics.items()}
+                                           "values": list(st.values)} for name, st in s.metrics.items()}
         energy: EnergyGroup = {}
         if s.mean_watts:
             energy["avg_watts"] = {"mean": s.mean_watts, "n": 1}
