@@ -20,6 +20,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
+from typing import Protocol
 
 #: the signals treated like SIGINT (SIGHUP where the platform has it)
 SIGNALS: tuple[signal.Signals, ...] = tuple(
@@ -101,6 +102,26 @@ def interrupted_by(exc: BaseException) -> bool:
         seen.add(id(cur))
         cur = cur.__cause__ or cur.__context__
     return False
+
+
+class TracebackEntry(Protocol):
+    """What :func:`has_line` reads of pytest's ``TracebackEntry``."""
+
+    @property
+    def lineno(self) -> int: ...
+
+
+def has_line(entry: TracebackEntry) -> bool:
+    """Whether pytest can render this traceback entry (its ``lineno`` needs ``tb_lineno``).
+
+    A signal handled at an instruction that has no line (Python 3.11+) leaves a frame whose
+    ``tb_lineno`` is None; pytest's interrupt repr raises TypeError on it, so the campaign
+    hooks filter such entries out before pytest renders a KeyboardInterrupt.
+    """
+    try:
+        return isinstance(entry.lineno, int)
+    except TypeError:
+        return False
 
 
 def received() -> int | None:

@@ -362,7 +362,7 @@ def test_campaign_writer_output_reads_back_through_the_report_reader(tmp_path: P
 def test_interrupt_traceback_entries_without_a_line_are_left_out() -> None:
     """pytest's interrupt repr raises TypeError on a frame whose tb_lineno is None (a signal at a line-less
     instruction): such entries are filtered before it renders, so the session still ends as interrupted."""
-    from pytest_p2p.campaign.hooks import has_line
+    from pytest_p2p.signals import has_line
 
     class NoLine:
         @property

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Generator
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -36,10 +35,10 @@ import pytest
 from .. import signals
 from ..errors import ConfigError, P2PError
 from ..options import ARMS, CAMPAIGN, CAMPAIGN_MODES, REPS, Option, resolve
+from .plan import Plan, Scenario
 
 if TYPE_CHECKING:
     from ..session import P2PSession
-    from .config import CampaignConfig
     from .outcome import CampaignOutcome
     from .result import CampaignResult
 
@@ -56,13 +55,6 @@ class _Node(Protocol):
     def config(self) -> pytest.Config: ...
 
 
-class _TracebackEntry(Protocol):
-    """What :func:`has_line` reads of pytest's ``TracebackEntry``."""
-
-    @property
-    def lineno(self) -> int: ...
-
-
 MODES = CAMPAIGN_MODES
 STAMP_KEY = pytest.StashKey[str]()
 PLAN_KEY = pytest.StashKey["Plan"]()
@@ -70,31 +62,6 @@ RESULTS_KEY = pytest.StashKey["dict[tuple[int, int], CampaignResult | P2PError]"
 SIGNALS_KEY = pytest.StashKey["list[tuple[int, object]]"]()
 WORKER_STAMP = "p2p_run_stamp"
 WORKER_OUTCOMES = "p2p_campaign_outcomes"
-
-
-class Scenario(str):
-    """``"p2p_on-c8"`` that also knows its ``.arm`` and ``.point``."""
-
-    arm: str
-    point: str
-
-    def __new__(cls, arm: str, point: str) -> Scenario:
-        obj = super().__new__(cls, f"{arm}-{point}")
-        obj.arm = arm
-        obj.point = point
-        return obj
-
-
-@dataclass
-class Plan:
-    """What this session's campaigns will run (resolved once, at collection)."""
-
-    kind: str  # model | probe | off
-    config: CampaignConfig
-    arms: list[str]
-    points: list[str]
-    skip_reason: str | None
-    origin: str
 
 
 def _resolved(config: pytest.Config, opt: Option[T]) -> tuple[T, str]:
@@ -159,16 +126,8 @@ def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> G
     session ends as an internal error (rc 1) instead of interrupted (rc 128 + signal). Seen once
     in CI on a SIGHUP mid-campaign.
     """
-    excinfo.traceback = excinfo.traceback.filter(has_line)
+    excinfo.traceback = excinfo.traceback.filter(signals.has_line)
     return (yield)
-
-
-def has_line(entry: _TracebackEntry) -> bool:
-    """Whether pytest can render this traceback entry (its ``lineno`` needs ``tb_lineno``)."""
-    try:
-        return isinstance(entry.lineno, int)
-    except TypeError:
-        return False
 
 
 @pytest.hookimpl(optionalhook=True)
