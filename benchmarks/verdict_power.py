@@ -236,7 +236,7 @@ def campaign_fail(rng: np.random.Generator, t: int, k: int, n: int, cv: float, t
         if done.all():
             break
     return {"fail": failed.mean(), "scenario": fail_sc.mean(), "uplift": fail_up.mean(), "hit": hit.mean(),
-            "hit_any": (hit_any & failed).mean()}
+            "hit_any": hit_any.mean()}
 
 
 def uplift_rule(rng: np.random.Generator, t: int, true_up: float, cv: float, drift: float, schedule: str,

@@ -59,11 +59,6 @@ def as_int(value: object) -> int | None:
     return None
 
 
-def as_str(value: object) -> str | None:
-    """``value`` if it is a string, else ``None``."""
-    return value if isinstance(value, str) else None
-
-
 def as_floats(value: object) -> list[float]:
     """The finite numbers of a JSON array (other items left out)."""
     return [f for f in (as_float(v) for v in as_list(value)) if f is not None]

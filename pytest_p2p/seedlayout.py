@@ -17,7 +17,7 @@ module instead of asking for a ``run.json`` the seed never wrote::
 The seed's ``std`` is the POPULATION standard deviation (ddof=0): 63.9867, 63.3248,
 53.5476 give 4.7727, not the sample 5.845. :func:`std_convention` checks which one a
 directory's numbers follow instead of assuming. Nothing here is a pytest or stage
-module: it is stage-free (errors, util only) so the report and the baseline store can
+module: it is stage-free (errors, jsontypes only) so the report and the baseline store can
 both call it. Everything it cannot find is listed in :attr:`SeedRun.missing`, never
 filled in.
 """
@@ -33,14 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ResultsError
+from .jsontypes import JSONValue, as_float
 
 _SCENARIO_RE = re.compile(r"^(?P<arm>[A-Za-z0-9][A-Za-z0-9_.]*)-c(?P<c>[0-9]+)$")
 _RUN_RE = re.compile(r"^run_([0-9]+)\.json$")
 _POWER_RE = re.compile(r"^power_run([0-9]+)\.json$")
 _TELEMETRY_RE = re.compile(r"^telemetry(?:_run([0-9]+))?\.csv$")
 _MAX_JSON_BYTES = 32 * 1024 * 1024
-
-JSONValue = object  # what json.loads returns; narrowed with isinstance where read
 
 
 @dataclass(frozen=True)
@@ -136,23 +135,16 @@ def _object(path: Path) -> dict[str, JSONValue] | None:
     return data
 
 
-def _num(v: JSONValue) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
-
-
 def _stats(path: Path, metrics: JSONValue) -> dict[str, SeedStat]:
     out: dict[str, SeedStat] = {}
     if not isinstance(metrics, dict):
         return out
     for name, st in metrics.items():
-        if not isinstance(st, dict) or (mean := _num(st.get("mean"))) is None:
+        if not isinstance(st, dict) or (mean := as_float(st.get("mean"))) is None:
             continue
         raw = st.get("values")
-        values = tuple(v for x in raw if (v := _num(x)) is not None) if isinstance(raw, list) else ()
-        out[str(name)] = SeedStat(mean=mean, std=_num(st.get("std")), values=values)
+        values = tuple(v for x in raw if (v := as_float(x)) is not None) if isinstance(raw, list) else ()
+        out[str(name)] = SeedStat(mean=mean, std=as_float(st.get("std")), values=values)
     return out
 
 
@@ -169,14 +161,14 @@ def _scenario(d: Path, arm: str, conc: int, missing: list[str]) -> SeedScenario:
     agg = _object(d / "aggregate.json")
     metrics = _stats(d / "aggregate.json", (agg or {}).get("metrics"))
     energy = (agg or {}).get("energy")
-    watts = _num(energy.get("mean_watts")) if isinstance(energy, dict) else None
+    watts = as_float(energy.get("mean_watts")) if isinstance(energy, dict) else None
     runs: dict[int, dict[str, float]] = {}
     for k, f in _numbered(d, _RUN_RE).items():
         data = _object(f) or {}
-        runs[k] = {str(key): v for key, raw in data.items() if (v := _num(raw)) is not None}
+        runs[k] = {str(key): v for key, raw in data.items() if (v := as_float(raw)) is not None}
     power: dict[int, float] = {}
     for k, f in _numbered(d, _POWER_RE).items():
-        w = _num((_object(f) or {}).get("avg_watts"))
+        w = as_float((_object(f) or {}).get("avg_watts"))
         if w is not None:
             power[k] = w
     name = d.name

@@ -24,7 +24,17 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..stats import Decision, Outcome, SequentialPlan, StatsError, decide_uplift, outlying_slots, screen_pairs
+from ..jsontypes import as_float
+from ..stats import (
+    Decision,
+    Outcome,
+    SequentialPlan,
+    StatsError,
+    decide_uplift,
+    outlying_slots,
+    screen_pairs,
+    slot_shift,
+)
 from .aggregate import is_measurement
 from .config import CampaignConfig
 
@@ -35,10 +45,8 @@ Reps = Mapping[int, Mapping[str, object]]
 def _value(d: Mapping[str, object] | None, metric: str, kind: str) -> float | None:
     if d is None or not is_measurement(d, kind):
         return None
-    v = d.get(metric)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-        return None
-    return float(v)
+    v = as_float(d.get(metric))
+    return v if v is not None and v > 0 else None
 
 
 def _flagged(d: Mapping[str, object] | None) -> list[str]:
@@ -101,10 +109,9 @@ def screen_slots(by_point: Mapping[str, Reps], arm: str, config: CampaignConfig,
         return {}
     why: dict[int, str] = {}
     for i in odd:
-        shift = sum(math.log(row[i]) - sum(math.log(x) for j, x in enumerate(row) if j != i) / (len(row) - 1)
-                    for row in rows) / len(rows)
         why[ks[i]] = (f"{arm} rep {ks[i]} off at all {len(rows)} points together: {metric} "
-                      f"{math.expm1(shift) * 100:+.0f} % against the other {len(ks) - 1} rep(s) (one bad server start)")
+                      f"{slot_shift(rows, i) * 100:+.0f} % against the other {len(ks) - 1} rep(s) "
+                      "(one bad server start)")
     return why
 
 

@@ -53,6 +53,14 @@ def recording_mismatch(recorded: object, evidence: Evidence | None, pair: Sequen
             f"gpu{pair[0]}-gpu{pair[1]} are {' + '.join(here)}: replaying it would judge another machine")
 
 
+def _read_recording(path: Path) -> object:
+    """A recording's JSON; an unreadable or corrupt file is a ProbeError naming it."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ProbeError(f"{path}: unreadable JSON ({exc})") from None
+
+
 def load_allreduce(replay: Path, pair: tuple[int, int], arm: str, label: str,
                    evidence: Evidence | None = None) -> AllReduceResult:
     """A recorded all-reduce result, its proof re-parsed from the recorded NCCL log."""
@@ -60,10 +68,7 @@ def load_allreduce(replay: Path, pair: tuple[int, int], arm: str, label: str,
     path = where / "allreduce.json"
     if not path.is_file():
         pytest.skip(f"{label}: no all-reduce recording for gpu{pair[0]}-gpu{pair[1]} arm {arm} ({path})")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ProbeError(f"{path}: unreadable JSON ({exc})") from None
+    data = _read_recording(path)
     if not isinstance(data, dict):
         raise ProbeError(f"{path}: not an all-reduce recording (a JSON {type(data).__name__})")
     meta = data.get("meta")
@@ -86,10 +91,9 @@ def load_copy(replay: Path, pair: tuple[int, int], label: str) -> P2PCopyResult:
     path = probes_dir(replay) / f"gpu{pair[0]}-gpu{pair[1]}" / "p2pcopy.json"
     if not path.is_file():
         pytest.skip(f"{label}: no P2P copy recording for gpu{pair[0]}-gpu{pair[1]} ({path})")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ProbeError(f"{path}: unreadable JSON ({exc})") from None
+    data = _read_recording(path)
+    if not isinstance(data, dict):
+        raise ProbeError(f"{path}: unreadable P2P copy probe result (a JSON {type(data).__name__}, not an object)")
     result = P2PCopyResult.from_dict(data, str(path))
     result.meta["replayed_from"] = str(path.parent)
     return result

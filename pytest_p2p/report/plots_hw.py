@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_p2p.report import terminal
+from pytest_p2p.report.proof import cell_number
 from pytest_p2p.report.summary_types import Summary
 
 if TYPE_CHECKING:
@@ -40,14 +41,6 @@ _PANELS = (
 )
 
 
-def _f(text: object) -> float | None:
-    try:
-        v = float(str(text).strip().split()[0])
-    except (ValueError, IndexError):
-        return None
-    return v if math.isfinite(v) else None
-
-
 def read_samples(files: Iterable[Path]) -> dict[str, list[dict[str, float]]]:
     """GPU index -> samples (``t`` = wall_epoch plus every numeric column), each file one segment.
 
@@ -61,12 +54,12 @@ def read_samples(files: Iterable[Path]) -> dict[str, list[dict[str, float]]]:
                 if not reader.fieldnames or "wall_epoch" not in reader.fieldnames:
                     continue
                 for row in reader:
-                    t = _f(row.get("wall_epoch"))
+                    t = cell_number(row.get("wall_epoch"))
                     if t is None:
                         continue
                     sample = {"t": t}
                     for k, v in row.items():
-                        if k and k not in ("wall_epoch", "index") and (x := _f(v)) is not None:
+                        if k and k not in ("wall_epoch", "index") and (x := cell_number(v)) is not None:
                             sample[k.removesuffix(".max")] = x
                     out.setdefault(row.get("index") or "?", []).append(sample)
         except (OSError, csv.Error):
@@ -217,7 +210,7 @@ def copy_matrices(copy: Mapping[str, object]) -> tuple[list[int], dict[str, Matr
             for direction, v in d.items():
                 src, _, dst = str(direction).partition("->")
                 if src.isdigit() and dst.isdigit() and int(src) in gpus and int(dst) in gpus:
-                    mat[gpus.index(int(src))][gpus.index(int(dst))] = _f(v)
+                    mat[gpus.index(int(src))][gpus.index(int(dst))] = cell_number(v)
             out[f"{name}_{tag}"] = mat
     return (gpus, out) if out else None
 

@@ -60,7 +60,8 @@ TELEMETRY_HEADERS = ("Scenario", "PCIe seen", "Max temp °C", "Avg temp °C", "M
                      "Peak W per card", "Avg W per card", "Max mem MiB", "Max SM MHz", "Samples")
 
 
-def _f(text: object) -> float | None:
+def cell_number(text: object) -> float | None:
+    """The finite number a CSV/JSON cell starts with (``"312.5 W"`` -> 312.5), else ``None``."""
     try:
         v = float(str(text).strip().split()[0])
     except (ValueError, IndexError):
@@ -72,7 +73,7 @@ def _col(row: Mapping[str, str], *names: str) -> float | None:
     """A telemetry value by our column name or nvidia-smi's ``.max``/unit-suffixed variants."""
     for name in names:
         for key in (name, f"{name}.max"):
-            if key in row and (v := _f(row[key])) is not None:
+            if key in row and (v := cell_number(row[key])) is not None:
                 return v
     return None
 
@@ -185,9 +186,9 @@ def _probe_rows(results_root: Path, pair_key: str) -> tuple[list[str], list[list
         table = [r for r in raw if isinstance(r, dict)] if isinstance(raw, list) else []
         if not table:
             continue
-        small = min(table, key=lambda r: _f(r.get("bytes")) or 0.0)
-        big = max(table, key=lambda r: _f(r.get("bytes")) or 0.0)
-        lat, bw = _f(small.get("time_us")), _f(big.get("busbw_gbs"))
+        small = min(table, key=lambda r: cell_number(r.get("bytes")) or 0.0)
+        big = max(table, key=lambda r: cell_number(r.get("bytes")) or 0.0)
+        lat, bw = cell_number(small.get("time_us")), cell_number(big.get("busbw_gbs"))
         rows.append(["all-reduce", f.parent.name, f"{lat:.2f}" if lat is not None else "-",
                      f"{bw:.1f}" if bw is not None else "-",
                      f"latency at {small.get('size', small.get('bytes'))}, "
@@ -202,8 +203,8 @@ def _probe_rows(results_root: Path, pair_key: str) -> tuple[list[str], list[list
             lat_d = m.get("latency_us") if isinstance(m.get("latency_us"), dict) else {}
             bw_d = m.get("unidir_gbs") if isinstance(m.get("unidir_gbs"), dict) else {}
             assert isinstance(lat_d, dict) and isinstance(bw_d, dict)
-            lats = [v for v in map(_f, lat_d.values()) if v is not None]
-            bws = [v for v in map(_f, bw_d.values()) if v is not None]
+            lats = [v for v in map(cell_number, lat_d.values()) if v is not None]
+            bws = [v for v in map(cell_number, bw_d.values()) if v is not None]
             rows.append(["P2P copy", label, f"{max(lats):.2f}" if lats else "-", f"{min(bws):.1f}" if bws else "-",
                          "slower direction"])
     if not rows:

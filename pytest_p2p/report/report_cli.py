@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ResultsError
 from .results import RUN_META
+
+if TYPE_CHECKING:
+    from .summary_types import Summary
 
 
 def _run_dirs(path: Path) -> list[Path]:
@@ -69,13 +73,19 @@ def main(argv: list[str]) -> int:
 
             for line in proof_text(proof_for_run(rendered.run_dir, rendered.summary)):
                 print(line)
-            for m in rendered.summary.get("missing") or []:
-                print(f"missing: {m}")
-        for note in rendered.notes:
-            print(f"note: {note}")
-        for path in rendered.paths:
-            print(f"wrote {path}")
+        _print_tail(rendered.summary, rendered.notes, rendered.paths, args.quiet)
     return 0
+
+
+def _print_tail(summary: Summary, notes: list[str], paths: list[Path], quiet: bool) -> None:
+    """What every rendered directory ends with: the missing reps (unless quiet), notes, the files written."""
+    if not quiet:
+        for m in summary.get("missing") or []:
+            print(f"missing: {m}")
+    for note in notes:
+        print(f"note: {note}")
+    for path in paths:
+        print(f"wrote {path}")
 
 
 def _seed(path: Path, out: str | None, plots: bool, quiet: bool) -> int:
@@ -93,10 +103,5 @@ def _seed(path: Path, out: str | None, plots: bool, quiet: bool) -> int:
 
         for line in proof_text(proof_for_seed(read_seed_run(path))):
             print(line)
-        for m in rendered.summary.get("missing") or []:
-            print(f"missing: {m}")
-    for note in rendered.notes:
-        print(f"note: {note}")
-    for p in rendered.paths:
-        print(f"wrote {p}")
+    _print_tail(rendered.summary, rendered.notes, rendered.paths, quiet)
     return 0

@@ -19,12 +19,12 @@ from __future__ import annotations
 from .baseline import MIN_RUNS, RunStats, decide_change, family_wise
 from .decide import Decision, Outcome, SequentialPlan, decide_uplift, log_ratios, outliers, pairs_for, screen_pairs
 from .multiplicity import holm_adjust, holm_reject
-from .slots import outlying_slots
+from .slots import outlying_slots, slot_shift
 from .summary import RepSummary, summarise
 from .tdist import StatsError, t_cdf, t_quantile, z_quantile
 
 __all__ = [
     "MIN_RUNS", "Decision", "Outcome", "RepSummary", "RunStats", "SequentialPlan", "StatsError",
     "decide_change", "decide_uplift", "family_wise", "holm_adjust", "holm_reject", "log_ratios", "outliers",
-    "outlying_slots", "pairs_for", "screen_pairs", "summarise", "t_cdf", "t_quantile", "z_quantile",
+    "outlying_slots", "pairs_for", "screen_pairs", "slot_shift", "summarise", "t_cdf", "t_quantile", "z_quantile",
 ]

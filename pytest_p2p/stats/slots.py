@@ -37,6 +37,33 @@ SLOT_ALPHA = 0.01  # two-sided, per slot: a false flag costs one re-run
 SLOT_MIN_SIZE = 0.10  # log units: a slot must sit at least ~10 % off across its points
 
 
+def _logs(points: Sequence[Sequence[float]]) -> list[list[float]]:
+    rows = [list(row) for row in points]
+    n = len(rows[0]) if rows else 0
+    if any(len(row) != n for row in rows):
+        raise StatsError(f"the slot screen needs the same reps at every point, got {[len(r) for r in rows]}")
+    if any(not math.isfinite(v) or v <= 0 for row in rows for v in row):
+        raise StatsError("the slot screen needs positive finite values")
+    return [[math.log(v) for v in row] for row in rows]
+
+
+def _deviation(logs: list[list[float]], i: int) -> tuple[float, float]:
+    """Slot ``i``'s mean log deviation from the other slots over the points, and the other slots'
+    pooled within-point variance (its scale, free of slot ``i``)."""
+    score = var = 0.0
+    for row in logs:
+        rest = row[:i] + row[i + 1:]
+        m = math.fsum(rest) / len(rest)
+        score += row[i] - m
+        var += math.fsum((y - m) ** 2 for y in rest) / (len(rest) - 1)
+    return score / len(logs), var / len(logs)
+
+
+def slot_shift(points: Sequence[Sequence[float]], i: int) -> float:
+    """How far slot ``i`` sits from the other slots across the points, as a fraction (-0.2 = 20 % low)."""
+    return math.expm1(_deviation(_logs(points), i)[0])
+
+
 def outlying_slots(points: Sequence[Sequence[float]], *, alpha: float = SLOT_ALPHA,
                    min_size: float = SLOT_MIN_SIZE) -> list[int]:
     """Indices of slots (reps) of one arm that sit off together across points.
@@ -47,28 +74,14 @@ def outlying_slots(points: Sequence[Sequence[float]], *, alpha: float = SLOT_ALP
     """
     if not 0 < alpha < 1:
         raise StatsError(f"slot screen alpha must be in (0, 1), got {alpha}")
-    rows = [list(row) for row in points]
-    if len(rows) < 2 or not rows[0] or len(rows[0]) < 3:
+    logs = _logs(points)
+    if len(logs) < 2 or len(logs[0]) < 3:
         return []
-    n = len(rows[0])
-    if any(len(row) != n for row in rows):
-        raise StatsError(f"the slot screen needs the same reps at every point, got {[len(r) for r in rows]}")
-    if any(not math.isfinite(v) or v <= 0 for row in rows for v in row):
-        raise StatsError("the slot screen needs positive finite values")
-    logs = [[math.log(v) for v in row] for row in rows]
-    n_points = len(logs)
+    n_points, n = len(logs), len(logs[0])
     crit = t_quantile(1 - alpha / 2, n_points * (n - 2))
     flagged = []
     for i in range(n):
-        score = 0.0
-        var = 0.0
-        for row in logs:
-            rest = row[:i] + row[i + 1:]
-            m = math.fsum(rest) / len(rest)
-            score += row[i] - m
-            var += math.fsum((y - m) ** 2 for y in rest) / (len(rest) - 1)
-        score /= n_points
-        var /= n_points
+        score, var = _deviation(logs, i)
         se = math.sqrt(var * (1 + 1 / (n - 1)) / n_points)
         if abs(score) >= min_size and (se == 0 or abs(score) > crit * se):
             flagged.append(i)
