@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from campaign_fakes import SlotBackend
 
 from pytest_p2p.campaign.config import parse_campaign
 from pytest_p2p.campaign.progress import Progress
@@ -25,12 +26,12 @@ DEMO_SNAPSHOT = Path(__file__).parents[1] / "pytest_p2p" / "demo" / "h200x2-nvli
 # --------------------------------------------------------------------------- fake backend
 
 
-class FakeBackend:
-    """A "server" whose throughput is 10 % higher for p2p_on, drifting with the rep."""
-
-    kind = "model"
+class FakeBackend(SlotBackend):
+    """A "server" whose throughput is 10 % higher for p2p_on, drifting with the rep (death, proof and
+    describe as :class:`SlotBackend`'s)."""
 
     def __init__(self, interrupt_at: tuple[str, int] | None = None) -> None:
+        super().__init__()
         self.calls: list[tuple[Any, ...]] = []
         self.interrupt_at = interrupt_at
 
@@ -53,14 +54,6 @@ class FakeBackend:
         v = 100.0 * c * (1 + 0.05 * rep) * (1.10 if handle.name == "p2p_on" else 1.0)
         return {"output_throughput": v, "total_output_tokens": 50 * c, "completed": 2 * c, "failed": 0}
 
-    def death(self, handle: Any) -> str | None:
-        return None
-
-    def proof(self, handle: Any, arm: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        return {"transport": arm.expect_transport, "nccl_version": "2.28.9"}, {"problems": []}
-
-    def describe(self) -> dict[str, Any]:
-        return {"command": ["fake"], "model": "fake", "args": {}, "flags": []}
 
 
 class ThermalReader(SimulatedReader):

@@ -69,6 +69,21 @@ def _runner(tmp_path: Path, env: dict[str, str], **cfg: Any) -> CampaignRunner[A
                           simulated=True, lease=GpuLease(tmp_path / "locks"))
 
 
+def _signal_after_first_rep(proc: subprocess.Popen[bytes], results: Path, sig: signal.Signals, *,
+                            start_s: float, end_s: float) -> str:
+    """Send ``sig`` once p2p_on's first rep is on disk; the process's whole output after it ends."""
+    try:
+        deadline = time.monotonic() + start_s
+        while not list(results.glob("*/scenarios/p2p_on-c1/run_1.json")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.1)
+        os.kill(proc.pid, sig)
+        return proc.communicate(timeout=end_s)[0].decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -136,16 +151,7 @@ def test_sigterm_and_sighup_interrupt_like_ctrl_c(tmp_path: Path, sig: signal.Si
     script.write_text(SIGNAL_SCRIPT.format(tests=str(Path(__file__).parent), tmp=str(tmp_path)))
     proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 90
-        while not list((tmp_path / "results").glob("*/scenarios/p2p_on-c1/run_1.json")):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
-            time.sleep(0.1)
-        os.kill(proc.pid, sig)
-        out = proc.communicate(timeout=60)[0].decode()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out = _signal_after_first_rep(proc, tmp_path / "results", sig, start_s=90, end_s=60)
     assert proc.returncode != 0 and "KeyboardInterrupt" in out and sig.name in out
     (run_dir,) = (tmp_path / "results").iterdir()
     meta = json.loads((run_dir / "run.json").read_text())
@@ -226,16 +232,7 @@ def test_signal_to_pytest_during_a_campaign_exits_like_a_cancelled_job(
                              "pytest_p2p.checks.test_campaign", "--p2p-rig", str(rig), "--p2p-snapshot",
                              str(DEMO_SNAPSHOT), "--p2p-results", str(results)],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 120
-        while not list(results.glob("*/scenarios/p2p_on-c1/run_1.json")):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
-            time.sleep(0.1)
-        os.kill(proc.pid, sig)
-        out = proc.communicate(timeout=90)[0].decode()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    out = _signal_after_first_rep(proc, results, sig, start_s=120, end_s=90)
     assert proc.returncode == 128 + sig, out[-3000:]
     assert "INTERNALERROR" not in out, out[-3000:]
     (run_dir,) = [d for d in results.iterdir() if d.is_dir()]
