@@ -2,10 +2,19 @@
 
 Why: if the client is slower than the server, the client -- not the interconnect -- shapes
 TPOT and ITL and a P2P uplift is compressed. ``vllm bench serve`` is the reference vLLM
-users trust, so ours is measured against it: the same server, the same workload (random
-token prompts of ``--input-len`` tokens, ``--output-len`` tokens with ignore_eos), each
+users trust, so ours is measured against it: the same server, the same workload, each
 concurrency C run as ``--pairs`` interleaved pairs (bench first in even pairs, ours
-first in odd ones, so drift cancels), fresh seeds per run (no prefix-cache hits).
+first in odd ones, so drift cancels).
+
+The same workload means the same prompts: by default (``--same-prompts``) each pair's
+prompts are drawn once by our workload (random token ids of the served model's
+tokenizer, exactly ``--input-len`` tokens) and bench reads the measured ones from a JSONL
+file through its ``custom`` dataset (``--skip-chat-template --disable-shuffle``, the
+output length from ``--custom-output-len``, ignore_eos); ours regenerates them from the
+same seed. Without it each side draws its own random prompts (bench's ``random``
+dataset), which made the server's work per token differ. The server runs without prefix
+caching, so the second client of a pair gets no cache hits from the first; each pair has
+fresh prompts. Bench's custom dataset needs pandas where bench runs.
 
 Bench runs inside one persistent worker process that imports ``vllm.benchmarks.serve``
 once (its CLI would pay vLLM's import per run) and is called with the CLI's own argument
@@ -16,7 +25,9 @@ Output: one JSON line per run, ``runs.json`` and ``table.md`` under ``--out``; t
 has per C the median over pairs of ours/bench output throughput and the relative
 differences of mean TPOT, mean ITL and p99 ITL, and both input-token totals.
 ``--standin`` runs the whole thing on a CPU box against the SIMULATED stand-in with a
-fake bench module (``--bench-module``), to debug it before a GPU is spent.
+fake bench module (``--bench-module benchmarks.fake_vllm_bench``), to debug it before a
+GPU is spent. Runs split over several device calls are numbered on with ``--pair-offset``
+and tabled together with ``--merge runs.json ...``.
 
     PYTHONPATH=/tmp/site:. python3 benchmarks/loadgen_vs_vllm_bench.py --model-dir DIR --out OUT
 """
@@ -38,6 +49,7 @@ from pytest_p2p.probes.arms import Arm
 from pytest_p2p.serve.config import parse_server
 from pytest_p2p.serve.loadgen import generate_load, make_spec
 from pytest_p2p.serve.server import launch
+from pytest_p2p.serve.workload import STANDIN_TOKENIZER, load_tokenizer, token_prompts
 
 KEYS = ("output_throughput", "mean_tpot_ms", "mean_itl_ms", "p99_itl_ms", "median_itl_ms", "mean_ttft_ms",
         "total_input_tokens", "total_output_tokens", "completed", "failed", "duration")
@@ -58,7 +70,12 @@ for where in ("vllm.utils.argparse_utils", "vllm.utils"):
         pass
 parser = P()
 mod.add_cli_args(parser)
-say({"ready": True, "flags": sorted(parser._option_string_actions)})
+try:
+    import pandas  # bench's custom dataset reads JSONL with it
+    pandas_ok = True
+except Exception:
+    pandas_ok = False
+say({"ready": True, "flags": sorted(parser._option_string_actions), "pandas": pandas_ok})
 for line in sys.stdin:
     argv = json.loads(line)
     t = os.times()
@@ -87,6 +104,7 @@ class Bench:
         if not hello.get("ready"):
             raise RuntimeError(f"bench worker did not start; see {log}")
         self.flags = set(hello["flags"])
+        self.pandas = bool(hello.get("pandas"))
 
     def run(self, argv: list[str], out: Path) -> tuple[dict[str, Any] | None, str, float]:
         """One bench run in the worker; if that fails, the real CLI (and the CLI from then on)."""
@@ -158,21 +176,36 @@ def _server_config(args: argparse.Namespace) -> object:
         "served_model_name": "tiny", "simulated": False,
         "args": {"load-format": "dummy", "attention-backend": "FLASH_ATTN", "tensor-parallel-size": 1,
                  "max-model-len": 1024, "gpu-memory-utilization": 0.5, "max-num-seqs": max(args.concurrency),
-                 "dtype": "bfloat16"},
+                 "dtype": "bfloat16", "no-enable-prefix-caching": True},
         "env": {"VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                 "NCCL_NVLS_ENABLE": "0"},
         "startup_timeout_s": args.startup_timeout, "request_timeout_s": 300, "teardown_timeout_s": 30,
     }, "loadgen_vs_vllm_bench.py")
 
 
-def _bench_argv(args: argparse.Namespace, base_url: str, c: int, n: int, seed: int, out: Path) -> list[str]:
+def _bench_argv(args: argparse.Namespace, base_url: str, c: int, n: int, seed: int, out: Path,
+                dataset: Path | None) -> list[str]:
+    if dataset is not None:
+        data = ["--dataset-name", "custom", "--dataset-path", str(dataset), "--custom-output-len",
+                str(args.output_len), "--skip-chat-template", "--disable-shuffle"]
+    else:
+        data = ["--dataset-name", "random", "--random-input-len", str(args.input_len), "--random-output-len",
+                str(args.output_len), "--random-range-ratio", "0"]
     return ["--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions", "--model", "tiny",
-            "--tokenizer", args.model_dir, "--dataset-name", "random", "--random-input-len", str(args.input_len),
-            "--random-output-len", str(args.output_len), "--random-range-ratio", "0", "--num-prompts", str(n),
-            "--max-concurrency", str(c), "--request-rate", "inf", "--ignore-eos", "--seed", str(seed),
+            "--tokenizer", args.model_dir, *data, "--num-prompts", str(n), "--max-concurrency", str(c),
+            "--request-rate", "inf", "--ignore-eos", "--seed", str(seed),
             "--num-warmups", str(min(c, args.max_warmup)), "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--metric-percentiles", "50,99", "--disable-tqdm", "--save-result", "--result-dir", str(out.parent),
             "--result-filename", out.name]
+
+
+def _shared_prompts(args: argparse.Namespace, tok: object, c: int, n: int, seed: int, pair: int) -> Path:
+    """The JSONL file of the measured prompts ours will send for this seed (its warm-ups come first)."""
+    warm = min(c, args.max_warmup)
+    prompts = token_prompts(tok, warm + n, args.input_len, seed)  # type: ignore[arg-type]
+    path = args.out / f"prompts-p{pair}-c{c}.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts[warm:]))
+    return path
 
 
 def _med(xs: list[float]) -> float:
@@ -233,9 +266,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--startup-timeout", type=float, default=400)
     p.add_argument("--deadline-epoch", type=float, default=0.0, help="start no new pair after this time.time()")
     p.add_argument("--out", type=Path, default=Path("loadgen-vs-bench"))
+    p.add_argument("--same-prompts", action=argparse.BooleanOptionalAction, default=True,
+                   help="bench reads ours' prompts through its custom dataset (default; needs pandas there)")
+    p.add_argument("--pair-offset", type=int, default=0, help="number this call's pairs from here (and seed them)")
+    p.add_argument("--merge", type=Path, nargs="+", help="only print the table of these runs.json files")
     p.add_argument("--standin", action="store_true", help="SIMULATED dry run on a CPU box")
     args = p.parse_args(argv)
+    if args.merge:
+        merged = [r for f in args.merge for r in json.loads(f.read_text())]
+        print(table(merged, args.concurrency), flush=True)
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
+    tok = load_tokenizer(STANDIN_TOKENIZER if args.standin else args.model_dir) if args.same_prompts else None
     cfg = _server_config(args)
     runs: list[dict[str, Any]] = []
     print(f"# cores {len(os.sched_getaffinity(0))}, loadavg {os.getloadavg()}, python {sys.version.split()[0]}",
@@ -244,22 +286,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# server ready in {srv.ready_s:.1f} s, pid {srv.pid}; notes {srv.notes}", flush=True)
         env = {**os.environ, "OPENAI_API_KEY": srv.api_key, "NCCL_NVLS_ENABLE": "0"}
         bench = Bench(args.python, args.bench_module, env, args.out / "bench-worker.log")
+        if args.same_prompts and args.bench_module.startswith("vllm.") and not bench.pandas:
+            bench.close()
+            print(f"# bench cannot read a custom dataset: no pandas for {args.python} (install it, or pass "
+                  "--no-same-prompts)", flush=True)
+            return 2
         try:
-            for pair in range(args.pairs):
+            for pair in range(args.pair_offset, args.pair_offset + args.pairs):
                 if args.deadline_epoch and time.time() > args.deadline_epoch:
                     print(f"# deadline reached: stopping before pair {pair}", flush=True)
                     break
                 for c in args.concurrency:
                     n = max(args.min_prompts, args.waves * c)
                     order = ("bench", "ours") if pair % 2 == 0 else ("ours", "bench")
+                    shared = 1000 * pair + 10 * c
+                    dataset = _shared_prompts(args, tok, c, n, shared, pair) if tok is not None else None
                     for who in order:
-                        seed = 1000 * pair + 10 * c + (1 if who == "ours" else 2)
+                        seed = shared if dataset is not None else shared + (1 if who == "ours" else 2)
                         row: dict[str, Any] = {"pair": pair, "concurrency": c, "who": who, "num_prompts": n,
-                                                  "seed": seed}
+                                                  "seed": seed, "same_prompts": dataset is not None}
                         t0 = time.perf_counter()
                         if who == "bench":
                             out = args.out / f"bench-p{pair}-c{c}.json"
-                            res, err, cpu = bench.run(_bench_argv(args, srv.base_url, c, n, seed, out), out)
+                            res, err, cpu = bench.run(_bench_argv(args, srv.base_url, c, n, seed, out, dataset),
+                                                      out)
                             if res is not None:
                                 row["client_cpu_util"] = cpu / max(float(res["duration"]), 1e-9)
                                 row["result"] = {k: res.get(k) for k in KEYS}
