@@ -164,15 +164,22 @@ class Bench:
         self.log.close()
 
 
+def _pin_prefix(args: argparse.Namespace) -> list[str]:
+    """``taskset`` for the server when ``--split-cores`` gave it its own cores."""
+    return ["taskset", "-c", ",".join(map(str, args.server_cores))] if args.server_cores else []
+
+
 def _server_config(args: argparse.Namespace) -> object:
     if args.standin:
-        return parse_server({"command": [sys.executable, "-m", "pytest_p2p.serve.standin", "serve"],
+        return parse_server({"command": [*_pin_prefix(args), sys.executable, "-m", "pytest_p2p.serve.standin",
+                                         "serve"],
                              "model": args.model_dir, "served_model_name": "tiny",
                              "args": {"ttft-ms": 5, "tpot-ms": 2, "jitter": 0.02},
                              "startup_timeout_s": 60, "request_timeout_s": 120, "teardown_timeout_s": 10},
                             "loadgen_vs_vllm_bench.py")
     return parse_server({
-        "command": [args.python, "-m", "vllm.entrypoints.cli.main", "serve"], "model": args.model_dir,
+        "command": [*_pin_prefix(args), args.python, "-m", "vllm.entrypoints.cli.main", "serve"],
+        "model": args.model_dir,
         "served_model_name": "tiny", "simulated": False,
         "args": {"load-format": "dummy", "attention-backend": "FLASH_ATTN", "tensor-parallel-size": 1,
                  "max-model-len": 1024, "gpu-memory-utilization": 0.5, "max-num-seqs": max(args.concurrency),
@@ -270,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="bench reads ours' prompts through its custom dataset (default; needs pandas there)")
     p.add_argument("--pair-offset", type=int, default=0, help="number this call's pairs from here (and seed them)")
     p.add_argument("--merge", type=Path, nargs="+", help="only print the table of these runs.json files")
+    p.add_argument("--split-cores", action="store_true",
+                   help="the server on the lower half of the cores, both clients on the upper half")
     p.add_argument("--standin", action="store_true", help="SIMULATED dry run on a CPU box")
     args = p.parse_args(argv)
     if args.merge:
@@ -277,6 +286,12 @@ def main(argv: list[str] | None = None) -> int:
         print(table(merged, args.concurrency), flush=True)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
+    args.server_cores = []
+    if args.split_cores:
+        cores = sorted(os.sched_getaffinity(0))
+        args.server_cores, clients = cores[:len(cores) // 2], cores[len(cores) // 2:]
+        os.sched_setaffinity(0, clients)  # bench's worker and our client processes inherit this
+        print(f"# server cores {args.server_cores}, client cores {clients}", flush=True)
     tok = load_tokenizer(STANDIN_TOKENIZER if args.standin else args.model_dir) if args.same_prompts else None
     cfg = _server_config(args)
     runs: list[dict[str, Any]] = []
