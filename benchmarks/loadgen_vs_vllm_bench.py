@@ -277,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="bench reads ours' prompts through its custom dataset (default; needs pandas there)")
     p.add_argument("--pair-offset", type=int, default=0, help="number this call's pairs from here (and seed them)")
     p.add_argument("--merge", type=Path, nargs="+", help="only print the table of these runs.json files")
+    p.add_argument("--also-ours-processes", type=int, nargs="*", default=[],
+                   help="extra runs of ours with this many client processes (labelled ours-pN; not in the table)")
     p.add_argument("--split-cores", action="store_true",
                    help="the server on the lower half of the cores, both clients on the upper half")
     p.add_argument("--standin", action="store_true", help="SIMULATED dry run on a CPU box")
@@ -313,11 +315,12 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 for c in args.concurrency:
                     n = max(args.min_prompts, args.waves * c)
-                    order = ("bench", "ours") if pair % 2 == 0 else ("ours", "bench")
+                    order: tuple[str, ...] = ("bench", "ours", *(f"ours-p{k}" for k in args.also_ours_processes))
+                    order = order if pair % 2 == 0 else order[::-1]
                     shared = 1000 * pair + 10 * c
                     dataset = _shared_prompts(args, tok, c, n, shared, pair) if tok is not None else None
                     for who in order:
-                        seed = shared if dataset is not None else shared + (1 if who == "ours" else 2)
+                        seed = shared if dataset is not None else shared + (2 if who == "bench" else 1)
                         row: dict[str, Any] = {"pair": pair, "concurrency": c, "who": who, "num_prompts": n,
                                                   "seed": seed, "same_prompts": dataset is not None}
                         t0 = time.perf_counter()
@@ -333,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
                             spec = make_spec(concurrency=c, num_prompts=n, input_len=args.input_len,
                                              output_len=args.output_len, seed=seed, warmup=min(c, args.max_warmup),
                                              tokenizer=args.model_dir if not args.standin else None,
-                                             transport=args.transport, request_timeout_s=300.0)
+                                             transport=args.transport, request_timeout_s=300.0,
+                                             client_processes=int(who[6:]) if who.startswith("ours-p") else 0)
                             r = generate_load(srv.base_url, srv.api_key, srv.model, spec).to_dict()
                             row["result"] = {k: r[k] for k in (*KEYS, "client_processes", "client_cpu_util_max",
                                                                "client_loop_lag_p99_ms", "client_saturated",

@@ -140,3 +140,44 @@ def test_a_failing_client_process_is_a_server_error_not_a_traceback() -> None:
                  warmup=0, client_processes=2, tokenizer="standin-words")
     with pytest.raises(ServerError, match="base_url must be a string"):
         run_load(12345, "key", "m", concurrency=1, num_prompts=1, input_len=1, output_len=1)  # type: ignore[arg-type]
+
+
+def test_closed_loop_client_processes_draw_from_one_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream that is free takes the run's next request, whichever process it lives in.
+
+    With fixed shares a process whose streams were slower (or had one request more than
+    its streams divide) ran extra waves alone; here a slow and a fast client share
+    20 requests through one counter and the fast one takes nearly all of them.
+    """
+    import multiprocessing
+
+    from pytest_p2p.serve import loadclients
+    from pytest_p2p.serve.loadgen import make_spec
+
+    async def fake_request(transport: object, job: loadclients.Job, prompt: str, rid: str,
+                           keep: bool) -> RequestRecord:
+        await asyncio.sleep(0.5 if job.cpu == 1 else 0)  # job "1" is the slow client
+        rec = RequestRecord(prompt_len=1)
+        rec.success, rec.output_tokens, rec.server_prompt_tokens = True, 1, job.cpu or 0
+        return rec
+
+    class NoTransport:
+        async def close(self) -> None:
+            return None
+
+    monkeypatch.setattr(loadclients, "_request", fake_request)
+    monkeypatch.setattr(loadclients, "make_transport", lambda *a, **k: NoTransport())
+    spec = make_spec(concurrency=2, num_prompts=20, input_len=1, output_len=1, warmup=0, pin=False)
+    ticket = multiprocessing.get_context("spawn").Value("q", 0)
+    take = loadclients._taker(ticket, spec.num_prompts)
+    jobs = [loadclients.Job("http://x", "k", "m", spec, ("p",) * 20, (0.0,) * 20, (), tuple(range(w, 20, 2)), 1, w + 1)
+            for w in range(2)]
+
+    async def both() -> list[loadclients.Shard]:
+        return list(await asyncio.gather(*(loadclients.drive(j, take=take) for j in jobs)))
+
+    slow, fast = asyncio.run(both())
+    assert sorted([*slow.records, *fast.records]) == list(range(20))  # every id exactly once
+    assert len(slow.records) == 1 and len(fast.records) == 19
+    assert slow.stats.requests + fast.stats.requests == 20 and ticket.value == 20
+    assert take() is None
