@@ -13,6 +13,10 @@ the current run one rep (one slot of arm p2p_on, all its points) 20 % low that t
 did not flag.  The screen (``stats.screen_pairs``) re-runs a flagged rep as an extra pair
 at the end of the schedule; ``--no-screen`` shows what happens without it.
 
+With K >= 10 baseline runs the scenario tests and, separately, the uplift-history tests of
+a campaign moderate their run-to-run spreads with each other (``stats.spread_prior``, the
+package's empirical-Bayes prior); ``--no-moderate`` shows the rules without it.
+
 The decision rules are re-implemented here in numpy (scipy's t distribution) for speed;
 ``fidelity()`` first checks them against the package's own ``decide_change`` /
 ``decide_uplift`` / ``family_wise`` on random inputs and aborts on any disagreement.
@@ -30,11 +34,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scipy import special as ssp
 from scipy import stats as sst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_p2p.stats import (  # noqa: E402
+    MODERATE_MIN_RUNS,
     Outcome,
     RunStats,
     SequentialPlan,
@@ -42,6 +48,7 @@ from pytest_p2p.stats import (  # noqa: E402
     decide_uplift,
     family_wise,
     outlying_slots,
+    spread_prior,
 )
 
 ALPHA = 0.01  # campaign family-wise
@@ -58,9 +65,38 @@ def tq(p: float | np.ndarray, df: np.ndarray) -> np.ndarray:
     return np.asarray(sst.t.ppf(p, df))
 
 
+MODERATE = True  # --no-moderate turns the spread prior off
+
+
+def _trigamma_inv(y: np.ndarray) -> np.ndarray:
+    x = 0.5 + 1.0 / y
+    for _ in range(60):
+        tri = ssp.polygamma(1, x)
+        x = x + tri * (1 - tri / y) / ssp.polygamma(2, x)
+    return x
+
+
+def moderate_np(sm2: np.ndarray, d: float) -> tuple[np.ndarray, np.ndarray]:
+    """sm2 (T, m) run-mean variances with d df -> (posterior variances, their df), as stats.spread_prior."""
+    m = sm2.shape[1]
+    e = np.log(sm2) - ssp.digamma(d / 2) + math.log(d / 2)
+    mean = e.mean(1)
+    excess = e.var(1, ddof=1) - float(ssp.polygamma(1, d / 2))
+    cap = (m - 1) * d
+    d0 = np.full(sm2.shape[0], float(cap))
+    pos = excess > 0
+    d0[pos] = np.minimum(2 * _trigamma_inv(excess[pos]), cap)
+    s02 = np.exp(mean + ssp.digamma(d0 / 2) - np.log(d0 / 2))
+    return (d0[:, None] * s02[:, None] + d * sm2) / (d0[:, None] + d), np.broadcast_to((d + d0)[:, None], sm2.shape)
+
+
 def decide_change_np(bm: np.ndarray, bv: np.ndarray, nb: int, cm: np.ndarray, cv: np.ndarray, nc: int,
                      tol: float, alpha: float, min_runs: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """bm/bv (..., K) baseline run log means/variances; cm/cv (...) current.  -> (fail, pass, p)."""
+    """bm/bv (..., K) baseline run log means/variances; cm/cv (...) current.  -> (fail, pass, p).
+
+    With a leading trial axis and test axes between it and K (``bm.ndim >= 3``), the tests of
+    each trial moderate their run-to-run spreads with each other from MODERATE_MIN_RUNS runs on.
+    """
     k = bm.shape[-1]
     thr = math.log1p(-tol)
     g = cm - bm.mean(-1)
@@ -74,14 +110,18 @@ def decide_change_np(bm: np.ndarray, bv: np.ndarray, nb: int, cm: np.ndarray, cv
     extra = np.where((cv > sb2 * crit) & (sb2 > 0), (cv - sb2) / nc, 0.0) if nb > 1 else np.zeros_like(cm)
     if k >= min_runs:
         sm2 = bm.var(-1, ddof=1)
+        dfm = np.full(sm2.shape, float(k - 1))
+        if MODERATE and bm.ndim >= 3 and k >= MODERATE_MIN_RUNS:
+            post, dtot = moderate_np(sm2.reshape(sm2.shape[0], -1), float(k - 1))
+            sm2, dfm = post.reshape(sm2.shape), dtot.reshape(sm2.shape)
         a1 = sm2 * (1 + 1 / k)
         a2 = sw2 * (1 / nc - 1 / nb)
         floor = sm2 / k + sw2 / nc
         comb = a1 + a2 + extra
-        den = a1 ** 2 / (k - 1) + a2 ** 2 / df_w + extra ** 2 / max(1, nc - 1)
+        den = a1 ** 2 / dfm + a2 ** 2 / df_w + extra ** 2 / max(1, nc - 1)
         v = np.maximum(comb, floor + extra)
         ok_d = (den > 0) & (comb > 0)
-        df = np.maximum(1.0, np.where(ok_d, comb ** 2 / np.where(ok_d, den, 1), k - 1))
+        df = np.maximum(1.0, np.where(ok_d, comb ** 2 / np.where(ok_d, den, 1), dfm))
         fthr = thr
     else:
         tau = np.maximum(abs(thr), np.sqrt(sw2))
@@ -288,6 +328,19 @@ def fidelity(rng: np.random.Generator, trials: int = 300) -> None:
             pkg = np.array([x.outcome is Outcome.FAIL for x in family_wise(ds, ALPHA)])
             _, rej = holm_any(pv[None], ALPHA)
             bad += int((pkg != rej[0]).any())
+    for _ in range(trials // 3):  # the spread prior: 8 tests of K >= 10 runs, against stats.spread_prior
+        k, m, nb, nc = int(rng.choice([10, 12, 30])), 8, 4, int(rng.choice([4, 6]))
+        base = rng.normal(0, 0.03, (m, k, nb)) + rng.normal(0, rng.uniform(0, 0.03, (m, 1, 1)), (m, k, 1))
+        cur = rng.normal(rng.normal(0, 0.06, (m, 1)), 0.03, (m, nc))
+        hists = [[RunStats.of(list(np.exp(b))) for b in base[i]] for i in range(m)]
+        bms = base.mean(2)
+        prior = spread_prior([(float(bm.var(ddof=1)), float(k - 1)) for bm in bms])
+        f, ok, p = decide_change_np(bms[None], base.var(2, ddof=1)[None], nb, cur.mean(1)[None],
+                                    cur.var(1, ddof=1)[None], nc, TOL, ALPHA)
+        for i in range(m):
+            d = decide_change(hists[i], RunStats.of(list(np.exp(cur[i]))), tolerance=TOL, alpha=ALPHA, prior=prior)
+            want = "fail" if f[0, i] else ("pass" if ok[0, i] else "inconclusive")
+            bad += int(want != d.outcome.value or abs(float(p[0, i]) - (d.p_value or 0)) > 1e-6)
     for _ in range(trials):
         n_pts, n_reps = int(rng.choice([2, 4])), int(rng.choice([3, 4, 6]))
         x = rng.normal(0, rng.uniform(0.01, 0.08), (n_pts, n_reps))
@@ -298,7 +351,8 @@ def fidelity(rng: np.random.Generator, trials: int = 300) -> None:
         bad += int(pkg != mine)
     if bad:
         raise SystemExit(f"fidelity: {bad} disagreements between numpy rules and the package")
-    print(f"fidelity: numpy rules agree with pytest_p2p.stats on {trials} random cases (+ Holm, slot screen)")
+    print(f"fidelity: numpy rules agree with pytest_p2p.stats on {trials} random cases (+ Holm, spread prior, "
+          "slot screen)")
 
 
 # ----------------------------------------------------------------------------- report
@@ -313,7 +367,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="fewer cells (smoke)")
     ap.add_argument("--tables", default="1,2,3,4,5", help="which tables to compute (comma-separated)")
+    ap.add_argument("--no-moderate", action="store_true", help="without the run-to-run spread prior")
     args = ap.parse_args()
+    global MODERATE
+    MODERATE = not args.no_moderate
     tables = {int(x) for x in args.tables.split(",")}
     rng = np.random.default_rng(args.seed)
     t0 = time.time()

@@ -109,3 +109,27 @@ def test_screen_flags_throttled_and_outlying_reps(tmp_path: Path) -> None:
     agg.write_text(json.dumps(data))
     problems = screen_run(odd)
     assert len(problems) == 1 and "p2p_off-c8: output_throughput rep(s) [2] outlying" in problems[0]
+
+
+def test_ten_baseline_runs_moderate_the_spread_over_the_campaign(tmp_path: Path) -> None:
+    """From 10 baseline runs the 8 primary scenarios lend each other their run-to-run spread, and so do
+    the 4 uplift histories; with 8 runs (the other tests) nothing is moderated."""
+    points = ("c1", "c2", "c4", "c8")
+    st = Store(tmp_path / "h.db")
+    for d in baseline_runs(tmp_path / "base", count=10, points=points, cv=0.01):
+        st.accept(st.save_run_dir(d), "accepted")
+    cur = write_run(tmp_path / "cur", "now", started_at="2026-06-25T10:00:00Z", seed=999, points=points, cv=0.01)
+    camp = compare_campaign(st, cur, BaselineConfig())
+    st.close()
+    assert camp.family == 12
+    prims = [j for sc in camp.scenarios.values() for j in sc.metrics.values() if j.primary]
+    assert len(prims) == 8 and all("spread moderated over 8 tests" in j.reason for j in prims), prims[0].reason
+    ups = [j for u in camp.uplifts.values() for j in u.values()]
+    assert len(ups) == 4 and all("spread moderated over 4 tests" in j.reason for j in ups), ups[0].reason
+    others = [j for sc in camp.scenarios.values() for j in sc.metrics.values() if not j.primary and j.decision]
+    assert others and not any("moderated" in j.reason for j in others)
+
+
+def test_fewer_than_ten_baseline_runs_are_not_moderated(store: Store, tmp_path: Path) -> None:
+    camp = compare_campaign(store, _cur(tmp_path), BaselineConfig())
+    assert not any("moderated" in j.reason for sc in camp.scenarios.values() for j in sc.metrics.values())

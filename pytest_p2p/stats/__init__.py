@@ -9,7 +9,9 @@ Stable API (documented in docs/baselines.md, so that others can audit the statis
 * :func:`outlying_slots` — server starts (slots) off at every point together, to re-run;
 * :class:`SequentialPlan` — adaptive pairs with alpha spending across looks;
 * :func:`decide_change` / :class:`RunStats` — one run against its history (the run is the unit);
-* :func:`family_wise` / :func:`holm_adjust` — Holm's control over a campaign's primaries.
+* :func:`family_wise` / :func:`holm_adjust` — Holm's control over a campaign's primaries;
+* :func:`spread_prior` / :class:`SpreadPrior` — the campaign's tests lend each other their
+  run-to-run spread (empirical Bayes) from ``MODERATE_MIN_RUNS`` baseline runs on.
 
 Pure Python; numbers in, typed :class:`Decision` out; nothing here reads files or pytest.
 """
@@ -18,13 +20,15 @@ from __future__ import annotations
 
 from .baseline import MIN_RUNS, RunStats, decide_change, family_wise
 from .decide import Decision, Outcome, SequentialPlan, decide_uplift, log_ratios, outliers, pairs_for, screen_pairs
+from .moderate import MODERATE_MIN_RUNS, SpreadPrior, spread_prior
 from .multiplicity import holm_adjust, holm_reject
 from .slots import outlying_slots, slot_shift
 from .summary import RepSummary, summarise
 from .tdist import StatsError, t_cdf, t_quantile, z_quantile
 
 __all__ = [
-    "MIN_RUNS", "Decision", "Outcome", "RepSummary", "RunStats", "SequentialPlan", "StatsError",
-    "decide_change", "decide_uplift", "family_wise", "holm_adjust", "holm_reject", "log_ratios", "outliers",
-    "outlying_slots", "pairs_for", "screen_pairs", "slot_shift", "summarise", "t_cdf", "t_quantile", "z_quantile",
+    "MIN_RUNS", "MODERATE_MIN_RUNS", "Decision", "Outcome", "RepSummary", "RunStats", "SequentialPlan",
+    "SpreadPrior", "StatsError", "decide_change", "decide_uplift", "family_wise", "holm_adjust", "holm_reject",
+    "log_ratios", "outliers", "outlying_slots", "pairs_for", "screen_pairs", "slot_shift", "spread_prior",
+    "summarise", "t_cdf", "t_quantile", "z_quantile",
 ]

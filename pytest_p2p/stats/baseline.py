@@ -25,6 +25,9 @@ tolerance ``tol`` (a drop smaller than it is not worth failing for):
 * ``PASS`` when the one-sided 95 % lower bound of the gain is above ``-2 * tol`` (a drop
   of twice the tolerance is ruled out), else ``INCONCLUSIVE`` with the reps that would
   give 95 % power against such a drop.
+* With :data:`~pytest_p2p.stats.moderate.MODERATE_MIN_RUNS` or more baseline runs, a
+  ``prior`` fitted to the campaign's other tests (:mod:`.moderate`) moderates ``s_m^2``
+  and adds its degrees of freedom.
 * Fewer than ``min_runs`` (3) baseline runs: the run-to-run spread cannot be estimated.
   The verdict is ``INCONCLUSIVE`` ("baseline too short: N runs") unless the change is far
   beyond the tolerance: ``FAIL`` when the upper bound of the gain is below ``-3 * tol``,
@@ -39,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .decide import POWER, Decision, Outcome
+from .moderate import MODERATE_MIN_RUNS, SpreadPrior
 from .multiplicity import holm_adjust
 from .tdist import StatsError, t_cdf, t_quantile, z_quantile
 
@@ -104,10 +108,11 @@ def _noisy_current(current: RunStats, sw2: float, df_w: int) -> float:
 
 
 def _variance(base: Sequence[RunStats], cur_n: int, sw2: float, df_w: int, tol_log: float,
-              extra: float = 0.0) -> tuple[float, float, float, float]:
+              extra: float = 0.0, prior: SpreadPrior | None = None) -> tuple[float, float, float, float]:
     """``(V, df, s_m, tau)``: prediction variance of current minus baseline mean, and its df.
 
-    ``extra`` (:func:`_noisy_current`) is added with ``cur_n - 1`` degrees of freedom.
+    ``extra`` (:func:`_noisy_current`) is added with ``cur_n - 1`` degrees of freedom;
+    ``prior`` moderates the spread of the run means from ``MODERATE_MIN_RUNS`` runs on.
     """
     k = len(base)
     means = [b.log_mean for b in base]
@@ -115,6 +120,9 @@ def _variance(base: Sequence[RunStats], cur_n: int, sw2: float, df_w: int, tol_l
     if k >= MIN_RUNS:
         mb = math.fsum(means) / k
         sm2 = math.fsum((m - mb) ** 2 for m in means) / (k - 1)
+        dfm = float(k - 1)
+        if prior is not None and k >= MODERATE_MIN_RUNS:
+            sm2, dfm = prior.moderate(sm2, dfm)
         a1 = sm2 * (1.0 + 1.0 / k)
         a2 = sw2 * (1.0 / cur_n - inv_nb) if df_w else 0.0
         floor = sm2 / k + sw2 / cur_n
@@ -122,11 +130,11 @@ def _variance(base: Sequence[RunStats], cur_n: int, sw2: float, df_w: int, tol_l
         # Floor: the current mean is never known better than its own reps allow.  The degrees
         # of freedom stay those of the estimated combination: run means that agree closely by
         # chance (K - 1 = 2 df) must not buy the many df of the within-run variance.
-        comb, den = a1 + a2 + extra, a1 * a1 / (k - 1) + (a2 * a2 / df_w if df_w else 0.0)
+        comb, den = a1 + a2 + extra, a1 * a1 / dfm + (a2 * a2 / df_w if df_w else 0.0)
         if extra > 0:
             den += extra * extra / max(1, cur_n - 1)
         v = max(comb, floor + extra)
-        df = comb * comb / den if den > 0 and comb > 0 else float(k - 1)
+        df = comb * comb / den if den > 0 and comb > 0 else dfm
         return v, max(1.0, df), math.sqrt(sm2), tau
     # too short: assume the run-to-run spread, do not estimate it
     tau = max(abs(tol_log), math.sqrt(sw2))
@@ -136,7 +144,7 @@ def _variance(base: Sequence[RunStats], cur_n: int, sw2: float, df_w: int, tol_l
 
 def decide_change(baseline: Sequence[RunStats], current: RunStats, *, tolerance: float,
                   higher_is_better: bool = True, alpha: float, quantity: str = "change",
-                  min_runs: int = MIN_RUNS) -> Decision:
+                  min_runs: int = MIN_RUNS, prior: SpreadPrior | None = None) -> Decision:
     """Judge ``current`` against the ``baseline`` runs (see the module doc).
 
     ``estimate``/``lower``/``upper``/``threshold`` are *gains* (fractions, ``+`` = better:
@@ -163,7 +171,7 @@ def decide_change(baseline: Sequence[RunStats], current: RunStats, *, tolerance:
                         f"baseline too short: {k} run(s), and no spread known (no run has 2+ reps)")
     sb2, df_b = _pooled_within(baseline)
     extra = _noisy_current(current, sb2, df_b)
-    v, df, s_m, tau = _variance(baseline, current.n, sw2, df_w, thr, extra)
+    v, df, s_m, tau = _variance(baseline, current.n, sw2, df_w, thr, extra, prior)
     se = math.sqrt(v)
     fail_thr = FAR_FACTOR * thr if short else thr
     tq = t_quantile(1 - alpha, df)
@@ -171,6 +179,8 @@ def decide_change(baseline: Sequence[RunStats], current: RunStats, *, tolerance:
     p = t_cdf((g - fail_thr) / se, df) if se > 0 else (0.0 if g < fail_thr else 1.0)
     est = math.expm1(g)
     noisy = f", this run noisier than its history (+{math.sqrt(extra) * 100:.2g} %)" if extra else ""
+    if prior is not None and k >= MODERATE_MIN_RUNS:
+        noisy += f", spread moderated over {prior.tests} tests (+{prior.df:.0f} df)"
     spread = (f"run-to-run spread {tau * 100:.2g} %{' (assumed)' if short else ''}, within-run "
               f"{math.sqrt(sw2) * 100:.2g} %, {k} baseline run(s), {current.n} rep(s), df {df:.1f}{noisy}")
     head = (f"{quantity} {est * 100:+.1f} % ({level * 100:.4g} % CI {math.expm1(lo) * 100:+.1f} .. "
@@ -190,7 +200,7 @@ def decide_change(baseline: Sequence[RunStats], current: RunStats, *, tolerance:
         return Decision(quantity, Outcome.PASS, est, math.expm1(lo), math.expm1(hi), level, math.expm1(thr),
                         current.n, None, f"{head}: a drop of {-math.expm1(det) * 100:.0f} % or more is ruled "
                         "out at 95 %", p)
-    need = reps_needed(baseline, current.n, sw2, df_w, thr, det, alpha)
+    need = reps_needed(baseline, current.n, sw2, df_w, thr, det, alpha, prior)
     more = (f"about {need} reps would give 95 % power against a {-math.expm1(det) * 100:.0f} % drop"
             if need is not None else "more reps of this run cannot decide it: the baseline's run-to-run "
             "spread dominates (save more baseline runs or reduce noise)")
@@ -199,11 +209,11 @@ def decide_change(baseline: Sequence[RunStats], current: RunStats, *, tolerance:
 
 
 def reps_needed(baseline: Sequence[RunStats], cur_n: int, sw2: float, df_w: int, thr: float, det: float,
-                alpha: float) -> int | None:
+                alpha: float, prior: SpreadPrior | None = None) -> int | None:
     """Smallest rep count of the current run with 95 % power to fail a ``det``-sized drop."""
     z = z_quantile(POWER)
     for n in range(max(2, cur_n), MAX_REPS + 1):
-        v, df, _, _ = _variance(baseline, n, sw2, df_w + (n - cur_n), thr)
+        v, df, _, _ = _variance(baseline, n, sw2, df_w + (n - cur_n), thr, prior=prior)
         se = math.sqrt(v)
         if thr - det >= (t_quantile(1 - alpha, df) + z) * se:
             return n

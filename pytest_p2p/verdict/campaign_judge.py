@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..jsontypes import dig
-from ..stats import Decision, RunStats, StatsError, decide_change, family_wise, holm_adjust, outliers
+from ..stats import Decision, RunStats, StatsError, family_wise, holm_adjust, outliers, spread_prior
 from .compare import (
     INCONCLUSIVE,
     NO_BASELINE,
     NOT_COMPARABLE,
+    ChangeInputs,
     Judgement,
     Sample,
     ScenarioComparison,
@@ -237,17 +238,34 @@ def _uplift_history(out: CampaignComparison, cfg: BaselineConfig, usable_by_arm:
                 j.n = cur.n
                 tol = cfg.uplift_tolerance if cfg.uplift_tolerance is not None else relative_tolerance(
                     cfg.tolerance(metric), None)
-                dec = decide_change(hist, cur, tolerance=tol, higher_is_better=True, alpha=cfg.alpha,
-                                    quantity=what, min_runs=cfg.min_runs)
-                apply_decision(j, dec, tol)
+                j.inputs = ChangeInputs(tuple(hist), cur, tol, True, cfg.alpha, what, cfg.min_runs)
+                apply_decision(j, j.inputs.decide(), tol)
             out.uplifts.setdefault(point, {})[metric] = j
 
 
+def _moderate(group: Sequence[Judgement]) -> None:
+    """Re-decide a group of like tests with the run-to-run spread prior they fit together (stats/moderate.py)."""
+    spreads = [(j, sp) for j in group if j.inputs is not None and (sp := j.inputs.spread()) is not None]
+    prior = spread_prior([sp for _, sp in spreads])
+    if prior is None:
+        return
+    for j, _ in spreads:
+        assert j.inputs is not None
+        j.decision = j.inputs.decide(prior)
+
+
 def _multiplicity(out: CampaignComparison, cfg: BaselineConfig) -> None:
-    """Holm over the primaries (these can fail) and, separately, over the others (information)."""
-    prim: list[Judgement] = [j for sc in out.scenarios.values() for j in sc.metrics.values()
+    """Holm over the primaries (these can fail) and, separately, over the others (information).
+
+    Before Holm, the primary scenarios and, separately, the uplift histories moderate their
+    run-to-run spreads with each other (from MODERATE_MIN_RUNS baseline runs on).
+    """
+    scen: list[Judgement] = [j for sc in out.scenarios.values() for j in sc.metrics.values()
                              if j.primary and j.decision is not None]
-    prim += [j for u in out.uplifts.values() for j in u.values() if j.decision is not None]
+    ups: list[Judgement] = [j for u in out.uplifts.values() for j in u.values() if j.decision is not None]
+    _moderate(scen)
+    _moderate(ups)
+    prim = scen + ups
     info: list[Judgement] = [j for sc in out.scenarios.values() for j in sc.metrics.values()
                              if not j.primary and j.decision is not None]
     out.family = len(prim)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from .. import metrics as registry
 from ..jsontypes import as_dict, as_float
-from ..stats import Decision, Outcome, RunStats, StatsError, decide_change
+from ..stats import MODERATE_MIN_RUNS, Decision, Outcome, RunStats, SpreadPrior, StatsError, decide_change
 from .config import BaselineConfig, Tolerance
 
 if TYPE_CHECKING:
@@ -89,6 +89,31 @@ class Sample:
         return None
 
 
+@dataclass(frozen=True)
+class ChangeInputs:
+    """What a baseline decision was taken from: kept so that the campaign can re-decide it with a spread prior."""
+
+    baseline: tuple[RunStats, ...]
+    current: RunStats
+    tolerance: float
+    higher: bool
+    alpha: float
+    quantity: str
+    min_runs: int
+
+    def decide(self, prior: SpreadPrior | None = None) -> Decision:
+        return decide_change(self.baseline, self.current, tolerance=self.tolerance, higher_is_better=self.higher,
+                             alpha=self.alpha, quantity=self.quantity, min_runs=self.min_runs, prior=prior)
+
+    def spread(self) -> tuple[float, float] | None:
+        """``(variance of the baseline run means, its df)`` on the log scale, once a prior may moderate it."""
+        k = len(self.baseline)
+        if k < MODERATE_MIN_RUNS:
+            return None
+        mean = math.fsum(b.log_mean for b in self.baseline) / k
+        return math.fsum((b.log_mean - mean) ** 2 for b in self.baseline) / (k - 1), float(k - 1)
+
+
 @dataclass
 class Judgement:
     verdict: str
@@ -106,6 +131,7 @@ class Judgement:
     primary: bool = False
     decision: Decision | None = None
     adjusted_p: float | None = None  # Holm-adjusted over the campaign (primaries and others separately)
+    inputs: ChangeInputs | None = field(default=None, repr=False, compare=False)
 
 
 def _raw(gain: float, higher: bool) -> float:
@@ -178,9 +204,8 @@ def judge(baseline: Sequence[Sample], current: Sample, metric_direction: str | N
         j.verdict, j.reason = INCONCLUSIVE, f"only {j.n} rep(s), the configured minimum is {cfg.min_reps}"
         j.needed_reps = cfg.min_reps
         return j
-    d = decide_change(base_stats, cur, tolerance=r_bad, higher_is_better=higher, alpha=cfg.alpha,
-                      quantity=quantity, min_runs=cfg.min_runs)
-    return apply_decision(j, d, r_bad)
+    j.inputs = ChangeInputs(tuple(base_stats), cur, r_bad, higher, cfg.alpha, quantity, cfg.min_runs)
+    return apply_decision(j, j.inputs.decide(), r_bad)
 
 
 def _num(x: float | None) -> str:
