@@ -40,6 +40,7 @@ from scipy import stats as sst
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_p2p.stats import (  # noqa: E402
+    MODERATE_MIN_REPS,
     MODERATE_MIN_RUNS,
     Outcome,
     RunStats,
@@ -111,7 +112,7 @@ def decide_change_np(bm: np.ndarray, bv: np.ndarray, nb: int, cm: np.ndarray, cv
     if k >= min_runs:
         sm2 = bm.var(-1, ddof=1)
         dfm = np.full(sm2.shape, float(k - 1))
-        if MODERATE and bm.ndim >= 3 and k >= MODERATE_MIN_RUNS:
+        if MODERATE and bm.ndim >= 3 and k >= MODERATE_MIN_RUNS and nc >= MODERATE_MIN_REPS:
             post, dtot = moderate_np(sm2.reshape(sm2.shape[0], -1), float(k - 1))
             sm2, dfm = post.reshape(sm2.shape), dtot.reshape(sm2.shape)
         a1 = sm2 * (1 + 1 / k)

@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_p2p.stats import MODERATE_MIN_RUNS, Outcome, RunStats, SpreadPrior, decide_change, spread_prior
+from pytest_p2p.stats import (
+    MODERATE_MIN_REPS,
+    MODERATE_MIN_RUNS,
+    Outcome,
+    RunStats,
+    SpreadPrior,
+    decide_change,
+    spread_prior,
+)
 from pytest_p2p.stats.moderate import digamma, trigamma, trigamma_inverse
 from pytest_p2p.stats.tdist import StatsError
 
@@ -73,8 +81,15 @@ def test_the_prior_turns_a_borderline_drop_into_a_failure() -> None:
     assert lent.p_value is not None and alone.p_value is not None and lent.p_value < alone.p_value
 
 
-def test_short_histories_are_not_moderated() -> None:
-    assert MODERATE_MIN_RUNS == 10
+def test_short_histories_and_three_rep_runs_are_not_moderated() -> None:
+    assert (MODERATE_MIN_RUNS, MODERATE_MIN_REPS) == (10, 4)
+    three = RunStats(math.log(0.92), 0.01 ** 2, 3)
+    lent = SpreadPrior(var=1e-6, df=63.0, tests=8)
+    with_prior = decide_change(_runs(SPREAD), three, tolerance=0.03, alpha=0.001, prior=lent)
+    alone = decide_change(_runs(SPREAD), three, tolerance=0.03, alpha=0.001)
+    assert (with_prior.outcome, with_prior.lower, with_prior.upper, with_prior.p_value) == (
+        alone.outcome, alone.lower, alone.upper, alone.p_value)
+    assert "moderated" not in with_prior.reason  # (its reps-needed may count on the prior from 4 reps on)
     base, cur = _runs(SPREAD[:9]), RunStats(math.log(0.91), 0.01 ** 2, 6)
     prior = SpreadPrior(var=1e-6, df=63.0, tests=8)
     assert decide_change(base, cur, tolerance=0.03, alpha=0.001, prior=prior) == decide_change(

@@ -112,13 +112,14 @@ def test_screen_flags_throttled_and_outlying_reps(tmp_path: Path) -> None:
 
 
 def test_ten_baseline_runs_moderate_the_spread_over_the_campaign(tmp_path: Path) -> None:
-    """From 10 baseline runs the 8 primary scenarios lend each other their run-to-run spread, and so do
-    the 4 uplift histories; with 8 runs (the other tests) nothing is moderated."""
+    """From 10 baseline runs (and 4 reps) the 8 primary scenarios lend each other their run-to-run spread,
+    and so do the 4 uplift histories; with 8 runs (the other tests) nothing is moderated."""
     points = ("c1", "c2", "c4", "c8")
     st = Store(tmp_path / "h.db")
-    for d in baseline_runs(tmp_path / "base", count=10, points=points, cv=0.01):
+    for d in baseline_runs(tmp_path / "base", count=10, points=points, cv=0.01, reps=4):
         st.accept(st.save_run_dir(d), "accepted")
-    cur = write_run(tmp_path / "cur", "now", started_at="2026-06-25T10:00:00Z", seed=999, points=points, cv=0.01)
+    cur = write_run(tmp_path / "cur", "now", started_at="2026-06-25T10:00:00Z", seed=999, points=points, cv=0.01,
+                    reps=4)
     camp = compare_campaign(st, cur, BaselineConfig())
     st.close()
     assert camp.family == 12

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 from .baseline import MIN_RUNS, RunStats, decide_change, family_wise
 from .decide import Decision, Outcome, SequentialPlan, decide_uplift, log_ratios, outliers, pairs_for, screen_pairs
-from .moderate import MODERATE_MIN_RUNS, SpreadPrior, spread_prior
+from .moderate import MODERATE_MIN_REPS, MODERATE_MIN_RUNS, SpreadPrior, spread_prior
 from .multiplicity import holm_adjust, holm_reject
 from .slots import outlying_slots, slot_shift
 from .summary import RepSummary, summarise
 from .tdist import StatsError, t_cdf, t_quantile, z_quantile
 
 __all__ = [
-    "MIN_RUNS", "MODERATE_MIN_RUNS", "Decision", "Outcome", "RepSummary", "RunStats", "SequentialPlan",
+    "MIN_RUNS", "MODERATE_MIN_REPS", "MODERATE_MIN_RUNS", "Decision", "Outcome", "RepSummary", "RunStats",
+    "SequentialPlan",
     "SpreadPrior", "StatsError", "decide_change", "decide_uplift", "family_wise", "holm_adjust", "holm_reject",
     "log_ratios", "outliers", "outlying_slots", "pairs_for", "screen_pairs", "slot_shift", "spread_prior",
     "summarise", "t_cdf", "t_quantile", "z_quantile",

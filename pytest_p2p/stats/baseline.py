@@ -25,7 +25,8 @@ tolerance ``tol`` (a drop smaller than it is not worth failing for):
 * ``PASS`` when the one-sided 95 % lower bound of the gain is above ``-2 * tol`` (a drop
   of twice the tolerance is ruled out), else ``INCONCLUSIVE`` with the reps that would
   give 95 % power against such a drop.
-* With :data:`~pytest_p2p.stats.moderate.MODERATE_MIN_RUNS` or more baseline runs, a
+* With :data:`~pytest_p2p.stats.moderate.MODERATE_MIN_RUNS` or more baseline runs (and
+  ``MODERATE_MIN_REPS`` reps in the current run), a
   ``prior`` fitted to the campaign's other tests (:mod:`.moderate`) moderates ``s_m^2``
   and adds its degrees of freedom.
 * Fewer than ``min_runs`` (3) baseline runs: the run-to-run spread cannot be estimated.
@@ -42,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .decide import POWER, Decision, Outcome
-from .moderate import MODERATE_MIN_RUNS, SpreadPrior
+from .moderate import MODERATE_MIN_REPS, MODERATE_MIN_RUNS, SpreadPrior
 from .multiplicity import holm_adjust
 from .tdist import StatsError, t_cdf, t_quantile, z_quantile
 
@@ -121,7 +122,7 @@ def _variance(base: Sequence[RunStats], cur_n: int, sw2: float, df_w: int, tol_l
         mb = math.fsum(means) / k
         sm2 = math.fsum((m - mb) ** 2 for m in means) / (k - 1)
         dfm = float(k - 1)
-        if prior is not None and k >= MODERATE_MIN_RUNS:
+        if prior is not None and k >= MODERATE_MIN_RUNS and cur_n >= MODERATE_MIN_REPS:
             sm2, dfm = prior.moderate(sm2, dfm)
         a1 = sm2 * (1.0 + 1.0 / k)
         a2 = sw2 * (1.0 / cur_n - inv_nb) if df_w else 0.0
@@ -179,7 +180,7 @@ def decide_change(baseline: Sequence[RunStats], current: RunStats, *, tolerance:
     p = t_cdf((g - fail_thr) / se, df) if se > 0 else (0.0 if g < fail_thr else 1.0)
     est = math.expm1(g)
     noisy = f", this run noisier than its history (+{math.sqrt(extra) * 100:.2g} %)" if extra else ""
-    if prior is not None and k >= MODERATE_MIN_RUNS:
+    if prior is not None and k >= MODERATE_MIN_RUNS and current.n >= MODERATE_MIN_REPS:
         noisy += f", spread moderated over {prior.tests} tests (+{prior.df:.0f} df)"
     spread = (f"run-to-run spread {tau * 100:.2g} %{' (assumed)' if short else ''}, within-run "
               f"{math.sqrt(sw2) * 100:.2g} %, {k} baseline run(s), {current.n} rep(s), df {df:.1f}{noisy}")
