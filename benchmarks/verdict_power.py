@@ -91,8 +91,18 @@ def moderate_np(sm2: np.ndarray, d: float) -> tuple[np.ndarray, np.ndarray]:
     return (d0[:, None] * s02[:, None] + d * sm2) / (d0[:, None] + d), np.broadcast_to((d + d0)[:, None], sm2.shape)
 
 
+def trend_var(x: np.ndarray) -> np.ndarray:
+    """Variance about the least-squares line through the last axis (rep order), n - 2 df: RunStats.trend_var."""
+    n = x.shape[-1]
+    c = np.arange(n) - (n - 1) / 2
+    slope = (x * c).sum(-1) / (c * c).sum()
+    resid = x - x.mean(-1, keepdims=True) - slope[..., None] * c
+    return (resid ** 2).sum(-1) / (n - 2)
+
+
 def decide_change_np(bm: np.ndarray, bv: np.ndarray, nb: int, cm: np.ndarray, cv: np.ndarray, nc: int,
-                     tol: float, alpha: float, min_runs: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                     tol: float, alpha: float, min_runs: int = 3, btv: np.ndarray | None = None,
+                     ctv: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """bm/bv (..., K) baseline run log means/variances; cm/cv (...) current.  -> (fail, pass, p).
 
     With a leading trial axis and test axes between it and K (``bm.ndim >= 3``), the tests of
@@ -117,7 +127,9 @@ def decide_change_np(bm: np.ndarray, bv: np.ndarray, nb: int, cm: np.ndarray, cv
             sm2, dfm = post.reshape(sm2.shape), dtot.reshape(sm2.shape)
         a1 = sm2 * (1 + 1 / k)
         a2 = sw2 * (1 / nc - 1 / nb)
-        floor = sm2 / k + sw2 / nc
+        trend = btv is not None and ctv is not None and nb >= 4 and nc >= 4
+        fw2 = ((nb - 2) * btv.sum(-1) + (nc - 2) * ctv) / (k * (nb - 2) + nc - 2) if trend else sw2  # type: ignore[union-attr]
+        floor = sm2 / k + fw2 / nc
         comb = a1 + a2 + extra
         den = a1 ** 2 / dfm + a2 ** 2 / df_w + extra ** 2 / max(1, nc - 1)
         v = np.maximum(comb, floor + extra)
@@ -247,8 +259,10 @@ def campaign_fail(rng: np.random.Generator, t: int, k: int, n: int, cv: float, t
     looks = list(range(n, nmax + 1)) if adaptive_max else [n]
     plan = SequentialPlan(ALPHA, n, nmax) if adaptive_max else None
     bm, bv = run_stats(base)  # (T, K, A, P)
+    btv = trend_var(base)
     br = base[:, :, 0] - base[:, :, 1]  # (T, K, P, n) paired log ratios per baseline run
     brm, brv = run_stats(br)
+    brtv = trend_var(br)
     done = np.zeros(t, bool)
     failed = np.zeros(t, bool)
     fail_sc = np.zeros(t, bool)
@@ -261,9 +275,11 @@ def campaign_fail(rng: np.random.Generator, t: int, k: int, n: int, cv: float, t
             cur = screen_and_rerun(rng, cur, truth, cv, drift, slots)
         alpha = plan.alpha_at(nc) if plan else ALPHA
         cm, cvv = run_stats(cur)  # (T, A, P)
-        f1, ok1, p1 = decide_change_np(np.moveaxis(bm, 1, -1), np.moveaxis(bv, 1, -1), n, cm, cvv, nc, TOL, alpha)
+        f1, ok1, p1 = decide_change_np(np.moveaxis(bm, 1, -1), np.moveaxis(bv, 1, -1), n, cm, cvv, nc, TOL, alpha,
+                                       btv=np.moveaxis(btv, 1, -1), ctv=trend_var(cur))
         rm, rv = run_stats(cur[:, 0] - cur[:, 1])  # (T, P)
-        f2, ok2, p2 = decide_change_np(np.moveaxis(brm, 1, -1), np.moveaxis(brv, 1, -1), n, rm, rv, nc, TOL, alpha)
+        f2, ok2, p2 = decide_change_np(np.moveaxis(brm, 1, -1), np.moveaxis(brv, 1, -1), n, rm, rv, nc, TOL, alpha,
+                                       btv=np.moveaxis(brtv, 1, -1), ctv=trend_var(cur[:, 0] - cur[:, 1]))
         p = np.concatenate([p1.reshape(t, -1), p2.reshape(t, -1)], 1)
         anyrej, rej = holm_any(p, alpha)
         new = anyrej & ~done
@@ -313,7 +329,8 @@ def fidelity(rng: np.random.Generator, trials: int = 300) -> None:
         runs = [RunStats.of(list(np.exp(b))) for b in base]
         d = decide_change(runs, RunStats.of(list(np.exp(cur))), tolerance=TOL, alpha=ALPHA)
         f, ok, p = decide_change_np(base.mean(1), base.var(1, ddof=1), nb, np.array(cur.mean()),
-                                    np.array(cur.var(ddof=1)), nc, TOL, ALPHA)
+                                    np.array(cur.var(ddof=1)), nc, TOL, ALPHA, btv=trend_var(base),
+                                    ctv=np.array(trend_var(cur)))
         want = "fail" if f else ("pass" if ok else "inconclusive")
         if want != d.outcome.value or abs(float(p) - (d.p_value or 0)) > 1e-6:
             bad += 1
@@ -337,7 +354,8 @@ def fidelity(rng: np.random.Generator, trials: int = 300) -> None:
         bms = base.mean(2)
         prior = spread_prior([(float(bm.var(ddof=1)), float(k - 1)) for bm in bms])
         f, ok, p = decide_change_np(bms[None], base.var(2, ddof=1)[None], nb, cur.mean(1)[None],
-                                    cur.var(1, ddof=1)[None], nc, TOL, ALPHA)
+                                    cur.var(1, ddof=1)[None], nc, TOL, ALPHA, btv=trend_var(base)[None],
+                                    ctv=trend_var(cur)[None])
         for i in range(m):
             d = decide_change(hists[i], RunStats.of(list(np.exp(cur[i]))), tolerance=TOL, alpha=ALPHA, prior=prior)
             want = "fail" if f[0, i] else ("pass" if ok[0, i] else "inconclusive")

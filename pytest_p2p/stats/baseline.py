@@ -55,11 +55,20 @@ MAX_REPS = 200
 
 @dataclass(frozen=True)
 class RunStats:
-    """One run of one metric on the log scale: mean, variance (``None`` below 2 reps), reps."""
+    """One run of one metric on the log scale: mean, variance (``None`` below 2 reps), reps.
+
+    ``trend_var`` is the variance about a straight line through the reps in their order
+    (n - 2 df; ``None`` below 4 reps -- with 3 it has one degree of freedom and a chance
+    straight line would zero it -- or from a stored summary).  Thermal drift over a
+    campaign adds to ``log_var`` but not to the uncertainty of the mean of an ABBA
+    schedule (the drift cancels, and baseline and current share the schedule), so the
+    floor of the prediction variance uses it where every run has it.
+    """
 
     log_mean: float
     log_var: float | None
     n: int
+    trend_var: float | None = None
 
     @classmethod
     def of(cls, values: Sequence[float]) -> RunStats:
@@ -68,8 +77,14 @@ class RunStats:
             raise StatsError(f"a run needs positive finite values, got {values!r}")
         logs = [math.log(x) for x in xs]
         m = math.fsum(logs) / len(logs)
-        var = math.fsum((x - m) ** 2 for x in logs) / (len(logs) - 1) if len(logs) > 1 else None
-        return cls(m, var, len(logs))
+        n = len(logs)
+        var = math.fsum((x - m) ** 2 for x in logs) / (n - 1) if n > 1 else None
+        trend = None
+        if n >= 4:
+            c = [i - (n - 1) / 2 for i in range(n)]
+            slope = math.fsum(ci * x for ci, x in zip(c, logs, strict=True)) / math.fsum(ci * ci for ci in c)
+            trend = math.fsum((x - m - slope * ci) ** 2 for ci, x in zip(c, logs, strict=True)) / (n - 2)
+        return cls(m, var, n, trend)
 
     @classmethod
     def of_summary(cls, mean: float, std: float | None, n: int) -> RunStats:
@@ -91,6 +106,13 @@ def _pooled_within(runs: Sequence[RunStats]) -> tuple[float, int]:
     return (num / df if df else 0.0), df
 
 
+def _pooled_trend(runs: Sequence[RunStats]) -> float | None:
+    """Pooled variance about each run's rep-order line, when every run has one (else ``None``)."""
+    if not runs or any(r.trend_var is None for r in runs):
+        return None
+    return math.fsum((r.n - 2) * (r.trend_var or 0.0) for r in runs) / sum(r.n - 2 for r in runs)
+
+
 def _noisy_current(current: RunStats, sw2: float, df_w: int) -> float:
     """Extra variance of a current run clearly noisier than the history (0 otherwise).
 
@@ -109,7 +131,8 @@ def _noisy_current(current: RunStats, sw2: float, df_w: int) -> float:
 
 
 def _variance(base: Sequence[RunStats], cur_n: int, sw2: float, df_w: int, tol_log: float,
-              extra: float = 0.0, prior: SpreadPrior | None = None) -> tuple[float, float, float, float]:
+              extra: float = 0.0, prior: SpreadPrior | None = None,
+              floor_w2: float | None = None) -> tuple[float, float, float, float]:
     """``(V, df, s_m, tau)``: prediction variance of current minus baseline mean, and its df.
 
     ``extra`` (:func:`_noisy_current`) is added with ``cur_n - 1`` degrees of freedom;
@@ -126,9 +149,10 @@ def _variance(base: Sequence[RunStats], cur_n: int, sw2: float, df_w: int, tol_l
             sm2, dfm = prior.moderate(sm2, dfm)
         a1 = sm2 * (1.0 + 1.0 / k)
         a2 = sw2 * (1.0 / cur_n - inv_nb) if df_w else 0.0
-        floor = sm2 / k + sw2 / cur_n
+        floor = sm2 / k + (sw2 if floor_w2 is None else floor_w2) / cur_n
         tau = math.sqrt(max(0.0, sm2 - sw2 * inv_nb))
-        # Floor: the current mean is never known better than its own reps allow.  The degrees
+        # Floor: the current mean is never known better than its own reps allow (their spread about
+        # the rep-order line where every run has one: drift is no uncertainty of an ABBA mean).  The degrees
         # of freedom stay those of the estimated combination: run means that agree closely by
         # chance (K - 1 = 2 df) must not buy the many df of the within-run variance.
         comb, den = a1 + a2 + extra, a1 * a1 / dfm + (a2 * a2 / df_w if df_w else 0.0)
@@ -172,7 +196,7 @@ def decide_change(baseline: Sequence[RunStats], current: RunStats, *, tolerance:
                         f"baseline too short: {k} run(s), and no spread known (no run has 2+ reps)")
     sb2, df_b = _pooled_within(baseline)
     extra = _noisy_current(current, sb2, df_b)
-    v, df, s_m, tau = _variance(baseline, current.n, sw2, df_w, thr, extra, prior)
+    v, df, s_m, tau = _variance(baseline, current.n, sw2, df_w, thr, extra, prior, _pooled_trend([*baseline, current]))
     se = math.sqrt(v)
     fail_thr = FAR_FACTOR * thr if short else thr
     tq = t_quantile(1 - alpha, df)
