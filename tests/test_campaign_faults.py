@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from childsignals import default_signals
 
 from pytest_p2p.campaign.backends import ModelBackend
 from pytest_p2p.campaign.config import parse_campaign
@@ -67,13 +68,6 @@ def _runner(tmp_path: Path, env: dict[str, str], **cfg: Any) -> CampaignRunner[A
     return CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS, backend=backend,
                           results_root=tmp_path / "results", rig_name="faults", evidence=load_snapshot(DEMO_SNAPSHOT),
                           simulated=True, lease=GpuLease(tmp_path / "locks"))
-
-
-def _default_signals() -> None:
-    """In the child: SIGTERM/SIGHUP at their defaults, whatever this suite inherited (``nohup`` ignores
-    SIGHUP, and the plugin rightly leaves an ignored signal ignored)."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
 
 
 def _signal_after_first_rep(proc: subprocess.Popen[bytes], results: Path, sig: signal.Signals, *,
@@ -157,7 +151,7 @@ def test_sigterm_and_sighup_interrupt_like_ctrl_c(tmp_path: Path, sig: signal.Si
     script = tmp_path / "campaign.py"
     script.write_text(SIGNAL_SCRIPT.format(tests=str(Path(__file__).parent), tmp=str(tmp_path)))
     proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, preexec_fn=_default_signals)
+                            stderr=subprocess.STDOUT, preexec_fn=default_signals)
     out = _signal_after_first_rep(proc, tmp_path / "results", sig, start_s=90, end_s=60)
     assert proc.returncode != 0 and "KeyboardInterrupt" in out and sig.name in out
     (run_dir,) = (tmp_path / "results").iterdir()
@@ -239,7 +233,7 @@ def test_signal_to_pytest_during_a_campaign_exits_like_a_cancelled_job(
                              "pytest_p2p.checks.test_campaign", "--p2p-rig", str(rig), "--p2p-snapshot",
                              str(DEMO_SNAPSHOT), "--p2p-results", str(results)],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=_default_signals)
+                            preexec_fn=default_signals)
     out = _signal_after_first_rep(proc, results, sig, start_s=120, end_s=90)
     assert proc.returncode == 128 + sig, out[-3000:]
     assert "INTERNALERROR" not in out, out[-3000:]

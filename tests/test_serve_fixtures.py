@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from childsignals import default_signals
 
 CONFTEST = """
 from pathlib import Path
@@ -103,7 +104,7 @@ def test_interrupted_session_tears_servers_down(pytester: pytest.Pytester, sig: 
     out = pytester.path / "out.txt"
     with open(out, "wb") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "-k", "p2p_on"],
-                                cwd=pytester.path, stdout=fh, stderr=subprocess.STDOUT)
+                                cwd=pytester.path, stdout=fh, stderr=subprocess.STDOUT, preexec_fn=default_signals)
     try:
         deadline = time.monotonic() + 30
         while b"READY" not in out.read_bytes():
