@@ -22,6 +22,7 @@ import random
 import statistics
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -51,7 +52,18 @@ def _prompts(args: argparse.Namespace) -> tuple[list[str], int]:
             for _ in range(args.num_prompts)], args.random_output_len
 
 
-def _one(base: str, args: argparse.Namespace, prompt: str, out_len: int) -> dict[str, object]:
+@dataclass(frozen=True)
+class _Request:
+    """One streamed request: seconds to first text, seconds in all, tokens out and in, gaps between texts."""
+
+    ttft: float
+    latency: float
+    out: int
+    inp: int
+    itl: list[float]
+
+
+def _one(base: str, args: argparse.Namespace, prompt: str, out_len: int) -> _Request:
     url = urlsplit(base)
     conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80, timeout=300)
     body = json.dumps({"model": args.model, "prompt": prompt, "max_tokens": out_len, "stream": True,
@@ -74,8 +86,8 @@ def _one(base: str, args: argparse.Namespace, prompt: str, out_len: int) -> dict
     conn.close()
     end = time.perf_counter()
     n = int(usage.get("completion_tokens", len(stamps)))
-    return {"ttft": stamps[0] - t0 if stamps else 0.0, "latency": end - t0, "out": n,
-            "in": int(usage.get("prompt_tokens", 0)), "itl": [b - a for a, b in zip(stamps, stamps[1:], strict=False)]}
+    return _Request(stamps[0] - t0 if stamps else 0.0, end - t0, n, int(usage.get("prompt_tokens", 0)),
+                    [b - a for a, b in zip(stamps, stamps[1:], strict=False)])
 
 
 def main(args: argparse.Namespace) -> None:
@@ -86,7 +98,7 @@ def main(args: argparse.Namespace) -> None:
     todo: queue.Queue[str] = queue.Queue()
     for p in prompts:
         todo.put(p)
-    done: list[dict[str, object]] = []
+    done: list[_Request] = []
     lock = threading.Lock()
 
     def worker() -> None:
@@ -106,15 +118,14 @@ def main(args: argparse.Namespace) -> None:
     for t in threads:
         t.join()
     duration = time.perf_counter() - t0
-    outs = [int(str(r["out"])) for r in done]
-    itls = [1000.0 * float(g) for r in done for g in r["itl"]]  # type: ignore[attr-defined]
-    tpots = [1000.0 * (float(str(r["latency"])) - float(str(r["ttft"]))) / (int(str(r["out"])) - 1)
-             for r in done if int(str(r["out"])) > 1]
+    outs = [r.out for r in done]
+    itls = [1000.0 * g for r in done for g in r.itl]
+    tpots = [1000.0 * (r.latency - r.ttft) / (r.out - 1) for r in done if r.out > 1]
     itls_sorted = sorted(itls) or [0.0]
     result = {"duration": duration, "completed": len(done), "failed": 0, "simulated": True,
-              "total_input_tokens": sum(int(str(r["in"])) for r in done), "total_output_tokens": sum(outs),
+              "total_input_tokens": sum(r.inp for r in done), "total_output_tokens": sum(outs),
               "output_throughput": sum(outs) / duration,
-              "mean_ttft_ms": 1000.0 * statistics.fmean(float(str(r["ttft"])) for r in done),
+              "mean_ttft_ms": 1000.0 * statistics.fmean(r.ttft for r in done),
               "mean_tpot_ms": statistics.fmean(tpots) if tpots else 0.0,
               "mean_itl_ms": statistics.fmean(itls) if itls else 0.0,
               "median_itl_ms": statistics.median(itls_sorted),

@@ -49,7 +49,7 @@ from pytest_p2p.probes.arms import Arm
 from pytest_p2p.serve.config import parse_server
 from pytest_p2p.serve.loadgen import generate_load, make_spec
 from pytest_p2p.serve.server import launch
-from pytest_p2p.serve.workload import STANDIN_TOKENIZER, load_tokenizer, token_prompts
+from pytest_p2p.serve.workload import STANDIN_TOKENIZER, Tokenizer, load_tokenizer, token_prompts
 
 KEYS = ("output_throughput", "mean_tpot_ms", "mean_itl_ms", "p99_itl_ms", "median_itl_ms", "mean_ttft_ms",
         "total_input_tokens", "total_output_tokens", "completed", "failed", "duration")
@@ -190,6 +190,11 @@ def _server_config(args: argparse.Namespace) -> object:
     }, "loadgen_vs_vllm_bench.py")
 
 
+def _warmups(args: argparse.Namespace, c: int) -> int:
+    """Warm-up requests of a run at concurrency ``c``: the same for bench and ours."""
+    return min(c, int(args.max_warmup))
+
+
 def _bench_argv(args: argparse.Namespace, base_url: str, c: int, n: int, seed: int, out: Path,
                 dataset: Path | None) -> list[str]:
     if dataset is not None:
@@ -201,16 +206,16 @@ def _bench_argv(args: argparse.Namespace, base_url: str, c: int, n: int, seed: i
     return ["--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions", "--model", "tiny",
             "--tokenizer", args.model_dir, *data, "--num-prompts", str(n), "--max-concurrency", str(c),
             "--request-rate", "inf", "--ignore-eos", "--seed", str(seed),
-            "--num-warmups", str(min(c, args.max_warmup)), "--percentile-metrics", "ttft,tpot,itl,e2el",
+            "--num-warmups", str(_warmups(args, c)), "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--metric-percentiles", "50,99", "--disable-tqdm", "--save-result", "--result-dir", str(out.parent),
             "--result-filename", out.name]
 
 
-def _shared_prompts(args: argparse.Namespace, tok: object, c: int, n: int, seed: int, pair: int) -> Path:
+def _shared_prompts(args: argparse.Namespace, tok: Tokenizer, c: int, n: int, seed: int, pair: int) -> Path:
     """The JSONL file of the measured prompts ours will send for this seed (its warm-ups come first)."""
-    warm = min(c, args.max_warmup)
-    prompts = token_prompts(tok, warm + n, args.input_len, seed)  # type: ignore[arg-type]
-    path = args.out / f"prompts-p{pair}-c{c}.jsonl"
+    warm = _warmups(args, c)
+    prompts = token_prompts(tok, warm + n, args.input_len, seed)
+    path: Path = args.out / f"prompts-p{pair}-c{c}.jsonl"
     path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts[warm:]))
     return path
 
@@ -334,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                             row["error"] = err
                         else:
                             spec = make_spec(concurrency=c, num_prompts=n, input_len=args.input_len,
-                                             output_len=args.output_len, seed=seed, warmup=min(c, args.max_warmup),
+                                             output_len=args.output_len, seed=seed, warmup=_warmups(args, c),
                                              tokenizer=args.model_dir if not args.standin else None,
                                              transport=args.transport, request_timeout_s=300.0,
                                              client_processes=int(who[6:]) if who.startswith("ours-p") else 0)

@@ -127,8 +127,9 @@ def decide_change_np(bm: np.ndarray, bv: np.ndarray, nb: int, cm: np.ndarray, cv
             sm2, dfm = post.reshape(sm2.shape), dtot.reshape(sm2.shape)
         a1 = sm2 * (1 + 1 / k)
         a2 = sw2 * (1 / nc - 1 / nb)
-        trend = btv is not None and ctv is not None and nb >= 4 and nc >= 4
-        fw2 = ((nb - 2) * btv.sum(-1) + (nc - 2) * ctv) / (k * (nb - 2) + nc - 2) if trend else sw2  # type: ignore[union-attr]
+        fw2 = sw2  # the floor's within-run variance: about the rep-order line where every run has 4+ reps
+        if btv is not None and ctv is not None and nb >= 4 and nc >= 4:
+            fw2 = ((nb - 2) * btv.sum(-1) + (nc - 2) * ctv) / (k * (nb - 2) + nc - 2)
         floor = sm2 / k + fw2 / nc
         comb = a1 + a2 + extra
         den = a1 ** 2 / dfm + a2 ** 2 / df_w + extra ** 2 / max(1, nc - 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 from hypothesis import given, settings
@@ -73,7 +74,7 @@ SPREAD = [1.0, 1.012, 0.985, 1.004, 0.992, 1.018, 0.99, 1.007, 0.981, 1.003]  # 
 def test_the_prior_turns_a_borderline_drop_into_a_failure() -> None:
     """-8 % against 3 % tolerance at a Holm-sized alpha: 9 df cannot clear it, 9 + 63 df can."""
     base, cur = _runs(SPREAD), RunStats(math.log(0.92), 0.01 ** 2, 6)
-    prior = SpreadPrior(var=statistics_var(SPREAD), df=63.0, tests=8)
+    prior = SpreadPrior(var=statistics.variance([math.log(x) for x in SPREAD]), df=63.0, tests=8)
     alone = decide_change(base, cur, tolerance=0.03, alpha=0.01 / 12)
     lent = decide_change(base, cur, tolerance=0.03, alpha=0.01 / 12, prior=prior)
     assert alone.outcome is not Outcome.FAIL and lent.outcome is Outcome.FAIL
@@ -94,9 +95,3 @@ def test_short_histories_and_three_rep_runs_are_not_moderated() -> None:
     prior = SpreadPrior(var=1e-6, df=63.0, tests=8)
     assert decide_change(base, cur, tolerance=0.03, alpha=0.001, prior=prior) == decide_change(
         base, cur, tolerance=0.03, alpha=0.001)
-
-
-def statistics_var(xs: list[float]) -> float:
-    logs = [math.log(x) for x in xs]
-    m = sum(logs) / len(logs)
-    return sum((x - m) ** 2 for x in logs) / (len(logs) - 1)

@@ -42,7 +42,9 @@ downtraining) and ``exclude_throttled`` whether untrustworthy reps are dropped.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from ..errors import ConfigError
 from ..jsontypes import JSONObject
@@ -52,6 +54,7 @@ from ..validate import boolean, float_in, int_in, join, mapping, sequence, size,
 from .schedule import MODES
 
 KINDS = ("auto", "model", "probe")
+T = TypeVar("T", bound=Hashable)
 DEFAULT_SIZES = (8 * 1024, 32 * 1024, 128 * 1024, 512 * 1024)
 
 
@@ -174,21 +177,22 @@ class CampaignConfig:
 
 def _int_list(value: object, source: str, path: str, hi: int) -> tuple[int, ...]:
     items = [value] if isinstance(value, int) and not isinstance(value, bool) else sequence(value, source, path)
-    out = tuple(int_in(v, source, join(path, i), 1, hi) for i, v in enumerate(items))
-    if not out:
-        raise ConfigError(source, path, "expected at least one value")
-    if len(set(out)) != len(out):
-        raise ConfigError(source, path, f"values repeat: {list(out)}")
-    return out
+    return _distinct(tuple(int_in(v, source, join(path, i), 1, hi) for i, v in enumerate(items)), source, path,
+                     "value", "values")
 
 
 def _arms(value: object, source: str, path: str) -> tuple[str, ...]:
-    arms = tuple(string(a, source, join(path, i)) for i, a in enumerate(sequence(value, source, path)))
-    if not arms:
-        raise ConfigError(source, path, "expected at least one arm")
-    if len(set(arms)) != len(arms):
-        raise ConfigError(source, path, f"arm names repeat: {list(arms)}")
-    return arms
+    return _distinct(tuple(string(a, source, join(path, i)) for i, a in enumerate(sequence(value, source, path))),
+                     source, path, "arm", "arm names")
+
+
+def _distinct(items: tuple[T, ...], source: str, path: str, one: str, many: str) -> tuple[T, ...]:
+    """``items`` if there is at least one and none repeats; else the error naming ``path``."""
+    if not items:
+        raise ConfigError(source, path, f"expected at least one {one}")
+    if len(set(items)) != len(items):
+        raise ConfigError(source, path, f"{many} repeat: {list(items)}")
+    return items
 
 
 def _sizes(value: object, source: str, path: str) -> tuple[int, ...]:

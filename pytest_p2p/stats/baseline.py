@@ -106,6 +106,18 @@ def _pooled_within(runs: Sequence[RunStats]) -> tuple[float, int]:
     return (num / df if df else 0.0), df
 
 
+def run_spread(runs: Sequence[RunStats]) -> tuple[float, float]:
+    """``(s_m^2, df)``: the variance of the runs' log means and its K - 1 degrees of freedom (K >= 2)."""
+    k = len(runs)
+    mean = math.fsum(r.log_mean for r in runs) / k
+    return math.fsum((r.log_mean - mean) ** 2 for r in runs) / (k - 1), float(k - 1)
+
+
+def _moderates(prior: SpreadPrior | None, k: int, cur_n: int) -> SpreadPrior | None:
+    """``prior`` where it applies: MODERATE_MIN_RUNS baseline runs and MODERATE_MIN_REPS current reps."""
+    return prior if k >= MODERATE_MIN_RUNS and cur_n >= MODERATE_MIN_REPS else None
+
+
 def _pooled_trend(runs: Sequence[RunStats]) -> float | None:
     """Pooled variance about each run's rep-order line, when every run has one (else ``None``)."""
     if not runs or any(r.trend_var is None for r in runs):
@@ -139,14 +151,11 @@ def _variance(base: Sequence[RunStats], cur_n: int, sw2: float, df_w: int, tol_l
     ``prior`` moderates the spread of the run means from ``MODERATE_MIN_RUNS`` runs on.
     """
     k = len(base)
-    means = [b.log_mean for b in base]
     inv_nb = math.fsum(1.0 / b.n for b in base) / k
     if k >= MIN_RUNS:
-        mb = math.fsum(means) / k
-        sm2 = math.fsum((m - mb) ** 2 for m in means) / (k - 1)
-        dfm = float(k - 1)
-        if prior is not None and k >= MODERATE_MIN_RUNS and cur_n >= MODERATE_MIN_REPS:
-            sm2, dfm = prior.moderate(sm2, dfm)
+        sm2, dfm = run_spread(base)
+        if (lent := _moderates(prior, k, cur_n)) is not None:
+            sm2, dfm = lent.moderate(sm2, dfm)
         a1 = sm2 * (1.0 + 1.0 / k)
         a2 = sw2 * (1.0 / cur_n - inv_nb) if df_w else 0.0
         floor = sm2 / k + (sw2 if floor_w2 is None else floor_w2) / cur_n
@@ -204,8 +213,8 @@ def decide_change(baseline: Sequence[RunStats], current: RunStats, *, tolerance:
     p = t_cdf((g - fail_thr) / se, df) if se > 0 else (0.0 if g < fail_thr else 1.0)
     est = math.expm1(g)
     noisy = f", this run noisier than its history (+{math.sqrt(extra) * 100:.2g} %)" if extra else ""
-    if prior is not None and k >= MODERATE_MIN_RUNS and current.n >= MODERATE_MIN_REPS:
-        noisy += f", spread moderated over {prior.tests} tests (+{prior.df:.0f} df)"
+    if (lent := _moderates(prior, k, current.n)) is not None:
+        noisy += f", spread moderated over {lent.tests} tests (+{lent.df:.0f} df)"
     spread = (f"run-to-run spread {tau * 100:.2g} %{' (assumed)' if short else ''}, within-run "
               f"{math.sqrt(sw2) * 100:.2g} %, {k} baseline run(s), {current.n} rep(s), df {df:.1f}{noisy}")
     head = (f"{quantity} {est * 100:+.1f} % ({level * 100:.4g} % CI {math.expm1(lo) * 100:+.1f} .. "

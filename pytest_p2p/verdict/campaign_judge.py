@@ -245,13 +245,12 @@ def _uplift_history(out: CampaignComparison, cfg: BaselineConfig, usable_by_arm:
 
 def _moderate(group: Sequence[Judgement]) -> None:
     """Re-decide a group of like tests with the run-to-run spread prior they fit together (stats/moderate.py)."""
-    spreads = [(j, sp) for j in group if j.inputs is not None and (sp := j.inputs.spread()) is not None]
-    prior = spread_prior([sp for _, sp in spreads])
+    tests = [(j, inp, sp) for j in group if (inp := j.inputs) is not None and (sp := inp.spread()) is not None]
+    prior = spread_prior([sp for _, _, sp in tests])
     if prior is None:
         return
-    for j, _ in spreads:
-        assert j.inputs is not None
-        j.decision = j.inputs.decide(prior)
+    for j, inp, _ in tests:
+        j.decision = inp.decide(prior)
 
 
 def _multiplicity(out: CampaignComparison, cfg: BaselineConfig) -> None:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from .. import metrics as registry
 from ..jsontypes import as_dict, as_float
 from ..stats import MODERATE_MIN_RUNS, Decision, Outcome, RunStats, SpreadPrior, StatsError, decide_change
+from ..stats.baseline import run_spread
 from .config import BaselineConfig, Tolerance
 
 if TYPE_CHECKING:
@@ -107,11 +108,7 @@ class ChangeInputs:
 
     def spread(self) -> tuple[float, float] | None:
         """``(variance of the baseline run means, its df)`` on the log scale, once a prior may moderate it."""
-        k = len(self.baseline)
-        if k < MODERATE_MIN_RUNS:
-            return None
-        mean = math.fsum(b.log_mean for b in self.baseline) / k
-        return math.fsum((b.log_mean - mean) ** 2 for b in self.baseline) / (k - 1), float(k - 1)
+        return run_spread(self.baseline) if len(self.baseline) >= MODERATE_MIN_RUNS else None
 
 
 @dataclass
