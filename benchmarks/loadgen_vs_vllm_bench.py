@@ -47,6 +47,7 @@ from typing import Any
 from pytest_p2p.metrics import metric
 from pytest_p2p.probes.arms import Arm
 from pytest_p2p.serve.config import parse_server
+from pytest_p2p.serve.cores import physical_cores, split_cores
 from pytest_p2p.serve.loadgen import generate_load, make_spec
 from pytest_p2p.serve.server import launch
 from pytest_p2p.serve.workload import STANDIN_TOKENIZER, Tokenizer, load_tokenizer, token_prompts
@@ -284,8 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--merge", type=Path, nargs="+", help="only print the table of these runs.json files")
     p.add_argument("--also-ours-processes", type=int, nargs="*", default=[],
                    help="extra runs of ours with this many client processes (labelled ours-pN; not in the table)")
+    p.add_argument("--also-ours-unpinned", action="store_true",
+                   help="an extra run of ours whose client processes are not pinned (labelled ours-unpinned)")
     p.add_argument("--split-cores", action="store_true",
-                   help="the server on the lower half of the cores, both clients on the upper half")
+                   help="the server on the lower half of the physical cores, both clients on the upper half")
     p.add_argument("--standin", action="store_true", help="SIMULATED dry run on a CPU box")
     args = p.parse_args(argv)
     if args.merge:
@@ -295,10 +298,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     args.server_cores = []
     if args.split_cores:
-        cores = sorted(os.sched_getaffinity(0))
-        args.server_cores, clients = cores[:len(cores) // 2], cores[len(cores) // 2:]
+        args.server_cores, clients = split_cores(os.sched_getaffinity(0))  # no core with a thread on each side
         os.sched_setaffinity(0, clients)  # bench's worker and our client processes inherit this
         print(f"# server cores {args.server_cores}, client cores {clients}", flush=True)
+    print(f"# physical cores (sibling threads together): {physical_cores(os.sched_getaffinity(0))}", flush=True)
     tok = load_tokenizer(STANDIN_TOKENIZER if args.standin else args.model_dir) if args.same_prompts else None
     cfg = _server_config(args)
     runs: list[dict[str, Any]] = []
@@ -320,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 for c in args.concurrency:
                     n = max(args.min_prompts, args.waves * c)
-                    order: tuple[str, ...] = ("bench", "ours", *(f"ours-p{k}" for k in args.also_ours_processes))
+                    order: tuple[str, ...] = ("bench", "ours", *(f"ours-p{k}" for k in args.also_ours_processes),
+                                              *(("ours-unpinned",) if args.also_ours_unpinned else ()))
                     order = order if pair % 2 == 0 else order[::-1]
                     shared = 1000 * pair + 10 * c
                     dataset = _shared_prompts(args, tok, c, n, shared, pair) if tok is not None else None
@@ -342,9 +346,11 @@ def main(argv: list[str] | None = None) -> int:
                                              output_len=args.output_len, seed=seed, warmup=_warmups(args, c),
                                              tokenizer=args.model_dir if not args.standin else None,
                                              transport=args.transport, request_timeout_s=300.0,
-                                             client_processes=int(who[6:]) if who.startswith("ours-p") else 0)
+                                             client_processes=int(who[6:]) if who.startswith("ours-p") else 0,
+                                             pin=who != "ours-unpinned")
                             r = generate_load(srv.base_url, srv.api_key, srv.model, spec).to_dict()
-                            row["result"] = {k: r[k] for k in (*KEYS, "client_processes", "client_cpu_util_max",
+                            row["result"] = {k: r[k] for k in (*KEYS, "client_processes", "client_cpus",
+                                                               "client_cpu_util_max",
                                                                "client_loop_lag_p99_ms", "client_saturated",
                                                                "server_input_tokens", "tokenizer_id")}
                         row["wall_s"] = time.perf_counter() - t0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import os
 import time
@@ -219,7 +220,7 @@ async def drive(job: Job, gate: Callable[[], object] | None = None,
     finally:
         await transport.close()
     stats = ClientStats(cpu_s=cpu1 - cpu0, wall_s=t1 - t0, lag_p99_ms=percentile(lags, 99.0) * 1e3,
-                        requests=len(records))
+                        requests=len(records), cpu=job.cpu)
     return Shard(warm, records, t0, t1, stats)
 
 
@@ -254,8 +255,10 @@ def _shard_main(conn: object, barrier: _Barrier, job: Job, ticket: _Ticket | Non
     set_parent_death_signal()  # the starting thread waits for every shard: safe (children.py says why)
     try:
         if job.cpu is not None:
-            with contextlib.suppress(OSError):
+            try:
                 os.sched_setaffinity(0, {job.cpu})
+            except OSError:
+                job = dataclasses.replace(job, cpu=None)  # not pinned after all: the result says so
         wait = barrier.wait
         take = _taker(ticket, job.spec.num_prompts) if ticket is not None else None
         out = asyncio.run(drive(job, gate=lambda: wait(job.spec.request_timeout_s + 60), take=take))

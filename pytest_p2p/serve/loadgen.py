@@ -14,7 +14,8 @@ JSON keys -- docs/metrics.md) with:
   over httpx or aiohttp on request) with ``max_retries=0`` semantics: a retried request
   would hide a server failure and skew TTFT;
 * client processes sharded automatically from the concurrency and the cores
-  (:func:`~.loadclients.plan_processes`), each pinned to its own core, all released by one barrier
+  (:func:`~.loadclients.plan_processes`), each pinned to a physical core of its own
+  (:func:`~.cores.client_cpus`: never two on sibling threads while a core is free), all released by one barrier
   (:mod:`.loadclients` runs them);
 * the client's own health recorded per run -- CPU use of each client process and the
   lateness of its event loop -- and ``client_saturated`` set when it could not keep up.
@@ -33,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import ServerError
+from .cores import client_cpus
 from .loadclients import STREAMS_PER_PROCESS, Job, free_cores, plan_processes, run_coroutine, run_sharded
 from .metrics import PERCENTILES, RequestRecord, goodput, peaks, summarize
 from .result import ClientStats, LoadResult
@@ -101,10 +103,11 @@ def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,
     n = min(spec.client_processes or (plan_processes(spec.concurrency) if auto else 1), spec.concurrency,
             spec.num_prompts)
     cores = sorted(os.sched_getaffinity(0))
+    pins = client_cpus(n, cores) if spec.pin and n > 1 and len(cores) > n else []
     jobs = []
     for w in range(n):
         share = spec.concurrency // n + (1 if w < spec.concurrency % n else 0)
-        cpu = cores[-1 - w % len(cores)] if spec.pin and n > 1 and len(cores) > n else None
+        cpu = pins[w] if pins else None
         jobs.append(Job(base_url, api_key, model, spec, prompts, offsets, tuple(range(w, spec.warmup, n)),
                          tuple(range(w, spec.num_prompts, n)), share, cpu))
     shards = run_sharded(jobs) if n > 1 else [run_coroutine(jobs[0])]

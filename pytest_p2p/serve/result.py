@@ -40,6 +40,7 @@ class ClientStats:
     wall_s: float
     lag_p99_ms: float
     requests: int
+    cpu: int | None = None  # the CPU it was pinned to; None: it ran where the kernel put it
 
     @property
     def util(self) -> float:
@@ -164,6 +165,7 @@ class LoadResult(Mapping[str, JSONValue]):
             "server_input_tokens": self.server_input_tokens, "goodput_slos_ms": dict(self.goodput_slos_ms),
             "error_summary": self.error_summary(), "transport": self.transport,
             "client_processes": self.client_processes, "client_cpu_s": self.client_cpu_s,
+            "client_cpus": [c.cpu for c in self.clients],
             "client_cpu_util_max": self.client_cpu_util_max,
             "client_loop_lag_p99_ms": self.client_loop_lag_p99_ms,
             "client_saturated": self.client_saturated, "client_saturation": self.client_saturation,
