@@ -84,8 +84,9 @@ def test_stats_typed_results_keep_their_keys() -> None:
 def test_loadgen_still_exports_every_name_others_import() -> None:
     from pytest_p2p.serve import loadclients, loadgen
 
-    for name in ("run_load", "run_load_async", "generate_load", "make_spec", "LoadSpec", "plan_processes",
-                 "free_cores", "STREAMS_PER_PROCESS"):
+    for name in ("run_load", "run_load_async", "generate_load", "make_spec", "LoadSpec", "process_cap",
+                 "free_cores", "ClientPlanner", "PLANNER"):
         assert hasattr(loadgen, name), name
-    assert loadgen.plan_processes is loadclients.plan_processes and loadgen.free_cores is loadclients.free_cores
-    assert loadgen.plan_processes(64, cores=2.0) == 1 and loadgen.plan_processes(64, cores=16.0) == 4
+    assert loadgen.process_cap is loadclients.process_cap and loadgen.free_cores is loadclients.free_cores
+    assert loadgen.PLANNER is loadclients.PLANNER
+    assert loadgen.process_cap(64, cores=2.0) == 1 and loadgen.process_cap(64, cores=16.0) == 8

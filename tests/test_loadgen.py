@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import urllib.request
@@ -181,3 +182,30 @@ def test_closed_loop_client_processes_draw_from_one_pool(monkeypatch: pytest.Mon
     assert len(slow.records) == 1 and len(fast.records) == 19
     assert slow.stats.requests + fast.stats.requests == 20 and ticket.value == 20
     assert take() is None
+
+
+def test_a_late_run_is_re_run_with_more_client_processes_and_says_why(srv: RunningServer,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planner's choice: one process first; a late run is replaced, not averaged in, and the reason kept."""
+    from pytest_p2p.serve import loadgen, result
+    from pytest_p2p.serve.loadclients import ClientPlanner
+    from pytest_p2p.serve.loadgen import generate_load, make_spec
+
+    monkeypatch.setattr(result, "TIMELY_LAG_MS", -1.0)  # every run is late
+    monkeypatch.setattr(loadgen, "process_cap", lambda c, cores=None: 2)  # a 2-core CI box has a cap of 1
+    plan = ClientPlanner()
+    spec = make_spec(concurrency=2, num_prompts=6, input_len=4, output_len=3, warmup=1, seed=5,
+                     tokenizer="standin-words")
+    before = _served(srv)
+    records: list[RequestRecord] = []
+    r = generate_load(srv.base_url, srv.api_key, srv.model, spec, records_out=records, planner=plan)
+    assert _served(srv) - before == 2 * 7  # the late run and its replacement, warm-up included
+    assert r.client_processes == 2 and r.completed == 6 and r.seed == 5 + 7919  # fresh prompts for the re-run
+    assert len(r.reshards) == 1 and r.reshards[0].startswith("1 client process(es): event loop late by")
+    assert r.to_dict()["client_reshards"] == r.reshards and r.client_lateness  # still late at the cap: kept, said
+    assert len(records) == 6 and all(rec.request_id.startswith("req1-") for rec in records)
+    again = generate_load(srv.base_url, srv.api_key, srv.model, spec, planner=plan)
+    assert again.client_processes == 2 and again.reshards == []  # the planner remembered the workload
+    fixed = generate_load(srv.base_url, srv.api_key, srv.model, dataclasses.replace(spec, client_processes=1),
+                          planner=plan)
+    assert fixed.client_processes == 1 and fixed.reshards == []  # an explicit count is never changed

@@ -10,7 +10,7 @@ import pytest
 
 from pytest_p2p.errors import ConfigError, ServerError
 from pytest_p2p.serve.config import parse_server
-from pytest_p2p.serve.loadgen import LoadSpec, make_spec, plan_processes
+from pytest_p2p.serve.loadgen import ClientPlanner, LoadSpec, make_spec, process_cap
 from pytest_p2p.serve.metrics import RequestRecord, goodput, peaks
 from pytest_p2p.serve.result import SATURATED_CPU, ClientStats, LoadResult, bench_keys
 from pytest_p2p.serve.workload import WordTokenizer, arrival_offsets, load_tokenizer, token_prompts
@@ -117,15 +117,26 @@ def test_spec_range_checks_name_the_field() -> None:
     LoadSpec(concurrency=3, num_prompts=3, input_len=3, output_len=3).check()
 
 
-def test_plan_processes_from_concurrency_and_free_cores() -> None:
+def test_the_process_cap_is_half_the_idle_cores_and_one_a_stream() -> None:
     import os
 
     from pytest_p2p.serve.loadgen import free_cores
 
-    assert plan_processes(1, cores=16) == 1 and plan_processes(64, cores=16) == 4
-    assert plan_processes(256, cores=16) == 8 and plan_processes(256, cores=2) == 1
-    assert plan_processes(256, cores=5.5) == 2 and plan_processes(256, cores=0.0) == 1
+    assert process_cap(1, cores=16) == 1 and process_cap(64, cores=16) == 8 and process_cap(3, cores=16) == 3
+    assert process_cap(256, cores=2) == 1 and process_cap(256, cores=5.5) == 2 and process_cap(256, cores=0.0) == 1
     assert 0.0 <= free_cores(0.02) <= len(os.sched_getaffinity(0)) + 0.01
+
+
+def test_the_planner_starts_on_one_process_and_doubles_only_after_a_late_run() -> None:
+    plan, work, other = ClientPlanner(), ("m", 64), ("m", 256)
+    assert plan.start(work, cap=8) == 1  # as bench: one event loop until a run says otherwise
+    assert plan.after(work, 1, late=False, cap=8) is None and plan.start(work, cap=8) == 1
+    assert plan.after(work, 1, late=True, cap=8) == 2
+    assert plan.after(work, 2, late=True, cap=8) == 4 and plan.start(work, cap=8) == 4  # remembered
+    assert plan.after(work, 4, late=False, cap=8) is None and plan.start(work, cap=8) == 4
+    assert plan.start(work, cap=2) == 2  # fewer idle cores now: the cap wins
+    assert plan.after(work, 8, late=True, cap=8) is None  # at the cap: keep the run, late as it is
+    assert plan.start(other, cap=8) == 1  # another workload learns apart
 
 
 @pytest.mark.parametrize(("load", "where"), [

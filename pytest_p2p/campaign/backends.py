@@ -102,7 +102,10 @@ class ModelBackend:
                              request_timeout_s=self.campaign.request_timeout_s or self.server.request_timeout_s,
                              endpoint=load.endpoint, transport=load.transport,
                              tokenizer=load.tokenizer,  # None: the loadgen asks the server (finds a stand-in too)
-                             client_processes=load.client_processes))
+                             client_processes=load.client_processes,
+                             # a rep's telemetry window must hold one run: a late rep is kept (flagged), and the
+                             # planner gives the next one more client processes; the warm-up usually pays for it
+                             reshard=False))
 
     def smoke(self, arm: Arm, log_path: Path) -> None:
         with self.slot(arm, 0, log_path) as slot:

@@ -52,7 +52,7 @@ class LoadDefaults:
     warmup: int = 2
     seed: int = 0
     endpoint: str = "completions"
-    client_processes: int = 0  # 0: automatic (loadgen.plan_processes); n: shard over n client processes
+    client_processes: int = 0  # 0: automatic (loadclients.ClientPlanner); n: shard over n client processes
     transport: str = "raw"  # raw | openai | aiohttp (serve/transport.py)
     tokenizer: str | None = None  # None: the model directory (vLLM) or the stand-in's words
     request_rate: float = float("inf")  # requests/s (Poisson); inf: closed loop at the concurrency

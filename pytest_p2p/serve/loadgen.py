@@ -13,8 +13,9 @@ JSON keys -- docs/metrics.md) with:
 * a transport that keeps up (:mod:`.transport`; ``raw`` by default, the ``openai`` SDK
   over httpx or aiohttp on request) with ``max_retries=0`` semantics: a retried request
   would hide a server failure and skew TTFT;
-* client processes sharded automatically from the concurrency and the cores
-  (:func:`~.loadclients.plan_processes`), each pinned to a physical core of its own
+* client processes chosen by measurement (:class:`~.loadclients.ClientPlanner`): one, as
+  bench, until a run's event loop is late, then twice as many up to half the idle cores,
+  each pinned to a physical core of its own
   (:func:`~.cores.client_cpus`: never two on sibling threads while a core is free), all released by one barrier
   (:mod:`.loadclients` runs them);
 * the client's own health recorded per run -- CPU use of each client process and the
@@ -35,13 +36,13 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import ServerError
 from .cores import client_cpus
-from .loadclients import STREAMS_PER_PROCESS, Job, free_cores, plan_processes, run_coroutine, run_sharded
+from .loadclients import PLANNER, ClientPlanner, Job, free_cores, process_cap, run_coroutine, run_sharded
 from .metrics import PERCENTILES, RequestRecord, goodput, peaks, summarize
 from .result import ClientStats, LoadResult
 from .transport import TRANSPORTS, require_client
-from .workload import arrival_offsets, discover_tokenizer, load_tokenizer, token_prompts
+from .workload import Tokenizer, arrival_offsets, discover_tokenizer, load_tokenizer, token_prompts
 
-__all__ = ["STREAMS_PER_PROCESS", "LoadSpec", "free_cores", "generate_load", "make_spec", "plan_processes",
+__all__ = ["PLANNER", "ClientPlanner", "LoadSpec", "free_cores", "generate_load", "make_spec", "process_cap",
            "run_load", "run_load_async"]
 
 
@@ -61,7 +62,8 @@ class LoadSpec:
     burstiness: float = 1.0
     tokenizer: str | None = None  # None: the model directory the server reports, or the stand-in's words
     transport: str = "raw"
-    client_processes: int = 0  # 0: plan_processes(concurrency)
+    client_processes: int = 0  # 0: the planner's choice (loadclients.ClientPlanner); n: exactly n
+    reshard: bool = True  # planner's choice only: re-run a late run at once with more processes
     goodput_slos_ms: Mapping[str, float] = field(default_factory=dict)
     continuous_usage: bool = False
     keep_chunk_times: bool = False
@@ -87,8 +89,15 @@ class LoadSpec:
 
 
 def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,
-                  records_out: list[RequestRecord] | None = None) -> LoadResult:
-    """Run ``spec.warmup`` unmeasured requests, then ``spec.num_prompts`` measured ones; the typed result."""
+                  records_out: list[RequestRecord] | None = None, planner: ClientPlanner | None = None) -> LoadResult:
+    """Run ``spec.warmup`` unmeasured requests, then ``spec.num_prompts`` measured ones; the typed result.
+
+    With ``client_processes=0`` the ``planner`` (default :data:`~.loadclients.PLANNER`) picks
+    the client processes; a run that comes back late is re-run at once with more of them
+    when ``spec.reshard`` allows, and the result lists why in ``client_reshards``. Each
+    re-run sends fresh prompts of the same lengths (seed + 7919 per re-run, recorded as the
+    result's ``seed``): the replaced run's prompts may sit in the server's prefix cache.
+    """
     if not isinstance(base_url, str):
         raise ServerError(f"load generator: base_url must be a string like http://127.0.0.1:8000, got "
                           f"{base_url!r}")
@@ -97,11 +106,31 @@ def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,
         require_client()
     tokenizer_id = spec.tokenizer or discover_tokenizer(base_url, api_key, model)
     tok = load_tokenizer(tokenizer_id)
+    planner = planner or PLANNER
+    workload = (model, tokenizer_id, spec.endpoint, spec.transport, spec.concurrency, spec.request_rate,
+                spec.input_len, spec.output_len)
+    cap = min(process_cap(spec.concurrency), spec.num_prompts) if spec.client_processes == 0 else 0
+    n = min(spec.client_processes, spec.concurrency, spec.num_prompts) if not cap else planner.start(workload, cap)
+    late: list[str] = []
+    while True:
+        run = replace(spec, seed=spec.seed + 7919 * len(late))
+        records: list[RequestRecord] = []
+        result = _run(base_url, api_key, model, run, tok, tokenizer_id, n, records, f"req{len(late) or ''}")
+        nxt = planner.after(workload, n, bool(result.client_lateness), cap) if cap else None
+        if nxt is None or not spec.reshard:
+            break
+        late.append(result.client_lateness)
+        n = nxt
+    if records_out is not None:
+        records_out.extend(records)
+    return replace(result, reshards=late)
+
+
+def _run(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Tokenizer, tokenizer_id: str, n: int,
+         records_out: list[RequestRecord], rid_prefix: str) -> LoadResult:
+    """One run over ``n`` client processes (one in this process, or spawned and pinned)."""
     prompts = tuple(token_prompts(tok, spec.warmup + spec.num_prompts, spec.input_len, spec.seed))
     offsets = tuple(arrival_offsets(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed))
-    auto = spec.client_processes == 0 and spec.concurrency > STREAMS_PER_PROCESS
-    n = min(spec.client_processes or (plan_processes(spec.concurrency) if auto else 1), spec.concurrency,
-            spec.num_prompts)
     cores = sorted(os.sched_getaffinity(0))
     pins = client_cpus(n, cores) if spec.pin and n > 1 and len(cores) > n else []
     jobs = []
@@ -109,15 +138,14 @@ def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,
         share = spec.concurrency // n + (1 if w < spec.concurrency % n else 0)
         cpu = pins[w] if pins else None
         jobs.append(Job(base_url, api_key, model, spec, prompts, offsets, tuple(range(w, spec.warmup, n)),
-                         tuple(range(w, spec.num_prompts, n)), share, cpu))
+                        tuple(range(w, spec.num_prompts, n)), share, cpu, rid_prefix))
     shards = run_sharded(jobs) if n > 1 else [run_coroutine(jobs[0])]
     warm = [r for sh in shards for r in sh.warm]
     recs: dict[int, RequestRecord] = {}
     for sh in shards:
         recs.update(sh.records)
     done = [recs[i] for i in range(spec.num_prompts)]
-    if records_out is not None:
-        records_out.extend(done)
+    records_out.extend(done)
     duration = max(sh.t1 for sh in shards) - min(sh.t0 for sh in shards)
     return _result(spec, model, tokenizer_id, warm, done, max(duration, 1e-9), [sh.stats for sh in shards])
 

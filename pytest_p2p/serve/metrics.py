@@ -38,6 +38,7 @@ class RequestRecord:
     error: str = ""
     server_prompt_tokens: int = 0  # the server's usage.prompt_tokens (its tokenizer's count, BOS included)
     chunk_times: list[float] | None = None  # absolute chunk arrival times, only when asked for
+    request_id: str = ""  # what it was sent as (X-Request-Id), so a server's own log can be matched to it
 
 
 def percentile(values: Sequence[float], p: float) -> float:

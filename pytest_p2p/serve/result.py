@@ -10,7 +10,9 @@ The client's own health travels with the numbers: ``client_saturated`` is true w
 client process was busy >= :data:`SATURATED_CPU` of the measured window or its event
 loop ran late by more than :data:`SATURATED_LAG_MS` at p99 -- then the client, not the
 server, shaped TPOT and ITL, and the run must not feed a verdict (the campaign and the
-verdict read this key).
+verdict read this key). A milder ``client_lateness`` (loop later than :data:`TIMELY_LAG_MS`
+at p99) keeps the run but tells the load generator to use more client processes; the runs
+it replaced that way are listed in ``client_reshards``.
 
 For callers written against the old dict result, a ``LoadResult`` is also a read-only
 ``Mapping`` of its JSON form, and ``result[key] = value`` adds a label (like bench's
@@ -30,6 +32,8 @@ from ..jsontypes import JSONValue
 SATURATED_CPU = 0.90
 #: event-loop lateness (p99, ms) beyond which chunk timestamps are not trustworthy
 SATURATED_LAG_MS = 10.0
+#: event-loop lateness (p99, ms) beyond which timestamps miss the 1 ms goal: the next run gets more client processes
+TIMELY_LAG_MS = 1.0
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class LoadResult(Mapping[str, JSONValue]):
     clients: list[ClientStats]
     date: str = field(default_factory=lambda: _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     labels: dict[str, JSONValue] = field(default_factory=dict)
+    reshards: list[str] = field(default_factory=list)  # why each run this one replaced was late (first first)
     _json: dict[str, JSONValue] | None = field(default=None, repr=False, compare=False)
 
     # --------------------------------------------------------------- client health
@@ -123,6 +128,16 @@ class LoadResult(Mapping[str, JSONValue]):
     @property
     def client_saturated(self) -> bool:
         return bool(self.client_saturation)
+
+    @property
+    def client_lateness(self) -> str:
+        """Why chunk timestamps may be more than 1 ms late, or ``""``; more client processes are the cure."""
+        if self.client_saturated:
+            return self.client_saturation
+        if self.client_loop_lag_p99_ms > TIMELY_LAG_MS:
+            return (f"{self.client_processes} client process(es): event loop late by "
+                    f"{self.client_loop_lag_p99_ms:.2f} ms at p99 (goal {TIMELY_LAG_MS:g} ms)")
+        return ""
 
     def error_summary(self) -> list[dict[str, JSONValue]]:
         """The ten most frequent failure reasons with their counts."""
@@ -169,6 +184,7 @@ class LoadResult(Mapping[str, JSONValue]):
             "client_cpu_util_max": self.client_cpu_util_max,
             "client_loop_lag_p99_ms": self.client_loop_lag_p99_ms,
             "client_saturated": self.client_saturated, "client_saturation": self.client_saturation,
+            "client_lateness": self.client_lateness, "client_reshards": list(self.reshards),
         }
         out.update({k: v for k, v in self.labels.items() if k != "label"})
         return out
