@@ -352,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
                             row["result"] = {k: r[k] for k in (*KEYS, "client_processes", "client_cpus",
                                                                "client_cpu_util_max",
                                                                "client_loop_lag_p99_ms", "client_saturated",
+                                                               "client_lateness", "client_reshards", "seed",
                                                                "server_input_tokens", "tokenizer_id")}
                         row["wall_s"] = time.perf_counter() - t0
                         runs.append(row)

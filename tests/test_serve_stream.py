@@ -132,6 +132,83 @@ def test_raw_transport_reuses_its_connections(srv: RunningServer) -> None:
     assert asyncio.run(go()) == 1  # one keep-alive connection carried all three requests
 
 
+def test_raw_transport_opens_its_connections_before_the_window(srv: RunningServer) -> None:
+    async def go() -> tuple[int, int]:
+        t = RawTransport(srv.base_url, srv.api_key)
+        await t.open(4)
+        opened = len(t.idle)
+        await t.open(2)  # already enough idle: nothing more
+        rec = RequestRecord(start_time=0.0)
+        p = StreamParser(rec, chat=False)
+        await t.stream("completions", {"model": srv.model, "prompt": "a", "max_tokens": 3, "stream": True,
+                                       "stream_options": {"include_usage": True}}, "r", p.feed)
+        p.finish()
+        n = len(t.idle)
+        await t.close()
+        return opened, n
+
+    assert asyncio.run(go()) == (4, 4)  # the request took an open connection and gave it back
+
+
+_SSE = (b'data: {"choices":[{"text":"x"}]}\n\n'
+        b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\ndata: [DONE]\n\n')
+
+
+async def _one_shot_server(answer: bool) -> tuple[asyncio.AbstractServer, int, list[int]]:
+    """Answers one request per connection (or none), then closes it without saying so: an expired keep-alive."""
+    seen: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")))
+        await reader.readexactly(length)
+        seen.append(1)
+        if answer:
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         + f"{len(_SSE):x}\r\n".encode() + _SSE + b"\r\n0\r\n\r\n")
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], seen
+
+
+def test_a_request_on_an_expired_keep_alive_connection_is_sent_once_more_on_a_fresh_one() -> None:
+    async def go() -> tuple[list[int], int]:
+        server, port, seen = await _one_shot_server(answer=True)
+        t = RawTransport(f"http://127.0.0.1:{port}", "k")
+        outs = []
+        for i in range(3):
+            rec = RequestRecord(start_time=0.0)
+            p = StreamParser(rec, chat=False)
+            await t.stream("completions", {"prompt": "a"}, f"r{i}", p.feed)
+            await asyncio.sleep(0.05)  # the server has closed the kept connection by now
+            p.finish()
+            outs.append(rec.output_tokens)
+        await t.close()
+        server.close()
+        return outs, len(seen)
+
+    outs, served = asyncio.run(go())
+    assert outs == [1, 1, 1] and served == 3  # each stale connection was replaced; nothing sent twice to the server
+
+
+def test_a_fresh_connection_closed_unanswered_is_a_failure_not_a_retry() -> None:
+    async def go() -> tuple[str, int]:
+        server, port, seen = await _one_shot_server(answer=False)
+        t = RawTransport(f"http://127.0.0.1:{port}", "k")
+        try:
+            await t.stream("completions", {"prompt": "a"}, "r", lambda data, now: None)
+        except ConnectionError as exc:
+            return str(exc), len(seen)
+        finally:
+            await t.close()
+            server.close()
+        return "", len(seen)
+
+    assert asyncio.run(go()) == ("server closed the connection before answering", 1)
+
+
 def test_raw_transport_refuses_https() -> None:
     from pytest_p2p.errors import ServerError
 

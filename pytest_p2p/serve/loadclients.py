@@ -215,6 +215,7 @@ async def drive(job: Job, gate: Callable[[], object] | None = None,
                 return await _request(transport, job, job.prompts[i], f"warmup-{i}", False)
 
         warm = list(await asyncio.gather(*(warm_one(i) for i in job.warm_ids)))
+        await transport.open(job.concurrency)  # no handshakes inside the measured window
         if gate is not None:
             gate()
         records: dict[int, RequestRecord] = {}

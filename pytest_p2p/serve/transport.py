@@ -137,6 +137,10 @@ class Transport(Protocol):
         """POST ``payload`` to ``/v1/<path>`` and hand every body read to ``on_bytes``; raise on failure."""
         ...
 
+    async def open(self, n: int) -> None:
+        """Have ``n`` connections ready before the measured window (its first requests pay no handshake)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -167,6 +171,10 @@ def http_module() -> types.ModuleType:
 # ----------------------------------------------------------------------------- raw
 
 
+class _Stale(Exception):
+    """The connection closed before a byte of the response came back: the request was not answered."""
+
+
 class _Conn:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
@@ -187,9 +195,20 @@ class RawTransport:
         self.auth = f"Authorization: Bearer {api_key}\r\n".encode()
         self.idle: list[_Conn] = []
 
-    async def _connect(self) -> _Conn:
+    async def open(self, n: int) -> None:
+        """Open connections until ``n`` are idle: at C = 64 one loop opening 56 of them inside the measured
+        window was busy ~25 ms and stamped the first chunks that late (benchmarks/harness_ceiling.py)."""
+        fresh = await asyncio.gather(*(self._dial() for _ in range(n - len(self.idle))), return_exceptions=True)
+        # one that cannot connect is left to the request itself, which then fails and is counted with its reason
+        self.idle.extend(c for c in fresh if isinstance(c, _Conn))
+
+    async def _connect(self) -> tuple[_Conn, bool]:
+        """A connection, and whether it was kept alive from an earlier request."""
         if self.idle:
-            return self.idle.pop()
+            return self.idle.pop(), True
+        return await self._dial(), False
+
+    async def _dial(self) -> _Conn:
         reader, writer = await asyncio.open_connection(self.host, self.port, limit=1 << 20)
         sock = writer.get_extra_info("socket")
         if sock is not None:
@@ -201,11 +220,23 @@ class RawTransport:
         head = (f"POST {self.prefix}{path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
                 f"Content-Type: application/json\r\nAccept: text/event-stream\r\nx-request-id: {rid}\r\n"
                 f"Content-Length: {len(body)}\r\n").encode() + self.auth + b"\r\n"
-        conn = await self._connect()
+        conn, kept = await self._connect()
         reusable = False
         try:
             conn.writer.write(head + body)
             reusable = await self._response(conn.reader, on_bytes)
+        except _Stale:
+            if not kept:
+                raise ConnectionError("server closed the connection before answering") from None
+            # the server closed this idle keep-alive connection (its keep-alive timeout) before it read the
+            # request: nothing was processed, so it is sent once more on a fresh connection, as HTTP clients do
+            conn.writer.close()
+            conn, reusable = await self._dial(), False
+            conn.writer.write(head + body)
+            try:
+                reusable = await self._response(conn.reader, on_bytes)
+            except _Stale:
+                raise ConnectionError("server closed the connection before answering") from None
         finally:
             if reusable:
                 self.idle.append(conn)
@@ -217,8 +248,12 @@ class RawTransport:
         """Read one response; True when the connection can carry the next request."""
         try:
             head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError:
-            raise ConnectionError("server closed the connection before answering") from None
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:
+                raise ConnectionError("server closed the connection mid-header") from None
+            raise _Stale from None
+        except ConnectionResetError:
+            raise _Stale from None
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ", 2)
         try:
@@ -342,6 +377,10 @@ class SDKTransport:
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc
             raise ConnectionError(f"{type(cause).__name__}: {str(cause)[:200]}") from None
+
+    async def open(self, n: int) -> None:
+        """The SDK's pool opens connections on demand; nothing to prepare."""
+        return None
 
     async def close(self) -> None:
         await self.http.aclose()
