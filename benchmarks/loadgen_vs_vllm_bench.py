@@ -35,12 +35,14 @@ and tabled together with ``--merge runs.json ...``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +193,21 @@ def _server_config(args: argparse.Namespace) -> object:
     }, "loadgen_vs_vllm_bench.py")
 
 
+@contextlib.contextmanager
+def _busy_core(on: bool) -> Iterator[None]:
+    """A process spinning on the lowest client core while the block runs (nothing when ``on`` is false)."""
+    if not on:
+        yield
+        return
+    core = min(os.sched_getaffinity(0))
+    spin = subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        spin.kill()
+        spin.wait()
+
+
 def _warmups(args: argparse.Namespace, c: int) -> int:
     """Warm-up requests of a run at concurrency ``c``: the same for bench and ours."""
     return min(c, int(args.max_warmup))
@@ -287,6 +304,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="extra runs of ours with this many client processes (labelled ours-pN; not in the table)")
     p.add_argument("--also-ours-unpinned", action="store_true",
                    help="an extra run of ours whose client processes are not pinned (labelled ours-unpinned)")
+    p.add_argument("--also-ours-busy-core", action="store_true",
+                   help="an extra run of ours while a spinning process holds one client core (labelled "
+                        "ours-busy-core): does client-side CPU activity slow the server?")
+    p.add_argument("--extras-at", type=int, nargs="*", default=None,
+                   help="run the extra variants only at these concurrencies (default: every one)")
     p.add_argument("--split-cores", action="store_true",
                    help="the server on the lower half of the physical cores, both clients on the upper half")
     p.add_argument("--standin", action="store_true", help="SIMULATED dry run on a CPU box")
@@ -323,8 +345,12 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 for c in args.concurrency:
                     n = max(args.min_prompts, args.waves * c)
-                    order: tuple[str, ...] = ("bench", "ours", *(f"ours-p{k}" for k in args.also_ours_processes),
-                                              *(("ours-unpinned",) if args.also_ours_unpinned else ()))
+                    extras: tuple[str, ...] = (*(f"ours-p{k}" for k in args.also_ours_processes),
+                                               *(("ours-unpinned",) if args.also_ours_unpinned else ()),
+                                               *(("ours-busy-core",) if args.also_ours_busy_core else ()))
+                    if args.extras_at is not None and c not in args.extras_at:
+                        extras = ()
+                    order: tuple[str, ...] = ("bench", "ours", *extras)
                     order = order if pair % 2 == 0 else order[::-1]
                     shared = 1000 * pair + 10 * c
                     dataset = _shared_prompts(args, tok, c, n, shared, pair) if tok is not None else None
@@ -348,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
                                              transport=args.transport, request_timeout_s=300.0,
                                              client_processes=int(who[6:]) if who.startswith("ours-p") else 0,
                                              pin=who != "ours-unpinned")
-                            r = generate_load(srv.base_url, srv.api_key, srv.model, spec).to_dict()
+                            with _busy_core(who == "ours-busy-core"):
+                                r = generate_load(srv.base_url, srv.api_key, srv.model, spec).to_dict()
                             row["result"] = {k: r[k] for k in (*KEYS, "client_processes", "client_cpus",
                                                                "client_cpu_util_max",
                                                                "client_loop_lag_p99_ms", "client_saturated",
