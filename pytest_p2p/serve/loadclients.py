@@ -84,12 +84,11 @@ def process_cap(concurrency: int, cores: float | None = None) -> int:
 class ClientPlanner:
     """How many client processes a workload gets: one, as ``vllm bench serve`` uses, until a run shows it is late.
 
-    Why not shard from the concurrency up front: every client process costs the machine CPU
-    the server also needs, and one event loop per 16 streams (the old rule) cost twice the
-    CPU of a single loop for the same tokens. Against a real vLLM server at C = 256 that
-    alone made the server 10 % slower and TPOT 15 % longer than under bench's one process,
-    whose timestamps were still within 1 ms (docs/performance.md). So a workload starts on
-    one process; when a run comes back late (:attr:`~.result.LoadResult.client_lateness`),
+    Why not shard from the concurrency up front: against a real vLLM server at C = 256,
+    four client processes (the old rule, one per 16 streams) got 0.87-0.94x the throughput
+    of bench's one process, pinned or not, while one process of ours got 0.94-1.04x with its
+    event loop late by < 1 ms (docs/performance.md). So a workload starts on one
+    process; when a run comes back late (:attr:`~.result.LoadResult.client_lateness`),
     the next one -- or the immediate re-run, :func:`~.loadgen.generate_load` -- gets twice
     as many, up to :func:`process_cap`, and the count that was on time is remembered for
     the workload, so a campaign's warm-up pays for the search once.
