@@ -105,6 +105,19 @@ def test_a_busy_or_late_client_is_flagged_saturated() -> None:
     assert late["client_saturated"] is True and "late by 25.0 ms" in str(late["client_saturation"])
 
 
+def test_a_busy_or_lagging_client_is_late_but_only_over_a_window_long_enough_to_tell() -> None:
+    assert _result().client_lateness == "" and _result().to_dict()["client_reshards"] == []
+    busy = _result(clients=[ClientStats(0.75, 1.0, 0.2, 1), ClientStats(0.1, 1.0, 0.2, 1)])
+    assert busy.client_lateness == "2 client process(es): busiest 75% of the window (limit 70%)"
+    assert not busy.client_saturated  # kept: late is not saturated
+    lag = _result(clients=[ClientStats(0.1, 1.0, 1.5, 1)])
+    assert "event loop late by 1.50 ms at p99 (goal 1 ms)" in lag.client_lateness
+    short = _result(duration=0.05, clients=[ClientStats(0.04, 0.05, 1.5, 1)])  # a few ms of parsing: busy 80 %
+    assert short.client_lateness == "" and not short.client_saturated
+    saturated = _result(clients=[ClientStats(0.95, 1.0, 0.2, 1)])
+    assert saturated.client_lateness == saturated.client_saturation != ""
+
+
 def test_spec_range_checks_name_the_field() -> None:
     for bad, field in ((dict(concurrency=0), "concurrency"), (dict(num_prompts=10**30), "num_prompts"),
                        (dict(transport="carrier-pigeon"), "transport"), (dict(request_timeout_s=1e308),

@@ -37,6 +37,9 @@ TIMELY_LAG_MS = 1.0
 #: a client process busier than this is on time on average but not in bursts: at 82 % one loop stamped
 #: the first chunks of C = 64 streams 28 ms late while its lag probe still read < 1 ms (docs/performance.md)
 TIMELY_CPU = 0.70
+#: a shorter measured window is not judged late: a few ms of parsing is "busy" all of them, and the
+#: lag probe (every 5 ms) has too few samples for a p99 -- a re-run would only double a short test run
+TIMELY_MIN_WINDOW_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,8 @@ class LoadResult(Mapping[str, JSONValue]):
         """Why chunk timestamps may be more than 1 ms late, or ``""``; more client processes are the cure."""
         if self.client_saturated:
             return self.client_saturation
+        if self.duration < TIMELY_MIN_WINDOW_S:
+            return ""
         why = []
         if self.client_cpu_util_max > TIMELY_CPU:
             why.append(f"busiest {self.client_cpu_util_max:.0%} of the window (limit {TIMELY_CPU:.0%})")
