@@ -60,7 +60,8 @@ def _pin(pid: int, cpu: int) -> None:
         os.sched_setaffinity(pid, {cpus[cpu % len(cpus)]})
 
 
-def _errors(records: list[RequestRecord], sends: dict[str, list[float]]) -> dict[str, float]:
+def timestamp_errors(records: list[RequestRecord], sends: dict[str, list[float]]) -> dict[str, float]:
+    """Receive time minus the stand-in's send time: first chunk (TTFT error) and every gap (ITL error), in ms."""
     first: list[float] = []
     gaps: list[float] = []
     for rec in records:
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                     if cpu else float("inf"),
                     "standin_cpu_util": srv_cpu / wall,
                     "mean_itl_ms": res.latency_stats["mean_itl_ms"], "p99_itl_ms": res.latency_stats["p99_itl_ms"],
-                    **_errors(records, sends),
+                    **timestamp_errors(records, sends),
                 }
                 rows.append(row)
                 print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
