@@ -152,3 +152,10 @@ def test_model_backend_load_passes_transport_tokenizer_and_client_processes(tmp_
     _backend({"tokenizer": "/tok/dir"}).measure(slot, "c2", 1)
     assert (seen[0]["transport"], seen[0]["tokenizer"], seen[0]["client_processes"]) == ("aiohttp", None, 3)
     assert (seen[1]["transport"], seen[1]["tokenizer"], seen[1]["client_processes"]) == ("raw", "/tok/dir", 0)
+    # a measured rep is one run in its telemetry window; the warm-up, before the window, may be re-run on more
+    # client processes so the planner knows the count before the rep
+    backend = _backend({})
+    backend.warm(slot, "c2")
+    backend.measure(slot, "c2", 1)
+    assert [kw["reshard"] for kw in seen] == [False, False, True, False]
+    assert seen[2]["num_prompts"] == max(backend.campaign.warmup, 2) and seen[3]["num_prompts"] > 0

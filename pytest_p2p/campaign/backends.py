@@ -91,7 +91,7 @@ class ModelBackend:
             yield ServerSlot(srv, Identity.of(srv.process))
 
     def _load(self, slot: ServerSlot, concurrency: int, num_prompts: int, *, input_len: int | None = None,
-              output_len: int | None = None) -> Json:
+              output_len: int | None = None, reshard: bool = False) -> Json:
         from ..serve.loadgen import run_load
 
         srv = slot.server
@@ -103,9 +103,9 @@ class ModelBackend:
                              endpoint=load.endpoint, transport=load.transport,
                              tokenizer=load.tokenizer,  # None: the loadgen asks the server (finds a stand-in too)
                              client_processes=load.client_processes,
-                             # a rep's telemetry window must hold one run: a late rep is kept (flagged), and the
-                             # planner gives the next one more client processes; the warm-up usually pays for it
-                             reshard=False))
+                             # a measured rep's telemetry window must hold one run: a late rep is kept (flagged)
+                             # and the next gets more client processes; the warm-up, before the window, may re-run
+                             reshard=reshard))
 
     def smoke(self, arm: Arm, log_path: Path) -> None:
         with self.slot(arm, 0, log_path) as slot:
@@ -121,7 +121,7 @@ class ModelBackend:
         if self.campaign.warmup <= 0:
             return
         c = concurrency_of(point)
-        self._load(handle, c, max(self.campaign.warmup, c))
+        self._load(handle, c, max(self.campaign.warmup, c), reshard=True)  # outside the window: find the count
 
     def measure(self, handle: ServerSlot, point: str, rep: int) -> Json:
         c = concurrency_of(point)
