@@ -77,6 +77,8 @@ def process_cap(concurrency: int, cores: float | None = None) -> int:
     ``cores`` defaults to the cores idle right now among those this process may use; a
     2-core box therefore always runs one in-process loop.
     """
+    if concurrency <= 1:
+        return 1  # one stream needs one loop: no 50 ms look at /proc
     n = free_cores() if cores is None else cores
     return max(1, min(int(n // 2), concurrency))
 

@@ -123,7 +123,7 @@ def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,
         n = nxt
     if records_out is not None:
         records_out.extend(records)
-    return replace(result, reshards=late)
+    return replace(result, reshards=late, _json=None)
 
 
 def _run(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Tokenizer, tokenizer_id: str, n: int,
