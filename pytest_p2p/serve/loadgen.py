@@ -106,29 +106,37 @@ def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,
         require_client()
     tokenizer_id = spec.tokenizer or discover_tokenizer(base_url, api_key, model)
     tok = load_tokenizer(tokenizer_id)
-    planner = planner or PLANNER
+    if spec.client_processes:  # an explicit count is never changed
+        result, records = _run(base_url, api_key, model, spec, tok, tokenizer_id,
+                               min(spec.client_processes, spec.concurrency, spec.num_prompts), "req")
+    else:
+        result, records = _planned(base_url, api_key, model, spec, tok, tokenizer_id, planner or PLANNER)
+    if records_out is not None:
+        records_out.extend(records)
+    return result
+
+
+def _planned(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Tokenizer, tokenizer_id: str,
+             planner: ClientPlanner) -> tuple[LoadResult, list[RequestRecord]]:
+    """Runs on the planner's process count; a late one is replaced (``spec.reshard``) while more may help."""
     workload = (model, tokenizer_id, spec.endpoint, spec.transport, spec.concurrency, spec.request_rate,
                 spec.input_len, spec.output_len)
-    cap = min(process_cap(spec.concurrency), spec.num_prompts) if spec.client_processes == 0 else 0
-    n = min(spec.client_processes, spec.concurrency, spec.num_prompts) if not cap else planner.start(workload, cap)
+    cap = min(process_cap(spec.concurrency), spec.num_prompts)
+    n = planner.start(workload, cap)
     late: list[str] = []
     while True:
         run = replace(spec, seed=spec.seed + 7919 * len(late))
-        records: list[RequestRecord] = []
-        result = _run(base_url, api_key, model, run, tok, tokenizer_id, n, records, f"req{len(late) or ''}")
-        nxt = planner.after(workload, n, bool(result.client_lateness), cap) if cap else None
+        result, records = _run(base_url, api_key, model, run, tok, tokenizer_id, n, f"req{len(late) or ''}")
+        nxt = planner.after(workload, n, bool(result.client_lateness), cap)
         if nxt is None or not spec.reshard:
-            break
+            return replace(result, reshards=late, _json=None), records
         late.append(result.client_lateness)
         n = nxt
-    if records_out is not None:
-        records_out.extend(records)
-    return replace(result, reshards=late, _json=None)
 
 
 def _run(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Tokenizer, tokenizer_id: str, n: int,
-         records_out: list[RequestRecord], rid_prefix: str) -> LoadResult:
-    """One run over ``n`` client processes (one in this process, or spawned and pinned)."""
+         rid_prefix: str) -> tuple[LoadResult, list[RequestRecord]]:
+    """One run over ``n`` client processes (one in this process, or spawned and pinned); its measured records."""
     prompts = tuple(token_prompts(tok, spec.warmup + spec.num_prompts, spec.input_len, spec.seed))
     offsets = tuple(arrival_offsets(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed))
     cores = sorted(os.sched_getaffinity(0))
@@ -145,9 +153,8 @@ def _run(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Tokenizer
     for sh in shards:
         recs.update(sh.records)
     done = [recs[i] for i in range(spec.num_prompts)]
-    records_out.extend(done)
     duration = max(sh.t1 for sh in shards) - min(sh.t0 for sh in shards)
-    return _result(spec, model, tokenizer_id, warm, done, max(duration, 1e-9), [sh.stats for sh in shards])
+    return _result(spec, model, tokenizer_id, warm, done, max(duration, 1e-9), [sh.stats for sh in shards]), done
 
 
 def _result(spec: LoadSpec, model: str, tokenizer_id: str, warm: Sequence[RequestRecord],

@@ -223,20 +223,18 @@ class RawTransport:
         conn, kept = await self._connect()
         reusable = False
         try:
-            conn.writer.write(head + body)
-            reusable = await self._response(conn.reader, on_bytes)
-        except _Stale:
-            if not kept:
-                raise ConnectionError("server closed the connection before answering") from None
-            # the server closed this idle keep-alive connection (its keep-alive timeout) before it read the
-            # request: nothing was processed, so it is sent once more on a fresh connection, as HTTP clients do
-            conn.writer.close()
-            conn, reusable = await self._dial(), False
-            conn.writer.write(head + body)
-            try:
-                reusable = await self._response(conn.reader, on_bytes)
-            except _Stale:
-                raise ConnectionError("server closed the connection before answering") from None
+            while True:
+                conn.writer.write(head + body)
+                try:
+                    reusable = await self._response(conn.reader, on_bytes)
+                    break
+                except _Stale:
+                    if not kept:
+                        raise ConnectionError("server closed the connection before answering") from None
+                # the server closed this idle keep-alive connection (its keep-alive timeout) before it read the
+                # request: nothing was processed, so it is sent once more on a fresh connection, as HTTP clients do
+                conn.writer.close()
+                conn, kept = await self._dial(), False
         finally:
             if reusable:
                 self.idle.append(conn)

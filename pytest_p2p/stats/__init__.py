@@ -28,8 +28,7 @@ from .tdist import StatsError, t_cdf, t_quantile, z_quantile
 
 __all__ = [
     "MIN_RUNS", "MODERATE_MIN_REPS", "MODERATE_MIN_RUNS", "Decision", "Outcome", "RepSummary", "RunStats",
-    "SequentialPlan",
-    "SpreadPrior", "StatsError", "decide_change", "decide_uplift", "family_wise", "holm_adjust", "holm_reject",
-    "log_ratios", "outliers", "outlying_slots", "pairs_for", "screen_pairs", "slot_shift", "spread_prior",
-    "summarise", "t_cdf", "t_quantile", "z_quantile",
+    "SequentialPlan", "SpreadPrior", "StatsError", "decide_change", "decide_uplift", "family_wise", "holm_adjust",
+    "holm_reject", "log_ratios", "outliers", "outlying_slots", "pairs_for", "screen_pairs", "slot_shift",
+    "spread_prior", "summarise", "t_cdf", "t_quantile", "z_quantile",
 ]
