@@ -31,13 +31,11 @@ import sys
 import tempfile
 import time
 import types
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness_ceiling import timestamp_errors
+from benchmarks.harness_ceiling import read_sends, standin_config, timestamp_errors
 from pytest_p2p.probes.arms import Arm
-from pytest_p2p.serve.config import parse_server
 from pytest_p2p.serve.loadgen import generate_load, make_spec
 from pytest_p2p.serve.metrics import RequestRecord
 from pytest_p2p.serve.server import RunningServer, launch
@@ -99,14 +97,6 @@ async def _bench_run(mod: types.ModuleType, srv: RunningServer, prompts: list[st
     return records, tokens / wall, cpu / wall
 
 
-def _sends(log: Path) -> dict[str, list[float]]:
-    sends: dict[str, list[float]] = defaultdict(list)
-    for line in log.read_text().splitlines():
-        rid, _, t = line.split()
-        sends[rid].append(float(t))
-    return sends
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
@@ -122,10 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     mod = bench_request_module(args.vllm_root)
     tmp = Path(tempfile.mkdtemp(prefix="bench-client-ts-"))
     log = tmp / "sends.log"
-    cfg = parse_server({"command": ["python", "-m", "pytest_p2p.serve.standin"], "model": "bench",
-                        "args": {"ttft-ms": 5, "tpot-ms": args.tpot_ms, "jitter": 0, "batch-coef": 0,
-                                 "timestamp-log": str(log)},
-                        "startup_timeout_s": 30, "request_timeout_s": 120, "teardown_timeout_s": 5}, "bench")
+    cfg = standin_config(log, 5.0, args.tpot_ms)
     tok = load_tokenizer(STANDIN_TOKENIZER)
     rows: list[dict[str, Any]] = []
     with launch(cfg, Arm(name="bench"), (0,), None, tmp / "server.log") as srv:
@@ -149,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                     args.input_len))
                     time.sleep(0.2)  # the stand-in flushes its send log at the end of each request
                     row = {"concurrency": c, "round": rnd, "who": who, "tok_s": rate, "client_cpu": cpu,
-                           **timestamp_errors(records, _sends(log))}
+                           **timestamp_errors(records, read_sends(log))}
                     rows.append(row)
                     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}),
                           flush=True)

@@ -60,6 +60,23 @@ def _pin(pid: int, cpu: int) -> None:
         os.sched_setaffinity(pid, {cpus[cpu % len(cpus)]})
 
 
+def standin_config(send_log: Path, ttft_ms: float, tpot_ms: float) -> object:
+    """The stand-in at a fixed pace that logs when it writes each chunk (``--timestamp-log``)."""
+    return parse_server({"command": ["python", "-m", "pytest_p2p.serve.standin"], "model": "bench",
+                         "args": {"ttft-ms": ttft_ms, "tpot-ms": tpot_ms, "jitter": 0, "batch-coef": 0,
+                                  "timestamp-log": str(send_log)},
+                         "startup_timeout_s": 30, "request_timeout_s": 120, "teardown_timeout_s": 5}, "bench")
+
+
+def read_sends(send_log: Path) -> dict[str, list[float]]:
+    """The stand-in's send times per request id (its log: ``rid chunk perf_counter`` a line)."""
+    sends: dict[str, list[float]] = defaultdict(list)
+    for line in send_log.read_text().splitlines():
+        rid, _, t = line.split()
+        sends[rid].append(float(t))
+    return sends
+
+
 def timestamp_errors(records: list[RequestRecord], sends: dict[str, list[float]]) -> dict[str, float]:
     """Receive time minus the stand-in's send time: first chunk (TTFT error) and every gap (ITL error), in ms."""
     first: list[float] = []
@@ -96,10 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="harness-ceiling-"))
     ts_log = tmp / "sends.log"
-    cfg = parse_server({"command": ["python", "-m", "pytest_p2p.serve.standin"], "model": "bench",
-                        "args": {"ttft-ms": args.ttft_ms, "tpot-ms": args.tpot_ms, "jitter": 0, "batch-coef": 0,
-                                 "timestamp-log": str(ts_log)},
-                        "startup_timeout_s": 30, "request_timeout_s": 120, "teardown_timeout_s": 5}, "bench")
+    cfg = standin_config(ts_log, args.ttft_ms, args.tpot_ms)
     import httpx  # noqa: F401 - import cost is paid once per process, not per token: keep it out of the numbers
     import openai  # noqa: F401
 
@@ -126,10 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 srv_cpu = _cpu_s(srv.pid) - srv0
                 wall = time.perf_counter() - wall0
                 time.sleep(0.2)  # the stand-in flushes its send log at the end of each request
-                sends: dict[str, list[float]] = defaultdict(list)
-                for line in ts_log.read_text().splitlines():
-                    rid, _, t = line.split()
-                    sends[rid].append(float(t))
+                sends = read_sends(ts_log)
                 tokens = res.total_output_tokens
                 row = {
                     "transport": transport, "concurrency": c, "client_processes": res.client_processes,
