@@ -11,6 +11,12 @@ exit code of a job cancelled by that signal.
 A second signal while the first one unwinds is recorded but does not raise again, so it
 cannot cut a teardown short (CI follows up with SIGKILL if it must). A handler someone
 else installed is left alone.
+
+Starting a child is two steps: ``Popen`` forks and execs, then the caller records the
+process where its teardown will find it. An interrupt landing between the two (Python
+runs handlers between any two bytecodes, also inside ``Popen`` while it waits for the
+exec) leaves a child that nobody tears down. :func:`held` closes that gap: inside it an
+interrupt is recorded and raised when the block ends, after the child is recorded.
 """
 
 from __future__ import annotations
@@ -27,13 +33,22 @@ SIGNALS: tuple[signal.Signals, ...] = tuple(
     s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s is not None)
 
 _received: list[int] = []
+_holding: list[bool] = []  # one entry per open held() block (main thread only)
+_held: list[int] = []  # interrupts that came in inside a held() block, raised when it ends
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     first = not _received
     _received.append(signum)
     if first:
+        if _holding:
+            _held.append(signum)
+            return
         raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+
+def _hold_sigint(signum: int, frame: FrameType | None) -> None:
+    _held.append(signum)
 
 
 def _ours(handler: object) -> bool:
@@ -70,6 +85,35 @@ def terminate_as_interrupt() -> Iterator[None]:
         yield
     finally:
         restore(previous)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP inside the block raise ``KeyboardInterrupt`` when it ends, not in it.
+
+    For the few statements that start a child and record it for teardown (see the module
+    docstring). Keep the block short: an interrupt waits for it. Off the main thread it
+    does nothing -- Python runs signal handlers in the main thread only, so no interrupt
+    can land in another thread's block.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    swapped = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if swapped:
+        signal.signal(signal.SIGINT, _hold_sigint)
+    _holding.append(True)
+    try:
+        yield
+    finally:
+        _holding.pop()
+        if swapped:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if _held and not _holding:  # the interrupt wins over an error the block raised (kept as context)
+            sig = _held[0]
+            _held.clear()
+            name = "SIGINT" if sig == signal.SIGINT else signal.Signals(sig).name
+            raise KeyboardInterrupt(f"{name} received")
 
 
 def checkpoint() -> None:
@@ -138,3 +182,4 @@ def exit_status() -> int | None:
 def reset() -> None:
     """Forget received signals (tests run several sessions in one process)."""
     _received.clear()
+    _held.clear()

@@ -215,3 +215,40 @@ def test_nccl_tests_runner_failure_names_the_arm(tmp_path):
     fake.chmod(0o755)
     with pytest.raises(ProbeError, match="arm socket.*status 3.*unhandled system error"):
         run_nccl_tests((0, 1), PRESETS["socket"], None, tmp_path, binary=str(fake))
+
+
+@pytest.mark.parametrize("launcher", ["ranks", "nccl-tests"])
+def test_signal_landing_inside_popen_still_kills_the_child(tmp_path, monkeypatch, launcher):
+    """SIGTERM while Popen starts a rank or nccl-tests: the interrupt surfaces and the child is killed."""
+    import signal
+    import subprocess
+
+    from pytest_p2p import signals
+    from pytest_p2p.probes.allreduce import run_ranks
+    from pytest_p2p.probes.nccltests_runner import run_nccl_tests
+
+    started = []
+    real = subprocess.Popen
+
+    def popen_then_signal(*args, **kwargs):
+        proc = real(*args, **kwargs)
+        if str(sleeper) in args[0]:  # the child under test, not another one started meanwhile
+            started.append(proc)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return proc
+
+    sleeper = tmp_path / "sleeper"
+    sleeper.write_text("#!/bin/sh\nexec sleep 60\n")
+    sleeper.chmod(0o755)
+    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
+    signals.reset()
+    try:
+        with signals.terminate_as_interrupt(), pytest.raises(KeyboardInterrupt):
+            if launcher == "ranks":
+                run_ranks([[str(sleeper)]], [dict(os.environ)], [tmp_path / "rank0.log"], 30, "probe")
+            else:
+                run_nccl_tests((0, 1), PRESETS["p2p_on"], None, tmp_path / "out", binary=str(sleeper))
+    finally:
+        signals.reset()
+    (proc,) = started
+    assert proc.wait(timeout=10) in (-signal.SIGTERM, -signal.SIGKILL)  # stopped, not left sleeping for 60 s

@@ -298,3 +298,31 @@ def test_gpu_not_released_is_server_error(tmp_path: Path, monkeypatch: pytest.Mo
     msg = str(exc.value)
     assert "gpu0 still runs compute pids [4711]" in msg and "gpu0 uses 40000 MiB, idle was 500 MiB" in msg
     assert "gpu1 uses" not in msg  # 20 MiB above idle is within tolerance
+
+
+def test_signal_landing_inside_popen_still_tears_the_server_down(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM between fork/exec and the server being recorded (CI, stop 21): it is torn down, none left."""
+    from pytest_p2p import signals
+
+    started: list[tuple[subprocess.Popen[bytes], str]] = []
+    real = subprocess.Popen
+
+    def popen_then_signal(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        proc = real(*args, **kwargs)
+        if TOKEN_ENV in (kwargs.get("env") or {}):  # the server, not another child started meanwhile
+            started.append((proc, kwargs["env"][TOKEN_ENV]))
+            os.kill(os.getpid(), signal.SIGTERM)  # lands before Popen returns to launch
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
+    signals.reset()
+    try:
+        with signals.terminate_as_interrupt(), pytest.raises(KeyboardInterrupt), \
+                launch(cfg(), PRESETS["p2p_on"], (0, 1), None, tmp_path / "server.log"):
+            pytest.fail("the interrupt must surface before the server is used")
+    finally:
+        signals.reset()
+    ((proc, token),) = started
+    assert proc.returncode is not None and find_leftovers(token, proc.pid) == []
+    _assert_clean(tmp_path)

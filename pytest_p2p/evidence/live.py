@@ -30,6 +30,7 @@ import threading
 import time
 from typing import SupportsIndex, SupportsInt, TypedDict
 
+from .. import signals
 from ..children import die_with_parent
 from ..envs import subprocess_env
 from ..errors import EvidenceError
@@ -266,12 +267,20 @@ def read_under_load(evidence: Evidence, *, seconds: float = 2.0, python: str | N
     samples: dict[int, list[PcieReading]] = {g.index: [] for g in evidence.gpus}
     result: _LoadResult | None = None
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as errf:
+        proc: subprocess.Popen[str] | None = None
         try:
-            proc = subprocess.Popen([python or sys.executable, "-c", _LOAD_SCRIPT, str(seconds)], env=env,
-                                    stdout=subprocess.PIPE, stderr=errf, text=True, preexec_fn=die_with_parent())
+            with signals.held():  # an interrupt inside Popen would leave a CUDA load that nothing kills
+                proc = subprocess.Popen([python or sys.executable, "-c", _LOAD_SCRIPT, str(seconds)], env=env,
+                                        stdout=subprocess.PIPE, stderr=errf, text=True,
+                                        preexec_fn=die_with_parent())
         except OSError as exc:
             _no_load(evidence, f"could not start the load process: {exc}")
             return
+        except KeyboardInterrupt:  # held until Popen returned: the child (if it started) is ours to stop
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+            raise
         killed = threading.Event()
 
         def watchdog() -> None:

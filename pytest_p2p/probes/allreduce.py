@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import signals
 from ..children import die_with_parent
 from ..envs import subprocess_env
 from ..errors import ProbeError
@@ -187,9 +188,10 @@ def run_ranks(
             log.parent.mkdir(parents=True, exist_ok=True)
             fh = open(log, "wb")  # noqa: SIM115 - closed in finally
             handles.append(fh)
-            procs.append(subprocess.Popen(list(cmd), env=dict(env), stdout=fh, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                          preexec_fn=die_with_parent()))
+            with signals.held():  # an interrupt inside Popen would lose a rank that the finally must kill
+                procs.append(subprocess.Popen(list(cmd), env=dict(env), stdout=fh, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, start_new_session=True,
+                                              preexec_fn=die_with_parent()))
         deadline = time.monotonic() + timeout_s
         while True:
             codes = [p.poll() for p in procs]

@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .. import signals
 from ..children import die_with_parent
 from ..envs import subprocess_env
 from ..errors import ProbeError
@@ -92,15 +93,18 @@ def run_nccl_tests(
     else:
         cmd = [exe, *args, "-g", "2"]
     what = f"nccl-tests {' '.join(cmd)} (arm {arm.name}, pair gpu{pair[0]}-gpu{pair[1]})"
+    proc: subprocess.Popen[bytes] | None = None
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=die_with_parent())
         try:
+            with signals.held():  # an interrupt inside Popen would lose the process the finally must kill
+                proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True, preexec_fn=die_with_parent())
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise ProbeError(f"{what}: timed out after {timeout_s:g} s; log {log}") from None
         finally:  # also on success: mpirun or the binary may leave a child behind in the group
-            kill_group(proc)
+            if proc is not None:
+                kill_group(proc)
     text = log.read_text(errors="replace")
     if code != 0:
         tail = [ln for ln in text.splitlines() if ln.strip()][-1:] or ["(no output)"]

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import signals
 from ..children import die_with_parent
 from ..envs import subprocess_env
 from ..errors import ServerError
@@ -253,33 +254,37 @@ def launch(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: M
     argv = config.argv(list(arm.vllm_flags()), host=host, port=port)
     swept = sweep_orphans()  # servers of a pytest that died (SIGKILL) and did not die with it
     idle = gpu_usage(pair)
-    with open(log, "ab") as fh:
-        if swept:
-            fh.write(f"# pytest-p2p: killed processes of a server whose pytest is gone: pids {swept}\n".encode())
-        fh.write(f"# pytest-p2p: launching arm {arm.name} on {pair_key(pair)} (API key in ${API_KEY_ENV}): "
-                 f"{' '.join(argv)}\n".encode())
-        fh.flush()
-        try:
-            proc = subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, preexec_fn=die_with_parent())
-        except OSError as exc:
-            raise ServerError(f"cannot start the server for arm {arm.name} on {pair_key(pair)}: {argv[0]!r}: "
-                              f"{exc.strerror or exc}; check server.command in the rig file") from None
-    _LIVE[proc.pid] = (proc.pid, token)
-    srv = RunningServer(base_url=f"http://{host}:{port}", api_key=api_key, model=config.model_name or "",
-                        log_path=log, pid=proc.pid, simulated=config.simulated, arm=arm.name, pair=pair,
-                        argv=argv, token=token, config=config, process=proc, idle=idle)
-    if swept:
-        srv.notes.append(f"killed pids {swept}: a server left behind by a pytest that is gone")
-    if not srv.model:
-        srv.model = _served_name_from_argv(argv)
-    t0 = time.monotonic()
+    srv: RunningServer | None = None
     try:
+        # held: an interrupt between the fork and _LIVE would leave a server that nothing tears down
+        with open(log, "ab") as fh, signals.held():
+            if swept:
+                fh.write(f"# pytest-p2p: killed processes of a server whose pytest is gone: pids {swept}\n".encode())
+            fh.write(f"# pytest-p2p: launching arm {arm.name} on {pair_key(pair)} (API key in ${API_KEY_ENV}): "
+                     f"{' '.join(argv)}\n".encode())
+            fh.flush()
+            try:
+                proc = subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True,
+                                        preexec_fn=die_with_parent())
+            except OSError as exc:
+                raise ServerError(f"cannot start the server for arm {arm.name} on {pair_key(pair)}: {argv[0]!r}: "
+                                  f"{exc.strerror or exc}; check server.command in the rig file") from None
+            _LIVE[proc.pid] = (proc.pid, token)
+            srv = RunningServer(base_url=f"http://{host}:{port}", api_key=api_key, model=config.model_name or "",
+                                log_path=log, pid=proc.pid, simulated=config.simulated, arm=arm.name, pair=pair,
+                                argv=argv, token=token, config=config, process=proc, idle=idle)
+        if swept:
+            srv.notes.append(f"killed pids {swept}: a server left behind by a pytest that is gone")
+        if not srv.model:
+            srv.model = _served_name_from_argv(argv)
+        t0 = time.monotonic()
         wait_ready(srv, t0 + (startup_timeout_s or config.startup_timeout_s), config.request_timeout_s)
         srv.ready_s = time.monotonic() - t0
         yield srv
     finally:
-        teardown(srv)
+        if srv is not None:
+            teardown(srv)
 
 
 def _served_name_from_argv(argv: Sequence[str]) -> str:
