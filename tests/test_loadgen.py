@@ -163,6 +163,8 @@ def test_closed_loop_client_processes_draw_from_one_pool(monkeypatch: pytest.Mon
         return rec
 
     class NoTransport:
+        stamps = "event loop"
+
         async def open(self, n: int) -> None:
             return None
 

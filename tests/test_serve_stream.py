@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -113,6 +115,11 @@ def test_transports_agree_on_counts(srv: RunningServer, transport: str) -> None:
     assert res.completed == 6 and res.total_output_tokens == 240 and res.total_input_tokens == 42
     assert res.server_input_tokens == 42 and res.transport == transport
     assert all(len(r.chunk_times or []) == 40 and len(r.itl) == 39 for r in records)
+    kernel = transport == "raw" and sys.platform.startswith("linux")  # the SDK reads the socket itself
+    assert res.client_timestamps == ("kernel" if kernel else "event loop")
+    # a chunk is never dated before its request was sent, nor two of one stream out of order
+    assert all(r.start_time < (r.chunk_times or [0.0])[0] for r in records)
+    assert all(a <= b for r in records for a, b in itertools.pairwise(r.chunk_times or []))
 
 
 def test_raw_transport_reuses_its_connections(srv: RunningServer) -> None:

@@ -258,7 +258,7 @@ async def drive(job: Job, gate: Callable[[], object] | None = None,
     finally:
         await transport.close()
     stats = ClientStats(cpu_s=cpu1 - cpu0, wall_s=t1 - t0, lag_p99_ms=percentile(lags, 99.0) * 1e3,
-                        requests=len(records), cpu=job.cpu)
+                        requests=len(records), cpu=job.cpu, stamps=transport.stamps)
     return Shard(warm, records, t0, t1, stats)
 
 

@@ -51,6 +51,7 @@ class ClientStats:
     lag_p99_ms: float
     requests: int
     cpu: int | None = None  # the CPU it was pinned to; None: it ran where the kernel put it
+    stamps: str = "event loop"  # what dated its chunks: "kernel" (receive stamps) or "event loop"
 
     @property
     def util(self) -> float:
@@ -118,6 +119,12 @@ class LoadResult(Mapping[str, JSONValue]):
     @property
     def client_loop_lag_p99_ms(self) -> float:
         return max((c.lag_p99_ms for c in self.clients), default=0.0)
+
+    @property
+    def client_timestamps(self) -> str:
+        """``"kernel"`` when every client process dated its chunks by the kernel's receive stamp, else
+        ``"event loop"`` (a chunk dated when the loop read it: late by the loop's lateness)."""
+        return "kernel" if self.clients and all(c.stamps == "kernel" for c in self.clients) else "event loop"
 
     @property
     def client_saturation(self) -> str:
@@ -190,7 +197,7 @@ class LoadResult(Mapping[str, JSONValue]):
             "server_input_tokens": self.server_input_tokens, "goodput_slos_ms": dict(self.goodput_slos_ms),
             "error_summary": self.error_summary(), "transport": self.transport,
             "client_processes": self.client_processes, "client_cpu_s": self.client_cpu_s,
-            "client_cpus": [c.cpu for c in self.clients],
+            "client_cpus": [c.cpu for c in self.clients], "client_timestamps": self.client_timestamps,
             "client_cpu_util_max": self.client_cpu_util_max,
             "client_loop_lag_p99_ms": self.client_loop_lag_p99_ms,
             "client_saturated": self.client_saturated, "client_saturation": self.client_saturation,

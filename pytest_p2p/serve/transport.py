@@ -4,9 +4,10 @@ Why three: the client must not shape what it measures. ``benchmarks/loadgen_tran
 measures, per transport, the tokens/s one client core can ingest and how late its
 timestamps are; docs/performance.md has the figures and the choice:
 
-* ``raw`` (default) -- HTTP/1.1 over ``asyncio`` streams, one keep-alive connection per
-  in-flight request, chunked decoding and SSE splitting on bytes. The least work per
-  token, so the arrival time of a chunk is read before anything else is done with it.
+* ``raw`` (default) -- HTTP/1.1 over its own non-blocking sockets, one keep-alive
+  connection per in-flight request, chunked decoding and SSE splitting on bytes. The least
+  work per token, and each read is dated by the kernel's receive stamp
+  (:mod:`pytest_p2p.serve.stamped`), so a busy loop does not make its chunks late.
 * ``openai`` -- the ``openai`` SDK's ``with_streaming_response`` over its httpx client
   (``max_retries=0``, ``trust_env=False``): the API surface users know, slower per token.
 * ``aiohttp`` -- the SDK over ``openai.DefaultAioHttpClient`` (``pip install
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 import types
 import urllib.parse
@@ -33,6 +33,7 @@ from typing import Protocol
 
 from ..errors import ServerError
 from .metrics import RequestRecord
+from .stamped import StampedConnection
 
 TRANSPORTS = ("raw", "openai", "aiohttp")
 Payload = Mapping[str, object]
@@ -133,6 +134,11 @@ class StreamParser:
 class Transport(Protocol):
     name: str
 
+    @property
+    def stamps(self) -> str:
+        """What dated the reads so far: ``"kernel"`` (the socket's receive stamp) or ``"event loop"``."""
+        ...
+
     async def stream(self, path: str, payload: Payload, rid: str, on_bytes: OnBytes) -> None:
         """POST ``payload`` to ``/v1/<path>`` and hand every body read to ``on_bytes``; raise on failure."""
         ...
@@ -175,13 +181,8 @@ class _Stale(Exception):
     """The connection closed before a byte of the response came back: the request was not answered."""
 
 
-class _Conn:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-
-
 class RawTransport:
-    """HTTP/1.1 keep-alive over asyncio streams: the least client work per streamed token."""
+    """HTTP/1.1 keep-alive over :class:`StampedConnection`: the least client work per streamed token."""
 
     name = "raw"
 
@@ -193,27 +194,31 @@ class RawTransport:
         self.host, self.port = url.hostname, url.port or 80
         self.prefix = url.path.rstrip("/") + "/v1/"
         self.auth = f"Authorization: Bearer {api_key}\r\n".encode()
-        self.idle: list[_Conn] = []
+        self.idle: list[StampedConnection] = []
+        self._kernel_seen = False
+
+    @property
+    def stamps(self) -> str:
+        return "kernel" if self._kernel_seen else "event loop"
 
     async def open(self, n: int) -> None:
         """Open connections until ``n`` are idle: at C = 64 one loop opening 56 of them inside the measured
         window was busy ~25 ms and stamped the first chunks that late (benchmarks/harness_ceiling.py)."""
         fresh = await asyncio.gather(*(self._dial() for _ in range(n - len(self.idle))), return_exceptions=True)
         # one that cannot connect is left to the request itself, which then fails and is counted with its reason
-        self.idle.extend(c for c in fresh if isinstance(c, _Conn))
+        self.idle.extend(c for c in fresh if isinstance(c, StampedConnection))
 
-    async def _connect(self) -> tuple[_Conn, bool]:
+    async def _connect(self) -> tuple[StampedConnection, bool]:
         """A connection, and whether it was kept alive from an earlier request."""
-        if self.idle:
-            return self.idle.pop(), True
+        while self.idle:
+            conn = self.idle.pop()
+            if conn.usable:
+                return conn, True
+            conn.close()  # the server dropped it while idle (its keep-alive timeout)
         return await self._dial(), False
 
-    async def _dial(self) -> _Conn:
-        reader, writer = await asyncio.open_connection(self.host, self.port, limit=1 << 20)
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return _Conn(reader, writer)
+    async def _dial(self) -> StampedConnection:
+        return await StampedConnection.connect(self.host, self.port)
 
     async def stream(self, path: str, payload: Payload, rid: str, on_bytes: OnBytes) -> None:
         body = json.dumps(payload).encode()
@@ -224,25 +229,33 @@ class RawTransport:
         reusable = False
         try:
             while True:
-                conn.writer.write(head + body)
                 try:
-                    reusable = await self._response(conn.reader, on_bytes)
+                    await self._send(conn, head + body)
+                    reusable = await self._response(conn, on_bytes)
                     break
                 except _Stale:
                     if not kept:
                         raise ConnectionError("server closed the connection before answering") from None
                 # the server closed this idle keep-alive connection (its keep-alive timeout) before it read the
                 # request: nothing was processed, so it is sent once more on a fresh connection, as HTTP clients do
-                conn.writer.close()
+                conn.close()
                 conn, kept = await self._dial(), False
         finally:
+            self._kernel_seen = self._kernel_seen or conn.stamped_by_kernel
             if reusable:
                 self.idle.append(conn)
             else:
-                conn.writer.close()
+                conn.close()
 
     @staticmethod
-    async def _response(reader: asyncio.StreamReader, on_bytes: OnBytes) -> bool:
+    async def _send(conn: StampedConnection, request: bytes) -> None:
+        try:
+            await conn.write(request)
+        except (BrokenPipeError, ConnectionResetError):
+            raise _Stale from None  # the peer had closed it: the request never reached the server
+
+    @staticmethod
+    async def _response(reader: StampedConnection, on_bytes: OnBytes) -> bool:
         """Read one response; True when the connection can carry the next request."""
         try:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -269,16 +282,16 @@ class RawTransport:
             raise StreamError(f"HTTP {status}: {_error_message(raw)}")
         if not chunked:
             if length is not None:
-                on_bytes(await reader.readexactly(int(length)), time.perf_counter())
+                on_bytes(await reader.readexactly(int(length)), reader.stamp)
                 return headers.get("connection") != "close"
             while data := await reader.read(1 << 16):
-                on_bytes(data, time.perf_counter())
+                on_bytes(data, reader.stamp)
             return False
         buf = b""
         data_left = crlf_left = 0  # both 0: a chunk-size line is next
         while True:
             data = await reader.read(1 << 16)
-            now = time.perf_counter()
+            now = reader.stamp  # when its last byte reached the socket, not when this loop got to it
             if not data:
                 raise ConnectionError("server closed the connection mid-response")
             buf += data
@@ -317,7 +330,7 @@ class RawTransport:
 
     async def close(self) -> None:
         for conn in self.idle:
-            conn.writer.close()
+            conn.close()
         self.idle.clear()
 
 
@@ -338,6 +351,8 @@ _SDK_KEYS = ("model", "prompt", "messages", "max_tokens", "max_completion_tokens
 
 class SDKTransport:
     """The ``openai`` SDK's streaming response over httpx (``openai``) or aiohttp (``aiohttp``)."""
+
+    stamps = "event loop"  # the SDK reads the socket: a chunk is dated when its iterator yields it
 
     def __init__(self, base_url: str, api_key: str, *, aiohttp: bool, connections: int, timeout_s: float) -> None:
         import openai

@@ -1,0 +1,212 @@
+"""A TCP connection whose reads say when their bytes arrived: the kernel's receive stamp.
+
+Why: a chunk's arrival time is what TTFT and ITL are made of, and a client stamping it
+when its event loop gets round to the socket is late by however busy that loop is -- at
+C = 64 the loop's lateness, not the server, set the 1 ms timestamp error (issue 12,
+docs/performance.md). Linux records when each TCP segment reached the socket
+(``SO_TIMESTAMPNS``); ``recvmsg`` returns that stamp of the last segment it read as
+ancillary data. asyncio's own transports read with ``recv`` and drop it, so this reads
+the socket itself, from the event loop's reader callback.
+
+What the stamp means: one read takes everything queued, and its stamp is the arrival of
+its *last* segment. Chunks that queued behind a late loop share that stamp -- never
+earlier than any of them arrived, so the error is bounded by the loop's lateness as
+before, and zero for the chunk that arrived last. A loop late by less than one stream's
+inter-token gap (5-20 ms on a real server) gets exact stamps.
+
+Where the kernel gives no stamp (not Linux, an old kernel, a platform without the
+option) the read is stamped when the loop's callback runs, which is still before the
+task that parses the bytes is resumed; :attr:`StampedConnection.kernel_stamps` says which.
+Stamps are converted from ``CLOCK_REALTIME`` to ``time.perf_counter`` (the clock of every
+other time in a request record) at the read; a realtime clock step between the arrival and
+the read is clamped so that a stamp never lies in the future or before the previous one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+import sys
+import time
+
+#: Linux's ``SO_TIMESTAMPNS`` where Python does not name it (it is 35 on every Linux architecture)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+_READ_SIZE = 1 << 16
+_MAX_AGE_NS = 10_000_000_000  # a stamp older than 10 s is a clock step, not an arrival: use the read time
+
+
+def _kernel_age_ns(ancillary: list[tuple[int, int, bytes]], realtime_ns: int) -> int | None:
+    """How long ago (ns) the last segment of this read arrived, from its ``SO_TIMESTAMPNS`` message."""
+    for level, kind, data in ancillary:
+        if level != socket.SOL_SOCKET or kind != SO_TIMESTAMPNS:
+            continue
+        if len(data) >= 16:
+            sec, nsec = struct.unpack_from("qq", data)
+        elif len(data) >= 8:
+            sec, nsec = struct.unpack_from("ii", data)  # a 32-bit timespec
+        else:
+            return None
+        age = realtime_ns - (sec * 1_000_000_000 + nsec)
+        return age if 0 <= age <= _MAX_AGE_NS else 0
+    return None
+
+
+class StampedConnection:
+    """One non-blocking TCP socket, read with ``recvmsg`` as data comes in; :attr:`stamp` dates what was read.
+
+    The reading side mirrors the part of :class:`asyncio.StreamReader` the raw transport
+    uses (``read``, ``readexactly``, ``readuntil``) and raises the same exceptions.
+    """
+
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+        self.sock, self.loop = sock, loop
+        sock.setblocking(False)
+        # the option's number is Linux's: elsewhere the same number may mean another option
+        self.kernel_stamps = sys.platform.startswith("linux") and _CMSG_SPACE > 0 and hasattr(sock, "recvmsg")
+        if self.kernel_stamps:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            except OSError:
+                self.kernel_stamps = False
+        self._seen_kernel = False
+        self._buf = bytearray()
+        self._stamp = 0.0  # perf_counter time the newest buffered byte arrived
+        self._eof = False
+        self._error: OSError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._closed = False
+        loop.add_reader(sock.fileno(), self._readable)
+
+    @classmethod
+    async def connect(cls, host: str, port: int) -> StampedConnection:
+        """Connect like ``asyncio.open_connection`` (every address ``host`` resolves to, in turn), TCP_NODELAY."""
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        last: OSError = OSError(f"cannot resolve {host}:{port}")
+        for family, kind, proto, _, addr in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                await loop.sock_connect(sock, addr)
+            except OSError as exc:
+                sock.close()
+                last = exc
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            return cls(sock, loop)
+        raise last
+
+    # ------------------------------------------------------------------ the loop's side
+
+    def _readable(self) -> None:
+        try:
+            if self.kernel_stamps:
+                data, ancillary, _, _ = self.sock.recvmsg(_READ_SIZE, _CMSG_SPACE)
+            else:
+                data, ancillary = self.sock.recv(_READ_SIZE), []
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._error = exc
+            self._stop_reading()
+            self._wake()
+            return
+        now = time.perf_counter()
+        if not data:
+            self._eof = True
+            self._stop_reading()
+            self._wake()
+            return
+        age = _kernel_age_ns(ancillary, time.time_ns()) if ancillary else None
+        if age is not None:
+            self._seen_kernel = True
+            now -= age * 1e-9
+        self._stamp = max(now, self._stamp)
+        self._buf += data
+        self._wake()
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _stop_reading(self) -> None:
+        if not self._closed:
+            with contextlib.suppress(ValueError, OSError):  # ValueError: the fd is already closed
+                self.loop.remove_reader(self.sock.fileno())
+
+    async def _more(self) -> None:
+        """Wait for the next read (bytes, end of stream or an error)."""
+        if self._error is not None:
+            raise self._error
+        if self._eof:
+            return
+        self._waiter = self.loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+        if self._error is not None:
+            raise self._error
+
+    # ------------------------------------------------------------------ the reader's side
+
+    @property
+    def stamp(self) -> float:
+        """``perf_counter`` time the newest byte read so far arrived (the kernel's stamp where there is one)."""
+        return self._stamp
+
+    @property
+    def usable(self) -> bool:
+        """False once the peer closed the connection or it failed (an idle keep-alive the server dropped)."""
+        return not (self._eof or self._closed or self._error is not None)
+
+    @property
+    def stamped_by_kernel(self) -> bool:
+        """Whether any read so far carried the kernel's stamp."""
+        return self._seen_kernel
+
+    def _take(self, n: int) -> bytes:
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return out
+
+    async def read(self, n: int = _READ_SIZE) -> bytes:
+        """Up to ``n`` bytes as soon as there are any; ``b""`` at the end of the stream."""
+        while not self._buf and not self._eof:
+            await self._more()
+        return self._take(n)
+
+    async def readexactly(self, n: int) -> bytes:
+        while len(self._buf) < n and not self._eof:
+            await self._more()
+        if len(self._buf) < n:
+            raise asyncio.IncompleteReadError(self._take(len(self._buf)), n)
+        return self._take(n)
+
+    async def readuntil(self, separator: bytes) -> bytes:
+        start = 0
+        while (cut := self._buf.find(separator, start)) < 0:
+            if self._eof:
+                raise asyncio.IncompleteReadError(self._take(len(self._buf)), None)
+            start = max(0, len(self._buf) - len(separator) + 1)
+            await self._more()
+        return self._take(cut + len(separator))
+
+    async def write(self, data: bytes) -> None:
+        await self.loop.sock_sendall(self.sock, data)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._stop_reading()
+        self._closed = True
+        self.sock.close()
+        self._eof = True
+        self._wake()

@@ -1,0 +1,124 @@
+"""The raw transport's socket: reads dated by the kernel's receive stamp, not by when the loop got to them."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from pytest_p2p.serve import stamped
+from pytest_p2p.serve.stamped import SO_TIMESTAMPNS, StampedConnection, _kernel_age_ns
+
+LINUX = sys.platform.startswith("linux")
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """(server side, client side) of one loopback TCP connection."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    with server, client:
+        yield server, client
+
+
+def _timespec(ns: int) -> list[tuple[int, int, bytes]]:
+    return [(socket.SOL_SOCKET, SO_TIMESTAMPNS, struct.pack("qq", ns // 1_000_000_000, ns % 1_000_000_000))]
+
+
+def test_kernel_age_is_read_from_the_timestamp_message() -> None:
+    now = 1_700_000_000_123_456_789
+    assert _kernel_age_ns(_timespec(now - 2_500_000), now) == 2_500_000
+    assert _kernel_age_ns(_timespec(now + 5_000), now) == 0  # a realtime step backwards: never in the future
+    assert _kernel_age_ns(_timespec(now - 60_000_000_000), now) == 0  # a minute old: a clock step, not an arrival
+    assert _kernel_age_ns([(socket.SOL_SOCKET, SO_TIMESTAMPNS + 1, b"\0" * 16)], now) is None
+    assert _kernel_age_ns([(socket.SOL_SOCKET, SO_TIMESTAMPNS, b"\0" * 4)], now) is None
+
+
+async def _late_read(server: socket.socket, client: socket.socket, late_s: float) -> tuple[float, float, float, bool]:
+    """Send, keep the loop busy for ``late_s``, then read: (before send, after the busy spell, stamp, by kernel)."""
+    conn = StampedConnection(client, asyncio.get_running_loop())
+    try:
+        t0 = time.perf_counter()
+        server.sendall(b"data: 1\n\n")
+        time.sleep(late_s)  # the loop is blocked: a loop-time stamp could not be earlier than now
+        t2 = time.perf_counter()
+        assert await conn.read() == b"data: 1\n\n"
+        return t0, t2, conn.stamp, conn.stamped_by_kernel
+    finally:
+        conn.close()
+
+
+@pytest.mark.skipif(not LINUX, reason="SO_TIMESTAMPNS receive stamps are Linux's")
+def test_a_late_loop_still_dates_the_read_when_its_bytes_arrived(pair: tuple[socket.socket, socket.socket]) -> None:
+    t0, t2, stamp, by_kernel = asyncio.run(_late_read(*pair, late_s=0.05))
+    assert by_kernel
+    assert t0 <= stamp < t2  # arrived during the busy spell, before the loop could read it
+
+
+def test_without_kernel_stamps_the_read_is_dated_by_the_loop(pair: tuple[socket.socket, socket.socket],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stamped.sys, "platform", "darwin")  # the option's number is Linux's: not used elsewhere
+    t0, t2, stamp, by_kernel = asyncio.run(_late_read(*pair, late_s=0.02))
+    assert not by_kernel and stamp >= t2
+
+
+def test_reads_like_a_stream_reader(pair: tuple[socket.socket, socket.socket]) -> None:
+    server, client = pair
+
+    async def main() -> None:
+        conn = StampedConnection(client, asyncio.get_running_loop())
+        try:
+            server.sendall(b"HTTP/1.1 200 OK\r\nA: b\r\n\r\nbody12345")
+            assert await conn.readuntil(b"\r\n\r\n") == b"HTTP/1.1 200 OK\r\nA: b\r\n\r\n"
+            assert await conn.readexactly(4) == b"body"
+            assert await conn.read(3) == b"123"
+            assert conn.usable
+            server.shutdown(socket.SHUT_WR)
+            assert await conn.read() == b"45"
+            assert await conn.read() == b""
+            assert not conn.usable
+            with pytest.raises(asyncio.IncompleteReadError):
+                await conn.readexactly(1)
+            with pytest.raises(asyncio.IncompleteReadError):
+                await conn.readuntil(b"\n")
+        finally:
+            conn.close()
+            conn.close()  # twice is harmless
+
+    asyncio.run(main())
+
+
+def test_a_reset_connection_raises_connection_reset(pair: tuple[socket.socket, socket.socket]) -> None:
+    server, client = pair
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close sends RST
+
+    async def main() -> None:
+        conn = StampedConnection(client, asyncio.get_running_loop())
+        try:
+            server.close()
+            with pytest.raises(ConnectionResetError):
+                await conn.readuntil(b"\r\n\r\n")
+        finally:
+            conn.close()
+
+    asyncio.run(main())
+
+
+def test_connect_tries_every_address_and_names_the_last_failure() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: refused
+
+        async def main() -> None:
+            await StampedConnection.connect("127.0.0.1", port)
+
+        with pytest.raises(ConnectionRefusedError):
+            asyncio.run(main())
