@@ -118,6 +118,24 @@ def test_a_busy_or_lagging_client_is_late_but_only_over_a_window_long_enough_to_
     assert saturated.client_lateness == saturated.client_saturation != ""
 
 
+def test_with_kernel_stamps_a_loop_may_be_late_by_up_to_half_the_median_gap() -> None:
+    """A kernel-stamped chunk is late only when the loop missed a whole gap of its stream (serve/stamped.py)."""
+    stats = {f"{s}_{m}_ms": 1.0 for s in ("mean", "median", "std", "p99") for m in ("ttft", "tpot", "itl", "e2el")}
+    stats["median_itl_ms"] = 5.0
+
+    def run(lag_ms: float, stamps: str) -> LoadResult:
+        return _result(latency_stats=stats, clients=[ClientStats(0.1, 1.0, lag_ms, 1, stamps=stamps)])
+
+    assert run(1.5, "event loop").client_lateness != ""  # dated by the loop: 1 ms is the limit
+    assert run(1.5, "kernel").client_lateness == "" and run(1.5, "kernel").timely_lag_ms == 2.5
+    assert "late by 3.00 ms at p99 (goal 2.5 ms)" in run(3.0, "kernel").client_lateness
+    fast = dict(stats, median_itl_ms=0.4)  # a gap shorter than 2 ms: never below the loop-stamp limit
+    assert _result(latency_stats=fast, clients=[ClientStats(0.1, 1.0, 1.5, 1, stamps="kernel")]).client_lateness
+    mixed = _result(latency_stats=stats, clients=[ClientStats(0.1, 1.0, 1.5, 1, stamps="kernel"),
+                                                  ClientStats(0.1, 1.0, 0.2, 1)])
+    assert mixed.client_timestamps == "event loop" and mixed.client_lateness != ""
+
+
 def test_spec_range_checks_name_the_field() -> None:
     for bad, field in ((dict(concurrency=0), "concurrency"), (dict(num_prompts=10**30), "num_prompts"),
                        (dict(transport="carrier-pigeon"), "transport"), (dict(request_timeout_s=1e308),
