@@ -35,6 +35,7 @@ import time
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 _READ_SIZE = 1 << 16
+_TIMESPEC64, _TIMESPEC32 = struct.Struct("qq"), struct.Struct("ii")
 _MAX_AGE_NS = 10_000_000_000  # a stamp older than 10 s is a clock step, not an arrival: use the read time
 
 
@@ -44,9 +45,9 @@ def _kernel_age_ns(ancillary: list[tuple[int, int, bytes]], realtime_ns: int) ->
         if level != socket.SOL_SOCKET or kind != SO_TIMESTAMPNS:
             continue
         if len(data) >= 16:
-            sec, nsec = struct.unpack_from("qq", data)
+            sec, nsec = _TIMESPEC64.unpack_from(data)
         elif len(data) >= 8:
-            sec, nsec = struct.unpack_from("ii", data)  # a 32-bit timespec
+            sec, nsec = _TIMESPEC32.unpack_from(data)  # a 32-bit timespec
         else:
             return None
         age = realtime_ns - (sec * 1_000_000_000 + nsec)
@@ -173,6 +174,10 @@ class StampedConnection:
         return self._seen_kernel
 
     def _take(self, n: int) -> bytes:
+        if n >= len(self._buf):  # the usual case: everything that came in (one copy, not two)
+            out = bytes(self._buf)
+            self._buf.clear()
+            return out
         out = bytes(self._buf[:n])
         del self._buf[:n]
         return out
