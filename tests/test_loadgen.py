@@ -196,7 +196,8 @@ def test_a_late_run_is_re_run_with_more_client_processes_and_says_why(srv: Runni
     from pytest_p2p.serve.loadclients import ClientPlanner
     from pytest_p2p.serve.loadgen import generate_load, make_spec
 
-    monkeypatch.setattr(result, "TIMELY_LAG_MS", -1.0)  # every run is late
+    monkeypatch.setattr(result, "TIMELY_LAG_MS", -1.0)  # every run is late ...
+    monkeypatch.setattr(result, "TIMELY_KERNEL_GAP_FRACTION", -1.0)  # ... also where the kernel dated its chunks
     monkeypatch.setattr(result, "TIMELY_MIN_WINDOW_S", 0.0)  # however short
     monkeypatch.setattr(loadgen, "process_cap", lambda c, cores=None: 2)  # a 2-core CI box has a cap of 1
     plan = ClientPlanner()

@@ -19,9 +19,12 @@ from pytest_p2p import signals
 
 @pytest.fixture(autouse=True)
 def _fresh() -> Iterator[None]:
+    """Python's own Ctrl-C handling for the test (an xdist worker ignores SIGINT), put back afterwards."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     signals.reset()
     yield
     signals.reset()
+    signal.signal(signal.SIGINT, before)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
