@@ -122,3 +122,24 @@ def test_connect_tries_every_address_and_names_the_last_failure() -> None:
 
         with pytest.raises(ConnectionRefusedError):
             asyncio.run(main())
+
+
+def test_a_loop_that_cannot_watch_sockets_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_p2p.errors import ServerError
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+
+            def no_readers(*a: object) -> None:
+                raise NotImplementedError
+
+            monkeypatch.setattr(loop, "add_reader", no_readers)
+            await StampedConnection.connect("127.0.0.1", port)
+
+        with pytest.raises(ServerError, match="cannot watch sockets.*transport='openai'"):
+            asyncio.run(main())

@@ -31,6 +31,8 @@ import struct
 import sys
 import time
 
+from ..errors import ServerError
+
 #: Linux's ``SO_TIMESTAMPNS`` where Python does not name it (it is 35 on every Linux architecture)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _CMSG_SPACE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
@@ -100,7 +102,12 @@ class StampedConnection:
             except BaseException:
                 sock.close()
                 raise
-            return cls(sock, loop)
+            try:
+                return cls(sock, loop)
+            except NotImplementedError:  # Windows' proactor loop cannot watch a socket for reads
+                sock.close()
+                raise ServerError("raw transport: this event loop cannot watch sockets (Windows' proactor "
+                                  "loop); use transport='openai'") from None
         raise last
 
     # ------------------------------------------------------------------ the loop's side
