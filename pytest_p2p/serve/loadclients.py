@@ -184,7 +184,8 @@ async def _request(transport: Transport, job: Job, prompt: str, rid: str, keep_t
 
 
 async def _lag_probe(samples: list[float], stop: asyncio.Event) -> None:
-    """How long a callback made ready now waits for the loop: the bound on a chunk timestamp's lateness."""
+    """How long a callback made ready now waits for the loop: how late a loop-dated chunk can be, and how late
+    the loop reads a socket (a kernel-dated chunk is late only when that exceeds its stream's gap)."""
     loop = asyncio.get_running_loop()
     while not stop.is_set():
         await asyncio.sleep(0.005)
