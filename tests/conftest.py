@@ -11,12 +11,20 @@ otherwise skip saying how to run them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["pytester"]
+
+# pytester's in-process runs take the modules first imported inside them back out of sys.modules
+# when they end. numpy's C core cannot be imported twice in one process, so a later test of that
+# xdist worker that plots failed with "cannot load module more than once per process" (found by
+# running the suite with -n 3: test_report_junit, then test_report_trend). Imported here, it stays.
+with contextlib.suppress(ImportError):
+    import numpy  # noqa: F401
 
 REAL_GPU_ENV = "P2P_TEST_REAL_GPU"
 REAL_GPU = os.environ.get(REAL_GPU_ENV) == "1"
