@@ -10,7 +10,8 @@ another core when there is one) at concurrency 1...256 and reports:
   rate one core could sustain at that cost (tokens / CPU-seconds) -- the ceiling;
 * ``ttft_err_*`` / ``itl_err_*``: receive time minus the stand-in's send time per token
   (``--timestamp-log``; both sides use ``time.perf_counter``, i.e. CLOCK_MONOTONIC on
-  Linux, so the clocks are the same clock), p50/p99/max in ms. ITL error is the error of
+  Linux, so the clocks are the same clock), p50/p99/max in ms; ``client_timestamps`` says
+  whether the receive times are the kernel's stamps or the event loop's. ITL error is the error of
   each inter-chunk gap: (recv_k - recv_k-1) - (send_k - send_k-1).
 
 With ``--client-processes 0`` (automatic sharding, as in campaigns) the client processes
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                     "client_cpu_util_max": res.client_cpu_util_max,
                     "client_loop_lag_p99_ms": res.client_loop_lag_p99_ms,
                     "client_saturated": res.client_saturated, "client_reshards": len(res.reshards),
+                    "client_timestamps": res.client_timestamps,
                     # warm-up tokens cost client CPU too, so they count towards the ceiling
                     "client_ceiling_tok_s": (tokens + (warm - res.warmup_failed) * args.output_len) / cpu
                     if cpu else float("inf"),
