@@ -17,6 +17,10 @@ inter-token gap (5-20 ms on a real server) gets exact stamps.
 Where the kernel gives no stamp (not Linux, an old kernel, a platform without the
 option) the read is stamped when the loop's callback runs, which is still before the
 task that parses the bytes is resumed; :attr:`StampedConnection.kernel_stamps` says which.
+Linux switches stamping on for the first socket that asks through a deferred work item, so
+on a host where no socket had it yet the first segments may arrive unstamped: those reads
+are dated by the loop too. The load generator opens its connections and runs its warm-up
+before the measured window, so by then the stamps flow.
 Stamps are converted from ``CLOCK_REALTIME`` to ``time.perf_counter`` (the clock of every
 other time in a request record) at the read; a realtime clock step between the arrival and
 the read is clamped so that a stamp never lies in the future or before the previous one.
