@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,38 @@ def rig_5060ti() -> Path:
 @pytest.fixture
 def rig_h200() -> Path:
     return FIXTURES / "rigs" / "h200x2-nvlink.yaml"
+
+
+@pytest.fixture
+def kernel_rx_stamps() -> Iterator[bool]:
+    """Linux's TCP receive stamps switched on, and kept on, for the test; False where the kernel gives none.
+
+    The kernel enables stamping for the first socket that asks through a deferred work item,
+    so on a quiet host the first segments of a fresh run may arrive unstamped (serve/stamped.py
+    dates those reads by the loop). A test that asserts kernel stamps must not race that.
+    """
+    import socket
+    import sys
+    import time
+
+    if not sys.platform.startswith("linux"):
+        yield False
+        return
+    from pytest_p2p.serve.stamped import SO_TIMESTAMPNS
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    with server, client:
+        client.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        stamped = False
+        for _ in range(100):
+            server.sendall(b"w")
+            _, ancillary, _, _ = client.recvmsg(16, socket.CMSG_SPACE(16))
+            if ancillary:
+                stamped = True
+                break
+            time.sleep(0.05)
+        yield stamped
