@@ -145,3 +145,18 @@ def test_a_loop_that_cannot_watch_sockets_is_a_clear_error(monkeypatch: pytest.M
 
         with pytest.raises(ServerError, match="cannot watch sockets.*transport='openai'"):
             asyncio.run(main())
+
+
+def test_a_header_without_an_end_stops_at_the_limit(pair: tuple[socket.socket, socket.socket]) -> None:
+    server, client = pair
+
+    async def main() -> None:
+        conn = StampedConnection(client, asyncio.get_running_loop())
+        try:
+            server.sendall(b"X-Junk: " + b"a" * 5000)
+            with pytest.raises(asyncio.LimitOverrunError):
+                await conn.readuntil(b"\r\n\r\n", limit=4096)
+        finally:
+            conn.close()
+
+    asyncio.run(main())

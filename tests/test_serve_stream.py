@@ -179,7 +179,16 @@ async def _one_shot_server(answer: bool) -> tuple[asyncio.AbstractServer, int, l
     return server, server.sockets[0].getsockname()[1], seen
 
 
-def test_a_request_on_an_expired_keep_alive_connection_is_sent_once_more_on_a_fresh_one() -> None:
+@pytest.mark.parametrize("noticed", [True, False])
+def test_a_request_on_an_expired_keep_alive_connection_is_sent_once_more_on_a_fresh_one(
+        noticed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Noticed: the idle connection's end was read before its next use, so it is discarded. Not noticed (the
+    server closed it just as the request went out): the request meets the closed connection and is re-sent."""
+    if not noticed:
+        from pytest_p2p.serve.stamped import StampedConnection
+
+        monkeypatch.setattr(StampedConnection, "usable", property(lambda self: True))
+
     async def go() -> tuple[list[int], int]:
         server, port, seen = await _one_shot_server(answer=True)
         t = RawTransport(f"http://127.0.0.1:{port}", "k")

@@ -206,11 +206,14 @@ class StampedConnection:
             raise asyncio.IncompleteReadError(self._take(len(self._buf)), n)
         return self._take(n)
 
-    async def readuntil(self, separator: bytes) -> bytes:
+    async def readuntil(self, separator: bytes, limit: int = 1 << 20) -> bytes:
+        """Up to and including ``separator``; ``LimitOverrunError`` when ``limit`` bytes came without it."""
         start = 0
         while (cut := self._buf.find(separator, start)) < 0:
             if self._eof:
                 raise asyncio.IncompleteReadError(self._take(len(self._buf)), None)
+            if len(self._buf) > limit:
+                raise asyncio.LimitOverrunError(f"no {separator!r} in {len(self._buf)} bytes", len(self._buf))
             start = max(0, len(self._buf) - len(separator) + 1)
             await self._more()
         return self._take(cut + len(separator))

@@ -265,6 +265,8 @@ class RawTransport:
             raise _Stale from None
         except ConnectionResetError:
             raise _Stale from None
+        except asyncio.LimitOverrunError:
+            raise StreamError("malformed HTTP response: no end of its header within 1 MiB") from None
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ", 2)
         try:
