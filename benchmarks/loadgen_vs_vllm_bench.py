@@ -208,6 +208,28 @@ def _busy_core(on: bool) -> Iterator[None]:
         spin.wait()
 
 
+@contextlib.contextmanager
+def _loop_stamps(on: bool) -> Iterator[None]:
+    """Ours with every read dated when its task gets the bytes -- the clock before kernel stamps, and bench's.
+
+    Why: the same client, server and prompts, dated two ways in one pair, show how much of a p99 ITL
+    is the client's own lateness (docs/performance.md). One client process only: the patch is this
+    process's (spawned client processes would not see it).
+    """
+    if not on:
+        yield
+        return
+    from pytest_p2p.serve.stamped import StampedConnection
+
+    saved = StampedConnection.stamp, StampedConnection.stamped_by_kernel
+    StampedConnection.stamp = property(lambda self: time.perf_counter())  # type: ignore[assignment,method-assign]
+    StampedConnection.stamped_by_kernel = property(lambda self: False)  # type: ignore[assignment,method-assign]
+    try:
+        yield
+    finally:
+        StampedConnection.stamp, StampedConnection.stamped_by_kernel = saved  # type: ignore[method-assign]
+
+
 def _warmups(args: argparse.Namespace, c: int) -> int:
     """Warm-up requests of a run at concurrency ``c``: the same for bench and ours."""
     return min(c, int(args.max_warmup))
@@ -307,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--also-ours-busy-core", action="store_true",
                    help="an extra run of ours while a spinning process holds one client core (labelled "
                         "ours-busy-core): does client-side CPU activity slow the server?")
+    p.add_argument("--also-ours-loop-stamps", action="store_true",
+                   help="an extra run of ours in one process whose chunks are dated when its task reads them, "
+                        "not by the kernel (labelled ours-loop-stamps): the client's share of a p99 ITL")
     p.add_argument("--extras-at", type=int, nargs="*", default=None,
                    help="run the extra variants only at these concurrencies (default: every one)")
     p.add_argument("--split-cores", action="store_true",
@@ -347,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
                     n = max(args.min_prompts, args.waves * c)
                     extras: tuple[str, ...] = (*(f"ours-p{k}" for k in args.also_ours_processes),
                                                *(("ours-unpinned",) if args.also_ours_unpinned else ()),
-                                               *(("ours-busy-core",) if args.also_ours_busy_core else ()))
+                                               *(("ours-busy-core",) if args.also_ours_busy_core else ()),
+                                               *(("ours-loop-stamps",) if args.also_ours_loop_stamps else ()))
                     if args.extras_at is not None and c not in args.extras_at:
                         extras = ()
                     order: tuple[str, ...] = ("bench", "ours", *extras)
@@ -372,14 +398,16 @@ def main(argv: list[str] | None = None) -> int:
                                              output_len=args.output_len, seed=seed, warmup=_warmups(args, c),
                                              tokenizer=args.model_dir if not args.standin else None,
                                              transport=args.transport, request_timeout_s=300.0,
-                                             client_processes=int(who[6:]) if who.startswith("ours-p") else 0,
+                                             client_processes=int(who[6:]) if who.startswith("ours-p") else
+                                             1 if who == "ours-loop-stamps" else 0,
                                              pin=who != "ours-unpinned")
-                            with _busy_core(who == "ours-busy-core"):
+                            with _busy_core(who == "ours-busy-core"), _loop_stamps(who == "ours-loop-stamps"):
                                 r = generate_load(srv.base_url, srv.api_key, srv.model, spec).to_dict()
                             row["result"] = {k: r[k] for k in (*KEYS, "client_processes", "client_cpus",
                                                                "client_cpu_util_max",
                                                                "client_loop_lag_p99_ms", "client_saturated",
                                                                "client_lateness", "client_reshards", "seed",
+                                                               "client_timestamps",
                                                                "server_input_tokens", "tokenizer_id")}
                         row["wall_s"] = time.perf_counter() - t0
                         runs.append(row)
