@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,6 +75,24 @@ def rig_h200() -> Path:
     return FIXTURES / "rigs" / "h200x2-nvlink.yaml"
 
 
+@contextlib.contextmanager
+def _loopback_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    with server, client:
+        yield server, client
+
+
+@pytest.fixture
+def loopback_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """(server side, client side) of one loopback TCP connection."""
+    with _loopback_pair() as pair:
+        yield pair
+
+
 @pytest.fixture
 def kernel_rx_stamps() -> Iterator[bool]:
     """Linux's TCP receive stamps switched on, and kept on, for the test; False where the kernel gives none.
@@ -80,21 +101,12 @@ def kernel_rx_stamps() -> Iterator[bool]:
     so on a quiet host the first segments of a fresh run may arrive unstamped (serve/stamped.py
     dates those reads by the loop). A test that asserts kernel stamps must not race that.
     """
-    import socket
-    import sys
-    import time
-
     if not sys.platform.startswith("linux"):
         yield False
         return
     from pytest_p2p.serve.stamped import SO_TIMESTAMPNS
 
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        client = socket.create_connection(listener.getsockname())
-        server, _ = listener.accept()
-    with server, client:
+    with _loopback_pair() as (server, client):
         client.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         stamped = False
         for _ in range(100):

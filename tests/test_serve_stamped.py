@@ -7,7 +7,6 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -15,18 +14,6 @@ from pytest_p2p.serve import stamped
 from pytest_p2p.serve.stamped import SO_TIMESTAMPNS, StampedConnection, _kernel_age_ns
 
 LINUX = sys.platform.startswith("linux")
-
-
-@pytest.fixture
-def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    """(server side, client side) of one loopback TCP connection."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        client = socket.create_connection(listener.getsockname())
-        server, _ = listener.accept()
-    with server, client:
-        yield server, client
 
 
 def _timespec(ns: int) -> list[tuple[int, int, bytes]]:
@@ -57,23 +44,23 @@ async def _late_read(server: socket.socket, client: socket.socket, late_s: float
 
 
 @pytest.mark.skipif(not LINUX, reason="SO_TIMESTAMPNS receive stamps are Linux's")
-def test_a_late_loop_still_dates_the_read_when_its_bytes_arrived(pair: tuple[socket.socket, socket.socket],
+def test_a_late_loop_still_dates_the_read_when_its_bytes_arrived(loopback_pair: tuple[socket.socket, socket.socket],
                                                                   kernel_rx_stamps: bool) -> None:
     assert kernel_rx_stamps, "this Linux gives TCP sockets no receive stamps (SO_TIMESTAMPNS)"
-    t0, t2, stamp, by_kernel = asyncio.run(_late_read(*pair, late_s=0.05))
+    t0, t2, stamp, by_kernel = asyncio.run(_late_read(*loopback_pair, late_s=0.05))
     assert by_kernel
     assert t0 <= stamp < t2  # arrived during the busy spell, before the loop could read it
 
 
-def test_without_kernel_stamps_the_read_is_dated_by_the_loop(pair: tuple[socket.socket, socket.socket],
+def test_without_kernel_stamps_the_read_is_dated_by_the_loop(loopback_pair: tuple[socket.socket, socket.socket],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stamped.sys, "platform", "darwin")  # the option's number is Linux's: not used elsewhere
-    t0, t2, stamp, by_kernel = asyncio.run(_late_read(*pair, late_s=0.02))
+    t0, t2, stamp, by_kernel = asyncio.run(_late_read(*loopback_pair, late_s=0.02))
     assert not by_kernel and stamp >= t2
 
 
-def test_reads_like_a_stream_reader(pair: tuple[socket.socket, socket.socket]) -> None:
-    server, client = pair
+def test_reads_like_a_stream_reader(loopback_pair: tuple[socket.socket, socket.socket]) -> None:
+    server, client = loopback_pair
 
     async def main() -> None:
         conn = StampedConnection(client, asyncio.get_running_loop())
@@ -98,8 +85,8 @@ def test_reads_like_a_stream_reader(pair: tuple[socket.socket, socket.socket]) -
     asyncio.run(main())
 
 
-def test_a_reset_connection_raises_connection_reset(pair: tuple[socket.socket, socket.socket]) -> None:
-    server, client = pair
+def test_a_reset_connection_raises_connection_reset(loopback_pair: tuple[socket.socket, socket.socket]) -> None:
+    server, client = loopback_pair
     server.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close sends RST
 
     async def main() -> None:
@@ -147,8 +134,8 @@ def test_a_loop_that_cannot_watch_sockets_is_a_clear_error(monkeypatch: pytest.M
             asyncio.run(main())
 
 
-def test_a_header_without_an_end_stops_at_the_limit(pair: tuple[socket.socket, socket.socket]) -> None:
-    server, client = pair
+def test_a_header_without_an_end_stops_at_the_limit(loopback_pair: tuple[socket.socket, socket.socket]) -> None:
+    server, client = loopback_pair
 
     async def main() -> None:
         conn = StampedConnection(client, asyncio.get_running_loop())
