@@ -40,7 +40,9 @@ TIMELY_LAG_MS = 1.0
 #: exact: two chunks of one stream share a read (and its stamp) only when the loop is late by a whole gap
 TIMELY_KERNEL_GAP_FRACTION = 0.5
 #: a client process busier than this is on time on average but not in bursts: at 82 % one loop stamped
-#: the first chunks of C = 64 streams 28 ms late while its lag probe still read < 1 ms (docs/performance.md)
+#: the first chunks of C = 64 streams 28 ms late while its lag probe still read < 1 ms (docs/performance.md).
+#: Kept with kernel stamps: such a loop also sends the next request of a closed loop late, and in a burst
+#: it misses whole inter-chunk gaps (merged reads), which the kernel's stamp cannot undo
 TIMELY_CPU = 0.70
 #: a shorter measured window is not judged late: a few ms of parsing is "busy" all of them, and the
 #: lag probe (every 5 ms) has too few samples for a p99 -- a re-run would only double a short test run
