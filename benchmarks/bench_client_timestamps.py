@@ -14,7 +14,11 @@ settings, a semaphore of C, every request a task from the start. The two alterna
 ``--rounds`` times per C.
 
     PYTHONPATH=. python benchmarks/bench_client_timestamps.py [--concurrency 16 64] [--rounds 3]
-        [--vllm-root DIR] [--json out.json]
+        [--vllm-root DIR] [--tpot-ms 2] [--lockstep] [--json out.json]
+
+``--lockstep`` makes the stand-in send like vLLM: every running stream's token at one
+shared step, in a burst (at C = 64, 64 chunks within microseconds every step). The table
+then also gives the p99 ITL each client reports against the p99 ITL the stand-in sent.
 
 Needs aiohttp, regex and tqdm (bench's imports); vLLM's file, not vLLM's runtime.
 """
@@ -102,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--tpot-ms", type=float, default=2.0)
+    p.add_argument("--lockstep", action="store_true",
+                   help="the stand-in sends every stream's token at one shared step, in a burst, as vLLM does")
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--input-len", type=int, default=32)
     p.add_argument("--requests-per-stream", type=int, default=3)
@@ -112,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     mod = bench_request_module(args.vllm_root)
     tmp = Path(tempfile.mkdtemp(prefix="bench-client-ts-"))
     log = tmp / "sends.log"
-    cfg = standin_config(log, 5.0, args.tpot_ms)
+    cfg = standin_config(log, 5.0, args.tpot_ms, args.lockstep)
     tok = load_tokenizer(STANDIN_TOKENIZER)
     rows: list[dict[str, Any]] = []
     with launch(cfg, Arm(name="bench"), (0,), None, tmp / "server.log") as srv:
@@ -141,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}),
                           flush=True)
     print("\n| C | client | rounds | tok/s | client CPU | TTFT err p99 ms (median, max) "
-          "| ITL err p99 ms (median, max) |")
-    print("|---|---|---|---|---|---|---|")
+          "| ITL err p99 ms (median, max) | p99 ITL ms reported / sent (median) |")
+    print("|---|---|---|---|---|---|---|---|")
     for c in args.concurrency:
         for who in ("ours", "bench"):
             mine = [r for r in rows if r["concurrency"] == c and r["who"] == who]
@@ -150,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
             itl = [r["itl_err_p99_ms"] for r in mine]
             print(f"| {c} | {who} | {len(mine)} | {statistics.median(r['tok_s'] for r in mine):.0f} | "
                   f"{statistics.median(r['client_cpu'] for r in mine) * 100:.0f} % | "
-                  f"{statistics.median(ttft):.3f} ({max(ttft):.3f}) | {statistics.median(itl):.3f} ({max(itl):.3f}) |")
+                  f"{statistics.median(ttft):.3f} ({max(ttft):.3f}) | {statistics.median(itl):.3f} ({max(itl):.3f}) | "
+                  f"{statistics.median(r['itl_p99_reported_ms'] for r in mine):.3f} / "
+                  f"{statistics.median(r['itl_p99_sent_ms'] for r in mine):.3f} |")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "cpus": len(os.sched_getaffinity(0)),
                                          "loadavg": os.getloadavg()}, indent=1))

@@ -61,11 +61,14 @@ def _pin(pid: int, cpu: int) -> None:
         os.sched_setaffinity(pid, {cpus[cpu % len(cpus)]})
 
 
-def standin_config(send_log: Path, ttft_ms: float, tpot_ms: float) -> object:
-    """The stand-in at a fixed pace that logs when it writes each chunk (``--timestamp-log``)."""
+def standin_config(send_log: Path, ttft_ms: float, tpot_ms: float, lockstep: bool = False) -> object:
+    """The stand-in at a fixed pace that logs when it writes each chunk (``--timestamp-log``).
+
+    ``lockstep``: every stream's token at one shared step, in a burst, as vLLM sends them.
+    """
     return parse_server({"command": ["python", "-m", "pytest_p2p.serve.standin"], "model": "bench",
                          "args": {"ttft-ms": ttft_ms, "tpot-ms": tpot_ms, "jitter": 0, "batch-coef": 0,
-                                  "timestamp-log": str(send_log)},
+                                  "timestamp-log": str(send_log), **({"lockstep": True} if lockstep else {})},
                          "startup_timeout_s": 30, "request_timeout_s": 120, "teardown_timeout_s": 5}, "bench")
 
 
@@ -81,16 +84,21 @@ def read_sends(send_log: Path) -> dict[str, list[float]]:
 def timestamp_errors(records: list[RequestRecord], sends: dict[str, list[float]]) -> dict[str, float]:
     """Receive time minus the stand-in's send time: first chunk (TTFT error) and every gap (ITL error), in ms."""
     first: list[float] = []
-    gaps: list[float] = []
+    got_itl: list[float] = []
+    sent_itl: list[float] = []
     for rec in records:
         sent = sends.get(rec.request_id)  # a late run's re-run sends under new ids: only the kept run is matched
         got = rec.chunk_times or []
         if not rec.success or not sent or len(sent) != len(got):
             continue
         first.append(got[0] - sent[0])
-        gaps.extend((got[k] - got[k - 1]) - (sent[k] - sent[k - 1]) for k in range(1, len(got)))
+        got_itl.extend(got[k] - got[k - 1] for k in range(1, len(got)))
+        sent_itl.extend(sent[k] - sent[k - 1] for k in range(1, len(sent)))
+    gaps = [g - s for g, s in zip(got_itl, sent_itl, strict=True)]
     abs_gaps = [abs(g) for g in gaps]
     return {
+        # the p99 ITL the client reports against the one the server sent: what a late stamp does to a tail
+        "itl_p99_reported_ms": percentile(got_itl, 99) * 1e3, "itl_p99_sent_ms": percentile(sent_itl, 99) * 1e3,
         "ttft_err_p50_ms": percentile(first, 50) * 1e3, "ttft_err_p99_ms": percentile(first, 99) * 1e3,
         "ttft_err_max_ms": max(first, default=0.0) * 1e3,
         "itl_err_p50_ms": percentile(abs_gaps, 50) * 1e3, "itl_err_p99_ms": percentile(abs_gaps, 99) * 1e3,
@@ -102,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64, 256])
     p.add_argument("--tpot-ms", type=float, default=2.0)
+    p.add_argument("--lockstep", action="store_true",
+                   help="the stand-in sends every stream's token at one shared step, in a burst, as vLLM does")
     p.add_argument("--ttft-ms", type=float, default=5.0)
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--input-len", type=int, default=32)
@@ -114,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="harness-ceiling-"))
     ts_log = tmp / "sends.log"
-    cfg = standin_config(ts_log, args.ttft_ms, args.tpot_ms)
+    cfg = standin_config(ts_log, args.ttft_ms, args.tpot_ms, args.lockstep)
     import httpx  # noqa: F401 - import cost is paid once per process, not per token: keep it out of the numbers
     import openai  # noqa: F401
 

@@ -192,3 +192,52 @@ def test_unknown_fault_and_busy_port() -> None:
         r = subprocess.run([sys.executable, "-m", "pytest_p2p.serve.standin", "m", "--port", str(port)],
                            capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "address already in use" in r.stdout
+
+
+def _stream(port: int, rid: str, tokens: int, out: dict[str, int], close_after: int | None = None) -> None:
+    """One streamed completion; ``close_after``: hang up after that many bytes (a client gone mid-stream)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    c.request("POST", "/v1/completions", body=json.dumps({"model": "tiny", "prompt": "a b", "max_tokens": tokens,
+                                                         "stream": True}),
+              headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}", "x-request-id": rid})
+    r = c.getresponse()
+    raw = r.read(close_after) if close_after else r.read()
+    c.close()
+    out[rid] = len(_events(raw)) - (0 if close_after else 1)
+
+
+def test_lockstep_streams_share_one_step_clock(tmp_path: Path) -> None:
+    """With --lockstep, a stream that started mid-step gets its tokens in the same bursts as the others.
+
+    Per-stream timers with 30 % jitter drift apart within a few tokens; a shared step
+    clock keeps every stream's k-th send within the same loop pass. A stream whose client
+    hangs up mid-way must not stop the clock for the rest.
+    """
+    import threading
+
+    log = tmp_path / "ts.log"
+    proc, port, _ = _start(tmp_path, "--tpot-ms", "25", "--jitter", "0.3", "--lockstep", "--timestamp-log", str(log))
+    try:
+        got: dict[str, int] = {}
+        runs = [threading.Thread(target=_stream, args=(port, "a", 12, got)),
+                threading.Thread(target=_stream, args=(port, "gone", 12, got, 300)),
+                threading.Thread(target=_stream, args=(port, "b", 8, got))]
+        for i, t in enumerate(runs):
+            t.start()
+            time.sleep(0.04 if i == 1 else 0.0)  # b starts mid-step, 40 ms after a
+        for t in runs:
+            t.join(30)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert got["a"] == 12 and got["b"] == 8
+    sends: dict[str, list[float]] = {}
+    for line in log.read_text().splitlines():
+        rid, _, t = line.split()
+        sends.setdefault(rid, []).append(float(t))
+    assert len(sends["a"]) == 12 and len(sends["b"]) == 8
+    assert "gone" not in sends  # its stream ended early: it logs nothing, and a and b went on
+    for t in sends["b"]:
+        assert min(abs(t - s) for s in sends["a"]) < 0.002, (t, sends["a"])  # same burst as one of a's tokens
+    steps = [y - x for x, y in zip(sends["a"], sends["a"][1:], strict=False)]
+    assert all(0.015 < s < 0.1 for s in steps), steps  # 25 ms +/- 30 %, give or take a loaded box

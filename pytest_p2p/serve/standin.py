@@ -14,6 +14,8 @@ Nothing here is measured: latencies are *modelled*. Per-token latency is
 ``tpot_ms * slowdown * penalty * (1 + batch_coef * (running - 1)) * (1 +/- jitter)``
 where ``penalty`` is ``p2p_off_penalty`` (default 1.11, the seed's 8-14 % gap) when the
 arm disables P2P. Every run prints a SIMULATED banner and ``/v1/models`` says so.
+With ``--lockstep`` the streams share one step clock and get their tokens in bursts, as
+from vLLM's batched engine (``standin_server.Steps``: client timestamp benchmarks need it).
 
 Fault modes (``--fault`` or ``PYTEST_P2P_STANDIN_FAULT``), to prove each ends in a clear
 error or a counted failed request: ``fail-start[=oom|nccl|model|port]``,
@@ -132,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--startup-delay-s", type=float, default=_env_float("STARTUP_DELAY_S", 0.0))
     p.add_argument("--fault", default=os.environ.get(_ENV + "FAULT", ""))
     p.add_argument("--fault-after", type=int, default=int(_env_float("FAULT_AFTER", 0)))
+    p.add_argument("--lockstep", action="store_true", default=os.environ.get(_ENV + "LOCKSTEP", "") == "1",
+                   help="every running stream gets its next token at one shared step, in one burst (as vLLM)")
     p.add_argument("--timestamp-log", default=os.environ.get(_ENV + "TIMESTAMP_LOG") or None)
     p.add_argument("--orphan-child", action="store_true",
                    default=os.environ.get(_ENV + "ORPHAN_CHILD", "") == "1",
@@ -154,13 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     model = Model(name=name, ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, jitter=args.jitter,
                   slowdown=args.slowdown, p2p_off_penalty=args.p2p_off_penalty, batch_coef=args.batch_coef,
                   transport=transport, fault=fault, fault_arg=fault_arg, fault_after=args.fault_after,
-                  max_model_len=args.max_model_len, timestamp_log=args.timestamp_log)
+                  max_model_len=args.max_model_len, timestamp_log=args.timestamp_log,
+                  lockstep=args.lockstep)
     print(BANNER, flush=True)
     _log("APIServer", f"SIMULATED stand-in for vllm serve; model {name}; non-default args: "
                       f"{json.dumps({'host': args.host, 'port': args.port, 'tp': args.tensor_parallel_size})}; "
                       f"ignored vLLM args: {unknown}")
     _log("APIServer", f"latency model: ttft={model.ttft_ms}ms tpot={model.tpot_ms}ms jitter={model.jitter} "
-                      f"slowdown={model.slowdown} transport={transport} factor={model.factor:.3f}")
+                      f"slowdown={model.slowdown} transport={transport} factor={model.factor:.3f}"
+                      f"{' lockstep' if model.lockstep else ''}")
     if fault == "fail-start":
         causes = {
             "oom": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",

@@ -15,7 +15,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -39,6 +39,7 @@ class Model:
     fault_after: int = 0
     max_model_len: int = 4096
     timestamp_log: str | None = None
+    lockstep: bool = False  # every stream's next token at one shared step, as a batching engine emits them
 
     @property
     def factor(self) -> float:
@@ -88,10 +89,52 @@ def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
+class Steps:
+    """``--lockstep``: one step clock for every running stream.
+
+    vLLM's engine decodes its whole batch at once and its API server then writes a token to
+    every running stream in one burst, so at C = 64 a client gets 64 chunks within
+    microseconds every step. A client that handles them one after another dates the last
+    ones late, and only such bursts show it; per-stream timers (the default) spread the
+    chunks out and hide it. Each step is ``Server.itl_s()`` long (jitter drawn once per step,
+    for all streams); the clock runs only while a stream waits on it.
+    """
+
+    def __init__(self, step_s: Callable[[], float]) -> None:
+        self.step_s = step_s
+        self.waiters = 0
+        self.event: asyncio.Event | None = None
+        self.clock: asyncio.Task[None] | None = None
+
+    async def next(self) -> None:
+        """Return at the next step, together with every other stream waiting for it."""
+        if self.event is None:
+            self.event = asyncio.Event()
+        if self.clock is None or self.clock.done():
+            self.clock = asyncio.get_running_loop().create_task(self._run())
+        event = self.event
+        self.waiters += 1
+        try:
+            await event.wait()  # a per-waiter future inside: one stream's cancellation leaves the others
+        finally:
+            self.waiters -= 1
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self.step_s()
+        while self.waiters:
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            event, self.event = self.event, asyncio.Event()
+            if event is not None:
+                event.set()
+            due = max(due + self.step_s(), loop.time())  # a late step is not caught up with a burst of steps
+
+
 class Server:
     def __init__(self, state: State) -> None:
         self.state = state
         self.writers: set[asyncio.StreamWriter] = set()
+        self.steps = Steps(self.itl_s)
 
     def close_all(self) -> None:
         """Drop idle keep-alive connections so shutdown does not wait for clients (Python >= 3.12)."""
@@ -277,6 +320,8 @@ class Server:
             delay = target - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
+            if m.lockstep:
+                await self.steps.next()  # prefill ends at the first step after TTFT; tokens follow step by step
             if transport.is_closing():
                 return
             if sends is not None:
@@ -284,7 +329,8 @@ class Server:
             writer.write(middle if (middle is not None and 0 < i < n_out - 1) else frame(i))
             if transport.get_write_buffer_size() > 1 << 16:
                 await writer.drain()
-            target += self.itl_s()
+            if not m.lockstep:
+                target += self.itl_s()
         tail = b""
         if include_usage:
             usage = _usage(n_prompt, n_out)
