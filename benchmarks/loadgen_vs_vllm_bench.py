@@ -27,7 +27,9 @@ differences of mean TPOT, mean ITL and p99 ITL, and both input-token totals.
 ``--standin`` runs the whole thing on a CPU box against the SIMULATED stand-in with a
 fake bench module (``--bench-module benchmarks.fake_vllm_bench``), to debug it before a
 GPU is spent. Runs split over several device calls are numbered on with ``--pair-offset``
-and tabled together with ``--merge runs.json ...``.
+and tabled together with ``--merge runs.json ...`` (a ``runs.json`` or this script's log).
+The table gives per C the geometric mean of the per-pair throughput ratios with its 95 %
+t interval, and a second table each ``--also-ours-*`` variant against bench.
 
     PYTHONPATH=/tmp/site:. python3 benchmarks/loadgen_vs_vllm_bench.py --model-dir DIR --out OUT
 """
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -53,6 +56,7 @@ from pytest_p2p.serve.cores import physical_cores, split_cores
 from pytest_p2p.serve.loadgen import generate_load, make_spec
 from pytest_p2p.serve.server import launch
 from pytest_p2p.serve.workload import STANDIN_TOKENIZER, Tokenizer, load_tokenizer, token_prompts
+from pytest_p2p.stats.tdist import t_quantile
 
 KEYS = ("output_throughput", "mean_tpot_ms", "mean_itl_ms", "p99_itl_ms", "median_itl_ms", "mean_ttft_ms",
         "total_input_tokens", "total_output_tokens", "completed", "failed", "duration")
@@ -267,10 +271,10 @@ def _med(xs: list[float]) -> float:
 def table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
     """Per C: medians over pairs; ratio in the direction the metric registry gives (>= 1.0: ours no worse)."""
     thr = metric("output_throughput")
-    head = ("| C | pairs | output tok/s bench | ours | ours/bench (median, min-max) | mean TPOT ms bench / ours "
-            "(diff) | mean ITL ms bench / ours (diff) | p99 ITL ms bench / ours (diff) | input tokens bench / "
-            "ours | ours client CPU max | bench client CPU |")
-    lines = [head, "|" + "---|" * 11]
+    head = ("| C | pairs | output tok/s bench | ours | ours/bench (median, min-max) | geometric mean (95 % CI) "
+            "| mean TPOT ms bench / ours (diff) | mean ITL ms bench / ours (diff) | p99 ITL ms bench / ours (diff) "
+            "| input tokens bench / ours | ours client CPU max | bench client CPU |")
+    lines = [head, "|" + "---|" * 12]
     for c in concurrency:
         pairs: dict[int, dict[str, dict[str, Any]]] = {}
         for r in runs:
@@ -278,7 +282,7 @@ def table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
                 pairs.setdefault(int(r["pair"]), {})[str(r["who"])] = r
         full = [p for p in pairs.values() if "bench" in p and "ours" in p]
         if not full:
-            lines.append(f"| {c} | 0 | - | - | - | - | - | - | - | - | - |")
+            lines.append(f"| {c} | 0 | - | - | - | - | - | - | - | - | - | - |")
             continue
 
         def vals(who: str, key: str, full: list[dict[str, dict[str, Any]]] = full) -> list[float]:
@@ -296,10 +300,58 @@ def table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
         lines.append(
             f"| {c} | {len(full)} | {_med(vals('bench', 'output_throughput')):.0f} | "
             f"{_med(vals('ours', 'output_throughput')):.0f} | {_med(ratio):.3f} ({min(ratio):.3f}-{max(ratio):.3f}) | "
-            f"{diff('mean_tpot_ms')} | {diff('mean_itl_ms')} | {diff('p99_itl_ms')} | "
+            f"{_gm_ci(ratio)} | {diff('mean_tpot_ms')} | {diff('mean_itl_ms')} | {diff('p99_itl_ms')} | "
             f"{_med(vals('bench', 'total_input_tokens')):.0f} / {_med(vals('ours', 'total_input_tokens')):.0f} | "
             f"{cpu_o:.0%} | {cpu_b:.0%} |")
     return "\n".join(lines)
+
+
+def _read_runs(path: Path) -> list[dict[str, Any]]:
+    """Runs from a ``runs.json`` (a list) or from this script's log (its JSON lines; ``#`` lines skipped)."""
+    try:
+        text = path.read_text()
+        if text.lstrip().startswith("["):
+            return list(json.loads(text))
+        return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    except (OSError, ValueError) as exc:
+        sys.exit(f"loadgen_vs_vllm_bench: --merge {path}: {exc}")
+
+
+def _gm_ci(ratios: list[float]) -> str:
+    """Geometric mean of the per-pair ratios with its 95 % t interval (pairs are the unit; n < 2: none).
+
+    A median says where the pairs sit; whether ours is slower needs the interval: when it
+    holds 1.0 the pairs cannot tell the two clients apart at this server's noise.
+    """
+    logs = [math.log(r) for r in ratios if r > 0]
+    if len(logs) < 2:
+        return f"{math.exp(logs[0]):.3f} (n = 1)" if logs else "-"
+    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+    half = t_quantile(0.975, len(logs) - 1) * sd / math.sqrt(len(logs))
+    return f"{math.exp(mean):.3f} ({math.exp(mean - half):.3f}-{math.exp(mean + half):.3f})"
+
+
+def extras_table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
+    """Each extra variant of ours (``--also-ours-*``) against bench of the same pair: medians over pairs."""
+    lines = ["| C | variant | pairs | ours-variant/bench throughput (median, min-max) | mean TPOT diff | "
+             "p99 ITL ms bench / variant (diff) | client timestamps |", "|" + "---|" * 7]
+    for c in concurrency:
+        pairs: dict[int, dict[str, dict[str, Any]]] = {}
+        for r in runs:
+            if r["concurrency"] == c and r.get("result"):
+                pairs.setdefault(int(r["pair"]), {})[str(r["who"])] = r["result"]
+        variants = sorted({w for p in pairs.values() for w in p if w not in ("bench", "ours")})
+        for who in variants:
+            both = [(p[who], p["bench"]) for p in pairs.values() if who in p and "bench" in p]
+            ratio = [float(v["output_throughput"]) / float(b["output_throughput"]) for v, b in both]
+            tpot = [100.0 * (float(v["mean_tpot_ms"]) / float(b["mean_tpot_ms"]) - 1.0) for v, b in both]
+            p99 = [100.0 * (float(v["p99_itl_ms"]) / float(b["p99_itl_ms"]) - 1.0) for v, b in both]
+            stamps = sorted({str(v.get("client_timestamps", "?")) for v, _ in both})
+            lines.append(f"| {c} | {who} | {len(both)} | {_med(ratio):.3f} ({min(ratio):.3f}-{max(ratio):.3f}) | "
+                         f"{_med(tpot):+.1f} % | {_med([float(b['p99_itl_ms']) for _, b in both]):.2f} / "
+                         f"{_med([float(v['p99_itl_ms']) for v, _ in both]):.2f} ({_med(p99):+.1f} %) | "
+                         f"{', '.join(stamps)} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -339,8 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--standin", action="store_true", help="SIMULATED dry run on a CPU box")
     args = p.parse_args(argv)
     if args.merge:
-        merged = [r for f in args.merge for r in json.loads(f.read_text())]
-        print(table(merged, args.concurrency), flush=True)
+        merged = [r for f in args.merge for r in _read_runs(f)]
+        print(table(merged, args.concurrency) + "\n", flush=True)
+        print(extras_table(merged, args.concurrency), flush=True)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     args.server_cores = []
@@ -417,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
             bench.close()
             dead = srv.death()
             print(f"# server at the end: {'alive, same process' if dead is None else dead.message()}", flush=True)
-    md = table(runs, args.concurrency)
+    md = table(runs, args.concurrency) + "\n\n" + extras_table(runs, args.concurrency)
     (args.out / "table.md").write_text(md + "\n")
     print(md, flush=True)
     return 0
