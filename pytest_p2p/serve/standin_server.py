@@ -103,13 +103,11 @@ class Steps:
     def __init__(self, step_s: Callable[[], float]) -> None:
         self.step_s = step_s
         self.waiters = 0
-        self.event: asyncio.Event | None = None
+        self.event = asyncio.Event()  # binds to the running loop at first use (Python >= 3.10)
         self.clock: asyncio.Task[None] | None = None
 
     async def next(self) -> None:
         """Return at the next step, together with every other stream waiting for it."""
-        if self.event is None:
-            self.event = asyncio.Event()
         if self.clock is None or self.clock.done():
             self.clock = asyncio.get_running_loop().create_task(self._run())
         event = self.event
@@ -125,8 +123,7 @@ class Steps:
         while self.waiters:
             await asyncio.sleep(max(0.0, due - loop.time()))
             event, self.event = self.event, asyncio.Event()
-            if event is not None:
-                event.set()
+            event.set()
             due = max(due + self.step_s(), loop.time())  # a late step is not caught up with a burst of steps
 
 
