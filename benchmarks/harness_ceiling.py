@@ -68,7 +68,7 @@ def standin_config(send_log: Path, ttft_ms: float, tpot_ms: float, lockstep: boo
     """
     return parse_server({"command": ["python", "-m", "pytest_p2p.serve.standin"], "model": "bench",
                          "args": {"ttft-ms": ttft_ms, "tpot-ms": tpot_ms, "jitter": 0, "batch-coef": 0,
-                                  "timestamp-log": str(send_log), **({"lockstep": True} if lockstep else {})},
+                                  "timestamp-log": str(send_log), "lockstep": lockstep},  # false: no flag
                          "startup_timeout_s": 30, "request_timeout_s": 120, "teardown_timeout_s": 5}, "bench")
 
 

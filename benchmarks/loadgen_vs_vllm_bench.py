@@ -56,7 +56,7 @@ from pytest_p2p.serve.cores import physical_cores, split_cores
 from pytest_p2p.serve.loadgen import generate_load, make_spec
 from pytest_p2p.serve.server import launch
 from pytest_p2p.serve.workload import STANDIN_TOKENIZER, Tokenizer, load_tokenizer, token_prompts
-from pytest_p2p.stats.tdist import t_quantile
+from pytest_p2p.stats.summary import summarise
 
 KEYS = ("output_throughput", "mean_tpot_ms", "mean_itl_ms", "p99_itl_ms", "median_itl_ms", "mean_ttft_ms",
         "total_input_tokens", "total_output_tokens", "completed", "failed", "duration")
@@ -268,6 +268,15 @@ def _med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def _pairs_at(runs: list[dict[str, Any]], c: int) -> list[dict[str, dict[str, Any]]]:
+    """The measured runs at concurrency ``c``, one ``{who: run}`` per pair."""
+    pairs: dict[int, dict[str, dict[str, Any]]] = {}
+    for r in runs:
+        if r["concurrency"] == c and r.get("result"):
+            pairs.setdefault(int(r["pair"]), {})[str(r["who"])] = r
+    return list(pairs.values())
+
+
 def table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
     """Per C: medians over pairs; ratio in the direction the metric registry gives (>= 1.0: ours no worse)."""
     thr = metric("output_throughput")
@@ -276,11 +285,7 @@ def table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
             "| input tokens bench / ours | ours client CPU max | bench client CPU |")
     lines = [head, "|" + "---|" * 12]
     for c in concurrency:
-        pairs: dict[int, dict[str, dict[str, Any]]] = {}
-        for r in runs:
-            if r["concurrency"] == c and r.get("result"):
-                pairs.setdefault(int(r["pair"]), {})[str(r["who"])] = r
-        full = [p for p in pairs.values() if "bench" in p and "ours" in p]
+        full = [p for p in _pairs_at(runs, c) if "bench" in p and "ours" in p]
         if not full:
             lines.append(f"| {c} | 0 | - | - | - | - | - | - | - | - | - | - |")
             continue
@@ -323,12 +328,10 @@ def _gm_ci(ratios: list[float]) -> str:
     A median says where the pairs sit; whether ours is slower needs the interval: when it
     holds 1.0 the pairs cannot tell the two clients apart at this server's noise.
     """
-    logs = [math.log(r) for r in ratios if r > 0]
-    if len(logs) < 2:
-        return f"{math.exp(logs[0]):.3f} (n = 1)" if logs else "-"
-    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
-    half = t_quantile(0.975, len(logs) - 1) * sd / math.sqrt(len(logs))
-    return f"{math.exp(mean):.3f} ({math.exp(mean - half):.3f}-{math.exp(mean + half):.3f})"
+    logs = summarise([math.log(r) for r in ratios if r > 0]) if ratios else None
+    if logs is None or logs.lower is None or logs.upper is None:
+        return f"{math.exp(logs.mean):.3f} (n = 1)" if logs else "-"
+    return f"{math.exp(logs.mean):.3f} ({math.exp(logs.lower):.3f}-{math.exp(logs.upper):.3f})"
 
 
 def extras_table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
@@ -336,13 +339,10 @@ def extras_table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
     lines = ["| C | variant | pairs | ours-variant/bench throughput (median, min-max) | mean TPOT diff | "
              "p99 ITL ms bench / variant (diff) | client timestamps |", "|" + "---|" * 7]
     for c in concurrency:
-        pairs: dict[int, dict[str, dict[str, Any]]] = {}
-        for r in runs:
-            if r["concurrency"] == c and r.get("result"):
-                pairs.setdefault(int(r["pair"]), {})[str(r["who"])] = r["result"]
-        variants = sorted({w for p in pairs.values() for w in p if w not in ("bench", "ours")})
+        pairs = _pairs_at(runs, c)
+        variants = sorted({w for p in pairs for w in p if w not in ("bench", "ours")})
         for who in variants:
-            both = [(p[who], p["bench"]) for p in pairs.values() if who in p and "bench" in p]
+            both = [(p[who]["result"], p["bench"]["result"]) for p in pairs if who in p and "bench" in p]
             ratio = [float(v["output_throughput"]) / float(b["output_throughput"]) for v, b in both]
             tpot = [100.0 * (float(v["mean_tpot_ms"]) / float(b["mean_tpot_ms"]) - 1.0) for v, b in both]
             p99 = [100.0 * (float(v["p99_itl_ms"]) / float(b["p99_itl_ms"]) - 1.0) for v, b in both]
