@@ -7,7 +7,10 @@ Stable API (documented in docs/baselines.md, so that others can audit the statis
   on confidence bounds, with the pairs needed;
 * :func:`screen_pairs` / :func:`outliers` — reps to re-run instead of averaging them in;
 * :func:`outlying_slots` — server starts (slots) off at every point together, to re-run;
-* :class:`SequentialPlan` — adaptive pairs with alpha spending across looks;
+* :class:`SequentialPlan` — adaptive pairs with alpha spending across looks (also over server starts);
+* :func:`decide_nested` / :func:`components` / :func:`plan_for` — windows nested within server starts:
+  the decision with the start as the unit, the two variance components, the planner; :func:`screen_windows` /
+  :func:`screen_starts` — a window or a whole start to re-run;
 * :func:`decide_change` / :class:`RunStats` — one run against its history (the run is the unit);
 * :func:`family_wise` / :func:`holm_adjust` — Holm's control over a campaign's primaries;
 * :func:`spread_prior` / :class:`SpreadPrior` — the campaign's tests lend each other their
@@ -22,13 +25,26 @@ from .baseline import MIN_RUNS, RunStats, decide_change, family_wise
 from .decide import Decision, Outcome, SequentialPlan, decide_uplift, log_ratios, outliers, pairs_for, screen_pairs
 from .moderate import MODERATE_MIN_REPS, MODERATE_MIN_RUNS, SpreadPrior, spread_prior
 from .multiplicity import holm_adjust, holm_reject
+from .nested import (
+    Components,
+    NestedPlan,
+    components,
+    decide_nested,
+    expected_halfwidth,
+    plan_for,
+    screen_starts,
+    screen_windows,
+    windows_for,
+)
 from .slots import outlying_slots, slot_shift
 from .summary import RepSummary, summarise
 from .tdist import StatsError, t_cdf, t_quantile, z_quantile
 
 __all__ = [
-    "MIN_RUNS", "MODERATE_MIN_REPS", "MODERATE_MIN_RUNS", "Decision", "Outcome", "RepSummary", "RunStats",
-    "SequentialPlan", "SpreadPrior", "StatsError", "decide_change", "decide_uplift", "family_wise", "holm_adjust",
-    "holm_reject", "log_ratios", "outliers", "outlying_slots", "pairs_for", "screen_pairs", "slot_shift",
-    "spread_prior", "summarise", "t_cdf", "t_quantile", "z_quantile",
+    "MIN_RUNS", "MODERATE_MIN_REPS", "MODERATE_MIN_RUNS", "Components", "Decision", "NestedPlan", "Outcome",
+    "RepSummary", "RunStats", "SequentialPlan", "SpreadPrior", "StatsError", "components", "decide_change",
+    "decide_nested", "decide_uplift", "expected_halfwidth", "family_wise", "holm_adjust", "holm_reject",
+    "log_ratios", "outliers", "outlying_slots", "pairs_for", "plan_for", "screen_pairs", "screen_starts",
+    "screen_windows", "slot_shift", "spread_prior", "summarise", "t_cdf", "t_quantile", "windows_for",
+    "z_quantile",
 ]
