@@ -48,7 +48,7 @@ class SlotBackend:
 def run_campaign(tmp_path: Path, backend: SlotBackend, rig: str, **cfg: Any) -> Any:
     """One model campaign over c1, 3 reps, no cooldown, judged at +5 %, with ``cfg`` overriding."""
     base = {"concurrency": [1], "reps": 3, "cooldown_s": 0, "idle_baseline_s": 0, "telemetry_hz": 10,
-            "smoke": False, "min_uplift": "5%"}
+            "smoke": False, "min_uplift": "5%", "residency": "restart"}
     base.update(cfg)
     return CampaignRunner(pair=(0, 1), config=parse_campaign(base, f"{rig}-rig.yaml"), kind="model",
                           arms=PRESETS, backend=backend, results_root=tmp_path / "results", rig_name=rig,

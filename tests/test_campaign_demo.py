@@ -73,7 +73,8 @@ class ThermalReader(SimulatedReader):
 def _runner(tmp_path: Path, backend: FakeBackend, **cfg: Any) -> CampaignRunner:
     from pytest_p2p.evidence.snapshot import load_snapshot
 
-    base = {"concurrency": [1, 4], "reps": 3, "cooldown_s": 0, "idle_baseline_s": 0, "telemetry_hz": 10}
+    base = {"concurrency": [1, 4], "reps": 3, "cooldown_s": 0, "idle_baseline_s": 0, "telemetry_hz": 10,
+            "residency": "restart"}
     base.update(cfg)
     return CampaignRunner(pair=(0, 1), config=parse_campaign(base, "test-rig.yaml"), kind="model", arms=PRESETS,
                           backend=backend, results_root=tmp_path / "results", rig_name="fake",

@@ -61,7 +61,7 @@ def _runner(tmp_path: Path, env: dict[str, str], **cfg: Any) -> CampaignRunner[A
 
     base: dict[str, Any] = {"kind": "model", "concurrency": [1], "reps": 2, "smoke": False, "warmup": 0,
                             "prompts_per_concurrency": 2, "cooldown_s": 0, "idle_baseline_s": 0, "telemetry_hz": 10,
-                            "min_uplift": "-90%"}
+                            "min_uplift": "-90%", "residency": "restart"}
     base.update(cfg)
     config = parse_campaign(base, "fault-rig.yaml")
     backend = ModelBackend(server=_server(tmp_path, env), campaign=config, pair=(0, 1), rig_env={})
@@ -332,7 +332,7 @@ def test_any_load_error_of_a_dead_server_is_a_failed_rep_not_a_traceback(tmp_pat
             return None
 
     cfg = parse_campaign({"concurrency": [1], "reps": 1, "smoke": False, "cooldown_s": 0, "idle_baseline_s": 0,
-                          "telemetry_hz": 10}, "fake-rig.yaml")
+                          "telemetry_hz": 10, "residency": "restart"}, "fake-rig.yaml")
     res = CampaignRunner(pair=(0, 1), config=cfg, kind="model", arms=PRESETS, backend=DyingOnce(),
                          results_root=tmp_path / "results", rig_name="fake", simulated=True,
                          lease=GpuLease(tmp_path / "locks")).run()

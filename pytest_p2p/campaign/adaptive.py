@@ -30,12 +30,15 @@ from ..stats import (
     Outcome,
     SequentialPlan,
     StatsError,
+    decide_nested,
     decide_uplift,
     outlying_slots,
     screen_pairs,
+    screen_starts,
+    screen_windows,
     slot_shift,
 )
-from .aggregate import is_measurement
+from .aggregate import is_measurement, start_of
 from .config import CampaignConfig
 
 Json = dict[str, object]
@@ -170,3 +173,96 @@ def decision_json(d: Decision, *, stopped: str | None = None) -> Json:
             "upper": num(d.upper), "level": d.level, "threshold": d.threshold, "n": d.n,
             "pairs_needed": d.pairs_needed if d.outcome is Outcome.INCONCLUSIVE else None, "reason": d.reason,
             "stopped": stopped}
+
+
+# ---------------------------------------------------------------------- resident arms (campaign/blocks.py)
+
+
+def by_start(a: Reps, b: Reps, metric: str, kind: str, reps: list[int]) -> dict[int, list[tuple[int, float, float]]]:
+    """``{start: [(rep, a value, b value), ...]}`` for the window pairs where both arms measured ``metric``."""
+    out: dict[int, list[tuple[int, float, float]]] = {}
+    ks, av, bv = pairs(a, b, metric, kind, reps)
+    for k, x, y in zip(ks, av, bv, strict=True):
+        s = start_of(a.get(k))
+        if s is not None:
+            out.setdefault(s, []).append((k, x, y))
+    return dict(sorted(out.items()))
+
+
+def _blocks(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> list[list[tuple[float, float]]]:
+    return [[(x, y) for _, x, y in ws] for ws in by_start(a, b, config.metric(kind), kind, reps).values()]
+
+
+def start_plan(config: CampaignConfig, alpha: float) -> SequentialPlan:
+    """Looks after ``starts`` starts and after each added start up to ``max_starts`` (alpha spending)."""
+    last = max(config.starts, config.max_starts or config.starts)
+    return SequentialPlan(alpha=alpha, min_pairs=config.starts, max_pairs=last)
+
+
+def decide_starts(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int], threshold: float,
+                  alpha: float) -> Decision:
+    """The uplift decision at one point on the start means (the nested model), at this look's alpha."""
+    blocks = _blocks(a, b, config, kind, reps)
+    sp = start_plan(config, alpha)
+    look = sp.alpha_at(min(max(len(blocks), sp.min_pairs), sp.max_pairs)) or alpha
+    return decide_nested(blocks, threshold=threshold, higher_is_better=config.direction(kind) == "higher",
+                         alpha=min(look, 0.49), quantity=f"uplift of {config.arm_a} over {config.arm_b}")
+
+
+def screen_windows_start(rep_data: Mapping[tuple[str, str], Reps], config: CampaignConfig, kind: str, point: str,
+                         start: int) -> dict[int, str]:
+    """``{window: why}`` for window pairs of one start to measure again: telemetry flags, then windows that sit
+    off against the start's other windows (:func:`pytest_p2p.stats.screen_windows`)."""
+    b = config.arm_b or config.arm_a
+    on, off = rep_data.get((config.arm_a, point), {}), rep_data.get((b, point), {})
+    mine = [k for k in sorted(set(on) | set(off)) if start_of(on.get(k) or off.get(k)) == start]
+    window = {k: _window_of(on.get(k) or off.get(k)) for k in mine}
+    why: dict[int, str] = {}
+    if config.exclude_throttled:
+        for k in mine:
+            for arm, d in ((config.arm_a, on.get(k)), (b, off.get(k))):
+                flags = _flagged(d)
+                if flags and window[k] is not None:
+                    why.setdefault(window[k] or 0, f"telemetry flagged {arm} window {window[k]}: {', '.join(flags)}")
+    metric = config.metric(kind)
+    ws = by_start(on, off, metric, kind, mine).get(start, [])
+    try:
+        odd = screen_windows([[(x, y) for _, x, y in ws]], higher_is_better=config.direction(kind) == "higher")
+    except StatsError:
+        odd = []
+    for _, i in odd:
+        k, x, y = ws[i]
+        w = window[k]
+        if w is not None:
+            why.setdefault(w, f"outlying window pair: {metric} {x:.4g} vs {y:.4g} (ratio {x / y:.3f}) against the "
+                              f"start's other {len(ws) - 1}")
+    return why
+
+
+def _window_of(d: Mapping[str, object] | None) -> int | None:
+    meta = d.get("meta") if d is not None else None
+    got = meta.get("window") if isinstance(meta, dict) else None
+    return got if isinstance(got, int) and not isinstance(got, bool) else None
+
+
+def screen_starts_campaign(rep_data: Mapping[tuple[str, str], Reps], config: CampaignConfig, kind: str,
+                           points: list[str]) -> dict[int, str]:
+    """``{start: why}`` for whole starts whose mean ratio sits off against the other starts at some point."""
+    b = config.arm_b or config.arm_a
+    metric = config.metric(kind)
+    why: dict[int, str] = {}
+    for point in points:
+        on, off = rep_data.get((config.arm_a, point), {}), rep_data.get((b, point), {})
+        groups = by_start(on, off, metric, kind, sorted(set(on) | set(off)))
+        starts = list(groups)
+        try:
+            odd = screen_starts([[(x, y) for _, x, y in ws] for ws in groups.values()],
+                                higher_is_better=config.direction(kind) == "higher")
+        except StatsError:
+            continue
+        for i in odd:
+            ws = groups[starts[i]]
+            ratio = math.exp(math.fsum(math.log(x / y) for _, x, y in ws) / len(ws))
+            why.setdefault(starts[i], f"{point}: start {starts[i]} sits off against the other {len(starts) - 1} "
+                                      f"start(s) (mean {metric} ratio {ratio:.3f}; one bad server start)")
+    return why

@@ -8,8 +8,10 @@ telemetry (throttled, link downtrained) is kept on disk and dropped here when
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
+from ..stats.nested import decide_nested
 from .config import CampaignConfig
 from .stats import StatsError, paired_uplift, summarize
 
@@ -136,6 +138,32 @@ def uplift_at(a_reps: Mapping[int, Mapping[str, object]], b_reps: Mapping[int, M
     av, bv = paired_values(a_reps, b_reps, metric, config, kind, reps)
     try:
         up: Json = dict(paired_uplift(av, bv, higher_is_better=higher))
+        starts = [start_of(a_reps.get(k)) for k in reps]
+        if any(s is not None for s in starts):
+            up.update(_nested_interval(av, bv, starts, higher))
     except StatsError as exc:
         up = {"estimate": None, "ci95": None, "n": 0, "error": str(exc)}
     return {**up, "metric": metric, "faster_arm": config.arm_a, "slower_arm": config.arm_b}
+
+
+def start_of(d: Mapping[str, object] | None) -> int | None:
+    """The server start a rep's window ran in (resident arms, ``meta.start``); ``None`` for a restart-per-rep rep."""
+    meta = d.get("meta") if d is not None else None
+    got = meta.get("start") if isinstance(meta, dict) else None
+    return got if isinstance(got, int) and not isinstance(got, bool) else None
+
+
+def _nested_interval(av: list[float | None], bv: list[float | None], starts: list[int | None],
+                     higher: bool) -> Json:
+    """Windows nested in server starts: the estimate and 95 % interval on the start means (the start is the
+    unit, :func:`pytest_p2p.stats.decide_nested`), not on windows as if each had its own start."""
+    groups: dict[int, list[tuple[float, float]]] = {}
+    for a, b, s in zip(av, bv, starts, strict=True):
+        if a is not None and b is not None and s is not None:
+            groups.setdefault(s, []).append((a, b))
+    d = decide_nested(list(groups.values()), threshold=0.0, higher_is_better=higher, alpha=0.025)
+    ok = d.n >= 2 and math.isfinite(d.lower) and math.isfinite(d.upper)
+    return {"estimate": d.estimate if math.isfinite(d.estimate) else None,
+            "ci95": [d.lower, d.upper] if ok else None, "starts": d.n,
+            "kind": "nested: windows within server starts; geometric mean of start means, t interval on "
+                    "start means (df = starts - 1)"}

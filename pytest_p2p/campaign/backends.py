@@ -1,5 +1,10 @@
 """What the runner drives: a server per arm and slot (model) or the NCCL all-reduce probe.
 
+A model campaign may also keep every arm's server up for one *start* (:meth:`ModelBackend.resident`):
+the arms' servers share the pair, with the GPU memory split between them (``resident``) or
+with the idle arm asleep (``sleep``, vLLM's sleep mode), and the runner alternates short
+measurement windows between them (:mod:`.blocks`).
+
 The server/probe work is behind this small interface so the runner's bookkeeping is
 tested on CPU with a fake backend, while the real ones (vLLM or the stand-in through
 ``serve.server.launch``; NCCL all-reduce through ``probes.allreduce.run_allreduce``)
@@ -90,15 +95,55 @@ class ModelBackend:
         with launch(self.server, arm, self.pair, self.rig_env, log_path) as srv:
             yield ServerSlot(srv, Identity.of(srv.process))
 
+    @contextlib.contextmanager
+    def resident(self, arms: Sequence[Arm], log_paths: Mapping[str, Path],
+                 mode: str) -> Iterator[dict[str, ServerSlot]]:
+        """Every arm's server up at once for one start; torn down together (last started first).
+
+        ``resident``: each server gets ``1/len(arms)`` of the rig's ``gpu-memory-utilization``
+        (vLLM's default 0.9 when the rig sets none), so both fit and neither waits for memory.
+        ``sleep``: each server keeps the rig's share, starts with ``--enable-sleep-mode`` and
+        is put to sleep before the next one starts; :meth:`activate` wakes the arm to measure.
+        """
+        from ..serve.server import launch
+
+        config, extra_env = resident_config(self.server, len(arms), mode)
+        with contextlib.ExitStack() as stack:
+            slots: dict[str, ServerSlot] = {}
+            for arm in arms:
+                srv = stack.enter_context(launch(config, arm, self.pair, self.rig_env, log_paths[arm.name],
+                                                 extra_env=extra_env))
+                slots[arm.name] = ServerSlot(srv, Identity.of(srv.process))
+                if mode == "sleep":
+                    from ..serve.sleep import put_to_sleep
+
+                    put_to_sleep(srv)
+            self.awake = None if mode == "sleep" else "*"
+            yield slots
+
+    awake: str | None = None  # sleep mode: the arm whose server is awake ("*": all, resident mode)
+
+    def activate(self, slots: Mapping[str, ServerSlot], arm: str) -> None:
+        """Sleep mode: put the awake arm to sleep and wake ``arm`` (outside any timed window); else nothing."""
+        if self.awake == "*" or self.awake == arm:
+            return
+        from ..serve.sleep import put_to_sleep, wake_up
+
+        if self.awake is not None:
+            put_to_sleep(slots[self.awake].server)
+        wake_up(slots[arm].server)
+        self.awake = arm
+
     def _load(self, slot: ServerSlot, concurrency: int, num_prompts: int, *, input_len: int | None = None,
-              output_len: int | None = None, reshard: bool = False) -> Json:
+              output_len: int | None = None, reshard: bool = False, seed_offset: int = 0) -> Json:
         from ..serve.loadgen import run_load
 
         srv = slot.server
         load = self.server.load
         inp, out = self._lens()
         return dict(run_load(srv.base_url, srv.api_key, srv.model, concurrency=concurrency, num_prompts=num_prompts,
-                             warmup=0, input_len=input_len or inp, output_len=output_len or out, seed=load.seed,
+                             warmup=0, input_len=input_len or inp, output_len=output_len or out,
+                             seed=load.seed + seed_offset,
                              request_timeout_s=self.campaign.request_timeout_s or self.server.request_timeout_s,
                              endpoint=load.endpoint, transport=load.transport,
                              tokenizer=load.tokenizer,  # None: the loadgen asks the server (finds a stand-in too)
@@ -121,11 +166,20 @@ class ModelBackend:
         if self.campaign.warmup <= 0:
             return
         c = concurrency_of(point)
-        self._load(handle, c, max(self.campaign.warmup, c), reshard=True)  # outside the window: find the count
+        res = self._load(handle, c, max(self.campaign.warmup, c), reshard=True)  # outside the window: find the count
+        if self.campaign.window_s is not None and point not in self.window_prompts:
+            self.window_prompts[point] = window_prompts(res, c, self.campaign.window_s)
+
+    window_prompts: dict[str, int] = dataclasses.field(default_factory=dict)  # point -> prompts of one window
 
     def measure(self, handle: ServerSlot, point: str, rep: int) -> Json:
+        """One timed window. Windows with a time budget (``campaign.window_s``) send the prompt count the
+        first warm-up at this point calibrated, the same for every arm and window (equal work per window);
+        each rep draws its own prompts (seed + rep), the same for both arms of a window pair, so a prefix
+        cache cannot favour a later window."""
         c = concurrency_of(point)
-        return self._load(handle, c, c * self.campaign.prompts_per_concurrency)
+        n = self.window_prompts.get(point, c * self.campaign.prompts_per_concurrency)
+        return self._load(handle, c, n, seed_offset=rep)
 
     def death(self, handle: ServerSlot) -> str | None:
         """The leader exited or was replaced (cheap, every call); else the serve stage's check that it still
@@ -153,6 +207,40 @@ class ModelBackend:
         s = self.server
         return {"command": list(s.command), "model": s.model, "args": dict(s.args or {}),
                 "flags": list(s.flags or ()), "simulated": bool(s.simulated)}
+
+
+MEMORY_UTILIZATION = ("gpu-memory-utilization", "gpu_memory_utilization")
+VLLM_DEFAULT_UTILIZATION = 0.9
+
+
+def resident_config(server: ServerConfig, n_arms: int, mode: str) -> tuple[ServerConfig, dict[str, str]]:
+    """The server section for one of ``n_arms`` servers sharing a pair, and the env it needs.
+
+    Resident: the rig's memory share divided among the arms (a server that asks for more than is
+    free fails to start in vLLM). Sleep: the rig's share, ``--enable-sleep-mode`` and
+    ``VLLM_SERVER_DEV_MODE=1`` (vLLM serves ``/sleep`` and ``/wake_up`` only in dev mode).
+    """
+    args = dict(server.args or {})
+    key = next((k for k in MEMORY_UTILIZATION if k in args), MEMORY_UTILIZATION[0])
+    share = args.get(key, VLLM_DEFAULT_UTILIZATION)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < float(share) <= 1:
+        raise CampaignError(f"server.args.{key}: expected a fraction in (0, 1], got {share!r}")
+    if mode == "sleep":
+        flags = tuple(server.flags or ())
+        if "enable-sleep-mode" not in flags and "--enable-sleep-mode" not in flags:
+            flags += ("enable-sleep-mode",)
+        return dataclasses.replace(server, flags=flags), {"VLLM_SERVER_DEV_MODE": "1"}
+    args[key] = round(float(share) / n_arms, 3)
+    return dataclasses.replace(server, args=args), {}
+
+
+def window_prompts(warm: Mapping[str, object], concurrency: int, window_s: float) -> int:
+    """Prompts for one window of about ``window_s`` seconds, from a warm-up's request throughput; at least
+    two rounds of the concurrency (a window shorter than that measures ramp-up and drain, not steady state)."""
+    rate = warm.get("request_throughput")
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
+        return 2 * concurrency
+    return max(2 * concurrency, int(round(float(rate) * window_s)))
 
 
 @dataclass

@@ -30,12 +30,22 @@ Example (every key optional; the values shown are the defaults unless noted)::
       rep_retries: 2          # a rep whose server died (or that completed no request) is re-run this often
       max_reps: null          # adaptive: add interleaved pairs up to this many while the uplift is inconclusive
       max_time_s: null        # adaptive: ... or until this many seconds of campaign have passed
+      residency: auto         # model: resident (both arms' servers up at once, GPU memory split) | sleep
+                              # (vLLM sleep mode: the idle arm sleeps) | restart (a server start per rep) | auto
+      starts: 3               # resident/sleep: server starts per arm (the unit of replication)
+      windows: 4              # resident/sleep: window pairs per point within one start, ABBA over windows
+      window_s: 15            # resident/sleep: seconds of measured load per window (null: prompts_per_concurrency)
+      max_starts: null        # resident/sleep adaptive: add starts up to this many while the uplift is inconclusive
 
 Every number is range-checked (``reps: 100000000`` or ``concurrency: 1e29`` is a
 ConfigError naming the key and the range, not a hang or a MemoryError an hour later).
 
 Why these knobs: the NCCL env is fixed at process start, so an arm switch costs a
-server start; cooldown and waiting for VRAM to be free keep one rep's leftovers out
+server start -- unless both arms' servers stay resident (``residency``): then the arms
+alternate over short measurement windows (ABBA) inside one start of each, the start is
+sampled a few times per campaign (``starts``) because a server start has an effect of
+its own, and most of the wall time is measured load instead of vLLM start-ups
+(docs/campaign-design.md); cooldown and waiting for VRAM to be free keep one rep's leftovers out
 of the next; telemetry decides whether a rep is trustworthy (throttling, link
 downtraining) and ``exclude_throttled`` whether untrustworthy reps are dropped.
 """
@@ -54,6 +64,9 @@ from ..validate import boolean, float_in, int_in, join, mapping, sequence, size,
 from .schedule import MODES
 
 KINDS = ("auto", "model", "probe")
+RESIDENCY = ("auto", "resident", "sleep", "restart")
+MAX_STARTS = 100
+MAX_WINDOWS = 1000
 T = TypeVar("T", bound=Hashable)
 DEFAULT_SIZES = (8 * 1024, 32 * 1024, 128 * 1024, 512 * 1024)
 
@@ -82,7 +95,7 @@ _KEYS = (
     "prompts_per_concurrency", "input_len", "output_len", "cooldown_s", "idle_baseline_s",
     "vram_free_timeout_s", "vram_free_mib", "scenario_timeout_s", "telemetry_hz", "exclude_throttled",
     "min_uplift", "uplift_rule", "uplift_metric", "uplift_direction", "request_timeout_s",
-    "rep_retries", "max_reps", "max_time_s",
+    "rep_retries", "max_reps", "max_time_s", "residency", "starts", "windows", "window_s", "max_starts",
 )
 
 
@@ -115,6 +128,11 @@ class CampaignConfig:
     rep_retries: int = 2
     max_reps: int | None = None
     max_time_s: float | None = None
+    residency: str = "auto"
+    starts: int = 3
+    windows: int = 4
+    window_s: float | None = 15.0
+    max_starts: int | None = None
     source: str = "rig.yaml"
     explicit: frozenset[str] = field(default_factory=frozenset)  # keys the rig file set
 
@@ -123,6 +141,13 @@ class CampaignConfig:
         if self.kind != "auto":
             return self.kind
         return "model" if has_server else "probe"
+
+    def resident_mode(self, kind: str) -> str | None:
+        """``resident`` or ``sleep`` when a model campaign keeps its arms' servers up across windows;
+        ``None`` for the restart-per-rep design (and for probe campaigns: a probe process is cheap)."""
+        if kind != "model" or self.arm_b is None or self.residency == "restart":
+            return None
+        return "sleep" if self.residency == "sleep" else "resident"
 
     def points(self, kind: str) -> list[str]:
         """Point labels: ``c<N>`` for a model campaign, ``s<size>`` for a probe campaign."""
@@ -163,7 +188,10 @@ class CampaignConfig:
         out = self
         if reps is not None:
             reps = int_in(reps, "--p2p-reps", "", 1, MAX_REPS)
-            out = replace(out, reps=reps, max_reps=None if out.max_reps is None else max(out.max_reps, reps))
+            # the replicate count of either design: reps (a server start each) or starts (resident arms)
+            starts = min(reps, MAX_STARTS)
+            out = replace(out, reps=reps, max_reps=None if out.max_reps is None else max(out.max_reps, reps),
+                          starts=starts, max_starts=None if out.max_starts is None else max(out.max_starts, starts))
         if arms:
             out = replace(out, arms=tuple(arms))
         if kind is not None:
@@ -257,6 +285,12 @@ def parse_campaign(value: object, source: str, path: str = "campaign") -> Campai
                          if given("request_timeout_s") else d.request_timeout_s)
     max_time_s = (float_in(m["max_time_s"], source, p("max_time_s"), 0.001, WEEK_S) if given("max_time_s")
                   else d.max_time_s)
+    residency = word("residency", RESIDENCY, d.residency)
+    starts = whole("starts", 1, MAX_STARTS, d.starts)
+    windows = whole("windows", 1, MAX_WINDOWS, d.windows)
+    max_starts = whole_or_null("max_starts", 1, MAX_STARTS, d.max_starts)
+    window_s = (float_in(m["window_s"], source, p("window_s"), 0.1, DAY_S) if given("window_s")
+                else (None if "window_s" in m else d.window_s))
     telemetry_hz = real("telemetry_hz", 1, 10, d.telemetry_hz)
     smoke = flag("smoke", d.smoke)
     exclude_throttled = flag("exclude_throttled", d.exclude_throttled)
@@ -274,7 +308,8 @@ def parse_campaign(value: object, source: str, path: str = "campaign") -> Campai
         telemetry_hz=telemetry_hz, exclude_throttled=exclude_throttled,
         min_uplift_raw=m.get("min_uplift", d.min_uplift_raw), uplift_rule=uplift_rule,
         uplift_metric=uplift_metric, uplift_direction=uplift_direction, request_timeout_s=request_timeout_s,
-        rep_retries=rep_retries, max_reps=max_reps, max_time_s=max_time_s, source=source, explicit=frozenset(m))
+        rep_retries=rep_retries, max_reps=max_reps, max_time_s=max_time_s, residency=residency, starts=starts,
+        windows=windows, window_s=window_s, max_starts=max_starts, source=source, explicit=frozenset(m))
     # Validate the threshold table now (for whichever kinds it could be used with), not mid-campaign.
     kinds = ("model", "probe") if cfg.kind == "auto" else (cfg.kind,)
     errors: list[ConfigError] = []
@@ -288,6 +323,9 @@ def parse_campaign(value: object, source: str, path: str = "campaign") -> Campai
     if cfg.max_reps is not None and cfg.max_reps < cfg.reps:
         raise ConfigError(source, p("max_reps"), f"max_reps ({cfg.max_reps}) is below reps ({cfg.reps}): adaptive "
                                                  "repetitions only add pairs")
+    if cfg.max_starts is not None and cfg.max_starts < cfg.starts:
+        raise ConfigError(source, p("max_starts"), f"max_starts ({cfg.max_starts}) is below starts ({cfg.starts}): "
+                                                   "adaptive starts only add server starts")
     if cfg.uplift_rule == "ci_lower" and cfg.reps < 2:
         raise ConfigError(source, p("reps"), f"uplift_rule ci_lower needs reps >= 2 (a CI needs spread), got "
                                              f"{cfg.reps}")

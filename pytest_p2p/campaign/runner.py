@@ -47,7 +47,7 @@ from .outcome import CampaignOutcome
 from .progress import Progress
 from .result import CampaignResult
 from .rundir import RunWriter, create_run_dir
-from .schedule import build_schedule, describe
+from .schedule import Slot, build_schedule, describe
 from .setaside import set_aside
 from .telemetry import Row, Sampler, _Reader, assess, make_reader
 
@@ -95,6 +95,16 @@ class CampaignRunner(Generic[H]):
             return self.reader_factory(list(self.pair))
         return make_reader(list(self.pair), simulated=not self.live, link=expected_links(self.evidence, self.pair))
 
+    def _schedule_text(self, slots: list[Slot]) -> str:
+        """The run order for ``run.json``: the slots, or for resident arms the windows' ABBA inside each start."""
+        cfg = self.config
+        mode = cfg.resident_mode(self.kind)
+        if mode is None:
+            return describe(slots)
+        a, b = cfg.arms[0], cfg.arms[1]
+        return (f"{mode}: {cfg.starts} start(s) of every arm's server; in each, per point, {cfg.windows} window "
+                f"pair(s) alternating {a} {b} | {b} {a} (the first arm alternating between starts)")
+
     def _check_plan(self) -> list[str]:
         missing = [a for a in self.config.arms if a not in self.arms]
         if missing:
@@ -124,11 +134,14 @@ class CampaignRunner(Generic[H]):
                                 expect_transport={a: self.arms[a].expect_transport for a in cfg.arms})
         if isinstance(self.backend, ProbeBackend):
             self.backend.out_root = rd.path / "probe_runs"  # raw probe output: per arm and rep
-        pending: Pending = {(s.arm, p, s.rep) for s in slots for p in points}
+        resident = cfg.resident_mode(self.kind) is not None
+        planned = range(1, cfg.starts * cfg.windows + 1)
+        pending: Pending = ({(a, p, k) for a in cfg.arms for p in points for k in planned}
+                            if resident else {(s.arm, p, s.rep) for s in slots for p in points})
         status = "running"
         try:
             meta = run_meta(self.rig_name, self.rig_digest, self.kind, self.pair, self.evidence, self.arms, cfg,
-                            points, describe(slots), self.simulated, self.backend.describe())
+                            points, self._schedule_text(slots), self.simulated, self.backend.describe())
             rd.write_run_meta(meta)
             write_env(rd, self.snapshot, dict(meta["versions"]) if isinstance(meta["versions"], dict) else {})
             for arm in cfg.arms:
@@ -137,7 +150,17 @@ class CampaignRunner(Generic[H]):
                                                    "expect_transport": self.arms[arm].expect_transport,
                                                    "server": self.backend.describe(), "simulated": self.simulated})
             if self.progress is None:
-                self.progress = Progress(label=self.pair_key, total=len(slots) * len(points))
+                self.progress = Progress(label=self.pair_key, total=(cfg.starts * cfg.windows * len(cfg.arms)
+                                                                     if resident else len(slots)) * len(points))
+            if resident:
+                from . import blocks
+
+                line = blocks.plan_line(self, points)  # type: ignore[arg-type]
+                self.progress.show(f"[p2p] {self.pair_key}: {line}")
+                result.notes.append(line)
+                blocks.run_blocks(self, rd, result, points, pending, started)  # type: ignore[arg-type]
+                status = "complete" if not pending and not result.errors else "failed"
+                return result
             if cfg.smoke and self.kind == "model":
                 for arm in cfg.arms:
                     self.progress.update(f"{arm} smoke", 0, cfg.reps, "starting server")
@@ -316,7 +339,7 @@ class CampaignRunner(Generic[H]):
                 atomic_write_json(rd.scenario_dir(arm.name, point) / "attestation.json", att)
 
     def _measure_point(self, rd: RunWriter, handle: H, reader: _Reader, arm: str, point: str, rep: int,
-                       idle_rows: list[Row]) -> Json:
+                       idle_rows: list[Row], *, warm: bool = True) -> Json:
         cfg = self.config
         what = f"scenario {arm}-{point} rep {rep} on {self.pair_key}"
         reader.set_load(0.0)
@@ -328,8 +351,9 @@ class CampaignRunner(Generic[H]):
         try:
             deadline = time.monotonic() + cfg.scenario_timeout_s
             try:
-                call_with_timeout(lambda: self.backend.warm(handle, point), cfg.scenario_timeout_s,
-                                  what + " warm-up", abandon=dead)
+                if warm:  # resident arms warm up once per start and point, not before every window
+                    call_with_timeout(lambda: self.backend.warm(handle, point), cfg.scenario_timeout_s,
+                                      what + " warm-up", abandon=dead)
                 reader.set_load(1.0)
                 sampler.mark("start")
                 started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")

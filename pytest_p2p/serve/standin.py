@@ -37,7 +37,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
+import random
 import signal
 import socket
 import sys
@@ -137,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lockstep", action="store_true", default=os.environ.get(_ENV + "LOCKSTEP", "") == "1",
                    help="every running stream gets its next token at one shared step, in one burst (as vLLM)")
     p.add_argument("--timestamp-log", default=os.environ.get(_ENV + "TIMESTAMP_LOG") or None)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="accepted, as vLLM's (no GPU here)")
+    p.add_argument("--enable-sleep-mode", action="store_true", help="serve /sleep, /wake_up, /is_sleeping")
+    p.add_argument("--start-spread", type=float, default=_env_float("START_SPREAD", 0.0),
+                   help="SD (log scale) of a speed factor drawn once per start: vLLM's start-to-start variance")
     p.add_argument("--orphan-child", action="store_true",
                    default=os.environ.get(_ENV + "ORPHAN_CHILD", "") == "1",
                    help="spawn a child in its own session (like vLLM's orphaned EngineCore, issue #55510)")
@@ -155,8 +161,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stand-in: unknown --fault {args.fault!r}; known: {', '.join(_FAULTS)}", file=sys.stderr)
         return 2
     transport = transport_for_env(os.environ)
+    # a start draws its own speed (random per process, as a real server start is): windows of one start share it
+    start_factor = math.exp(random.SystemRandom().gauss(0.0, args.start_spread)) if args.start_spread > 0 else 1.0
     model = Model(name=name, ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, jitter=args.jitter,
-                  slowdown=args.slowdown, p2p_off_penalty=args.p2p_off_penalty, batch_coef=args.batch_coef,
+                  slowdown=args.slowdown * start_factor, sleep_mode=args.enable_sleep_mode,
+                  p2p_off_penalty=args.p2p_off_penalty, batch_coef=args.batch_coef,
                   transport=transport, fault=fault, fault_arg=fault_arg, fault_after=args.fault_after,
                   max_model_len=args.max_model_len, timestamp_log=args.timestamp_log,
                   lockstep=args.lockstep)
@@ -165,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{json.dumps({'host': args.host, 'port': args.port, 'tp': args.tensor_parallel_size})}; "
                       f"ignored vLLM args: {unknown}")
     _log("APIServer", f"latency model: ttft={model.ttft_ms}ms tpot={model.tpot_ms}ms jitter={model.jitter} "
-                      f"slowdown={model.slowdown} transport={transport} factor={model.factor:.3f}"
+                      f"slowdown={model.slowdown:.4g} transport={transport} factor={model.factor:.3f}"
                       f"{' lockstep' if model.lockstep else ''}")
     if fault == "fail-start":
         causes = {

@@ -40,6 +40,7 @@ class Model:
     max_model_len: int = 4096
     timestamp_log: str | None = None
     lockstep: bool = False  # every stream's next token at one shared step, as a batching engine emits them
+    sleep_mode: bool = False  # --enable-sleep-mode: /sleep, /wake_up and /is_sleeping are served
 
     @property
     def factor(self) -> float:
@@ -54,6 +55,7 @@ class State:
     api_key: str | None
     running: int = 0
     completions_seen: int = 0
+    sleeping: bool = False
     success: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
@@ -181,6 +183,13 @@ class Server:
         if path == "/metrics":
             writer.write(_response(200, "OK", self.metrics().encode(), "text/plain; version=0.0.4"))
             return 0
+        if m.sleep_mode and path in ("/sleep", "/wake_up", "/is_sleeping"):
+            if path != "/is_sleeping":
+                st.sleeping = path == "/sleep"
+                _log("APIServer", f"SIMULATED {'sleep' if st.sleeping else 'wake up'}")
+            writer.write(_json(200, "OK", {"is_sleeping": st.sleeping}) if path == "/is_sleeping"
+                         else _response(200, "OK", b""))
+            return 200
         if path.startswith("/v1/") and st.api_key and headers.get("authorization") != f"Bearer {st.api_key}":
             writer.write(_error(401, "Unauthorized", "invalid or missing API key"))
             return 401
@@ -190,6 +199,9 @@ class Server:
                 "root": m.name, "max_model_len": m.max_model_len}]}))
             return 200
         if path in ("/v1/completions", "/v1/chat/completions") and method == "POST":
+            if st.sleeping:  # what a sleeping vLLM cannot do: serve; the campaign must wake it first
+                writer.write(_error(503, "Service Unavailable", "the engine is sleeping (SIMULATED)"))
+                return 503
             return await self.complete(path.endswith("chat/completions"), body, headers, writer)
         writer.write(_error(404, "Not Found", f"no route {method} {path}"))
         return 404

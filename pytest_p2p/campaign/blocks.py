@@ -1,0 +1,308 @@
+"""Arms that stay resident: windows alternate between the arms' servers inside one start of each.
+
+Why: on a real 2x H200 pair a campaign that restarted vLLM for every rep spent over 80 %
+of its 18 minutes starting servers (about 60 s each) to measure 10 s of load, and could
+not decide (+-30 %). The NCCL environment is fixed when a server starts, so an arm cannot
+be switched inside one server -- but both arms' servers can be up at once on the pair
+(``residency: resident``, the GPU memory split between them) or take turns with vLLM's
+sleep mode (``residency: sleep``). Then a *start* is one launch of every arm's server,
+and inside it the campaign measures many short windows, alternating the arms:
+
+* **ABBA over windows**: window pair ``w`` of start ``b`` runs A then B or B then A,
+  alternating with ``w`` and with ``b``, so a drift that is linear over a start cancels in
+  the paired ratios, as the restart design's ABBA over reps did.
+* **The start is the unit of replication**: a server start has an effect of its own
+  (where its processes landed, what its graphs captured), shared by all its windows.
+  The uplift is judged on the start means (:func:`pytest_p2p.stats.decide_nested`,
+  df = starts - 1): windows buy precision within a start, starts buy the right to
+  generalise beyond it. A few starts per arm per campaign (``campaign.starts``), not
+  one per rep.
+* **Every window is still a measurement only when its server is the one we started**
+  (checked before and after each window) and completed requests; a start whose server
+  dies is set aside as a whole and run again on fresh servers (its windows shared the
+  dead server's start effect). An outlying window pair is re-measured in place, on the
+  same servers; an outlying start is set aside and re-run once.
+* **Adaptive starts**: while an uplift is inconclusive, starts are added up to
+  ``campaign.max_starts`` / ``max_time_s``, each look at its alpha-spending level.
+
+Reps keep their meaning for everything downstream (aggregates, reports, baselines): rep
+``k`` of arm A and rep ``k`` of arm B are one window pair; ``meta.start``/``meta.window``
+in each rep file say where it ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .. import signals
+from ..errors import P2PError, RepFailed
+from ..util import atomic_write_json
+from . import adaptive
+from .backends import ModelBackend, ServerSlot
+from .gpu import wait_vram_free
+from .telemetry import Row, Sampler, _Reader
+
+if TYPE_CHECKING:
+    from .result import CampaignResult
+    from .rundir import RunWriter
+    from .runner import CampaignRunner
+
+Json = dict[str, object]
+
+
+def rep_of(start: int, window: int, windows: int) -> int:
+    """Rep number of window pair ``window`` (1-based) of start ``start`` (1-based)."""
+    return (start - 1) * windows + window
+
+
+def order(arms: list[str], start: int, window: int) -> list[str]:
+    """ABBA over windows, and the first arm alternating between starts."""
+    return list(reversed(arms)) if (window % 2 == 0) != (start % 2 == 0) else list(arms)
+
+
+def plan_line(runner: CampaignRunner[ServerSlot], points: list[str]) -> str:
+    """What the campaign is about to do, in one line, with the time it expects (before any server starts)."""
+    cfg = runner.config
+    mode = cfg.resident_mode(runner.kind)
+    n_arms = len(cfg.arms)
+    start_s = _start_estimate(runner)
+    window_s = cfg.window_s if cfg.window_s is not None else 10.0
+    per_start = n_arms * start_s + len(points) * n_arms * (cfg.windows * window_s + _warm_s(cfg.warmup))
+    total = cfg.starts * per_start
+    memory = ("GPU memory split between the arms' servers" if mode == "resident"
+              else "the idle arm's server asleep (vLLM sleep mode)")
+    more = (f", up to {cfg.max_starts} starts while undecided" if cfg.max_starts and cfg.max_starts > cfg.starts
+            else "")
+    return (f"plan: {mode} arms ({memory}): {cfg.starts} starts x {cfg.windows} window pairs x {len(points)} "
+            f"point(s), windows of {_window_text(cfg.window_s, cfg.prompts_per_concurrency)}{more}; expected "
+            f"{total / 60:.0f} min ({cfg.starts * n_arms} server starts of ~{start_s:.0f} s, "
+            f"{100 * (total - cfg.starts * n_arms * start_s) / total:.0f} % of it under load)")
+
+
+def _window_text(window_s: float | None, prompts: int) -> str:
+    return f"{window_s:g} s" if window_s is not None else f"{prompts} prompts per concurrency"
+
+
+def _warm_s(warmup: int) -> float:
+    return 2.0 if warmup > 0 else 0.0
+
+
+def _start_estimate(runner: CampaignRunner[ServerSlot]) -> float:
+    """Seconds one server start is expected to take: the stand-in starts in about a second, vLLM in a minute
+    or two (model load, torch.compile, CUDA graphs); measured starts replace the guess in the run's notes."""
+    backend = runner.backend
+    if isinstance(backend, ModelBackend) and backend.server.simulated:
+        return 1.0
+    return 90.0
+
+
+def run_blocks(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: CampaignResult, points: list[str],
+               pending: set[tuple[str, str, int]], started: float) -> None:
+    """Starts until the planned number, then adaptive starts while an uplift is undecided (see module doc)."""
+    cfg = runner.config
+    last = max(cfg.starts, cfg.max_starts or cfg.starts)
+    deadline = started + cfg.max_time_s if cfg.max_time_s is not None else None
+    rule = cfg.uplift_rule_for(runner.kind)
+    rerun: set[int] = set()
+    start = 0
+    while True:
+        start += 1
+        pending.update((a, p, rep_of(start, w, cfg.windows)) for a in cfg.arms for p in points
+                       for w in range(1, cfg.windows + 1))
+        _start_with_retries(runner, rd, result, start, points, pending)
+        if result.errors:
+            return
+        result.reps = start * cfg.windows
+        if start < cfg.starts:
+            continue
+        for bad, why in adaptive.screen_starts_campaign(result.rep_data, cfg, runner.kind, points).items():
+            if bad in rerun or result.errors:
+                continue
+            rerun.add(bad)
+            _set_aside_start(runner, rd, result, bad, points, f"screened: {why}", kind="screened")
+            result.notes.append(f"start {bad} screened and re-run: {why}")
+            pending.update((a, p, rep_of(bad, w, cfg.windows)) for a in cfg.arms for p in points
+                           for w in range(1, cfg.windows + 1))
+            _start_with_retries(runner, rd, result, bad, points, pending)
+        if result.errors:
+            return
+        reps = list(range(1, result.reps + 1))
+        decisions = {p: adaptive.decide_starts(*runner._arm_reps(result, p), cfg, runner.kind, reps,
+                                               rule.threshold(p), rule.alpha) for p in points}
+        undecided = any(not d.decided for d in decisions.values())
+        stopped = None
+        if undecided and start < last and deadline is not None and time.monotonic() >= deadline:
+            stopped = f"time budget campaign.max_time_s={cfg.max_time_s:g} s spent"
+        elif undecided and start >= last:
+            stopped = (f"max_starts={last} reached" if last > cfg.starts
+                       else "fixed design (campaign.max_starts not set)")
+        if not undecided or stopped is not None:
+            result.decisions = {p: adaptive.decision_json(d, stopped=stopped) for p, d in decisions.items()}
+            return
+        result.notes.append(f"uplift inconclusive at {start} start(s): adding start {start + 1}")
+
+
+def _start_with_retries(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: CampaignResult, start: int,
+                        points: list[str], pending: set[tuple[str, str, int]]) -> None:
+    """One start; a start whose server died (or measured nothing) is set aside whole and run again."""
+    cfg = runner.config
+    for attempt in range(1, cfg.rep_retries + 2):
+        for arm in cfg.arms:
+            for w in range(1, cfg.windows + 1):
+                runner._attempts[(arm, rep_of(start, w, cfg.windows))] = attempt
+        try:
+            _run_start(runner, rd, result, start, points, attempt, pending)
+            return
+        except RepFailed as exc:
+            first = str(exc).splitlines()[0]
+            _set_aside_start(runner, rd, result, start, points, str(exc), kind="failed")
+            if attempt > cfg.rep_retries:
+                result.errors.append(f"start {start}: not measured after {attempt} attempt(s): {first}")
+                return
+            result.notes.append(f"start {start} attempt {attempt} set aside and re-run: {first}")
+            if cfg.cooldown_s > 0:
+                runner.sleep(cfg.cooldown_s)
+        except OSError:
+            raise  # disk full, read-only: nothing more can be recorded
+        except P2PError as exc:
+            result.errors.append(f"start {start}: {exc}")
+            return
+
+
+def start_log(rd: RunWriter, arm: str, point: str, start: int) -> Path:
+    """The server log of one start of ``arm`` (in its first point's scenario directory: one server served
+    every point of the start)."""
+    return rd.scenario_dir(arm, point) / f"server_start{start}.log"
+
+
+def _set_aside_start(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: CampaignResult, start: int,
+                     points: list[str], cause: str, *, kind: str) -> None:
+    """Every window of ``start`` (both arms, every point) out of the data, its files kept aside with the cause."""
+    w_n = runner.config.windows
+    for arm in runner.config.arms:
+        kept = False
+        for w in range(1, w_n + 1):
+            k = rep_of(start, w, w_n)
+            old = {p: d for p in points if (d := result.rep_data.get((arm, p), {}).pop(k, None)) is not None}
+            if old or (w == w_n and not kept):  # a start that measured nothing still records its cause once
+                runner._set_aside(rd, result, arm, k, points, old, cause, kind=kind)
+                kept = True
+        log = start_log(rd, arm, points[0], start)
+        attempt = runner._attempts.get((arm, rep_of(start, 1, w_n)), 1)
+        with contextlib.suppress(OSError):
+            if log.is_file():
+                os.replace(log, log.with_name(f"server_start{start}.try{attempt}.{kind}.log"))
+
+
+def _run_start(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: CampaignResult, start: int,
+               points: list[str], attempt: int, pending: set[tuple[str, str, int]]) -> None:
+    assert runner.progress is not None  # set by run()
+    backend = runner.backend
+    assert isinstance(backend, ModelBackend)
+    cfg = runner.config
+    mode = cfg.resident_mode(runner.kind) or "resident"
+    arms = list(cfg.arms)
+    w_n = cfg.windows
+    first_rep = rep_of(start, 1, w_n)
+    logs = {a: start_log(rd, a, points[0], start) for a in arms}
+    total = max(cfg.starts, start)
+    with runner.lease.hold(runner.pair, f"{runner.pair_key} start {start}"):
+        runner.progress.update(f"start {start}", first_rep, total * w_n, "waiting for free VRAM")
+        vram_note = wait_vram_free(runner.pair, cfg.vram_free_mib, cfg.vram_free_timeout_s, live=runner.live)
+        reader = runner._reader()
+        try:
+            idle = Sampler(reader, cfg.telemetry_hz).start()
+            if cfg.idle_baseline_s > 0:
+                runner.sleep(cfg.idle_baseline_s)
+            idle.stop()
+            idle_rows = list(idle.rows)
+            runner.progress.update(f"start {start}", first_rep, total * w_n,
+                                   f"starting {len(arms)} servers ({mode})"
+                                   + (f", attempt {attempt}" if attempt > 1 else ""))
+            t0 = time.monotonic()
+            with backend.resident([runner.arms[a] for a in arms], logs, mode) as slots:
+                ready = {a: round(s.server.ready_s, 1) for a, s in slots.items()}
+                result.notes.append(f"start {start}: servers ready in {ready} s "
+                                    f"({time.monotonic() - t0:.0f} s for all)")
+                run = _Start(runner, rd, result, slots, reader, idle_rows, start, attempt, mode, vram_note, pending)
+                for point in points:
+                    for w in range(1, w_n + 1):
+                        for arm in order(arms, start, w):
+                            run.window(point, arm, w)
+                    _rescreen_windows(run, point)
+                for arm in arms:
+                    if result.proofs.get(arm) is None:  # after the load: the log holds every NCCL connection
+                        runner._record_proof(rd, result, slots[arm], runner.arms[arm], list(points))
+        finally:
+            reader.close()
+
+
+@dataclass
+class _Start:
+    """One start's servers and what every window of it shares."""
+
+    runner: CampaignRunner[ServerSlot]
+    rd: RunWriter
+    result: CampaignResult
+    slots: dict[str, ServerSlot]
+    reader: _Reader
+    idle_rows: list[Row]
+    start: int
+    attempt: int
+    mode: str
+    vram_note: object
+    pending: set[tuple[str, str, int]]
+    warmed: set[tuple[str, str]] = field(default_factory=set)
+
+    def window(self, point: str, arm: str, w: int) -> None:
+        """One timed window of ``arm`` at ``point``: its server checked before and after, the rep written at once."""
+        r = self.runner
+        assert r.progress is not None and isinstance(r.backend, ModelBackend)
+        w_n = r.config.windows
+        k = rep_of(self.start, w, w_n)
+        signals.checkpoint()
+        r.progress.update(f"{arm}-{point}", k, max(r.config.starts, self.start) * w_n,
+                          f"start {self.start} window {w}")
+        r.backend.activate(self.slots, arm)
+        cause = r.backend.death(self.slots[arm])
+        if cause is not None:
+            raise RepFailed(cause)
+        data = r._measure_point(self.rd, self.slots[arm], self.reader, arm, point, k, self.idle_rows,
+                                warm=(arm, point) not in self.warmed)
+        self.warmed.add((arm, point))
+        data["meta"] = {**_json(data.get("meta")), "vram": self.vram_note, "attempt": self.attempt,
+                        "start": self.start, "window": w, "residency": self.mode}
+        self.rd.write_rep(arm, point, k, data)
+        self.result.rep_data.setdefault((arm, point), {})[k] = data
+        self.pending.discard((arm, point, k))
+        r.progress.step()
+
+
+def _rescreen_windows(run: _Start, point: str) -> None:
+    """Window pairs of this start that telemetry flagged or that sit off against the start's other windows:
+    set aside (kept, ``screened``) and measured again at once, on the same servers."""
+    runner, cfg = run.runner, run.runner.config
+    for w, why in adaptive.screen_windows_start(run.result.rep_data, cfg, runner.kind, point, run.start).items():
+        k = rep_of(run.start, w, cfg.windows)
+        for arm in cfg.arms:
+            old = run.result.rep_data.get((arm, point), {}).pop(k, None)
+            runner._set_aside(run.rd, run.result, arm, k, [point], {point: old} if old is not None else {},
+                              f"screened: {why}", kind="screened")
+            runner._attempts[(arm, k)] = runner._attempts.get((arm, k), 1) + 1
+        run.result.notes.append(f"{point} start {run.start} window {w} screened and re-measured: {why}")
+        for arm in order(list(cfg.arms), run.start, w):
+            run.window(point, arm, w)
+
+
+def _json(value: object) -> Json:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def write_plan(rd: RunWriter, line: str) -> None:
+    """The plan, as printed, into ``env/plan.txt`` (what was promised, next to what happened)."""
+    atomic_write_json(rd.path / "env" / "plan.json", {"plan": line})
