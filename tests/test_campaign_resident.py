@@ -1,0 +1,125 @@
+"""Resident arms (issue 24): every arm's server up for a start, windows alternating ABBA between them.
+
+Through the real path: ``serve.server.launch`` starts the SIMULATED stand-in exactly as it would vLLM,
+two at once on one pair, and the campaign measures windows on both.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_campaign_faults import _server
+
+from pytest_p2p.campaign.backends import ModelBackend, resident_config, window_prompts
+from pytest_p2p.campaign.blocks import order, rep_of
+from pytest_p2p.campaign.config import parse_campaign
+from pytest_p2p.campaign.runner import CampaignRunner
+from pytest_p2p.errors import CampaignError, ConfigError
+from pytest_p2p.lease import GpuLease
+from pytest_p2p.probes.arms import PRESETS
+from pytest_p2p.serve.config import parse_server
+
+BASE: dict[str, Any] = {"kind": "model", "concurrency": [1, 2], "starts": 3, "windows": 2, "window_s": None,
+                        "smoke": False, "warmup": 1, "prompts_per_concurrency": 2, "cooldown_s": 0,
+                        "idle_baseline_s": 0, "telemetry_hz": 10, "min_uplift": "0%"}
+
+
+def _runner(tmp_path: Path, env: dict[str, str] | None = None, **cfg: Any) -> CampaignRunner[Any]:
+    config = parse_campaign({**BASE, **cfg}, "resident-rig.yaml")
+    backend = ModelBackend(server=_server(tmp_path, env or {}), campaign=config, pair=(0, 1), rig_env={})
+    return CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS, backend=backend,
+                          results_root=tmp_path / "results", rig_name="resident", simulated=True,
+                          lease=GpuLease(tmp_path / "locks"))
+
+
+def _launches(run_dir: Path, arm: str) -> int:
+    return sum(p.read_text().count(f"launching arm {arm} ") for p in run_dir.glob(f"scenarios/{arm}-*/server_*.log"))
+
+
+def _reps(run_dir: Path, arm: str, point: str) -> dict[int, dict[str, Any]]:
+    d = run_dir / "scenarios" / f"{arm}-{point}"
+    return {int(p.stem.split("_")[1]): json.loads(p.read_text()) for p in d.glob("run_*.json") if "try" not in p.name}
+
+
+def test_each_arm_starts_once_per_start_and_windows_alternate_abba(tmp_path: Path) -> None:
+    res = _runner(tmp_path).run()
+    assert res.status == "complete", res.errors
+    assert res.reps == 6  # 3 starts x 2 window pairs
+    for arm in ("p2p_on", "p2p_off"):
+        assert _launches(res.run_dir, arm) == 3  # one server per start, not one per rep
+    on, off = _reps(res.run_dir, "p2p_on", "c2"), _reps(res.run_dir, "p2p_off", "c2")
+    assert sorted(on) == sorted(off) == [1, 2, 3, 4, 5, 6]
+    for k in range(1, 7):
+        assert (on[k]["meta"]["start"], on[k]["meta"]["window"]) == ((k - 1) // 2 + 1, (k - 1) % 2 + 1)
+        first = "p2p_on" if on[k]["meta"]["started_at"] < off[k]["meta"]["started_at"] else "p2p_off"
+        assert first == order(["p2p_on", "p2p_off"], on[k]["meta"]["start"], on[k]["meta"]["window"])[0]
+    decision = res.decisions["c2"]
+    # the outcome depends on this box's load; what the decision is made of does not
+    assert decision["n"] == 3 and "3 starts x 2 window pairs" in str(decision["reason"])
+    meta = json.loads((res.run_dir / "run.json").read_text())
+    assert meta["schedule"].startswith("resident: 3 start(s)") and meta["status"] == "complete"
+    assert any(n.startswith("plan: resident arms") for n in res.notes)
+    up = res.uplift["c2"]
+    assert up["starts"] == 3 and str(up["kind"]).startswith("nested")
+
+
+def test_sleep_mode_wakes_only_the_arm_it_measures(tmp_path: Path) -> None:
+    """A sleeping stand-in answers 503: a window measured on a server left asleep could not complete a request."""
+    res = _runner(tmp_path, residency="sleep", starts=2, concurrency=[1]).run()
+    assert res.status == "complete", res.errors
+    log = (res.run_dir / "scenarios" / "p2p_on-c1" / "server_start1.log").read_text()
+    assert "--enable-sleep-mode" in log and "SIMULATED sleep" in log and "SIMULATED wake up" in log
+    for arm in ("p2p_on", "p2p_off"):
+        assert all(d["completed"] > 0 and d["meta"]["residency"] == "sleep"
+                   for d in _reps(res.run_dir, arm, "c1").values())
+
+
+def test_a_server_dying_mid_start_sets_the_whole_start_aside_and_runs_it_again(tmp_path: Path) -> None:
+    """p2p_on's first server dies at its 5th completion (ready 1, warm-up 1, window 1: 2, then window 2)."""
+    env = {"PYTEST_P2P_STANDIN_FAULT": "die-after=4",
+           "FAULT_ONCE_MARKER": str(tmp_path / "fault-once")}
+    res = _runner(tmp_path, env, starts=2, concurrency=[1]).run()
+    assert res.status == "complete", res.errors
+    failed = [a for a in res.set_aside if a.kind == "failed"]
+    assert failed and all(a.rep in (rep_of(1, 1, 2), rep_of(1, 2, 2)) for a in failed)
+    assert any("start 1 attempt 1 set aside" in n for n in res.notes)
+    assert list((res.run_dir / "scenarios" / "p2p_on-c1").glob("server_start1.try1.failed.log"))
+    for arm in ("p2p_on", "p2p_off"):
+        reps = _reps(res.run_dir, arm, "c1")
+        assert sorted(reps) == [1, 2, 3, 4] and all(d["meta"]["attempt"] in (1, 2) for d in reps.values())
+        assert {d["meta"]["attempt"] for k, d in reps.items() if k <= 2} == {2}  # start 1: the fresh servers
+
+
+def test_p2p_reps_sets_the_starts_of_a_resident_campaign() -> None:
+    cfg = parse_campaign({"starts": 3, "max_starts": 5}, "r.yaml").with_overrides(reps=4)
+    assert (cfg.starts, cfg.max_starts, cfg.reps) == (4, 5, 4)
+    with pytest.raises(ConfigError, match="max_starts"):
+        parse_campaign({"starts": 4, "max_starts": 3}, "r.yaml")
+    assert parse_campaign({"residency": "restart"}, "r.yaml").resident_mode("model") is None
+    assert parse_campaign(None, "r.yaml").resident_mode("model") == "resident"
+    assert parse_campaign(None, "r.yaml").resident_mode("probe") is None
+
+
+def test_resident_servers_split_the_memory_and_sleep_mode_keeps_it() -> None:
+    server = parse_server({"command": [sys.executable, "-m", "x"], "model": "m",
+                           "args": {"gpu_memory_utilization": 0.8}}, "r.yaml")
+    cfg, env = resident_config(server, 2, "resident")
+    assert cfg.args["gpu_memory_utilization"] == 0.4 and env == {}
+    cfg, env = resident_config(parse_server({"command": ["vllm", "serve"], "model": "m"}, "r.yaml"), 2, "resident")
+    assert cfg.args["gpu-memory-utilization"] == 0.45  # vLLM's default 0.9, halved
+    cfg, env = resident_config(server, 2, "sleep")
+    assert cfg.args["gpu_memory_utilization"] == 0.8 and "enable-sleep-mode" in cfg.flags
+    assert env == {"VLLM_SERVER_DEV_MODE": "1"}
+    bad = parse_server({"command": ["vllm"], "model": "m", "args": {"gpu-memory-utilization": "lots"}}, "r.yaml")
+    with pytest.raises(CampaignError, match="gpu-memory-utilization"):
+        resident_config(bad, 2, "resident")
+
+
+def test_a_window_is_sized_from_the_warm_up_rate_with_two_rounds_at_least() -> None:
+    assert window_prompts({"request_throughput": 10.0}, 16, 12.0) == 120
+    assert window_prompts({"request_throughput": 1.0}, 16, 12.0) == 32
+    assert window_prompts({}, 8, 12.0) == 16
