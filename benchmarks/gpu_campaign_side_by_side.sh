@@ -13,6 +13,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W=/tmp/sbs
+if [ "${1:-}" = launch ] && [ "$PWD" != /tmp/sbs/proj ]; then
+  # run from a private copy: the working tree may be re-synced while the campaigns run for many minutes
+  mkdir -p "$W" && rm -rf "$W/proj" && mkdir "$W/proj"
+  tar -C "$PWD" --exclude='./.vw*' --exclude='./.git' -cf - . | tar -C "$W/proj" -xf -
+  exec bash "$W/proj/benchmarks/gpu_campaign_side_by_side.sh" launch
+fi
 export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1
