@@ -47,7 +47,8 @@ print("rigs: new on", new["pairs"], "old on", old["pairs"], f"({gpus} GPUs)")
 EOF
 }
 
-run_one() {  # $1 = new|old
+run_one() {  # $1 = new|old; from $W, as a rig owner's directory (the project's tests/conftest.py switches NVML off)
+  cd "$W"
   python3 -m pytest -p pytest_p2p.plugin -p no:cacheprovider -m p2p --pyargs pytest_p2p.checks.test_campaign \
     --p2p-live --p2p-rig "$W/rig_$1.yaml" --p2p-results "$W/res_$1" -rs -q \
     --junitxml "$W/junit_$1.xml" > "$W/log_$1.txt" 2>&1
