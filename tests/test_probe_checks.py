@@ -14,7 +14,8 @@ import yaml
 
 from pytest_p2p.probes.allreduce import AllReduceResult, Row
 from pytest_p2p.probes.config import Thresholds
-from pytest_p2p.probes.hooks import busbw_problems, latency_problems, replay_index, uplift_table
+from pytest_p2p.probes.hooks import judge_busbw, judge_latency, judge_uplift, replay_index
+from pytest_p2p.stats.decide import Outcome
 
 pytest.importorskip("pytest_p2p.probes.transport")
 pytest.importorskip("pytest_p2p.session")
@@ -60,7 +61,8 @@ def test_replay_passes_and_says_so(pytester):
 def test_busbw_threshold_failure_names_size_and_value(pytester):
     result = run(pytester, "-k", "busbw", busbw=300)
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*arm p2p_on: 128MiB: busbw 2*.* GB/s < 300 GB/s*"])
+    result.stdout.fnmatch_lines(["*arm p2p_on: busbw against probe.thresholds.busbw_min_gbs*",
+                                 "*128MiB: busbw 2*.* GB/s < min 300 GB/s (point comparison*"])
 
 
 def test_wrong_transport_prints_the_proof_lines(pytester, tmp_path):
@@ -99,15 +101,18 @@ def _res(arm: str, times: dict[int, float]) -> AllReduceResult:
     return AllReduceResult((0, 1), arm, [Row.from_time(b, t, 2) for b, t in times.items()], True, [], None)
 
 
-def test_judgements():
+def test_recordings_without_trials_are_judged_by_the_point_rule_and_say_so():
     on = _res("p2p_on", {8192: 10.0, 1 << 27: 470.0})
     off = _res("p2p_off", {8192: 10.4})
     th = Thresholds({1 << 27: 200.0, 1 << 20: 1.0}, {8192: 9.5})
-    assert busbw_problems(on, th) == ["1MiB: not measured (add it to probe.sizes)"]
-    assert latency_problems(on, th) == ["8KiB: 10.0 us > 9.5 us"]
-    lines, problems = uplift_table(on, off, (8192,), 0.05)
-    assert lines == problems and "uplift +4.0% (min 5%)" in problems[0]
-    assert uplift_table(on, off, (8192,), 0.03)[1] == []
+    busbw = judge_busbw(on, th, 0.01)
+    assert [j.line for j in busbw if j.outcome is Outcome.FAIL] == ["1MiB: not measured (add it to probe.sizes)"]
+    assert busbw[1].outcome is Outcome.PASS and "point comparison of one recorded value" in busbw[1].line
+    (lat,) = judge_latency(on, th, 0.01)
+    assert lat.outcome is Outcome.FAIL and lat.line.startswith("8KiB: time 10 us > max 9.5 us (point comparison")
+    (up,) = judge_uplift(on, off, (8192,), 0.05, 0.01)
+    assert up.outcome is Outcome.FAIL and "uplift +4.0 % < min 5 %" in up.line and "no trials" in up.line
+    assert judge_uplift(on, off, (8192,), 0.03, 0.01)[0].outcome is Outcome.PASS
     assert replay_index(REPLAY) == {"gpu0-gpu1": ["p2p_off", "p2p_on"]}
 
 

@@ -10,7 +10,11 @@ cuda-samples' ``p2pBandwidthLatencyTest`` reports, for the pair:
   back to. (p2pBandwidthLatencyTest's "P2P disabled" lets the driver stage the copy in
   chunks; this explicit two-step copy is labelled as such in the result.)
 
-Bandwidth is decimal GB/s; bidirectional counts the bytes of both directions. Small-copy
+Unidirectional bandwidth is measured in rounds (each round: peer and host-staged, both
+directions, ``reps`` copies each); rounds before the measurement settles are set aside with
+their cause (:mod:`pytest_p2p.probes.trials`) and ``trials`` rounds are kept, so the check
+can judge peer against staged on a bound over paired rounds. Bandwidth is decimal GB/s;
+bidirectional counts the bytes of both directions. Small-copy
 latency uses 4-byte copies captured in a CUDA graph when capture works (falls back to
 an eager loop, labelled) so that the number is the copy, not Python's launch overhead.
 """
@@ -35,6 +39,7 @@ def main(argv: list[str]) -> int:
         print(f"[p2p-probe] copy: need 2 visible GPUs, torch sees {torch.cuda.device_count()}", flush=True)
         return 3
     nbytes, reps, lat_reps = int(spec["bytes"]), int(spec["reps"]), int(spec.get("latency_reps", 100))
+    trials = int(spec.get("trials", 10))
     d0, d1 = torch.device("cuda", 0), torch.device("cuda", 1)
     can = {"0->1": bool(torch.cuda.can_device_access_peer(0, 1)), "1->0": bool(torch.cuda.can_device_access_peer(1, 0))}
     big = {0: torch.ones(nbytes // 4, dtype=torch.float32, device=d0),
@@ -75,9 +80,25 @@ def main(argv: list[str]) -> int:
     result: P2PCopyRaw = {"bytes": nbytes, "reps": reps, "can_access_peer": can, "modes": {},
                               "device_names": [torch.cuda.get_device_name(i) for i in range(2)],
                               "torch_version": torch.__version__}
+    from pytest_p2p.probes.trials import Trial, median, run_trials
+
+    rounds: list[dict[str, dict[str, float]]] = []
+
+    def one_round() -> Trial:
+        """Both modes, both directions, side by side: round i of peer and of host-staged form a pair."""
+        r = {mode: {"0->1": bandwidth(mode, [0]), "1->0": bandwidth(mode, [1])} for mode in ("peer", "host_staged")}
+        rounds.append(r)
+        return Trial(min(r["peer"].values()))
+
+    record = run_trials(one_round, trials, unit="GB/s")
+    kept = rounds[len(record.warmup):]
+    result["trials"] = len(kept)
+    result["warmup"] = {"set_aside": [a.to_dict("peer_gbs") for a in record.set_aside], "settled": record.settled}
     for mode in ("peer", "host_staged"):
+        per_dir = {d: [r[mode][d] for r in kept] for d in ("0->1", "1->0")}
         m: CopyMode = {
-            "unidir_gbs": {"0->1": bandwidth(mode, [0]), "1->0": bandwidth(mode, [1])},
+            "unidir_gbs": {d: median(v) for d, v in per_dir.items()},
+            "unidir_trials_gbs": per_dir,
             "bidir_gbs": bandwidth(mode, [0, 1]),
         }
         m["latency_us"], m["latency_timing"] = _latency(torch, mode, lat_reps)

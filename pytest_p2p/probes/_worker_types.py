@@ -57,6 +57,8 @@ class Tensor(Protocol):
 
     def numel(self) -> int: ...
 
+    def tolist(self) -> list[float]: ...
+
 
 class CudaStream(Protocol):
     """``torch.cuda.Stream``."""
@@ -65,6 +67,18 @@ class CudaStream(Protocol):
     def cuda_stream(self) -> int: ...
 
     def wait_stream(self, stream: CudaStream, /) -> None: ...
+
+
+class CudaEvent(Protocol):
+    """``torch.cuda.Event(enable_timing=True)``."""
+
+    def record(self, stream: CudaStream | None = None) -> None: ...
+
+    def query(self) -> bool: ...
+
+    def synchronize(self) -> None: ...
+
+    def elapsed_time(self, end_event: CudaEvent, /) -> float: ...  # milliseconds
 
 
 class CudaGraph(Protocol):
@@ -88,6 +102,8 @@ class Cuda(Protocol):
 
     def CUDAGraph(self) -> CudaGraph: ...  # torch's name
 
+    def Event(self, enable_timing: bool = False) -> CudaEvent: ...  # torch's name
+
     def graph(self, cuda_graph: CudaGraph, *, stream: CudaStream | None = None,
               capture_error_mode: str = "global") -> AbstractContextManager[object]: ...
 
@@ -104,11 +120,14 @@ class Torch(Protocol):
     @property
     def float32(self) -> DType: ...
 
+    @property
+    def float64(self) -> DType: ...
+
     def device(self, type: str, index: int, /) -> Device: ...
 
     def arange(self, end: int, *, device: Device, dtype: DType) -> Tensor: ...
 
-    def tensor(self, data: list[int], *, dtype: DType, device: Device) -> Tensor: ...
+    def tensor(self, data: list[int] | list[float], *, dtype: DType, device: Device) -> Tensor: ...
 
     def ones(self, size: int, *, dtype: DType, device: Device) -> Tensor: ...
 
@@ -141,6 +160,7 @@ class AllReduceSpec(TypedDict):
     direct: bool
     graph_launches: int
     out: str
+    trials: int
 
 
 class _CheckRequired(TypedDict):
@@ -160,18 +180,24 @@ class CopyMode(TypedDict, total=False):
     """One copy mode's measurements in the copy worker's result."""
 
     unidir_gbs: dict[str, float]
+    unidir_trials_gbs: dict[str, list[float]]
     bidir_gbs: float
     latency_us: dict[str, float]
     latency_timing: str
     method: str
 
 
-class P2PCopyRaw(TypedDict):
-    """What the copy worker writes."""
-
+class _P2PCopyRawRequired(TypedDict):
     bytes: int
     reps: int
     can_access_peer: dict[str, bool]
     modes: dict[str, CopyMode]
     device_names: list[str]
     torch_version: str
+
+
+class P2PCopyRaw(_P2PCopyRawRequired, total=False):
+    """What the copy worker writes (``trials`` and ``warmup`` since it times rounds)."""
+
+    trials: int
+    warmup: dict[str, object]

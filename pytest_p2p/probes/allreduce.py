@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +32,7 @@ from ..util import atomic_write_json, atomic_write_text, format_size
 from ._jsonneed import need_dict, need_list, to_float, to_int
 from .arms import Arm
 from .config import ProbeConfig
+from .trials import SetAside, TrialRecord
 
 if TYPE_CHECKING:
     from ._worker_types import AllReduceSpec
@@ -58,15 +59,53 @@ def busbw_factor(op: str, nranks: int) -> float:
 
 @dataclass
 class Row:
+    """One size. ``time_us`` is the median of the kept trials (a recording made before trials: its one value).
+
+    The trial fields are empty for such a recording; the checks then judge it by the old point
+    rule and say so, because one measurement has no spread to put a bound on.
+    """
+
     bytes: int
     time_us: float
     algbw_gbs: float
     busbw_gbs: float
+    trials_us: tuple[float, ...] = ()  # the kept trials, each the ranks' mean time per all-reduce
+    warmup_us: tuple[float, ...] = ()  # the warm-up trials, set aside
+    set_aside: tuple[SetAside, ...] = ()  # every trial left out, with its cause (cold, warm-up, host-bound)
+    settled: bool | None = None  # did two consecutive warm-up trials agree (None: no trials recorded)
+    nranks: int = 2
 
     @classmethod
     def from_time(cls, nbytes: int, time_us: float, nranks: int) -> Row:
         alg = algbw_gbs(nbytes, time_us)
-        return cls(nbytes, time_us, alg, alg * busbw_factor("all_reduce", nranks))
+        return cls(nbytes, time_us, alg, alg * busbw_factor("all_reduce", nranks), nranks=nranks)
+
+    @classmethod
+    def from_trials(cls, nbytes: int, record: TrialRecord, nranks: int) -> Row:
+        row = cls.from_time(nbytes, record.median, nranks)
+        return replace(row, trials_us=record.kept, warmup_us=record.warmup, set_aside=record.set_aside,
+                       settled=record.settled)
+
+    def busbw_trials(self) -> list[float]:
+        """Bus bandwidth of each kept trial (GB/s)."""
+        factor = busbw_factor("all_reduce", self.nranks)
+        return [algbw_gbs(self.bytes, t) * factor for t in self.trials_us]
+
+    def to_dict(self) -> JSONObject:
+        """The recorded row: the four numbers of old recordings, and the trial fields when there are trials."""
+        d: JSONObject = {"bytes": self.bytes, "time_us": self.time_us, "algbw_gbs": self.algbw_gbs,
+                         "busbw_gbs": self.busbw_gbs, "size": format_size(self.bytes)}
+        if self.trials_us:
+            d.update({"trials_us": list(self.trials_us), "warmup_us": list(self.warmup_us),
+                      "set_aside": [a.to_dict("time_us") for a in self.set_aside], "settled": self.settled})
+        return d
+
+    @classmethod
+    def from_recorded(cls, r: Mapping[str, object], nranks: int) -> Row:
+        """A recorded row (``TypeError``/``KeyError``/``ValueError`` for a wrong shape; the caller names the file)."""
+        row = cls(to_int(r["bytes"]), to_float(r["time_us"]), to_float(r["algbw_gbs"]), to_float(r["busbw_gbs"]),
+                  nranks=nranks)
+        return _with_trials(row, r)
 
 
 @dataclass
@@ -99,7 +138,7 @@ class AllReduceResult:
             "probe": "allreduce",
             "pair": list(self.pair),
             "arm": self.arm,
-            "rows": [vars(r) | {"size": format_size(r.bytes)} for r in self.rows],
+            "rows": [r.to_dict() for r in self.rows],
             "correct": self.correct,
             "checks": self.checks,
             "log": self.log_path.name if self.log_path else None,
@@ -116,11 +155,12 @@ class AllReduceResult:
                 raise ValueError(f"not an all-reduce probe result of schema {SCHEMA}")
             pair_ids = need_list(d["pair"], "pair")
             pair = (to_int(pair_ids[0]), to_int(pair_ids[1]))
-            rows = [Row(to_int(r["bytes"]), to_float(r["time_us"]), to_float(r["algbw_gbs"]), to_float(r["busbw_gbs"]))
-                    for r in _objects(d["rows"], "rows")]
+            meta = dict(need_dict(d.get("meta", {}), "meta"))
+            nranks = to_int(meta.get("world_size") or 2)
+            rows = [Row.from_recorded(r, nranks) for r in _objects(d["rows"], "rows")]
             nccl_tests = d.get("nccl_tests")
             return cls(pair, str(d["arm"]), rows, bool(d["correct"]), _objects(d.get("checks", []), "checks"),
-                       log_path, None, dict(need_dict(d.get("meta", {}), "meta")),
+                       log_path, None, meta,
                        None if nccl_tests is None else need_dict(nccl_tests, "nccl_tests"))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise ProbeError(f"{source}: unreadable all-reduce probe result ({type(exc).__name__}: {exc})") from None
@@ -236,6 +276,7 @@ def run_allreduce(
     spec: AllReduceSpec = {
         "sizes": list(cfg.sizes), "check_sizes": check_sizes, "iters": cfg.iters, "warmup": cfg.warmup,
         "graph": cfg.graph, "direct": cfg.direct, "graph_launches": cfg.graph_launches, "out": str(raw_path),
+        "trials": cfg.trials,
     }
     atomic_write_json(spec_path, spec)
     port = free_port()
@@ -270,12 +311,16 @@ def result_from_raw(pair: tuple[int, int], arm: Arm, raw: Mapping[str, object], 
     """Turn the worker's times into rows (bandwidths computed here, where they are tested)."""
     try:
         n = to_int(raw["world_size"])
-        rows = [Row.from_time(to_int(r["bytes"]), to_float(r["time_us"]), n) for r in _objects(raw["rows"], "rows")]
+        rows = [_with_trials(Row.from_time(to_int(r["bytes"]), to_float(r["time_us"]), n), r)
+                for r in _objects(raw["rows"], "rows")]
         checks = _objects(raw["checks"], "checks")
         correct = bool(checks) and all(to_int(c["wrong"]) == 0 for c in checks)
         meta: JSONObject = {k: raw.get(k) for k in ("world_size", "graph", "timing_method", "iters", "warmup",
                                                     "graph_launches", "torch_version", "nccl_version",
                                                     "device_names")}
+        for k in ("trials", "gate", "ramp_s"):  # written by workers that time trials; absent before
+            if k in raw:
+                meta[k] = raw[k]
     except (KeyError, TypeError, ValueError) as exc:
         raise ProbeError(f"{source}: malformed worker result ({type(exc).__name__}: {exc})") from None
     try:
@@ -283,6 +328,15 @@ def result_from_raw(pair: tuple[int, int], arm: Arm, raw: Mapping[str, object], 
     except (TypeError, ValueError):  # only a label: a malformed count must not lose the measurement
         total = 0
     meta["timing"] = {
+        "direct-events": "direct ncclAllReduce calls back to back (as nccl-tests' own loop), queued behind a gate "
+                         "kernel and timed by CUDA events, per trial; mean over ranks",
+        "direct-graph-events": f"CUDA graph of {raw.get('iters')} direct ncclAllReduce calls (as nccl-tests -G), "
+                               "replays queued behind a gate kernel and timed by CUDA events, per trial; "
+                               "mean over ranks",
+        "graph-events": f"CUDA graph of {raw.get('iters')} torch all-reduces, replays queued behind a gate kernel "
+                        "and timed by CUDA events, per trial; mean over ranks",
+        "eager-events": "torch all-reduces back to back, queued behind a gate kernel and timed by CUDA events, "
+                        "per trial; mean over ranks",
         "direct-graph": f"CUDA graph of {raw.get('iters')} direct ncclAllReduce calls x "
                         f"{raw.get('graph_launches')} replays (as nccl-tests -G), mean over ranks",
         "direct": f"{total} back-to-back direct ncclAllReduce calls on one stream (as nccl-tests), "
@@ -292,6 +346,20 @@ def result_from_raw(pair: tuple[int, int], arm: Arm, raw: Mapping[str, object], 
     }.get(str(raw.get("timing_method") or ("graph" if raw.get("graph") else "eager")),
           "eager torch loop (includes Python launch overhead), mean over ranks")
     return AllReduceResult(pair, arm.name, rows, correct, checks, log_path, None, meta)
+
+
+def _with_trials(row: Row, r: Mapping[str, object]) -> Row:
+    """``row`` with the trial fields of a recorded or raw row, when it has them (older ones do not)."""
+    if "trials_us" not in r:
+        return row
+    kept = tuple(to_float(x) for x in need_list(r["trials_us"], "trials_us"))
+    warm = tuple(to_float(x) for x in need_list(r.get("warmup_us", []), "warmup_us"))
+    aside = tuple(SetAside(to_float(a["time_us"]), str(a["cause"]))
+                  for a in (need_dict(x, "an item of set_aside") for x in need_list(r.get("set_aside", []),
+                                                                                  "set_aside")))
+    settled = r.get("settled")
+    return replace(row, trials_us=kept, warmup_us=warm, set_aside=aside,
+                   settled=None if settled is None else bool(settled))
 
 
 def _objects(value: object, what: str) -> list[JSONObject]:

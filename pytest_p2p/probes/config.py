@@ -19,7 +19,7 @@ from ..util import format_size
 from ..validate import boolean, float_in, int_in, join, mapping, percent, sequence, size, string
 
 PROBE_KEYS = ("sizes", "decode_sizes", "decode", "iters", "warmup", "graph", "direct", "graph_launches", "timeout_s",
-              "thresholds", "uplift", "arms", "copy_bytes", "copy_reps", "nccl_tests")
+              "thresholds", "uplift", "arms", "copy_bytes", "copy_reps", "nccl_tests", "trials", "alpha")
 THRESHOLD_KINDS = ("busbw_min_gbs", "latency_max_us")
 DECODE_KEYS = ("hidden", "tp", "batches", "dtype_bytes")
 UPLIFT_KEYS = ("faster", "slower", "at", "min")
@@ -32,6 +32,7 @@ MAX_SIZE = 16 * 1024**3  # one all-reduce / copy buffer
 MAX_COUNT = 100_000  # iterations, warm-ups, launches, copy repetitions
 MAX_TIMEOUT_S = 7 * 86400.0
 MAX_THRESHOLD = 1e9  # GB/s or us
+MAX_TRIALS = 1000  # timed trials per size: each costs a few ms at decode sizes, far more at 256 MiB
 
 
 @dataclass(frozen=True)
@@ -59,11 +60,16 @@ class Uplift:
 class ProbeConfig:
     sizes: tuple[int, ...] = tuple(sorted(set(DEFAULT_SIZES) | set(DEFAULT_DECODE_SIZES)))
     decode_sizes: tuple[int, ...] = DEFAULT_DECODE_SIZES
-    iters: int = 20  # all-reduces per timed batch (per captured graph)
+    iters: int = 20  # all-reduces per captured graph; iters x graph_launches = most all-reduces in one trial
     warmup: int = 5  # eager all-reduces per size before capture (and before timing)
-    graph: bool = True  # capture the timed batch in a CUDA graph (nccl-tests -G): stable; see docs/performance.md
+    # False: back-to-back launches queued behind a gate kernel, timed by CUDA events (nccl-tests' own loop
+    # without its host-bound failure); True: the batch captured in a CUDA graph (nccl-tests -G), which costs
+    # NCCL's per-op graph nodes at small sizes; see docs/performance.md
+    graph: bool = False
     direct: bool = True  # time with back-to-back ncclAllReduce calls through ctypes (falls back to the torch path)
-    graph_launches: int = 5  # timed replays of the captured batch
+    graph_launches: int = 5  # replays of the captured batch per trial
+    trials: int = 10  # timed trials per size after the warm-up (which is set aside): the checks judge on them
+    alpha: float = 0.01  # each one-sided bound of the probe checks' intervals (98 % two-sided)
     timeout_s: float = 300.0  # whole probe, per arm and pair
     thresholds: Thresholds = field(default_factory=Thresholds)
     per_arm_thresholds: Mapping[str, Thresholds] = field(default_factory=dict)
@@ -115,6 +121,8 @@ class _ProbeFields(TypedDict, total=False):
     copy_bytes: int
     copy_reps: int
     nccl_tests: bool
+    trials: int
+    alpha: float
 
 
 class _UpliftFields(TypedDict, total=False):
@@ -127,6 +135,8 @@ class _UpliftFields(TypedDict, total=False):
 #: the section's counts and their lower bounds; its switches
 _COUNT_KEYS: tuple[tuple[Literal["iters", "warmup", "graph_launches", "copy_reps"], int], ...] = (
     ("iters", 1), ("warmup", 0), ("graph_launches", 1), ("copy_reps", 1))
+#: the alpha of the probe checks' bounds: 0.0005 (99.9 % intervals) .. 0.25 (50 %)
+ALPHA_RANGE = (0.0005, 0.25)
 _BOOL_KEYS: tuple[Literal["graph", "direct", "nccl_tests"], ...] = ("graph", "direct", "nccl_tests")
 
 
@@ -149,6 +159,10 @@ def parse_probe(value: object, source: str, path: str) -> ProbeConfig:
     for switch in _BOOL_KEYS:
         if switch in body:
             kw[switch] = boolean(body[switch], source, join(path, switch))
+    if "trials" in body:  # 2 at least: one trial has no spread, so no bound
+        kw["trials"] = int_in(body["trials"], source, join(path, "trials"), 2, MAX_TRIALS)
+    if "alpha" in body:
+        kw["alpha"] = float_in(body["alpha"], source, join(path, "alpha"), *ALPHA_RANGE)
     if "timeout_s" in body:
         kw["timeout_s"] = float_in(body["timeout_s"], source, join(path, "timeout_s"), 1, MAX_TIMEOUT_S)
     if "copy_bytes" in body:

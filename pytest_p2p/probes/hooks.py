@@ -32,7 +32,7 @@ from ..util import format_size
 from .allreduce import AllReduceResult
 from .arms import Arm
 from .config import ProbeConfig
-from .judge import busbw_problems, latency_problems, uplift_table
+from .judge import Judgement, judge_busbw, judge_copy, judge_latency, judge_uplift, overall
 from .p2pcopy import P2PCopyResult
 from .replay import load_allreduce, load_copy, probes_dir, replay_index
 
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from ..evidence.model import Evidence
     from ..session import P2PSession
 
-__all__ = ["ProbeCase", "ProbeState", "busbw_problems", "cuda_indices", "latency_problems", "load_allreduce",
-           "load_copy", "probe_state", "probes_dir", "replay_index", "uplift_table"]
+__all__ = ["Judgement", "ProbeCase", "ProbeState", "cuda_indices", "judge_busbw", "judge_copy", "judge_latency",
+           "judge_uplift", "load_allreduce", "load_copy", "overall", "probe_state", "probes_dir", "replay_index"]
 _T = TypeVar("_T")
 
 DEMO_PROBES = "probes"

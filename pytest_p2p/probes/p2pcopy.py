@@ -41,6 +41,7 @@ class CopyModeResult(_CopyModeMeasured, total=False):
 
     latency_timing: object  # how the latency was timed (the worker writes a string)
     method: object  # how the copy was made (the worker writes a string)
+    unidir_trials_gbs: dict[str, list[float]]  # direction -> GB/s of each kept round (absent before trials)
 
 
 @dataclass
@@ -59,6 +60,17 @@ class P2PCopyResult:
     def unidir_gbs(self, mode: str) -> float:
         """The slower direction: a pair is as good as its worse way."""
         return float(min(self.modes[mode]["unidir_gbs"].values()))
+
+    def unidir_trials(self, mode: str) -> list[float]:
+        """The slower direction of each kept round (``[]`` for a recording made before trials).
+
+        Peer and host-staged rounds alternate in the worker, so round ``i`` of one mode and
+        round ``i`` of the other ran side by side: a pair.
+        """
+        per_dir = self.modes[mode].get("unidir_trials_gbs")
+        if not per_dir:
+            return []
+        return [min(values) for values in zip(*per_dir.values(), strict=True)]
 
     def latency_us(self, mode: str) -> float:
         return float(max(self.modes[mode]["latency_us"].values()))
@@ -94,6 +106,12 @@ def _mode(recorded: JSONObject, name: str) -> CopyModeResult:
         mode["latency_timing"] = recorded["latency_timing"]
     if "method" in recorded:
         mode["method"] = recorded["method"]
+    if "unidir_trials_gbs" in recorded:
+        trials = need_dict(recorded["unidir_trials_gbs"], f"modes.{name}.unidir_trials_gbs")
+        mode["unidir_trials_gbs"] = {k: [to_float(x) for x in need_list(v, f"modes.{name}.unidir_trials_gbs.{k}")]
+                                     for k, v in trials.items()}
+        if len({len(v) for v in mode["unidir_trials_gbs"].values()}) > 1:
+            raise ValueError(f"modes.{name}.unidir_trials_gbs: the directions have different trial counts")
     return mode
 
 
@@ -117,7 +135,7 @@ def run_p2p_copy(
     if raw_path.exists():
         raw_path.unlink()
     atomic_write_json(spec_path, {"bytes": cfg.copy_bytes - cfg.copy_bytes % 4, "reps": cfg.copy_reps,
-                                  "latency_reps": 100, "out": str(raw_path)})
+                                  "latency_reps": 100, "trials": cfg.trials, "out": str(raw_path)})
     env = subprocess_env(pair, rig_env, nccl_debug=None)
     cmd = [*(worker or [python, "-m", WORKER_MODULE]), str(spec_path)]
     run_ranks([cmd], [env], [log], cfg.timeout_s, what)
@@ -126,7 +144,7 @@ def run_p2p_copy(
         if not isinstance(raw, dict):
             raise ValueError(f"expected a JSON object, got {type(raw).__name__}")
         raw.update({"schema": SCHEMA, "probe": "p2pcopy", "pair": list(pair)})
-        meta = {k: raw.pop(k) for k in ("reps", "device_names", "torch_version") if k in raw}
+        meta = {k: raw.pop(k) for k in ("reps", "device_names", "torch_version", "trials", "warmup") if k in raw}
         raw["meta"] = meta
     except (OSError, ValueError) as exc:
         raise ProbeError(f"{what}: no readable result {raw_path} ({exc}); last log line: {last_line([log])}") from None

@@ -136,6 +136,64 @@ def decide_uplift(on: Sequence[float], off: Sequence[float], *, threshold: float
                     why, p_fail)
 
 
+def decide_uplift_unpaired(on: Sequence[float], off: Sequence[float], *, threshold: float,
+                           higher_is_better: bool = True, alpha: float, quantity: str = "uplift") -> Decision:
+    """:func:`decide_uplift` for two arms whose values were not measured side by side (Welch).
+
+    Why a second rule: the probe measures each arm in its own processes (the arm's
+    environment is fixed when NCCL starts), so trial ``i`` of one arm has no partner in
+    the other; pairing them by index would invent a correlation.  The estimate is the
+    ratio of the arms' geometric means minus one; its interval is Welch's t on the log
+    values (Welch-Satterthwaite degrees of freedom), one-sided at ``alpha`` per bound as
+    in :func:`decide_uplift`.  ``n`` is the smaller arm's count; ``pairs_needed`` is the
+    values per arm that would probably decide it.  The interval covers the spread *within*
+    each arm's runs only: what moves a whole run (another process, another day) is not in
+    it, which is why a campaign pairs interleaved runs instead.
+    """
+    if not 0 < alpha < 0.5:
+        raise StatsError(f"alpha must be in (0, 0.5), got {alpha}")
+    if threshold <= -1:
+        raise StatsError(f"an uplift threshold must be above -100 %, got {threshold}")
+    sign = 1.0 if higher_is_better else -1.0
+    a = [math.log(x) for x in _numbers(on, "on")]
+    b = [math.log(x) for x in _numbers(off, "off")]
+    n = min(len(a), len(b))
+    thr = math.log1p(threshold)
+    level = 1 - 2 * alpha
+    if n == 0:
+        return Decision(quantity, Outcome.INCONCLUSIVE, math.nan, -1.0, math.inf, level, threshold, 0, None,
+                        "no values measured in one of the arms")
+    ma, mb = math.fsum(a) / len(a), math.fsum(b) / len(b)
+    m = sign * (ma - mb)
+    est = math.expm1(m)
+    if n < 2:
+        return Decision(quantity, Outcome.INCONCLUSIVE, est, -1.0, math.inf, level, threshold, n, None,
+                        f"{quantity} {_pct(est)} from 1 value in an arm: the spread is unknown, at least 2 per arm "
+                        f"are needed")
+    va = math.fsum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
+    vb = math.fsum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
+    se = math.sqrt(va + vb)
+    pooled_df = float(len(a) + len(b) - 2)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else pooled_df
+    tq = t_quantile(1 - alpha, df)
+    lo, hi = m - tq * se, m + tq * se
+    p_fail = t_cdf((m - thr) / se, df) if se > 0 else (0.0 if m < thr else 1.0)
+    head = (f"{quantity} {_pct(est)} ({level * 100:.4g} % CI {_pct(math.expm1(lo))} .. "
+            f"{_pct(math.expm1(hi))}, {len(a)} and {len(b)} values) vs threshold {_pct(threshold)}")
+    need: int | None = None
+    if lo >= thr:
+        outcome, why = Outcome.PASS, f"{head}: the lower bound clears it"
+    elif hi < thr:
+        outcome, why = Outcome.FAIL, f"{head}: the upper bound is below it"
+    else:
+        outcome = Outcome.INCONCLUSIVE
+        need = pairs_for(se * math.sqrt(n), abs(m - thr), alpha)
+        more = (f"about {need} values per arm would decide it" if need is not None
+                else "the estimate sits on the threshold: no number of values decides it")
+        why = f"{head}: inconclusive, the interval straddles the threshold; {more}"
+    return Decision(quantity, outcome, est, math.expm1(lo), math.expm1(hi), level, threshold, n, need, why, p_fail)
+
+
 def _median(xs: Sequence[float]) -> float:
     ys = sorted(xs)
     k = len(ys) // 2
