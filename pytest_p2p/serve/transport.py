@@ -561,7 +561,11 @@ class SDKTransport:
                 async for raw in resp.iter_bytes():
                     on_bytes(raw, time.perf_counter())
         except openai.APIStatusError as exc:
-            raise StreamError(f"HTTP {exc.status_code}: {str(exc.message)[:200]}") from None
+            try:  # the server's own words, as the raw transport gives them ("Error code: 500" says nothing)
+                said = _error_message(await exc.response.aread())
+            except Exception:  # noqa: BLE001 - the body is a courtesy: the status is the failure
+                said = str(exc.message)
+            raise StreamError(f"HTTP {exc.status_code}: {said[:200]}") from None
         except openai.APITimeoutError:
             raise asyncio.TimeoutError() from None
         except openai.APIConnectionError as exc:
