@@ -106,6 +106,13 @@ def timestamp_errors(records: list[RequestRecord], sends: dict[str, list[float]]
     }
 
 
+def _marked(row: dict[str, object]) -> str:
+    """Whether the result said its timestamps may be late, and whether it had to (ITL error p99 > 1 ms)."""
+    late, needed = bool(row["client_lateness"]), float(row["itl_err_p99_ms"]) > 1.0  # type: ignore[arg-type]
+    return {(True, True): "yes (needed)", (True, False): "yes", (False, True): "NO: silently wrong",
+            (False, False): "no"}[(late, needed)]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64, 256])
@@ -162,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
                     "client_loop_lag_p99_ms": res.client_loop_lag_p99_ms,
                     "client_saturated": res.client_saturated, "client_reshards": len(res.reshards),
                     "client_timestamps": res.client_timestamps,
+                    # what the lateness check saw: a run whose ITL error p99 is > 1 ms must be marked here
+                    "client_lateness": res.client_lateness, "client_merged_chunk_share": res.client_merged_share,
+                    "client_read_lag_p99_ms": res.client_read_lag_p99_ms,
+                    "client_run_queue_share": res.client_run_queue_share,
                     # warm-up tokens cost client CPU too, so they count towards the ceiling
                     "client_ceiling_tok_s": (tokens + (warm - res.warmup_failed) * args.output_len) / cpu
                     if cpu else float("inf"),
@@ -172,15 +183,19 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
     head = ("| transport | C | client processes | tok/s ingested | client CPU (busiest process) | "
-            "client ceiling tok/s per CPU-s | stand-in CPU | TTFT err p99 ms | ITL err p99 ms | ITL err max ms |")
-    print("\n" + head + "\n|" + "---|" * 10)
+            "client ceiling tok/s per CPU-s | stand-in CPU | TTFT err p99 ms | ITL err p99 ms | ITL err max ms | "
+            "merged chunks | marked late |")
+    print("\n" + head + "\n|" + "---|" * 12)
     for row in rows:
         late = f" (after {row['client_reshards']} late)" if row["client_reshards"] else ""
         print(f"| {row['transport']} | {row['concurrency']} | {row['client_processes']}{late} | "
               f"{row['output_tok_s']:.0f} | "
               f"{row['client_cpu_util_max'] * 100:.0f} % | "
               f"{row['client_ceiling_tok_s']:.0f} | {row['standin_cpu_util'] * 100:.0f} % | "
-              f"{row['ttft_err_p99_ms']:.3f} | {row['itl_err_p99_ms']:.3f} | {row['itl_err_max_ms']:.3f} |")
+              f"{row['ttft_err_p99_ms']:.3f} | {row['itl_err_p99_ms']:.3f} | {row['itl_err_max_ms']:.3f} | "
+              f"{row['client_merged_chunk_share']:.2%} | {_marked(row)} |")
+    silent = [r for r in rows if r["itl_err_p99_ms"] > 1.0 and not r["client_lateness"]]
+    print(f"\nruns with ITL error p99 > 1 ms not marked late: {len(silent)} of {len(rows)}")
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
                                          "cpus": cpus, "loadavg": os.getloadavg(), "python": sys.version}, indent=2))

@@ -136,8 +136,8 @@ def test_a_failing_client_process_is_a_server_error_not_a_traceback() -> None:
     """A sharded run whose client process dies raises the user-facing ServerError (the campaign reports those)."""
     from pytest_p2p.errors import ServerError
 
-    with pytest.raises(ServerError, match="client process failed: ServerError: raw transport"):
-        run_load("https://127.0.0.1:9", "key", "m", concurrency=2, num_prompts=2, input_len=1, output_len=1,
+    with pytest.raises(ServerError, match="client process failed: ServerError: raw transport: base URL"):
+        run_load("ftp://127.0.0.1:9", "key", "m", concurrency=2, num_prompts=2, input_len=1, output_len=1,
                  warmup=0, client_processes=2, tokenizer="standin-words")
     with pytest.raises(ServerError, match="base_url must be a string"):
         run_load(12345, "key", "m", concurrency=1, num_prompts=1, input_len=1, output_len=1)  # type: ignore[arg-type]
@@ -164,6 +164,7 @@ def test_closed_loop_client_processes_draw_from_one_pool(monkeypatch: pytest.Mon
 
     class NoTransport:
         stamps = "event loop"
+        read_lags: list[float] = []  # noqa: RUF012
 
         async def open(self, n: int) -> None:
             return None

@@ -51,11 +51,54 @@ def test_good_stream_counts_server_usage() -> None:
     ({"prompt_tokens": 5, "completion_tokens": -1}, "not a count"),
     ({"prompt_tokens": 5, "completion_tokens": True}, "not a count"),
     ({"prompt_tokens": "x", "completion_tokens": 3}, "prompt_tokens"),
-    ({"prompt_tokens": 5}, "no usage report"),
 ])
 def test_malformed_usage_is_a_stream_error(usage: Any, reason: str) -> None:
     with pytest.raises(StreamError, match=reason):
         _parse(_sse(*TOKENS, {"choices": [], "usage": usage}, b"[DONE]"))
+
+
+@pytest.mark.parametrize("usage", [None, {"prompt_tokens": 5}])
+def test_a_stream_without_a_usage_count_keeps_its_text_for_the_tokenizer(usage: Any) -> None:
+    """bench re-tokenises the text when the server says nothing; the parser keeps it (was: 100 % failed)."""
+    events = [*TOKENS, {"choices": [], "usage": usage}] if usage else TOKENS
+    rec = _parse(_sse(*events, b"[DONE]"), splits=[7, 50])
+    assert rec.output_tokens == -1 and rec.generated_text == " a a a" and len(rec.itl) == 2
+
+
+def test_chat_stream_without_usage_keeps_the_delta_text() -> None:
+    chunks = [{"choices": [{"delta": {"role": "assistant"}}]}, {"choices": [{"delta": {"content": "hi"}}]},
+              {"choices": [{"delta": {"content": " there"}}]}]
+    rec = _parse(_sse(*chunks, b"[DONE]"), chat=True)
+    assert rec.generated_text == "hi there" and rec.output_tokens == -1 and len(rec.itl) == 1
+
+
+@pytest.mark.parametrize("eol", [b"\r\n", b"\r"])
+@settings(deadline=None, max_examples=40)
+@given(splits=st.lists(st.integers(0, 400), max_size=8))
+def test_crlf_and_cr_line_ends_parse_like_lf(eol: bytes, splits: list[int]) -> None:
+    """sse-starlette ends lines with CRLF (legal SSE): 100 % of requests failed before; cut anywhere, even in a CRLF."""
+    lf = _sse(*TOKENS, USAGE, b"[DONE]")
+    rec = _parse(lf.replace(b"\n", eol), splits)
+    ref = _parse(lf)
+    assert (rec.output_tokens, rec.server_prompt_tokens, len(rec.itl)) == (3, 5, 2) == (
+        ref.output_tokens, ref.server_prompt_tokens, len(ref.itl))
+
+
+def test_sse_comments_fields_and_multiline_data_follow_the_spec() -> None:
+    data = (b": ping\n\nevent: message\nid: 1\ndata: {\"choices\":\n"
+            b"data: [{\"text\": \"x\"}]}\n\n" + _sse(USAGE) + b"data: [DONE]")  # no blank line after the last
+    rec = _parse(data)
+    assert rec.output_tokens == 3 and rec.ttft == 1.0
+
+
+def test_chunks_read_together_are_counted_as_merged() -> None:
+    rec = RequestRecord(start_time=0.0)
+    p = StreamParser(rec, chat=False)
+    p.feed(_sse(TOKENS[0]), 1.0)
+    p.feed(_sse(TOKENS[0], TOKENS[0]), 2.0)  # the loop missed a gap: the first of these two carries 2.0
+    p.feed(_sse(USAGE, b"[DONE]"), 3.0)
+    p.finish()
+    assert p.merged == 1 and p.events == 3
 
 
 @pytest.mark.parametrize(("events", "reason"), [
@@ -224,8 +267,9 @@ def test_a_fresh_connection_closed_unanswered_is_a_failure_not_a_retry() -> None
     assert asyncio.run(go()) == ("server closed the connection before answering", 1)
 
 
-def test_raw_transport_refuses_https() -> None:
+@pytest.mark.parametrize("url", ["ftp://example.invalid", "http://:80", "http://h:99999"])
+def test_raw_transport_refuses_what_is_not_an_http_url(url: str) -> None:
     from pytest_p2p.errors import ServerError
 
-    with pytest.raises(ServerError, match="not http://HOST:PORT"):
-        RawTransport("https://example.invalid", "k")
+    with pytest.raises(ServerError, match="raw transport: base URL"):
+        RawTransport(url, "k")

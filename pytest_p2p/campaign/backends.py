@@ -147,7 +147,7 @@ class ModelBackend:
                              request_timeout_s=self.campaign.request_timeout_s or self.server.request_timeout_s,
                              endpoint=load.endpoint, transport=load.transport,
                              tokenizer=load.tokenizer,  # None: the loadgen asks the server (finds a stand-in too)
-                             client_processes=load.client_processes,
+                             client_processes=load.client_processes, **load.client_options(),
                              # a measured rep's telemetry window must hold one run: a late rep is kept (flagged)
                              # and the next gets more client processes; the warm-up, before the window, may re-run
                              reshard=reshard))

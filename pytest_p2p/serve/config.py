@@ -17,6 +17,8 @@ import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypedDict
 
 from ..errors import ConfigError
 from ..jsontypes import JSONObject
@@ -32,7 +34,10 @@ _KEYS = (
     "request_timeout_s", "teardown_timeout_s", "idle_memory_tolerance_mib", "simulated", "load",
 )
 _LOAD_KEYS = ("input_len", "output_len", "num_prompts", "warmup", "seed", "endpoint", "client_processes", "transport",
-              "tokenizer", "request_rate")
+              "tokenizer", "request_rate", "burstiness", "headers", "extra_body", "ca_file", "proxy",
+              "connect_timeout_s")
+#: headers the load client sets itself (a rig's value would make the request malformed)
+_OWN_HEADERS = ("host", "content-length", "transfer-encoding", "x-request-id")
 #: upper bounds of the section's numbers: far beyond any real use, small enough to never hang or overflow
 MAX_TIMEOUT_S = 7 * 86400.0
 MAX_TOKENS = 1_000_000
@@ -40,6 +45,17 @@ MAX_PROMPTS = 10_000_000
 MAX_REQUEST_RATE = 1e6  # requests/s: one client machine sends far fewer; 'inf' is the closed loop
 # Flags the launcher owns: a rig that sets them would fight the per-run values.
 _RESERVED = ("host", "port", "api-key")
+
+
+class ClientKeywords(TypedDict):
+    """The load generator's keywords for the ``load:`` keys that say how to reach an endpoint."""
+
+    burstiness: float
+    headers: tuple[tuple[str, str], ...]
+    extra_body: dict[str, object]
+    ca_file: str | None
+    proxy: str
+    connect_timeout_s: float
 
 
 @dataclass(frozen=True)
@@ -56,6 +72,19 @@ class LoadDefaults:
     transport: str = "raw"  # raw | openai | aiohttp (serve/transport.py)
     tokenizer: str | None = None  # None: the model directory (vLLM) or the stand-in's words
     request_rate: float = float("inf")  # requests/s (Poisson); inf: closed loop at the concurrency
+    burstiness: float = 1.0  # gamma shape of the arrival gaps, as vllm bench serve's --burstiness
+    # a user-supplied endpoint (serve/transport.py ClientOptions; docs/metrics.md)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    extra_body: Mapping[str, object] = field(default_factory=dict)  # merged into every request, as bench's
+    ca_file: str | None = None
+    proxy: str = "env"  # env | none | http://HOST:PORT
+    connect_timeout_s: float = 10.0
+
+    def client_options(self) -> ClientKeywords:
+        """The load generator's keywords for these keys (``make_spec(**load.client_options())``)."""
+        return {"burstiness": self.burstiness, "headers": tuple(self.headers.items()),
+                "extra_body": dict(self.extra_body), "ca_file": self.ca_file, "proxy": self.proxy,
+                "connect_timeout_s": self.connect_timeout_s}
 
 
 @dataclass(frozen=True)
@@ -111,7 +140,7 @@ class ServerConfig:
             "startup_timeout_s": self.startup_timeout_s, "request_timeout_s": self.request_timeout_s,
             "teardown_timeout_s": self.teardown_timeout_s,
             "idle_memory_tolerance_mib": self.idle_memory_tolerance_mib, "simulated": self.simulated,
-            "load": {**self.load.__dict__,
+            "load": {**self.load.__dict__, "headers": dict(self.load.headers), "extra_body": dict(self.load.extra_body),
                      "request_rate": "inf" if self.load.request_rate == float("inf") else self.load.request_rate},
         }
 
@@ -204,7 +233,26 @@ def parse_load(value: object, source: str, path: str) -> LoadDefaults:
     request_rate = (float("inf") if rate in ("inf", float("inf"))
                     else float_in(rate, source, join(path, "request_rate"), 1e-6, MAX_REQUEST_RATE,
                                   what="a rate ('inf' or requests/s)"))
+    headers = env_mapping(data["headers"], source, join(path, "headers")) if data.get("headers") else {}
+    for key, val in headers.items():
+        if key.lower() in _OWN_HEADERS or not key or any(c in key for c in ":\r\n ") or any(c in val for c in "\r\n"):
+            raise ConfigError(source, join(join(path, "headers"), key), f"{show(key)} cannot be sent as given (the "
+                              f"client sets {', '.join(_OWN_HEADERS)} itself; no line breaks)")
+    extra_body = dict(mapping(data["extra_body"], source, join(path, "extra_body"))) if data.get("extra_body") else {}
+    ca_file = string(data["ca_file"], source, join(path, "ca_file")) if data.get("ca_file") else None
+    if ca_file is not None and not Path(ca_file).expanduser().is_file():
+        raise ConfigError(source, join(path, "ca_file"), f"{show(ca_file)} is not a file (a PEM file of CA "
+                          "certificates)")
+    proxy = string(data["proxy"], source, join(path, "proxy")) if "proxy" in data else d.proxy
+    if proxy not in ("env", "none") and not proxy.startswith("http://"):
+        raise ConfigError(source, join(path, "proxy"), f"expected 'env', 'none' or http://HOST:PORT, got {show(proxy)}")
     return LoadDefaults(
+        burstiness=float_in(data["burstiness"], source, join(path, "burstiness"), 1e-3, 1e3)
+        if "burstiness" in data else d.burstiness,
+        headers=headers, extra_body=extra_body, ca_file=str(Path(ca_file).expanduser()) if ca_file else None,
+        proxy=proxy, connect_timeout_s=float_in(data["connect_timeout_s"], source, join(path, "connect_timeout_s"),
+                                                0.1, MAX_TIMEOUT_S) if "connect_timeout_s" in data
+        else d.connect_timeout_s,
         input_len=count("input_len", d.input_len, 1, MAX_TOKENS),
         output_len=count("output_len", d.output_len, 1, MAX_TOKENS),
         num_prompts=count("num_prompts", d.num_prompts, 1, MAX_PROMPTS),

@@ -173,7 +173,8 @@ class LoadRunner:
             seed=d.seed if seed is None else seed, endpoint=endpoint or d.endpoint,
             request_timeout_s=srv.config.request_timeout_s, transport=d.transport,
             tokenizer=d.tokenizer or srv.tokenizer_id, request_rate=d.request_rate,
-            client_processes=d.client_processes if client_processes is None else client_processes)
+            client_processes=d.client_processes if client_processes is None else client_processes,
+            **d.client_options())
         try:
             res = generate_load(srv.base_url, srv.api_key, srv.model, spec)
         except ValueError as exc:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..errors import ServerError
 from .metrics import RequestRecord, percentile
 from .result import ClientStats
-from .transport import StreamError, StreamParser, Transport, make_transport
+from .transport import ConnectTimeout, StreamError, StreamParser, Transport, make_transport
 
 if TYPE_CHECKING:
     from .loadgen import LoadSpec
@@ -157,6 +157,7 @@ def _payload(job: Job, prompt: str) -> dict[str, object]:
         body.update(messages=[{"role": "user", "content": prompt}], max_completion_tokens=s.output_len)
     else:
         body.update(prompt=prompt, max_tokens=s.output_len)
+    body.update(s.extra_body)  # the user's fields win, as bench's --extra-body does
     return body
 
 
@@ -174,13 +175,30 @@ async def _request(transport: Transport, job: Job, prompt: str, rid: str, keep_t
         rec.error = f"timeout: no complete response within {timeout:g} s"
     except StreamError as exc:
         rec.error = str(exc)
+    except ConnectTimeout as exc:
+        rec.error = f"connect timeout: {exc}"
     except (ConnectionError, OSError) as exc:
         rec.error = f"connection error: {type(exc).__name__}: {str(exc)[:200]}"
     except Exception as exc:  # noqa: BLE001 - every failure is counted with its reason, none escapes
         rec.error = f"{type(exc).__name__}: {str(exc)[:200]}"
     rec.latency = (parser.last or rec.start_time) - rec.start_time
     rec.chunk_times = parser.times if keep_times else None
+    rec.merged_chunks = parser.merged
     return rec
+
+
+def run_queue_s() -> float | None:
+    """Seconds this thread has waited on a run queue, runnable but off the CPU (``/proc/thread-self/schedstat``).
+
+    Why: the OS taking the CPU away from the client is invisible to the lag probe between
+    its samples, yet it makes every chunk that arrives meanwhile late (a loop-dated one by
+    the whole wait). None where the kernel does not say (not Linux, schedstats off).
+    """
+    try:
+        with open("/proc/thread-self/schedstat", encoding="ascii") as fh:
+            return int(fh.read().split()[1]) * 1e-9
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 async def _lag_probe(samples: list[float], stop: asyncio.Event) -> None:
@@ -208,7 +226,7 @@ async def drive(job: Job, gate: Callable[[], object] | None = None,
     """
     s = job.spec
     transport = make_transport(s.transport, job.base_url, job.api_key, connections=job.concurrency + 4,
-                               timeout_s=s.request_timeout_s)
+                               timeout_s=s.request_timeout_s, options=s.client_options())
     try:
         sem = asyncio.Semaphore(job.concurrency)
 
@@ -230,6 +248,8 @@ async def drive(job: Job, gate: Callable[[], object] | None = None,
         lags: list[float] = []
         stop = asyncio.Event()
         probe = asyncio.ensure_future(_lag_probe(lags, stop))
+        del transport.read_lags[:]  # the measured window's reads only
+        wait0 = run_queue_s()
         cpu0, t0 = time.process_time(), time.perf_counter()
         if math.isinf(s.request_rate):
             queue = list(reversed(job.ids))
@@ -254,12 +274,18 @@ async def drive(job: Job, gate: Callable[[], object] | None = None,
                 tasks.append(asyncio.ensure_future(gated(i)))
             await asyncio.gather(*tasks)
         t1, cpu1 = time.perf_counter(), time.process_time()
+        wait1 = run_queue_s()
         stop.set()
         await probe
     finally:
         await transport.close()
+    read_lags = transport.read_lags
     stats = ClientStats(cpu_s=cpu1 - cpu0, wall_s=t1 - t0, lag_p99_ms=percentile(lags, 99.0) * 1e3,
-                        requests=len(records), cpu=job.cpu, stamps=transport.stamps)
+                        requests=len(records), cpu=job.cpu, stamps=transport.stamps,
+                        read_lag_p99_ms=percentile(read_lags, 99.0) * 1e3,
+                        chunks=sum(len(r.itl) + 1 for r in records.values() if r.ttft > 0 or r.itl),
+                        merged_chunks=sum(r.merged_chunks for r in records.values()),
+                        run_queue_s=None if wait0 is None or wait1 is None else wait1 - wait0)
     return Shard(warm, records, t0, t1, stats)
 
 

@@ -39,7 +39,7 @@ from .cores import client_cpus
 from .loadclients import PLANNER, ClientPlanner, Job, free_cores, process_cap, run_coroutine, run_sharded
 from .metrics import PERCENTILES, RequestRecord, goodput, peaks, summarize
 from .result import ClientStats, LoadResult
-from .transport import TRANSPORTS, require_client
+from .transport import TRANSPORTS, ClientOptions, require_client
 from .workload import Tokenizer, arrival_offsets, discover_tokenizer, load_tokenizer, token_prompts
 
 __all__ = ["PLANNER", "ClientPlanner", "LoadSpec", "free_cores", "generate_load", "make_spec", "process_cap",
@@ -69,6 +69,17 @@ class LoadSpec:
     keep_chunk_times: bool = False
     percentiles: tuple[float, ...] = PERCENTILES
     pin: bool = True
+    # a user-supplied endpoint (transport.ClientOptions says how each is honoured)
+    headers: tuple[tuple[str, str], ...] = ()
+    extra_body: Mapping[str, object] = field(default_factory=dict)
+    ca_file: str | None = None
+    proxy: str = "env"
+    connect_timeout_s: float = 10.0
+
+    def client_options(self) -> ClientOptions:
+        """How the transport reaches the endpoint; a connect never waits longer than a request may take."""
+        return ClientOptions(headers=self.headers, ca_file=self.ca_file, proxy=self.proxy,
+                             connect_timeout_s=min(self.connect_timeout_s, self.request_timeout_s))
 
     def check(self) -> None:
         """``ValueError`` naming the first out-of-range field."""
@@ -86,6 +97,15 @@ class LoadSpec:
             raise ValueError(f"request_timeout_s must be in (0, 604800], got {self.request_timeout_s!r}")
         if not self.request_rate > 0 or not 0 < self.burstiness < 1e6:
             raise ValueError(f"request_rate and burstiness must be > 0, got {self.request_rate}, {self.burstiness}")
+        if not 0 < self.connect_timeout_s <= 7 * 86400:
+            raise ValueError(f"connect_timeout_s must be in (0, 604800], got {self.connect_timeout_s!r}")
+        reserved = {"host", "content-length", "transfer-encoding", "x-request-id"}
+        bad = [k for k, _ in self.headers if k.lower() in reserved or not k or any(c in k for c in ":\r\n ")]
+        if bad or any(c in v for _, v in self.headers for c in "\r\n"):
+            raise ValueError(f"headers: {', '.join(map(repr, bad)) or 'a value with a line break'} cannot be set "
+                             "(the client sets Host, Content-Length, Transfer-Encoding and X-Request-Id itself)")
+        if self.proxy not in ("env", "none") and not self.proxy.startswith("http://"):
+            raise ValueError(f"proxy must be 'env', 'none' or http://HOST:PORT, got {self.proxy!r}")
 
 
 def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,
@@ -153,8 +173,27 @@ def _run(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Tokenizer
     for sh in shards:
         recs.update(sh.records)
     done = [recs[i] for i in range(spec.num_prompts)]
+    counted = count_text_tokens(tok, done)
     duration = max(sh.t1 for sh in shards) - min(sh.t0 for sh in shards)
-    return _result(spec, model, tokenizer_id, warm, done, max(duration, 1e-9), [sh.stats for sh in shards]), done
+    result = _result(spec, model, tokenizer_id, warm, done, max(duration, 1e-9), [sh.stats for sh in shards])
+    result.counted_by_client = counted
+    return result, done
+
+
+def count_text_tokens(tok: Tokenizer, records: Sequence[RequestRecord]) -> int:
+    """Output tokens of the streams that came without a usage report, counted as bench counts them.
+
+    bench 0.24 re-tokenises the generated text (no special tokens) when a stream says
+    nothing; so do we, after the measured window, with the workload's tokenizer. Returns
+    how many records were counted that way (the result's ``output_tokens_counted_by_client``).
+    """
+    n = 0
+    for rec in records:
+        if rec.output_tokens < 0:
+            rec.output_tokens = len(tok.encode(rec.generated_text)) if rec.success else 0
+            rec.generated_text = ""
+            n += 1
+    return n
 
 
 def _result(spec: LoadSpec, model: str, tokenizer_id: str, warm: Sequence[RequestRecord],

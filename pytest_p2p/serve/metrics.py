@@ -39,6 +39,8 @@ class RequestRecord:
     server_prompt_tokens: int = 0  # the server's usage.prompt_tokens (its tokenizer's count, BOS included)
     chunk_times: list[float] | None = None  # absolute chunk arrival times, only when asked for
     request_id: str = ""  # what it was sent as (X-Request-Id), so a server's own log can be matched to it
+    generated_text: str = ""  # kept only when the stream had no usage report (output_tokens -1 until counted)
+    merged_chunks: int = 0  # content chunks read together with a later one of this stream (dated by the later)
 
 
 def percentile(values: Sequence[float], p: float) -> float:

@@ -44,6 +44,11 @@ TIMELY_KERNEL_GAP_FRACTION = 0.5
 #: Kept with kernel stamps: such a loop also sends the next request of a closed loop late, and in a burst
 #: it misses whole inter-chunk gaps (merged reads), which the kernel's stamp cannot undo
 TIMELY_CPU = 0.70
+#: kernel stamps: the share of content chunks that may carry a later chunk's stamp while the ITL error p99 stays 0
+#: (each such chunk touches at most two of the gaps: 0.4 % of chunks -> at most 0.8 % of the gaps)
+TIMELY_MERGED_SHARE = 0.004
+#: loop stamps: the share of the window the client may wait for its CPU (runnable, preempted) and stay on time
+TIMELY_RUN_QUEUE_SHARE = 0.01
 #: a shorter measured window is not judged late: a few ms of parsing is "busy" all of them, and the
 #: lag probe (every 5 ms) has too few samples for a p99 -- a re-run would only double a short test run
 TIMELY_MIN_WINDOW_S = 0.5
@@ -59,6 +64,10 @@ class ClientStats:
     requests: int
     cpu: int | None = None  # the CPU it was pinned to; None: it ran where the kernel put it
     stamps: str = "event loop"  # what dated its chunks: "kernel" (receive stamps) or "event loop"
+    read_lag_p99_ms: float = 0.0  # kernel stamps only: how late the loop read what had arrived, p99 over reads
+    chunks: int = 0  # content chunks received in the window
+    merged_chunks: int = 0  # of them, read together with a later chunk of their stream (dated by its stamp)
+    run_queue_s: float | None = None  # runnable but off the CPU (the OS gave it to another task); None: unknown
 
     @property
     def util(self) -> float:
@@ -108,6 +117,7 @@ class LoadResult(Mapping[str, JSONValue]):
     date: str = field(default_factory=lambda: _dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     labels: dict[str, JSONValue] = field(default_factory=dict)
     reshards: list[str] = field(default_factory=list)  # why each run this one replaced was late (first first)
+    counted_by_client: int = 0  # requests whose stream had no usage report: tokens counted from their text
     _json: dict[str, JSONValue] | None = field(default=None, repr=False, compare=False)
 
     # --------------------------------------------------------------- client health
@@ -126,6 +136,22 @@ class LoadResult(Mapping[str, JSONValue]):
     @property
     def client_loop_lag_p99_ms(self) -> float:
         return max((c.lag_p99_ms for c in self.clients), default=0.0)
+
+    @property
+    def client_merged_share(self) -> float:
+        """Share of content chunks that carry a later chunk's stamp (read together with it)."""
+        chunks = sum(c.chunks for c in self.clients)
+        return sum(c.merged_chunks for c in self.clients) / chunks if chunks else 0.0
+
+    @property
+    def client_read_lag_p99_ms(self) -> float:
+        return max((c.read_lag_p99_ms for c in self.clients), default=0.0)
+
+    @property
+    def client_run_queue_share(self) -> float | None:
+        """The largest share of the window a client process spent runnable but off its CPU (None: unknown)."""
+        shares = [c.run_queue_s / c.wall_s for c in self.clients if c.run_queue_s is not None and c.wall_s > 0]
+        return max(shares) if shares else None
 
     @property
     def client_timestamps(self) -> str:
@@ -176,7 +202,34 @@ class LoadResult(Mapping[str, JSONValue]):
         limit = self.timely_lag_ms
         if self.client_loop_lag_p99_ms > limit:
             why.append(f"event loop late by {self.client_loop_lag_p99_ms:.2f} ms at p99 (goal {limit:.3g} ms)")
+        why.extend(self._preempted())
         return f"{self.client_processes} client process(es): {'; '.join(why)}" if why else ""
+
+    def _preempted(self) -> list[str]:
+        """What the lag probe cannot see: the OS taking the CPU away between its samples.
+
+        With kernel stamps a late read costs nothing unless it took two chunks of one
+        stream at once; the earlier then carries the later one's stamp. When at most
+        :data:`TIMELY_MERGED_SHARE` of the chunks did, at most twice that share of the ITL
+        gaps has any error, so their p99 has none. With loop stamps every chunk arriving
+        while the client was off its CPU is late by up to that wait: more than
+        :data:`TIMELY_RUN_QUEUE_SHARE` of the window is too much for a 1 ms p99.
+        """
+        why = []
+        if self.client_timestamps == "kernel":
+            share = self.client_merged_share
+            if share > TIMELY_MERGED_SHARE:
+                wait = self.client_run_queue_share
+                off = f", off its CPU {wait:.1%} of the window" if wait is not None else ""
+                why.append(f"{share:.1%} of chunks were read together with a later chunk of their stream and carry "
+                           f"its stamp (limit {TIMELY_MERGED_SHARE:.1%}); reads late by "
+                           f"{self.client_read_lag_p99_ms:.2f} ms at p99{off}")
+        else:
+            wait = self.client_run_queue_share
+            if wait is not None and wait > TIMELY_RUN_QUEUE_SHARE:
+                why.append(f"the OS kept the client off its CPU {wait:.1%} of the window (limit "
+                           f"{TIMELY_RUN_QUEUE_SHARE:.0%}): chunks dated by its loop are late by as much")
+        return why
 
     def error_summary(self) -> list[dict[str, JSONValue]]:
         """The ten most frequent failure reasons with their counts."""
@@ -222,6 +275,10 @@ class LoadResult(Mapping[str, JSONValue]):
             "client_cpus": [c.cpu for c in self.clients], "client_timestamps": self.client_timestamps,
             "client_cpu_util_max": self.client_cpu_util_max,
             "client_loop_lag_p99_ms": self.client_loop_lag_p99_ms,
+            "client_read_lag_p99_ms": self.client_read_lag_p99_ms,
+            "client_merged_chunk_share": self.client_merged_share,
+            "client_run_queue_share": self.client_run_queue_share,
+            "output_tokens_counted_by_client": self.counted_by_client,
             "client_saturated": self.client_saturated, "client_saturation": self.client_saturation,
             "client_lateness": self.client_lateness, "client_reshards": list(self.reshards),
         }

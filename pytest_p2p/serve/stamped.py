@@ -21,6 +21,8 @@ Linux switches stamping on for the first socket that asks through a deferred wor
 on a host where no socket had it yet the first segments may arrive unstamped: those reads
 are dated by the loop too. The load generator opens its connections and runs its warm-up
 before the measured window, so by then the stamps flow.
+Over TLS the socket still carries the stamps: the ciphertext is read here and decrypted in
+memory (:class:`ssl.SSLObject`), so the plaintext of a read keeps its read's stamp.
 Stamps are converted from ``CLOCK_REALTIME`` to ``time.perf_counter`` (the clock of every
 other time in a request record) at the read; a realtime clock step between the arrival and
 the read is clamped so that a stamp never lies in the future or before the previous one.
@@ -31,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import struct
 import sys
 import time
@@ -70,6 +73,12 @@ class StampedConnection:
 
     def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
         self.sock, self.loop = sock, loop
+        self._tls: ssl.SSLObject | None = None
+        self._tls_ready = False
+        self._in, self._out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self._reads = 0
+        #: per read: perf_counter time the loop read it minus its kernel stamp (how late the loop was), seconds
+        self.read_lags: list[float] = []
         sock.setblocking(False)
         # the option's number is Linux's: elsewhere the same number may mean another option
         self.kernel_stamps = sys.platform.startswith("linux") and _CMSG_SPACE > 0 and hasattr(sock, "recvmsg")
@@ -88,8 +97,88 @@ class StampedConnection:
         loop.add_reader(sock.fileno(), self._readable)
 
     @classmethod
-    async def connect(cls, host: str, port: int) -> StampedConnection:
-        """Connect like ``asyncio.open_connection`` (every address ``host`` resolves to, in turn), TCP_NODELAY."""
+    async def connect(cls, host: str, port: int, *, tls: ssl.SSLContext | None = None, server_hostname: str = "",
+                      tunnel: str = "") -> StampedConnection:
+        """Connect like ``asyncio.open_connection`` (every address ``host`` resolves to, in turn), TCP_NODELAY.
+
+        ``tunnel`` (``"host:port"``): ``host:port`` is an HTTP proxy; ask it for a tunnel there
+        first (``CONNECT``). ``tls``: then speak TLS, checking the certificate against
+        ``server_hostname``. Failures are ``ConnectionError`` with a one-line reason.
+        """
+        conn = await cls._tcp(host, port)
+        try:
+            if tunnel:
+                await conn._connect_tunnel(tunnel)
+            if tls is not None:
+                await conn._start_tls(tls, server_hostname or host)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def _connect_tunnel(self, target: str) -> None:
+        await self.write(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        try:
+            head = await self.readuntil(b"\r\n\r\n", limit=1 << 16)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            raise ConnectionError(f"proxy gave no answer to CONNECT {target}") from None
+        status = head.split(b"\r\n", 1)[0].decode("latin-1")
+        if status.split(" ")[1:2] != ["200"]:
+            raise ConnectionError(f"proxy refused CONNECT {target}: {status[:80]!r}")
+
+    async def _start_tls(self, context: ssl.SSLContext, hostname: str) -> None:
+        self._tls = context.wrap_bio(self._in, self._out, server_side=False, server_hostname=hostname)
+        if self._buf:  # bytes that came after a proxy's CONNECT answer are the server's first TLS records
+            self._in.write(bytes(self._buf))
+            self._buf.clear()
+        while True:
+            seen = self._reads
+            try:
+                self._tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLCertVerificationError as exc:
+                raise ConnectionError(f"TLS: the server's certificate is not trusted ({exc.verify_message}); "
+                                      "give its CA as load.ca_file or SSL_CERT_FILE") from None
+            except ssl.SSLError as exc:
+                raise ConnectionError(f"TLS handshake failed: {exc.reason or exc}") from None
+            await self._flush_tls()
+            if self._reads == seen:
+                if self._eof:
+                    raise ConnectionError("TLS handshake: the server closed the connection")
+                await self._more()
+        await self._flush_tls()
+        self._tls_ready = True
+        self._buf += self._decrypt()  # application data that came with the handshake's last flight
+
+    async def _flush_tls(self) -> None:
+        if self._out.pending:
+            await self.loop.sock_sendall(self.sock, self._out.read())
+
+    def _decrypt(self) -> bytes:
+        tls = self._tls
+        assert tls is not None
+        out = bytearray()
+        while True:
+            try:
+                piece = tls.read(_READ_SIZE)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                break
+            except ssl.SSLZeroReturnError:
+                self._eof = True
+                break
+            except ssl.SSLError as exc:
+                self._error = ConnectionError(f"TLS: {exc.reason or exc}")
+                break
+            if not piece:
+                self._eof = True
+                break
+            out += piece
+        return bytes(out)
+
+    @classmethod
+    async def _tcp(cls, host: str, port: int) -> StampedConnection:
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
         last: OSError = OSError(f"cannot resolve {host}:{port}")
@@ -130,6 +219,7 @@ class StampedConnection:
             self._wake()
             return
         now = time.perf_counter()
+        self._reads += 1
         if not data:
             self._eof = True
             self._stop_reading()
@@ -139,6 +229,18 @@ class StampedConnection:
         if age is not None:
             self._seen_kernel = True
             now -= age * 1e-9
+            self.read_lags.append(age * 1e-9)
+        if self._tls is not None:
+            self._in.write(data)
+            if not self._tls_ready:
+                self._wake()  # the handshake reads the BIO itself
+                return
+            data = self._decrypt()
+            if not data:
+                if self._eof or self._error is not None:
+                    self._stop_reading()
+                    self._wake()
+                return  # a record cut between reads, or a session ticket: no plaintext yet
         self._stamp = max(now, self._stamp)
         self._buf += data
         self._wake()
@@ -219,6 +321,10 @@ class StampedConnection:
         return self._take(cut + len(separator))
 
     async def write(self, data: bytes) -> None:
+        if self._tls is not None and self._tls_ready:
+            self._tls.write(data)
+            await self._flush_tls()
+            return
         await self.loop.sock_sendall(self.sock, data)
 
     def close(self) -> None:

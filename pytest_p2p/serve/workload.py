@@ -22,6 +22,7 @@ prompts and arrival times for every arm of a comparison.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -179,23 +180,40 @@ def token_prompts(tokenizer: Tokenizer, n: int, input_len: int, seed: int, *, ma
 
 
 def arrival_offsets(n: int, request_rate: float, burstiness: float, seed: int) -> list[float]:
-    """Seeded send offsets in seconds: all 0 for ``inf`` (closed loop), else gamma-distributed gaps.
+    """Send offsets in seconds, the schedule ``vllm bench serve`` 0.24 draws for the same seed, rate, burstiness.
 
-    ``burstiness`` 1.0 is a Poisson process (exponential gaps) as in ``vllm bench serve``;
-    lower is burstier, higher more regular; the mean rate is ``request_rate`` either way.
+    All 0 for ``inf`` (closed loop). Otherwise bench's ``get_request``: gaps from numpy's
+    legacy global generator seeded with ``seed`` (``np.random.seed(seed)``; nothing else
+    draws from it before the schedule with the random dataset), ``gamma(shape=burstiness,
+    scale=1 / (rate * burstiness))`` one per request, summed from the first gap (the first
+    request waits one gap too), then scaled so the last request goes at exactly
+    ``n / request_rate``. Why the same: a P2P on/off comparison against bench's numbers, or
+    a re-run of a bench command, must offer the same load; Python's RNG from t = 0 without
+    the rescaling gave 6.6-9.8 req/s at N = 64 and 8 req/s (issue 26).
+    ``benchmarks/arrivals_vs_bench.py`` checks it against bench's own function.
     """
     if math.isinf(request_rate):
         return [0.0] * n
     if not request_rate > 0 or not burstiness > 0:
         raise ValueError(f"request_rate and burstiness must be > 0, got {request_rate}, {burstiness}")
-    rng = random.Random(seed ^ 0x5EED)
-    theta = 1.0 / (request_rate * burstiness)
-    t = 0.0
-    out = []
-    for _ in range(n):
-        out.append(t)
-        t += rng.gammavariate(burstiness, theta)
-    return out
+    if n <= 0:
+        return []
+    if math.isinf(burstiness):
+        gaps = [1.0 / request_rate] * n
+    else:
+        try:
+            import numpy as np
+        except ImportError:
+            raise ServerError("load request_rate: Poisson arrivals as vllm bench serve draws them need numpy "
+                              "(pip install numpy), or use request_rate: inf") from None
+        rng = np.random.RandomState(seed % 2**32)  # what np.random.seed(seed) makes of the global generator
+        theta = 1.0 / (request_rate * burstiness)
+        gaps = [float(rng.gamma(shape=burstiness, scale=theta)) for _ in range(n)]
+    offsets = list(itertools.accumulate(gaps))
+    if offsets[-1] != 0:
+        scale = (n / request_rate) / offsets[-1]
+        offsets = [t * scale for t in offsets]
+    return offsets
 
 
 def discover_tokenizer(base_url: str, api_key: str, model: str, timeout_s: float = 10.0) -> str:
