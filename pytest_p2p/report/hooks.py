@@ -176,7 +176,7 @@ def _attach_trend(item: pytest.Item, allure: AllureAPI, run_dir: Path, found: di
     pair = str(as_dict(meta.get("pair")).get("key") or "")
     metric = "time_us" if meta.get("kind") == "probe" else "output_throughput"
     png = trend_png(history(target, str(meta.get("rig")), pair, point, metric),
-                    f"{metric} at {point}, {meta.get('rig')} {pair}: stored runs")
+                    f"{metric} at {point}, {meta.get('rig')} {pair}: stored runs", metric)
     if png is not None:
         allure.attach(png, name=f"trend {metric} {point}", attachment_type=allure.attachment_type.PNG)
 
@@ -276,6 +276,10 @@ def pytest_p2p_campaign_finished(config: pytest.Config, outcome: CampaignOutcome
             render_report(outcome.run_dir)
         except (P2PError, OSError) as exc:  # disk full while rendering: said once, the reps stay on disk
             config.stash.setdefault(NOTES_KEY, []).append(f"{outcome.run_dir}: report not rendered: {exc}")
+        from .trend import history_target, write_history_plots
+
+        with contextlib.suppress(P2PError, OSError):
+            write_history_plots(Path(outcome.run_dir), history_target(config))
     record_run_dir(config, outcome.run_dir)
     if hasattr(config, "workerinput"):
         return  # the controller adds the JUnit properties when the hook fires there

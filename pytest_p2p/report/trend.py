@@ -4,6 +4,12 @@ Allure's own trend widget counts passed/failed tests; what a rig owner wants to 
 to a failed uplift check is the metric itself over the last nightly runs (throughput per
 arm at this point, this rig and pair). The history is the verdict stage's store (SQLite or
 PostgreSQL), opened read-only; no store, no runs or no matplotlib simply means no trend.
+
+Change points and trends found in each arm's series (``stats.changepoint.segments`` at
+``verdict.history.DISPLAY_ALPHA``, as ``baseline history`` lists them) are marked on the plot:
+a dashed line where a step starts, a dotted one where a trend starts, labelled with its size.
+:func:`write_history_plots` puts the plot of the primary metric at every point in the run's
+``plots/`` directory when the campaign finishes (report/hooks.py).
 """
 
 from __future__ import annotations
@@ -46,7 +52,30 @@ def history(db: str | Path, rig: str, pair_key: str, point: str, metric: str) ->
     return out
 
 
-def trend_png(points: list[TrendPoint], title: str) -> bytes | None:
+def marks(points: list[TrendPoint], metric: str) -> list[tuple[str, str, str]]:
+    """``(arm, run_id of the first run after it, label)`` of every significant change of each arm's series."""
+    import math
+
+    from pytest_p2p.metrics import direction
+    from pytest_p2p.stats import StatsError
+    from pytest_p2p.stats.changepoint import STEP, segments
+    from pytest_p2p.verdict.history import DISPLAY_ALPHA
+
+    sign = -1.0 if direction(metric) == "lower" else 1.0
+    out = []
+    for arm in dict.fromkeys(p.arm for p in points):
+        mine = sorted((p for p in points if p.arm == arm and p.mean > 0), key=lambda p: (p.started_at, p.run_id))
+        try:
+            found = segments([sign * math.log(p.mean) for p in mine], DISPLAY_ALPHA)
+        except StatsError:
+            continue
+        for c in found:
+            what = f"step {c.size * 100:+.1f} %" if c.kind == STEP else f"trend {(c.slope or 0) * 100:+.2f} %/run"
+            out.append((arm, mine[c.at].run_id, f"{arm}: {what} ({c.significant_text})"))
+    return out
+
+
+def trend_png(points: list[TrendPoint], title: str, metric: str | None = None) -> bytes | None:
     """PNG bytes of the metric per arm over runs; None if fewer than two runs or no matplotlib."""
     if len({p.run_id for p in points}) < 2:
         return None
@@ -63,6 +92,11 @@ def trend_png(points: list[TrendPoint], title: str) -> bytes | None:
     for arm in dict.fromkeys(p.arm for p in points):
         mine = sorted((index[p.run_id], p.mean) for p in points if p.arm == arm)
         ax.plot([x for x, _ in mine], [y for _, y in mine], marker="o", label=arm)
+    for k, (_arm, run_id, label) in enumerate(marks(points, metric) if metric else []):
+        style = "--" if "step" in label else ":"
+        ax.axvline(index[run_id] - 0.5, color="red", linestyle=style, alpha=0.7)
+        ax.annotate(label, (index[run_id] - 0.5, 0), xycoords=("data", "axes fraction"), xytext=(3, 4 + 11 * k),
+                    textcoords="offset points", fontsize=7, color="red")
     ax.set_xticks(range(len(runs)))
     ax.set_xticklabels([s[:10] for s, _ in runs], rotation=45, ha="right", fontsize=7)
     ax.set_ylim(bottom=0)
@@ -75,3 +109,43 @@ def trend_png(points: list[TrendPoint], title: str) -> bytes | None:
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
+
+
+def history_target(config: object) -> str | Path:
+    """The store the session uses (``--p2p-db``/ini/env, else ``.p2p/history.db`` under the rootdir)."""
+    import pytest
+
+    from pytest_p2p.options import DB, path_of, resolve
+
+    assert isinstance(config, pytest.Config)
+    db = resolve(config, DB)
+    return path_of(config, db) if db.value else config.rootpath / ".p2p" / "history.db"  # type: ignore[arg-type]
+
+
+def write_history_plots(run_dir: Path, target: str | Path) -> list[Path]:
+    """``plots/history_<metric>_<point>.png`` of the run's primary metric at each point, change points marked.
+
+    The stored history (this run included once it is saved: a run judged before the session's save
+    shows the history it was judged against).  Nothing is written without a store, two runs or matplotlib.
+    """
+    from pytest_p2p.jsontypes import as_dict
+
+    from .results import read_json
+
+    raw = read_json(run_dir / "run.json")
+    if not isinstance(raw, dict):
+        return []
+    meta = as_dict(raw)
+    pair = str(as_dict(meta.get("pair")).get("key") or "")
+    metric = "time_us" if meta.get("kind") == "probe" else "output_throughput"
+    points = sorted({d.name.rpartition("-")[2] for d in (run_dir / "scenarios").glob("*-*") if d.is_dir()})
+    written = []
+    for point in points:
+        png = trend_png(history(target, str(meta.get("rig")), pair, point, metric),
+                        f"{metric} at {point}, {meta.get('rig')} {pair}: stored runs, change points marked", metric)
+        if png is not None:
+            path = run_dir / "plots" / f"history_{metric}_{point}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(png)
+            written.append(path)
+    return written

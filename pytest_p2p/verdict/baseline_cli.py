@@ -6,6 +6,7 @@
     reject RUN [--name N]     take it out again (history is kept)
     save RUN_DIR [--accept N] store a results directory (e.g. from another machine, or p2p-bench's)
     diff A B                  judge run B against run A alone, with fingerprint changes
+    history [--rig R] [--metric M]  runs per metric with change points, trend and baseline health
     export [--out FILE] [--rig R]  everything (or one rig's history) as JSON
     import FILE               add an export (from either backend) in one transaction
 
@@ -55,12 +56,16 @@ def _parser() -> argparse.ArgumentParser:
     df = sub.add_parser("diff", help="judge run B against run A")
     df.add_argument("a")
     df.add_argument("b")
+    hi = sub.add_parser("history", help="runs per metric with change points, trend and baseline health")
+    hi.add_argument("--rig", default=None, help="only this rig")
+    hi.add_argument("--metric", default=None, help="only this metric (default: the primaries)")
+    hi.add_argument("--name", default=DEFAULT_NAME, help="the baseline whose health is checked")
     ex = sub.add_parser("export", help="dump the store as JSON")
     ex.add_argument("--out", default=None)
     ex.add_argument("--rig", default=None, help="only this rig's runs")
     im = sub.add_parser("import", help="add an export (from either backend) to this store")
     im.add_argument("file", help="a file written by 'baseline export' ('-': standard input)")
-    for sp in (ls, sh, ac, rj, sv, df, ex, im):  # --db also after the subcommand
+    for sp in (ls, sh, ac, rj, sv, df, hi, ex, im):  # --db also after the subcommand
         sp.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return p
 
@@ -124,6 +129,10 @@ def _run(args: argparse.Namespace, store: Store) -> int:
         return 0
     if args.cmd == "diff":
         return _diff(store, store.run(args.a), store.run(args.b))
+    if args.cmd == "history":
+        from .history_cli import print_history
+
+        return print_history(store, rig=args.rig, metric=args.metric, name=check_name(args.name, "--name"))
     if args.cmd == "export":
         text = json.dumps(store.export(rig=args.rig), indent=2, default=str) + "\n"
         if args.out:

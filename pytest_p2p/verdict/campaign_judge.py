@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING
 from ..jsontypes import dig
 from ..stats import Decision, RunStats, StatsError, family_wise, holm_adjust, outliers, spread_prior
 from .compare import (
+    IMPROVEMENT,
     INCONCLUSIVE,
     NO_BASELINE,
     NOT_COMPARABLE,
+    REGRESSION,
     ChangeInputs,
     Judgement,
     Sample,
@@ -179,6 +181,7 @@ def compare_campaign(store: Store, run_dir: Path, cfg: BaselineConfig, name: str
                                                reason="primary metric absent from this run")
     _uplift_history(out, cfg, usable_by_arm, base_rows, current)
     _multiplicity(out, cfg)
+    _history(out, store, fp, cfg, name, current)
     newest_fp: Mapping[str, object] = candidates[0].fingerprint if candidates else {}
     newest = candidates[0] if candidates else None
     since = ((newest.started_at or newest.saved_at or "")[:10] or None) if newest else None
@@ -187,13 +190,24 @@ def compare_campaign(store: Store, run_dir: Path, cfg: BaselineConfig, name: str
             continue
         sc.verdict = overall([j.verdict for j in sc.metrics.values() if j.primary])
         heads = [describe(m, arm, point, j) for m, j in sorted(sc.regressions.items())]
+        if sc.history_failures:
+            sc.verdict = REGRESSION
         if heads:
             sc.message = explain(" | ".join(heads), newest_fp, fp, arm=arm, scenario=f"{arm}-{point}", since=since)
+            sc.message += "".join(f" | {t}" for t in sc.history_failures)
+        elif sc.history_failures:
+            sc.message = f"{arm}-{point}: change in its history: " + " | ".join(sc.history_failures)
         elif sc.verdict == INCONCLUSIVE:
             sc.message = f"{arm}-{point}: inconclusive against baseline {name!r}: " + "; ".join(
                 sc.inconclusive_reasons())
         else:
             sc.message = f"{arm}-{point}: {sc.verdict} against baseline {name!r} ({len(sc.baseline_runs)} run(s))"
+        if sc.health:
+            sc.message += " [baseline health: " + "; ".join(sc.health) + (
+                " — an improvement against it is suspect" if sc.verdict == IMPROVEMENT else "") + "]"
+            for j in sc.metrics.values():
+                if j.primary and j.verdict == IMPROVEMENT:
+                    j.reason += "; the baseline itself is unhealthy: " + "; ".join(sc.health)
     verdicts = [sc.verdict for sc in out.scenarios.values()]
     verdicts += [j.verdict for u in out.uplifts.values() for j in u.values()]
     out.verdict = overall(verdicts) if verdicts else NO_BASELINE
@@ -241,6 +255,25 @@ def _uplift_history(out: CampaignComparison, cfg: BaselineConfig, usable_by_arm:
                 j.inputs = ChangeInputs(tuple(hist), cur, tol, True, cfg.alpha, what, cfg.min_runs)
                 apply_decision(j, j.inputs.decide(), tol)
             out.uplifts.setdefault(point, {})[metric] = j
+
+
+def _history(out: CampaignComparison, store: Store, fp: Mapping[str, object], cfg: BaselineConfig, name: str,
+             current: Mapping[Scenario, Mapping[str, Sample]]) -> None:
+    """Each judged scenario's primaries against their whole stored history (verdict/history.py)."""
+    from .history import judge_series, load_nights
+
+    for (arm, point), sc in out.scenarios.items():
+        if sc.verdict in (NO_BASELINE, NOT_COMPARABLE):
+            continue
+        for metric in sc.primaries:
+            d = direction(metric, cfg.directions)
+            cur = current.get((arm, point), {}).get(metric)
+            if d not in ("higher", "lower") or cur is None:
+                continue
+            nights = load_nights(store, fp, arm, point, metric, d == "higher", name, cur)
+            rep = judge_series(arm, point, metric, d == "higher", nights, cfg.depth)
+            sc.history[metric] = rep
+            sc.health.extend(f"{metric}: {p}" for p in rep.health.problems)
 
 
 def _moderate(group: Sequence[Judgement]) -> None:

@@ -37,6 +37,7 @@ from .config import BaselineConfig, Tolerance
 
 if TYPE_CHECKING:
     from .campaign_judge import CampaignComparison
+    from .history import SeriesReport
     from .store import Store
 
 REGRESSION, IMPROVEMENT, UNCHANGED = "regression", "improvement", "unchanged"
@@ -243,6 +244,13 @@ class ScenarioComparison:
     verdict: str = UNCHANGED
     message: str = ""
     primaries: tuple[str, ...] = ()
+    history: dict[str, SeriesReport] = field(default_factory=dict)  # primary metric -> its stored history
+    health: list[str] = field(default_factory=list)  # what is wrong with the accepted baseline (history.health)
+
+    @property
+    def history_failures(self) -> list[str]:
+        """Adverse change points or trends of a primary's history that nobody accepted since."""
+        return [rep.failure_text() for _, rep in sorted(self.history.items()) if rep.failing]
 
     @property
     def regressions(self) -> dict[str, Judgement]:

@@ -3,7 +3,9 @@
 * ``--p2p-compare[=NAME]`` judges each scenario against the runs accepted under NAME
   (default ``accepted``) in ``test_no_regression``.
 * ``--p2p-save-baseline[=NAME]`` stores the session's campaign runs at session end and
-  accepts them under NAME. With ``--p2p-compare`` alone, runs are kept as history only.
+  accepts each under NAME only when it passes against NAME (:meth:`BaselineSession.acceptance`);
+  the others are kept as history with the reason. With ``--p2p-compare`` alone, runs are
+  kept as history only.
 * ``--p2p-fail-on=regression|never``: ``never`` reports regressions without failing.
 * ``--p2p-db PATH`` (ini ``p2p_db``, env ``PYTEST_P2P_DB``): the SQLite store.
 
@@ -193,31 +195,72 @@ class BaselineSession:
             self.verdict_lines.extend(str(v) for k, v in report.user_properties if k == "p2p_verdict_line")
 
     def save_runs(self) -> list[str]:
-        """Store this session's runs; accept them under ``save_name`` unless the screen flags them.
+        """Store this session's runs; accept each under ``save_name`` only when it is safe (:meth:`acceptance`).
 
-        A run with a telemetry-flagged or outlying primary rep (:func:`.campaign_judge.screen_run`)
-        would widen or shift every later verdict: it is kept as history, not accepted, and the
-        session says so (``save_notes``); accept it by hand after review.
+        Every run is kept as history; one that is not accepted is listed in ``save_notes``
+        with the reason and the command a person runs to accept it after review.
         """
-        from .campaign_judge import screen_run
+        from .history import AUTO_NOTE
 
         saved: list[str] = []
         if not self.run_dirs or not self.saving:
             return saved
         store = self.store()
         for run_dir in self.run_dirs.values():
+            decision = self.acceptance(store, run_dir) if self.save_name is not None else None
             run_id = store.save_run_dir(run_dir)
-            if self.save_name is not None:
-                problems = screen_run(run_dir, self.config)
-                if problems:
-                    self.save_notes.append(
-                        f"run {run_id} kept as history but NOT accepted as baseline {self.save_name!r}: "
-                        + "; ".join(problems) + f" (after review: python -m pytest_p2p baseline accept {run_id} "
-                        f"--name {self.save_name})")
+            if self.save_name is not None and decision is not None:
+                ok, why = decision
+                if ok:
+                    store.accept(run_id, self.save_name, f"{AUTO_NOTE} {why}")
                 else:
-                    store.accept(run_id, self.save_name)
+                    self.save_notes.append(
+                        f"run {run_id} kept as history but NOT accepted as baseline {self.save_name!r}: {why} "
+                        f"(after review: python -m pytest_p2p baseline accept {run_id} --name {self.save_name})")
             saved.append(run_id)
         return saved
+
+    def acceptance(self, store: Store, run_dir: Path) -> tuple[bool, str]:
+        """``(accept?, why)``: the safe nightly rule of ``--p2p-save-baseline`` (docs/baselines.md).
+
+        A run joins the baseline on its own only when it *passes* against it: every primary
+        equivalent within the tolerance on bounds (``unchanged``), the baseline healthy and no
+        adverse change point or trend in the history.  While the baseline has fewer than
+        ``min_runs`` comparable runs (the first nights), a run that does not regress is accepted
+        to start it.  Anything else -- a regression, an improvement beyond the tolerance, an
+        inconclusive or not comparable verdict, a screened rep -- waits for a person.
+        """
+        from .campaign_judge import compare_campaign, screen_run
+        from .compare import IMPROVEMENT, NO_BASELINE, NOT_COMPARABLE, REGRESSION, UNCHANGED
+
+        assert self.save_name is not None
+        problems = screen_run(run_dir, self.config)
+        if problems:
+            return False, "; ".join(problems)
+        key = str(Path(run_dir).resolve())
+        camp = self._campaigns.get(key) if self.compare_name == self.save_name else None
+        camp = camp or compare_campaign(store, Path(run_dir), self.config, self.save_name)
+        scen = list(camp.scenarios.values())
+        if any(sc.verdict == NOT_COMPARABLE for sc in scen):
+            return False, f"not comparable with baseline {self.save_name!r} (" + "; ".join(
+                sc.message for sc in scen if sc.verdict == NOT_COMPARABLE)[:300] + ")"
+        history = [t for sc in scen for t in sc.history_failures]
+        if history:
+            return False, "its history has an adverse change: " + "; ".join(history)[:400]
+        health = sorted({h for sc in scen for h in sc.health})
+        if health:
+            return False, "the baseline it would join is unhealthy: " + "; ".join(health)[:400]
+        k = max((len(sc.baseline_runs) for sc in scen), default=0)
+        if camp.verdict == NO_BASELINE or k < self.config.min_runs:
+            if camp.verdict == REGRESSION:
+                return False, f"regression against the short baseline ({k} run(s)): {camp.message}"
+            return True, f"bootstrap ({k} of {self.config.min_runs} baseline runs before it)"
+        if camp.verdict == UNCHANGED:
+            return True, f"passed against {k} baseline run(s)"
+        if camp.verdict == IMPROVEMENT:
+            return False, "better than the baseline by more than the tolerance (a new level: a person decides)"
+        bad = [sc.message for sc in scen if sc.verdict == camp.verdict] or [camp.message]
+        return False, f"{camp.verdict} against baseline {self.save_name!r}: " + " | ".join(bad)[:400]
 
 
 def _db_path(config: pytest.Config, cfg: BaselineConfig) -> Resolved[str | Path]:

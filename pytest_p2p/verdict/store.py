@@ -273,6 +273,39 @@ class Store:
                 (name, rig, ident, kind, exclude, depth))
             return self._records(rows)
 
+    def history(self, rig: str, ident: str, kind: str | None, arm: str, point: str, metric: str,
+                limit: int) -> list[tuple[RunRecord, MetricRow]]:
+        """The ``limit`` newest stored runs (accepted or not) of this rig, pair and kind with ``metric`` at
+        ``arm``/``point``, oldest first: the series that change points are found in (verdict/history.py).
+
+        One query for the rows and one per 500 runs for their baselines, on either backend.
+        """
+        b = self.backend
+        with self._reading(f"reading the history of {metric} {point} {arm}") as db:
+            rows = db.query(
+                "SELECT r.*, s.n, s.mean, s.std, s.median, s.vals FROM runs r JOIN results s ON s.run_id = r.run_id "
+                f"WHERE r.rig = ? AND r.pair_ident = ? AND r.kind {b.null_safe_eq} ? AND s.arm = ? AND s.point = ? "
+                "AND s.metric = ? ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?",
+                (rig, ident, kind, arm, point, metric, limit))
+            recs = self._records([r[:11] for r in rows])
+        out = [(rec, MetricRow(arm, point, metric, self._count(r[11], "results.n"), self._real(r[12]),
+                               self._real(r[13]), self._real(r[14]), as_floats(json.loads(_text(r[15])))))
+               for rec, r in zip(recs, rows, strict=True)]
+        return out[::-1]
+
+    def acceptances(self, name: str, run_ids: Sequence[str]) -> dict[str, str | None]:
+        """``run_id -> note`` of the runs among ``run_ids`` accepted under ``name``."""
+        got: dict[str, str | None] = {}
+        ids = list(run_ids)
+        with self._reading(f"reading baseline {name!r}") as db:
+            for i in range(0, len(ids), 500):
+                chunk = ids[i:i + 500]
+                for run_id, note in db.query(
+                        "SELECT run_id, note FROM baselines WHERE name = ? AND run_id IN ("
+                        + ",".join("?" * len(chunk)) + ")", [name, *chunk]):
+                    got[str(run_id)] = _opt_text(note)
+        return got
+
     def metrics(self, run_id: str, arm: str | None = None, point: str | None = None) -> list[MetricRow]:
         sql = "SELECT arm, point, metric, n, mean, std, median, vals FROM results WHERE run_id = ?"
         args: list[object] = [run_id]
