@@ -87,8 +87,8 @@ def test_allreduce_ranks_placed_per_rig_host_and_gdr_proved(cluster: object, nod
 def test_rank_on_node_without_peermem_fails_naming_it(cluster: object, nodes: NodesSpec, tmp_path: Path) -> None:
     from pytest_p2p.probes.multinode import run_allreduce_ray
 
-    res = run_allreduce_ray(nodes, PLACEMENT, PRESETS["gdr"], _env("rank2_no_peermem"), tmp_path, gpus_per_rank=0, strategy="SPREAD",
-                            worker=FAKE, timeout_s=60)
+    res = run_allreduce_ray(nodes, PLACEMENT, PRESETS["gdr"], _env("rank2_no_peermem"), tmp_path, gpus_per_rank=0,
+                            strategy="SPREAD", worker=FAKE, timeout_s=60)
     assert res.proof is not None and res.proof.outcome == FAIL
     assert [(r.rank, r.node) for r in res.proof.failed()] == [(2, "trinity-b")]
 
@@ -105,5 +105,5 @@ def test_a_failing_rank_is_named_with_its_host(cluster: object, nodes: NodesSpec
     from pytest_p2p.probes.multinode import run_allreduce_ray
 
     with pytest.raises(ProbeError, match="rank 1 on trinity-a exited with status 3"):
-        run_allreduce_ray(nodes, PLACEMENT, PRESETS["gdr"], _env("gdr", FAKE_MN_EXIT="3"), tmp_path, gpus_per_rank=0, strategy="SPREAD",
-                          worker=FAKE, timeout_s=60)
+        run_allreduce_ray(nodes, PLACEMENT, PRESETS["gdr"], _env("gdr", FAKE_MN_EXIT="3"), tmp_path, gpus_per_rank=0,
+                          strategy="SPREAD", worker=FAKE, timeout_s=60)

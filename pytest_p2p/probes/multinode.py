@@ -289,7 +289,7 @@ def run_allreduce_ray(spec: NodesSpec, placement: Sequence[str], arm: Arm, rig_e
 
 
 def _triples(value: object) -> list[tuple[str, str, int]]:
-    return [(str(v[0]), str(v[1]), int(v[2])) for v in value] if isinstance(value, list) else []  # noqa: E501
+    return [(str(v[0]), str(v[1]), int(v[2])) for v in value] if isinstance(value, list) else []
 
 
 def _runs(value: object) -> list[tuple[int, str, str | None]]:
