@@ -18,7 +18,8 @@ def main(argv: list[str]) -> int:
     rank = int(os.environ["RANK"])
     print(f"[p2p-mn] rank {rank} on {os.environ.get('P2P_HOST')} master {os.environ.get('MASTER_ADDR')}:"
           f"{os.environ.get('MASTER_PORT')} NCCL_NET_GDR_LEVEL={os.environ.get('NCCL_NET_GDR_LEVEL')} "
-          f"NCCL_DEBUG={os.environ.get('NCCL_DEBUG')}", flush=True)
+          f"NCCL_DEBUG={os.environ.get('NCCL_DEBUG')} CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}",
+          flush=True)
     sys.stdout.write((Path(os.environ["FAKE_MN_LOGS"]) / f"rank{rank}.log").read_text())
     t = float(os.environ.get("FAKE_MN_TIME_US", "100000"))
     out = Path(spec["out_dir"])

@@ -302,5 +302,5 @@ def judge_line_rate(busbw_gbs: float | None, line_gbps: float | None, min_share:
         return INCONCLUSIVE, f"{what}: {missing} not known; the share of the line rate cannot be judged"
     share = line_rate_share(busbw_gbs, line_gbps)
     text = (f"{what}: busbw {busbw_gbs:.2f} GB/s = {busbw_gbs * 8:.1f} Gb/s, {share:.1%} of the "
-            f"{line_gbps:g} Gb/s line rate (minimum {min_share:.0%})")
+            f"{line_gbps:.4g} Gb/s line rate (minimum {min_share:.0%})")
     return (PASS, text) if share >= min_share else (FAIL, text + ": a silent fallback or a degraded link")
