@@ -2,7 +2,7 @@
 # Ray for the offline GPU machine (python 3.12, x86_64), as ../shared/vllm brings vLLM: download the three wheels
 # Ray adds to that machine (ray, click, msgpack; its other requirements - filelock, jsonschema, packaging, protobuf,
 # pyyaml, requests - are there with torch and the vLLM set), cut them into git-ignored folders .rw1 .rw2 of at most
-# 50 MiB (the 79 MB ray wheel travels in two parts), each with this script.
+# 50 MiB (the 79 MB ray wheel travels in two parts); .rw1 holds this script and the checksums.
 #   here:   bash benchmarks/ray_wheels.sh
 #   there:  mkdir -p /tmp/rwstage && cp .rw1/* .rw2/* /tmp/rwstage/ && bash .rw1/ray_wheels.sh install
 #           -> "ray 2.60.0 installed in /tmp/site"
@@ -34,5 +34,5 @@ for f in "$cache"/*.whl; do
     *) cp "$f" .rw2/ ;;
   esac
 done
-cp "$0" .rw1/ray_wheels.sh; cp "$0" .rw2/ray_wheels.sh
+cp "$0" .rw1/ray_wheels.sh
 du -sh .rw1 .rw2
