@@ -238,3 +238,30 @@ def test_multinode_modules_do_not_import_ray() -> None:
             "from pytest_p2p.rig import load_rig; load_rig(sys.argv[1]); "
             "assert 'ray' not in sys.modules, 'ray imported'")
     subprocess.run([sys.executable, "-c", code, str(RIG)], check=True)
+
+
+# --------------------------------------------------------------------------- vLLM across nodes
+
+
+def test_ray_executor_args_follow_the_rig_stages() -> None:
+    from pytest_p2p.serve.multinode import ray_executor_args
+
+    rig = load_rig(RIG)
+    assert rig.nodes is not None
+    assert ray_executor_args(rig.nodes.stages) == ["--distributed-executor-backend", "ray",
+                                                   "--pipeline-parallel-size", "3", "--tensor-parallel-size", "1"]
+    with pytest.raises(ConfigError, match="do not split into stages of 2"):
+        ray_executor_args(rig.nodes.stages, tensor_parallel=2)
+
+
+def test_vllm_ray_worker_lines_are_proved_per_worker() -> None:
+    """The driver prints each Ray worker's lines behind '(RayWorkerWrapper pid=…, ip=…)': one log per worker."""
+    from pytest_p2p.serve.multinode import worker_proof
+
+    lines = []
+    for r, ip in enumerate(("192.168.50.1", "192.168.50.1", "192.168.50.2")):
+        pid = (7001, 7002, 5001)[r]
+        for ln in (LOGS / "rank2_no_peermem" / f"rank{r}.log").read_text().splitlines():
+            lines.append(f"(RayWorkerWrapper pid={pid}, ip={ip}) {ln}" if r else ln)
+    proof = worker_proof("\n".join(lines) + "\n", "NET/IB/GDRDMA")
+    assert [(v.rank, v.node) for v in proof.failed()] == [(2, "trinity-b")]
