@@ -166,6 +166,11 @@ STRICT: Option[bool] = Option(
     "p2p_strict", "--p2p-strict", "inconclusive verdicts (uplift, baseline) fail instead of skipping, for CI "
     "that must decide", False, ini="p2p_strict", env="PYTEST_P2P_STRICT", convert=truthy, ini_type="bool",
     action="store_true")
+RAY_ADDRESS: Option[str | None] = Option(
+    "p2p_ray_address", "--p2p-ray-address",
+    "the Ray cluster a rig with nodes: runs on (auto, HOST:6379, ray://HOST:10001); else RAY_ADDRESS; Ray is "
+    "imported only for such a rig (docs/multinode.md)", None, ini="p2p_ray_address", env="PYTEST_P2P_RAY_ADDRESS",
+    metavar="ADDRESS", shown_default="`RAY_ADDRESS`, else none")
 ENABLE: Option[bool] = Option(
     "p2p_enable", None, "activate pytest-p2p for every run of this project (otherwise only a p2p run: "
     "-m p2p, a --p2p-* option, a PYTEST_P2P_* variable or p2p_* ini key, --pyargs pytest_p2p)",
@@ -174,7 +179,7 @@ ENABLE: Option[bool] = Option(
 #: Every setting, in the order ``pytest --help`` lists them.
 TABLE: tuple[Option[object], ...] = (
     RIG, SNAPSHOT, RESULTS, LIVE, PROBE_REPLAY, CAMPAIGN, REPS, ARMS, COMPARE, SAVE_BASELINE, FAIL_ON, DB, STRICT,
-    ENABLE,
+    RAY_ADDRESS, ENABLE,
 )
 
 

@@ -38,6 +38,7 @@ from .evidence.expect import (
     topology_supports_p2p,
 )
 from .evidence.genconfig import rig_to_yaml_dict
+from .evidence.nodespec import NodesSpec, parse_nodes
 from .evidence.resolve import Selector, resolve
 from .evidence.visible import visible_gpus
 from .util import is_bus_id, normalize_bus_id
@@ -64,7 +65,7 @@ if TYPE_CHECKING:  # the stages' section types; their modules are imported when 
     from .verdict.config import BaselineConfig
 
 TOP_KEYS = ("rig", "description", "gpus", "pairs", "env", "expect", "gpu", "pair",
-            "arms", "probe", "server", "campaign", "baseline")
+            "arms", "probe", "server", "campaign", "baseline", "nodes")
 SECTION_KEYS = ("arms", "probe", "server", "campaign", "baseline")
 
 
@@ -119,6 +120,7 @@ class Rig:
     sections: RigSections = field(default_factory=lambda: parse_sections({}, "<defaults>"))
     digest: str = ""
     auto: bool = False
+    nodes: NodesSpec | None = None  # None: a single-host rig (docs/multinode.md)
 
     @property
     def arms(self) -> dict[str, Arm]:
@@ -201,10 +203,16 @@ def _parse_rig(data: object, source: str, text: str | None, default_name: str) -
         pair_expect[(a, b)] = parse_expectations(val, source, f"pair.{key}", only=("peer_access", "topology"))
     sections = parse_sections(top, source)
     _cross_check(top, sections, source)
+    nodes = parse_nodes(top.get("nodes"), source)
+    undefined_arms = sorted(nodes.transport_arms() - set(sections.arms)) if nodes else []
+    if undefined_arms:
+        raise ConfigError(source, "nodes.crossings", f"a transport names arm {', '.join(undefined_arms)}, which this "
+                                                     f"rig file does not define (defined: {', '.join(sections.arms)})")
     digest_src = text if text is not None else repr(data)  # bounded by check_bounded above
     digest = hashlib.sha256(digest_src.encode("utf-8")).hexdigest()[:16]
     return Rig(name=name, source=source, description=description, gpus=gpus, pairs=pairs, env=env,
-               expect=expect, gpu_expect=gpu_expect, pair_expect=pair_expect, sections=sections, digest=digest)
+               expect=expect, gpu_expect=gpu_expect, pair_expect=pair_expect, sections=sections, digest=digest,
+               nodes=nodes)
 
 
 def _cross_check(top: Mapping[str, object], sections: RigSections, source: str) -> None:

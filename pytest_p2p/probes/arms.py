@@ -27,7 +27,7 @@ from ..validate import boolean, env_mapping, join, mapping, show, string
 # Transport names as the proof reports them (NCCL's "via ..." words, coarse to fine).
 KNOWN_TRANSPORTS = (
     "P2P", "P2P/CUMEM", "P2P/IPC", "P2P/direct pointer",
-    "SHM", "NET", "NET/Socket", "NET/IB", "COLLNET",
+    "SHM", "NET", "NET/Socket", "NET/IB", "NET/IB/GDRDMA", "COLLNET",
 )
 
 ARM_KEYS = ("preset", "env", "expect_transport", "custom_all_reduce", "symm_mem", "description")
@@ -117,6 +117,21 @@ PRESETS: dict[str, Arm] = {
         "NET/Socket",
         custom_all_reduce=False,
         description="P2P and SHM off, NCCL forced onto TCP sockets (a worst case, for contrast)",
+    ),
+    # Across nodes (docs/multinode.md): judged per crossing, on the connections between ranks of different nodes.
+    "gdr": Arm(
+        "gdr",
+        {"NCCL_IB_DISABLE": "0", "NCCL_NET_GDR_LEVEL": "5"},
+        "NET/IB/GDRDMA",
+        custom_all_reduce=False,
+        description="InfiniBand/RoCE verbs with GPUDirect RDMA at any NIC-GPU distance (GDR level as seed 004 sets it)",
+    ),
+    "no_gdr": Arm(
+        "no_gdr",
+        {"NCCL_IB_DISABLE": "0", "NCCL_NET_GDR_LEVEL": "LOC"},
+        "NET/IB",
+        custom_all_reduce=False,
+        description="InfiniBand/RoCE verbs, GPUDirect RDMA off: host-staged (the fallback a GDR rig must catch)",
     ),
 }
 

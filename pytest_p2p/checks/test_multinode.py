@@ -1,0 +1,143 @@
+"""Built-in checks of a rig with ``nodes:``: each node's kernel evidence, each crossing's transport and line rate.
+
+A single-host rig skips them with the reason. A rig with nodes attaches to Ray
+(``--p2p-ray-address`` or ``RAY_ADDRESS``; Ray is imported only here), reads every node's
+evidence in a task pinned to it, and runs the all-reduce probe per crossing and arm with
+one rank per node (``STRICT_SPREAD``), proving the transport from every rank's log.
+A rig whose every host names a recorded ``sysfs:`` tree and no cluster is named reads the
+trees here (a replay: the output says so) and skips the probes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_p2p.errors import P2PError
+from pytest_p2p.evidence.nodes import NodeEvidence, read_node
+from pytest_p2p.evidence.nodespec import FAIL, INCONCLUSIVE, Crossing, NodesSpec, judge_node, line_rate_gbps, sysfs_root
+from pytest_p2p.options import RAY_ADDRESS, RESULTS, path_of, resolve
+from pytest_p2p.probes.netproof import judge_line_rate
+
+if TYPE_CHECKING:
+    from pytest_p2p.probes.multinode import MultiNodeResult
+    from pytest_p2p.session import P2PSession
+
+pytestmark = pytest.mark.p2p
+SIZES = (1 << 20, 1 << 28)  # the seed's bus bandwidth is judged on large messages (256 MiB and above)
+
+
+@dataclass
+class MultiNode:
+    spec: NodesSpec
+    rig_dir: Path
+    evidence: dict[str, NodeEvidence]
+    replay: bool
+    address: str | None
+    results: Path
+    runs: dict[tuple[str, str], MultiNodeResult] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="session")
+def p2p_multinode(p2p_session: P2PSession, pytestconfig: pytest.Config) -> MultiNode:
+    """The rig's nodes and their evidence, read once per session (live through Ray, or recorded trees)."""
+    spec = p2p_session.rig.nodes
+    if spec is None:
+        pytest.skip("single-host rig: no nodes: section (docs/multinode.md)")
+    from pytest_p2p.probes.multinode import ray_address
+
+    rig_dir = Path(p2p_session.rig.source).resolve().parent
+    address = ray_address(resolve(pytestconfig, RAY_ADDRESS).value)
+    results = path_of(pytestconfig, resolve(pytestconfig, RESULTS)) / "multinode"
+    if address is None and all(h.sysfs for h in spec.hosts):
+        ev = {h.name: read_node(sysfs_root(h, rig_dir), h.name) for h in spec.hosts}
+        return MultiNode(spec, rig_dir, ev, True, None, results)
+    from pytest_p2p.probes.multinode import cluster_nodes, connect, gather_evidence, match_hosts
+
+    try:
+        connect(address)
+        reports = gather_evidence(spec, match_hosts(spec, cluster_nodes()), rig_dir)
+    except P2PError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return MultiNode(spec, rig_dir, {h: r.evidence for h, r in reports.items()}, False, address, results)
+
+
+def test_node_evidence(p2p_multinode: MultiNode) -> None:
+    """Every node: NICs up at their rate, RDMA device and GID present, nvidia_peermem loaded, NIC<->GPU topology."""
+    mn = p2p_multinode
+    if mn.replay:
+        print("replay: node evidence read from the rig's recorded sysfs trees, not from live nodes")
+    findings = [f for h in mn.spec.hosts for f in judge_node(mn.evidence[h.name], h)]
+    for f in findings:
+        print(f"{f.outcome:12} {f.message}")
+    failed = [f.message for f in findings if f.outcome == FAIL]
+    if failed:
+        pytest.fail("\n".join(failed), pytrace=False)
+    unknown = [f.message for f in findings if f.outcome == INCONCLUSIVE]
+    if unknown:
+        pytest.skip("inconclusive: " + "; ".join(unknown))
+
+
+def _run(mn: MultiNode, crossing: Crossing, arm_name: str, session: P2PSession) -> MultiNodeResult:
+    key = (crossing.key, arm_name)
+    if key not in mn.runs:
+        if mn.replay:
+            pytest.skip("replay of recorded node trees: no cluster to run the probe on (--p2p-ray-address)")
+        from pytest_p2p.probes.multinode import run_allreduce_ray
+
+        arm = session.rig.arms[arm_name]
+        try:
+            mn.runs[key] = run_allreduce_ray(mn.spec, list(crossing.between), arm, session.rig.env,
+                                             mn.results / crossing.key / arm_name, sizes=SIZES,
+                                             expect=crossing.transport[arm_name])
+        except P2PError as exc:
+            pytest.fail(str(exc), pytrace=False)
+    return mn.runs[key]
+
+
+def test_crossing_transport(p2p_multinode: MultiNode, p2p_session: P2PSession) -> None:
+    """Per crossing and arm: every rank's NCCL log proves the expected transport, or the rank that fell back."""
+    mn = p2p_multinode
+    pairs = [(c, arm) for c in mn.spec.crossings for arm in c.transport]
+    if not pairs:
+        pytest.skip("no crossing names a transport per arm")
+    failed: list[str] = []
+    unknown: list[str] = []
+    for crossing, arm in pairs:
+        proof = _run(mn, crossing, arm, p2p_session).proof
+        assert proof is not None
+        print(f"{crossing.key} {arm}: {proof.outcome}: {proof.message}")
+        line = f"{crossing.key} arm {arm}: {proof.message}"
+        if proof.outcome == FAIL:
+            failed.append(line)
+        elif proof.outcome == INCONCLUSIVE:
+            unknown.append(line)
+    if failed:
+        pytest.fail("\n".join(failed), pytrace=False)
+    if unknown:
+        pytest.skip("inconclusive: " + "; ".join(unknown))
+
+
+def test_busbw_line_rate(p2p_multinode: MultiNode, p2p_session: P2PSession) -> None:
+    """Per crossing with ``busbw_min_line_rate``: all-reduce bus bandwidth of its first arm as a share of line rate."""
+    mn = p2p_multinode
+    judged = [c for c in mn.spec.crossings if c.busbw_min_line_rate is not None and c.transport]
+    if not judged:
+        pytest.skip("no crossing sets busbw_min_line_rate")
+    failed = []
+    for c in judged:
+        arm = next(iter(c.transport))
+        row = _run(mn, c, arm, p2p_session).largest()
+        rates = [line_rate_gbps(mn.evidence[h], c.nic) for h in c.between]
+        line = min((r for r in rates if r is not None), default=None)
+        assert c.busbw_min_line_rate is not None
+        outcome, msg = judge_line_rate(row.busbw_gbs if row else None, line, c.busbw_min_line_rate,
+                                       f"{c.key} arm {arm}")
+        print(f"{outcome}: {msg}")
+        if outcome == FAIL:
+            failed.append(msg)
+    if failed:
+        pytest.fail("\n".join(failed), pytrace=False)
