@@ -115,6 +115,38 @@ def gpu_usage(indices: Sequence[int]) -> list[GpuUse] | None:
         return None
 
 
+def process_name(pid: int) -> str:
+    """The short name of ``pid`` (``/proc/<pid>/comm``), or ``?`` when it is gone or not ours to read."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text(encoding="utf-8", errors="replace").strip() or "?"
+    except OSError:
+        return "?"
+
+
+def memory_holders(srv: RunningServer) -> str:
+    """Who holds memory on the server's GPUs, not counting the server itself: ``gpu1: pid 4242 (python3)
+    holds 70000 MiB``. Why: "out of GPU memory" alone sends the user to lower the server's
+    settings, when another job on the pair is the cause (issue 30). ``""`` without NVML."""
+    from ..errors import EvidenceError
+    from ..evidence.nvml import nvml_session
+
+    parts: list[str] = []
+    try:
+        with nvml_session() as nv:
+            n = nv.count()
+            for i in srv.pair:
+                if not 0 <= i < n:
+                    continue
+                for pid, mib in nv.gpu(i).compute_processes() or []:
+                    if pid == os.getpid() or srv.ours(pid):
+                        continue
+                    held = "an amount NVML does not show" if mib is None else f"{mib} MiB"
+                    parts.append(f"gpu{i}: pid {pid} ({process_name(pid)}) holds {held}")
+    except EvidenceError:
+        return ""
+    return "; ".join(parts)
+
+
 # ----------------------------------------------------------------------------- running server
 
 
@@ -287,7 +319,14 @@ def launch(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: M
         if not srv.model:
             srv.model = _served_name_from_argv(argv)
         t0 = time.monotonic()
-        wait_ready(srv, t0 + (startup_timeout_s or config.startup_timeout_s), config.request_timeout_s)
+        try:
+            wait_ready(srv, t0 + (startup_timeout_s or config.startup_timeout_s), config.request_timeout_s)
+        except ServerError as exc:
+            holders = memory_holders(srv) if "out of GPU memory" in str(exc) else ""
+            if not holders:
+                raise
+            raise ServerError(f"{exc}\nGPU memory held by other processes when it failed (NVML): {holders}; "
+                              "stop them or move the campaign to a free pair") from None
         srv.ready_s = time.monotonic() - t0
         yield srv
     finally:
