@@ -127,3 +127,18 @@ def test_oom_at_start_names_the_process_holding_the_gpu(monkeypatch: pytest.Monk
     msg = str(info.value)
     assert "out of GPU memory" in msg
     assert "gpu1: pid 4242 (memhog.py) holds 130000 MiB" in msg, msg
+
+
+def test_vram_wait_names_the_process_holding_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_p2p.campaign.gpu import wait_vram_free
+    from pytest_p2p.errors import CampaignError
+
+    monkeypatch.delenv("PYTEST_P2P_NVML", raising=False)
+    m = fake_pynvml()
+    m.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=4242, usedGpuMemory=9000 << 20)] \
+        if h == 1 else []
+    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=143771 << 20, used=(9000 << 20) if h else 0)
+    monkeypatch.setitem(sys.modules, "pynvml", m)
+    monkeypatch.setattr("pytest_p2p.serve.server.process_name", lambda pid: "memhog.py")
+    with pytest.raises(CampaignError, match=r"held by GPU 1: pid 4242 \(memhog.py\) 9000 MiB"):
+        wait_vram_free([0, 1], 2000, 0.0, live=True, sleep=lambda s: None)
