@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 COLUMNS = (
     "wall_epoch", "index", "pcie.link.gen.current", "pcie.link.width.current", "temperature.gpu",
     "utilization.gpu", "utilization.memory", "memory.used", "power.draw", "clocks.current.sm",
-    "clocks.current.memory", "throttle_reasons", "energy_mj", "simulated", "nvml_error",
+    "clocks.current.memory", "throttle_reasons", "energy_mj", "nvml_error", "simulated",
 )
 TEXT_COLUMNS = ("simulated", "nvml_error")
 SIMULATED_MARK = "SIMULATED"
