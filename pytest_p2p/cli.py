@@ -123,10 +123,13 @@ def doctor_main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     ev = _evidence(a.snapshot, load=not a.no_load)
     from .evidence.doctor import CheckResult, doctor_table, judge_all
-    from .rig import auto_rig, load_rig, resolve
+    from .rig import auto_rig, campaign_use, load_rig, resolve
 
     results: list[CheckResult] | None = None
-    resolved = resolve(load_rig(a.rig, origin="--rig") if a.rig else auto_rig(), ev)
+    rig = load_rig(a.rig, origin="--rig") if a.rig else auto_rig()
+    if a.rig:
+        campaign_use(rig)  # what pytest refuses at configure time, doctor refuses too (same function)
+    resolved = resolve(rig, ev)
     if a.rig:
         results = judge_all(ev, resolved)
     if a.json:

@@ -95,8 +95,20 @@ def activate(config: pytest.Config, reason: str) -> None:
     if ACTIVE_KEY in config.stash:
         return
     config.stash[ACTIVE_KEY] = reason
+    check_options(config)
     for module in STAGES:
         config.pluginmanager.import_plugin(module)
+
+
+def check_options(config: pytest.Config) -> None:
+    """Every row of the option table, converted now: a bad value (``--p2p-reps x``, ``PYTEST_P2P_ARMS=a``)
+    is one ``ERROR: pytest-p2p: ...`` paragraph before collection, not a collection error whenever a
+    stage first reads it (issue 30). Resolving is pure (no file, no GPU), so nothing else changes."""
+    try:
+        for opt in TABLE:
+            resolve(config, opt)
+    except Exception as exc:  # ConfigError naming the origin; imported lazily by resolve
+        raise pytest.UsageError(f"pytest-p2p: {exc}") from None
 
 
 def activation(config: pytest.Config) -> str:

@@ -228,6 +228,40 @@ def _cross_check(top: Mapping[str, object], sections: RigSections, source: str) 
                                                   "local path); a model campaign cannot start without it")
 
 
+@dataclass(frozen=True)
+class CampaignUse:
+    """What a rig's campaign runs with the session's overrides: the one check pytest and ``doctor --rig`` share."""
+
+    kind: str  # "model", "probe" or "off"
+    config: CampaignConfig
+    has_server: bool
+
+
+def campaign_use(rig: Rig, *, mode: str | None = None, reps: int | None = None, reps_origin: str = "--p2p-reps",
+                 arms: list[str] | None = None, arms_origin: str = "--p2p-arms") -> CampaignUse:
+    """The campaign the rig asks for, or the :class:`ConfigError` that makes it unusable.
+
+    Why one function: pytest refuses these at configure time (a usage error before collection)
+    and ``doctor --rig`` must refuse the same files — written twice, the two would drift.
+    Nothing here reads evidence, so it is cheap and machine-independent.
+    """
+    cfg = rig.campaign.with_overrides(reps=reps, arms=arms)
+    server = rig.server
+    has_server = server is not None and bool(getattr(server, "model", ""))
+    kind = cfg.resolve_kind(has_server) if (mode or "auto") == "auto" else str(mode)
+    if reps is not None and cfg.uplift_rule == "ci_lower" and cfg.reps < 2:
+        raise ConfigError(reps_origin, "", f"uplift_rule ci_lower needs reps >= 2, got {cfg.reps}")
+    if kind == "model" and not has_server:
+        raise ConfigError(rig.source, "server.model", "a model campaign needs the rig's server section "
+                                                      "(server.model); or run --p2p-campaign=probe")
+    missing = [a for a in cfg.arms if a not in rig.arms]
+    if missing:
+        src, path = (arms_origin, "") if arms else (rig.source, "campaign.arms")
+        raise ConfigError(src, path, f"names {', '.join(missing)}, which the rig {rig.source} does not define "
+                                     f"(defined: {', '.join(rig.arms)})")
+    return CampaignUse(kind=kind, config=cfg, has_server=has_server)
+
+
 def parse_selector(value: object, source: str, path: str) -> Selector:
     """A GPU selector: NVML index, PCI bus id (any common spelling) or UUID (``GPU-…``)."""
     if isinstance(value, bool):

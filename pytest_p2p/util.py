@@ -12,6 +12,7 @@ import json
 import os
 import re
 import tempfile
+from fractions import Fraction
 from pathlib import Path
 
 from .errors import WriteError
@@ -72,6 +73,8 @@ def atomic_write_json(path: str | os.PathLike[str], obj: object) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
+MAX_SIZE_DIGITS = 18  # 10^18 bytes is an exabyte: past any GPU buffer, well inside int64
+MAX_SIZE_CHARS = 64  # a size string longer than this is not a size (checked before any parsing)
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?|)\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1000, "KIB": 1024, "M": 1024**2, "MB": 1000**2,
                "MIB": 1024**2, "G": 1024**3, "GB": 1000**3, "GIB": 1024**3, "T": 1024**4,
@@ -89,11 +92,19 @@ def parse_size(text: object) -> int:
         if text < 0:
             raise ValueError(f"expected a non-negative size, got {text}")
         return text
-    m = _SIZE_RE.match(str(text))
+    raw = str(text)
+    if len(raw) > MAX_SIZE_CHARS:  # 309 digits made float() infinity and int(inf) an OverflowError
+        raise ValueError(f"a size of {len(raw)} characters is far beyond any buffer (at most {MAX_SIZE_CHARS} "
+                         f"characters), starting {raw[:20]!r}")
+    m = _SIZE_RE.match(raw)
     if not m or m.group(2).upper() not in _SIZE_UNITS:
         raise ValueError(f"expected a size like '8KiB' or '256MiB', got {text!r}")
-    value = float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
-    if value != int(value):
+    digits = m.group(1)
+    if len(digits.split(".")[0].lstrip("0")) > MAX_SIZE_DIGITS:
+        raise ValueError(f"size {text!r} is far beyond any buffer (at most {MAX_SIZE_DIGITS} digits before the "
+                         "point)")
+    value = Fraction(digits) * _SIZE_UNITS[m.group(2).upper()]  # exact: no float rounding, no infinity
+    if value.denominator != 1:
         raise ValueError(f"size {text!r} is not a whole number of bytes")
     return int(value)
 

@@ -18,7 +18,7 @@ from .errors import ConfigError
 from .util import parse_size
 
 if TYPE_CHECKING:
-    from yaml.nodes import Node
+    from yaml.nodes import MappingNode, Node
 
 # Bounds on user-written structured input (rig files, anything loaded with yaml_document):
 # far above any real rig file, far below what hangs or exhausts the machine.
@@ -252,6 +252,8 @@ def _measure_nodes(root: Node, source: str) -> None:
                                               f"digits (at most {MAX_INT_DIGITS})")
         else:
             active.add(key)
+            if isinstance(node, yaml.MappingNode):
+                _refuse_duplicate_keys(node, source)
             children = node.value if isinstance(node, yaml.SequenceNode) else \
                 [part for pair in node.value for part in pair]
             for child in children:
@@ -266,6 +268,27 @@ def _measure_nodes(root: Node, source: str) -> None:
         return total
 
     size(root, 0)
+
+
+def _refuse_duplicate_keys(node: MappingNode, source: str) -> None:
+    """A key written twice in one mapping is an error naming both lines.
+
+    PyYAML keeps the last value silently: a rig file with two ``campaign:`` sections (one pasted
+    in from another rig) would run with half of what its author reads in it.
+    """
+    import yaml
+
+    seen: dict[tuple[str, str], int] = {}
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # '<<' merges may repeat; complex keys are refused later (keys must be strings)
+        ident = (key_node.tag, str(key_node.value))
+        line = key_node.start_mark.line + 1
+        if ident in seen:
+            raise ConfigError(source, "", f"key {show(key_node.value)} appears twice in one mapping, at line "
+                                          f"{seen[ident]} and at line {line}; YAML would silently keep only the "
+                                          "second: delete or merge one of them")
+        seen[ident] = line
 
 
 def check_bounded(data: object, source: str) -> None:

@@ -50,7 +50,7 @@ def test_outlying_pair_is_screened_set_aside_and_re_run(tmp_path: Path) -> None:
     assert 70.0 not in thr["values"] and thr["n"] == 5
     scen = res.run_dir / "scenarios" / "p2p_on-c1"
     raw = json.loads((scen / "run_2.try1.screened.json").read_text())
-    assert raw["output_throughput"] == 70.0 and raw["screened"].startswith("screened: c1: outlying pair")
+    assert raw["output_throughput"] == 70.0 and raw["cause"].startswith("screened: c1: outlying pair")
     assert json.loads((scen / "run_2.json").read_text())["output_throughput"] == 111.0
     meta = json.loads((res.run_dir / "run.json").read_text())
     assert {f["kind"] for f in meta["rep_failures"]} == {"screened"}

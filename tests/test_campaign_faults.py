@@ -103,7 +103,8 @@ def test_server_dying_mid_rep_is_set_aside_and_rerun_on_a_fresh_server(tmp_path:
     assert "died: exit code 70" in failure.cause and "die-after=2" in failure.cause  # exit code and log tail
     scen = res.run_dir / "scenarios" / "p2p_on-c1"
     raw = json.loads((scen / "run_1.try1.failed.json").read_text())
-    assert raw["failed"] == failure.cause and raw["completed"] == 1  # kept, but never aggregated
+    assert raw["cause"] == failure.cause and raw["set_aside"] == "failed"  # kept, but never aggregated
+    assert raw["completed"] == 1 and raw["failed"] == 1  # the request counts, not overwritten by the cause
     assert (scen / "server_run1.try1.failed.log").is_file()
     assert json.loads((scen / "run_1.json").read_text())["meta"]["attempt"] == 2
     thr = res.aggregate("p2p_on", "c1")["metrics"]["output_throughput"]  # type: ignore[index]
@@ -408,3 +409,66 @@ def test_an_interrupt_that_surfaces_wrapped_still_marks_the_run_interrupted(
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["status"] == "interrupted", meta["status"]
     assert "p2p_on-c1 rep 1" in meta["missing"]
+
+
+class ReadOnlyAfterFirstRep:
+    """The results disk turns read-only once the first rep file is on disk (issue 30 item 1).
+
+    Every later write under ``root`` fails with EROFS: atomic writes (``mkstemp``) and the server
+    log's appends (``open`` in serve/server.py), as a remounted file system would.
+    """
+
+    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        import builtins
+        import tempfile
+
+        import pytest_p2p.serve.server as server_mod
+        import pytest_p2p.util as util
+
+        self.root, self.ro = root, False
+        real_replace, real_mkstemp, real_open = util.os.replace, tempfile.mkstemp, builtins.open
+
+        def under(path: object) -> bool:
+            return str(path).startswith(str(self.root))
+
+        def refuse(path: object) -> None:
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+        def replace(src: Any, dst: Any) -> None:
+            real_replace(src, dst)
+            if Path(dst).name == "run_1.json":
+                self.ro = True
+
+        def mkstemp(*args: Any, **kwargs: Any) -> Any:
+            if self.ro and under(kwargs.get("dir", "")):
+                refuse(kwargs.get("dir"))
+            return real_mkstemp(*args, **kwargs)
+
+        def open_(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+            if self.ro and under(file) and any(c in mode for c in "wax+"):
+                refuse(file)
+            return real_open(file, mode, *args, **kwargs)
+
+        monkeypatch.setattr(util.os, "replace", replace)
+        monkeypatch.setattr(util.tempfile, "mkstemp", mkstemp)
+        monkeypatch.setattr(server_mod, "open", open_, raising=False)
+
+
+def test_results_disk_turning_read_only_mid_campaign_is_one_paragraph_and_loses_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_p2p.errors import WriteError
+
+    disk = ReadOnlyAfterFirstRep(tmp_path / "results", monkeypatch)
+    runner = _runner(tmp_path, {}, reps=2)
+    with pytest.raises(OSError) as info:  # before the fix: a bare OSError out of teardown's log append
+        runner.run()
+    assert disk.ro
+    err = info.value
+    assert isinstance(err, WriteError) and err.errno == errno.EROFS, repr(err)
+    msg = str(err)
+    assert "\n" not in msg and "server_run1.log" in msg and "the file system is read-only" in msg, msg
+    (run_dir,) = (tmp_path / "results").iterdir()
+    (rep,) = run_dir.glob("scenarios/*-c1/run_1.json")  # what was measured before the disk turned: intact
+    assert json.loads(rep.read_text())["completed"] == 2
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    assert len(pids) == 1 and not any(_alive(p) for p in pids)  # torn down and checked despite the disk

@@ -50,7 +50,7 @@ def test_saturated_load_client_rep_is_set_aside_and_re_run(tmp_path: Path) -> No
     assert 66.0 not in thr["values"] and thr["n"] == 3
     scen = res.run_dir / "scenarios" / "p2p_on-c1"
     kept = json.loads((scen / "run_1.try1.failed.json").read_text())
-    assert kept["client_saturated"] is True and kept["failed"] == f"load client saturated: {SATURATION}"
+    assert kept["client_saturated"] is True and kept["cause"] == f"load client saturated: {SATURATION}"
     assert json.loads((scen / "run_1.json").read_text())["client_saturated"] is False
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import CampaignError
 
 if TYPE_CHECKING:
     from ..evidence.model import Evidence
+    from ..evidence.nvml import NvmlGpu
 
 T = TypeVar("T")
 Link = dict[int, tuple[int | None, int | None]]
@@ -58,9 +59,20 @@ def wait_vram_free(gpus: Sequence[int], limit_mib: int, timeout_s: float, *, liv
                 return f"free after {time.monotonic() - start:.1f} s ({used} MiB used)"
             if time.monotonic() - start > timeout_s:
                 detail = ", ".join(f"GPU {g}: {u} MiB" for g, u in busy.items())
+                holders = _holders({g: handles[g] for g in busy})
                 raise CampaignError(f"VRAM not free after {timeout_s:.0f} s ({detail} used, limit {limit_mib} MiB): "
-                                    "another process holds the GPU, or a previous server left one behind")
+                                    + (f"held by {holders}" if holders else
+                                       "another process holds the GPU, or a previous server left one behind"))
             sleep(1.0)
+
+
+def _holders(handles: Mapping[int, NvmlGpu]) -> str:
+    """``GPU 1: pid 4242 (python3) 70000 MiB``: who to stop, from NVML (issue 30: name the process, not just MiB)."""
+    from ..serve.server import process_name
+
+    parts = [f"GPU {g}: pid {pid} ({process_name(pid)}) {'?' if mib is None else mib} MiB"
+             for g, h in handles.items() for pid, mib in (h.compute_processes() or [])]
+    return ", ".join(parts)
 
 
 class Abandoned(CampaignError):

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import pytest
 
 from .. import signals
-from ..errors import ConfigError, P2PError
+from ..errors import P2PError
 from ..options import ARMS, CAMPAIGN, CAMPAIGN_MODES, REPS, Option, resolve
 from .plan import Plan, Scenario
 
@@ -84,11 +84,14 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         config.stash[STAMP_KEY] = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     config.stash[RESULTS_KEY] = {}
-    # Option values are checked now (a usage error before collection); what depends on the rig
-    # and the evidence waits for collection, so that ``pytest --help`` never touches NVML.
+    # Every usage error (option values, and what the rig cannot run: a model campaign without a
+    # model, --p2p-reps past its bound, arms the rig lacks) is refused now, before collection: one
+    # "ERROR: pytest-p2p: ..." paragraph, never a collection error full of pluggy frames (issue 30).
+    # An xdist worker follows its controller, which refused already; --help reads nothing.
+    if hasattr(config, "workerinput") or config.getoption("help", default=False):
+        return
     try:
-        for opt in (CAMPAIGN, REPS, ARMS):
-            _resolved(config, opt)
+        plan(config)
     except P2PError as exc:
         raise pytest.UsageError(f"pytest-p2p: {exc}") from None
 
@@ -155,30 +158,22 @@ def plan(config: pytest.Config) -> Plan:
     got = config.stash.get(PLAN_KEY, None)
     if got is not None:
         return got
+    from ..rig import campaign_use
     from ..session import get_session
 
     mode, mode_origin = _resolved(config, CAMPAIGN)
-    reps, _ = _resolved(config, REPS)
+    reps, reps_origin = _resolved(config, REPS)
     arms, arms_origin = _resolved(config, ARMS)
     session = get_session(config)
-    rig = session.rig
-    cfg = rig.campaign.with_overrides(reps=reps, arms=arms)
-    server = rig.server
-    has_server = server is not None and bool(getattr(server, "model", ""))
-    mode = mode or "auto"
-    kind = cfg.resolve_kind(has_server) if mode == "auto" else mode
-    if cfg.uplift_rule == "ci_lower" and cfg.reps < 2:
-        raise ConfigError(mode_origin if reps is None else "--p2p-reps", "",
-                          f"uplift_rule ci_lower needs reps >= 2, got {cfg.reps}")
+    use = campaign_use(session.rig, mode=mode, reps=reps, reps_origin=reps_origin, arms=arms,
+                       arms_origin=arms_origin)
+    cfg, kind, server = use.config, use.kind, session.rig.server
     skip: str | None = None
     if kind == "off":
         skip = f"campaign turned off ({mode_origin})"
-        points = cfg.points("model" if has_server else "probe")
+        points = cfg.points("model" if use.has_server else "probe")
     else:
         points = cfg.points(kind)
-        if kind == "model" and not has_server:
-            raise ConfigError(rig.source, "server.model", "a model campaign needs the rig's server section "
-                                                          "(server.model); or run --p2p-campaign=probe")
         live = _live(session)
         if kind == "probe" and not live:
             skip = f"probe campaign needs a real GPU: this session uses {session.label}"
@@ -187,11 +182,6 @@ def plan(config: pytest.Config) -> Plan:
         no_pair = _no_pairs_reason(session)
         if no_pair is not None:
             skip = f"campaign skipped: {no_pair}"
-    missing = [a for a in cfg.arms if a not in rig.arms]
-    if missing:
-        src, path = (arms_origin, "") if arms else (rig.source, "campaign.arms")
-        raise ConfigError(src, path, f"names {', '.join(missing)}, which the rig {rig.source} does not define "
-                                     f"(defined: {', '.join(rig.arms)})")
     p = Plan(kind=kind if kind != "off" else "off", config=cfg, arms=list(cfg.arms),
              points=points, skip_reason=skip, origin=mode_origin)
     config.stash[PLAN_KEY] = p

@@ -3,7 +3,8 @@
 Why keep it: a dead server's partial numbers or a screened outlier are evidence of what
 happened (the report and a human can look at them), but ``run_<k>.json``, ``telemetry_run<k>.csv``
 and ``server_run<k>.log`` must belong to the rep that counts. So the attempt's files become
-``run_<k>.try<n>.<why>.json`` (with the cause inside), ``telemetry_run<k>.try<n>.<why>.csv`` and
+``run_<k>.try<n>.<why>.json`` (``set_aside``: the why, ``cause``: the reason; measured keys such as
+``failed``, the failed-request count, kept as they were), ``telemetry_run<k>.try<n>.<why>.csv`` and
 ``server_run<k>.try<n>.<why>.log``; the results reader's ``run_<k>.json`` pattern never matches them.
 """
 
@@ -29,7 +30,8 @@ def set_aside(rd: RunWriter, arm: str, rep: int, attempt: int, points: list[str]
         tag = f"try{attempt}.{kind}"
         rep_file = base / f"run_{rep}.json"
         if point in data:
-            atomic_write_json(base / f"run_{rep}.{tag}.json", {**data[point], kind: cause})
+            # the cause beside what was measured, never over it: "failed" is the load's failed-request count
+            atomic_write_json(base / f"run_{rep}.{tag}.json", {**data[point], "set_aside": kind, "cause": cause})
             files.append(f"{arm}-{point}/run_{rep}.{tag}.json")
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(rep_file)  # a screened rep's file: its copy with the cause is kept above

@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 COLUMNS = (
     "wall_epoch", "index", "pcie.link.gen.current", "pcie.link.width.current", "temperature.gpu",
     "utilization.gpu", "utilization.memory", "memory.used", "power.draw", "clocks.current.sm",
-    "clocks.current.memory", "throttle_reasons", "energy_mj", "simulated",
+    "clocks.current.memory", "throttle_reasons", "energy_mj", "nvml_error", "simulated",
 )
+TEXT_COLUMNS = ("simulated", "nvml_error")
 SIMULATED_MARK = "SIMULATED"
 
 # nvmlClocksEventReasons (formerly ClocksThrottleReasons) bits, from nvml.h.
@@ -86,6 +87,8 @@ def _nvml_read(gpu: NvmlGpu, index: int) -> Row:
         "throttle_reasons": gpu.clock_event_reasons(),
         "energy_mj": gpu.energy_mj(),
         "simulated": "",
+        # which getters failed in this sample (GpuIsLost, Unknown): its empty cells are missing, not "not reported"
+        "nvml_error": "; ".join(dict.fromkeys(gpu.take_faults())),
     }
 
 
@@ -187,8 +190,8 @@ def read_csv(path: str | Path) -> list[Row]:
         for raw in csv.DictReader(fh):
             row: Row = {}
             for k, v in raw.items():
-                if k == "simulated":
-                    row[k] = v
+                if k in TEXT_COLUMNS:
+                    row[k] = v or ""
                 elif v in ("", None):
                     row[k] = None
                 else:
@@ -286,37 +289,52 @@ class Sampler:
 
 @dataclass
 class RepFlags:
-    throttled: bool
+    """``throttled`` is ``None`` when no sample showed a throttle bit but some could not say (issue 30):
+    a mask NVML failed to read is unknown, never "not throttled"."""
+
+    throttled: bool | None
     downtrained: bool
     reasons: list[str]
     details: list[str]
     samples: int
     simulated: bool
+    missing: list[str] = field(default_factory=list)  # per GPU: samples NVML failed to read, and when
 
     def to_dict(self) -> JSONObject:
         return {"throttled": self.throttled, "downtrained": self.downtrained, "reasons": self.reasons,
-                "details": self.details, "samples": self.samples, "simulated": self.simulated}
+                "details": self.details, "samples": self.samples, "simulated": self.simulated,
+                "telemetry_missing": list(self.missing)}
 
 
 def assess(rows: Sequence[Row], expected_link: Mapping[int, tuple[int | None, int | None]],
            min_link_samples: int = 3) -> RepFlags:
     """Flags for one rep's timed window.
 
-    * throttled: any sample with a thermal/power throttle-reason bit (:data:`THROTTLE_MASK`).
+    * throttled: any sample with a thermal/power throttle-reason bit (:data:`THROTTLE_MASK`);
+      ``None`` (unknown) when none had one but some sample's mask could not be read.
     * downtrained: a GPU whose link **never** reached the expected generation/width in the
       window. Judged on the best sample, because an idle-ish GPU legitimately drops its link
       speed between bursts; a link that trained down cannot reach the expected state at all.
       A GPU with fewer than ``min_link_samples`` link readings in the window is not judged
       (a window of two instantaneous samples, e.g. probe points read from one probe run,
       says nothing about training).
+    * missing: per GPU, how many samples NVML failed to read (``nvml_error``), when, and why.
     """
     reasons: set[str] = set()
     details: list[str] = []
     best: dict[int, tuple[int, int]] = {}
     count: dict[int, int] = {}
+    seen: dict[object, int] = {}
+    unread: dict[object, int] = {}
+    failed: dict[object, list[Row]] = {}
     for r in rows:
         idx = r.get("index")
+        seen[idx] = seen.get(idx, 0) + 1
         mask = r.get("throttle_reasons")
+        if "throttle_reasons" in r and mask is None:
+            unread[idx] = unread.get(idx, 0) + 1
+        if r.get("nvml_error"):
+            failed.setdefault(idx, []).append(r)
         if isinstance(mask, int) and mask & THROTTLE_MASK:
             names = throttle_names(mask)
             if not set(names) <= reasons:
@@ -337,9 +355,17 @@ def assess(rows: Sequence[Row], expected_link: Mapping[int, tuple[int | None, in
             downtrained = True
             details.append(f"GPU {idx} link reached at most Gen{bgen} x{bwidth} during the rep, "
                            f"expected Gen{egen} x{ewidth}")
+    missing = [f"GPU {idx}: {len(bad)} of {seen[idx]} samples not read by NVML ({bad[0].get('nvml_error')}), "
+               f"from {bad[0].get('wall_epoch')} to {bad[-1].get('wall_epoch')}" for idx, bad in failed.items()]
+    throttled: bool | None = bool(reasons)
+    if not reasons and unread:
+        throttled = None
+        details.append("throttle state unknown: the reason mask was not read in "
+                       + ", ".join(f"{n} of {seen[i]} samples of GPU {i}" for i, n in unread.items())
+                       + "; the rep is neither flagged nor cleared by it")
     simulated = any(r.get("simulated") == SIMULATED_MARK for r in rows)
-    return RepFlags(throttled=bool(reasons), downtrained=downtrained, reasons=sorted(reasons),
-                    details=details, samples=len(rows), simulated=simulated)
+    return RepFlags(throttled=throttled, downtrained=downtrained, reasons=sorted(reasons),
+                    details=details, samples=len(rows), simulated=simulated, missing=missing)
 
 
 def make_reader(gpus: Sequence[int], *, simulated: bool,

@@ -144,6 +144,12 @@ class Utilization:
     memory_percent: int
 
 
+#: pynvml errors that mean "this GPU or driver does not report that": not a fault of the sample
+NOT_REPORTED = frozenset({"NVMLError_NotSupported", "NVMLError_FunctionNotFound", "NVMLError_NoPermission",
+                          "NVMLError_NoData", "NVMLError_NotFound", "NVMLError_ArgumentVersionMismatch",
+                          "AttributeError", "TypeError"})
+
+
 class NvmlGpu:
     """One GPU's NVML handle with typed getters; ``None`` from a getter means 'not reported'."""
 
@@ -151,10 +157,30 @@ class NvmlGpu:
         self.nvml = nvml
         self.index = index
         self.handle = handle
+        self.faults: list[str] = []  # getters that failed for a reason other than "not reported"
 
     def call(self, name: str, *args: object) -> object:
-        """Guarded ``nvmlDevice...(handle, *args)``: ``None`` when not reported or not in this nvidia-ml-py."""
-        return nvml_call(self.nvml.module, name, self.handle, *args)
+        """Guarded ``nvmlDevice...(handle, *args)``: ``None`` when not reported or not in this nvidia-ml-py.
+
+        A failure that is not "not reported" (``NVMLError_GpuIsLost``, ``_Unknown``, a driver error
+        mid-run) also returns ``None``, but is recorded in :attr:`faults`: telemetry must tell a GPU
+        that never reports a throttle mask from a sample it could not read (issue 30).
+        """
+        try:
+            fn = getattr(self.nvml.module, name)
+        except AttributeError:
+            return None  # an older nvidia-ml-py without this getter
+        try:
+            return fn(self.handle, *args)
+        except Exception as exc:  # noqa: BLE001 - pynvml raises a zoo of NVMLError subclasses and ctypes errors
+            if type(exc).__name__ not in NOT_REPORTED and len(self.faults) < 100:
+                self.faults.append(f"{name}: {type(exc).__name__}")
+            return None
+
+    def take_faults(self) -> list[str]:
+        """The faults recorded since the last call (a sampler reads them once per sample)."""
+        got, self.faults = self.faults, []
+        return got
 
     def _required(self, name: str) -> object:
         try:
@@ -251,6 +277,22 @@ class NvmlGpu:
             return None
         pids = {_int(getattr(p, "pid", None)) for p in _items(procs)}
         return sorted(p for p in pids if p is not None)
+
+
+    def compute_processes(self) -> list[tuple[int, int | None]] | None:
+        """``(pid, MiB it holds)`` of each compute process on this GPU (MiB ``None`` when NVML hides it, as
+        in a container); ``None`` when NVML does not say. Names whoever took the memory a server needed."""
+        procs = self.call("nvmlDeviceGetComputeRunningProcesses")
+        if procs is None:
+            return None
+        out: dict[int, int | None] = {}
+        for p in _items(procs):
+            pid = _int(getattr(p, "pid", None))
+            used = _int(getattr(p, "usedGpuMemory", None))
+            if pid is not None:
+                # NVML_VALUE_NOT_AVAILABLE (2**64-1) reads as "not shown", never as 16 EiB
+                out[pid] = None if used is None or used >= (1 << 63) else used >> 20
+        return sorted(out.items())
 
 
 class Nvml:

@@ -18,6 +18,8 @@ _CAUSES: tuple[tuple[str, str], ...] = (
      r"No available memory for the cache blocks",
      "out of GPU memory (lower --gpu-memory-utilization or --max-model-len, or free the GPUs)"),
     (r"address already in use|Errno 98", "port in use (another server on the port)"),
+    (r"Engine core proc \S+ (\(pid \d+\) )?died unexpectedly|EngineDeadError",
+     "the vLLM engine core died (killed from outside, or crashed: see the lines above)"),
     (r"NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclInvalidUsage|NCCL WARN",
      "NCCL error (see the NCCL INFO/WARN lines above; check the arm's NCCL_* env and the GPU pair)"),
     (r"does not appear to have a file named|Repository Not Found|HFValidationError|"

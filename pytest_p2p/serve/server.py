@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING
 from .. import signals
 from ..children import die_with_parent
 from ..envs import subprocess_env
-from ..errors import ServerError
+from ..errors import ServerError, WriteError
+from ..util import write_error
 from .config import ServerConfig
 from .logs import likely_cause, pair_key, tail
 from .procs import (
@@ -112,6 +113,38 @@ def gpu_usage(indices: Sequence[int]) -> list[GpuUse] | None:
             return out
     except EvidenceError:
         return None
+
+
+def process_name(pid: int) -> str:
+    """The short name of ``pid`` (``/proc/<pid>/comm``), or ``?`` when it is gone or not ours to read."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text(encoding="utf-8", errors="replace").strip() or "?"
+    except OSError:
+        return "?"
+
+
+def memory_holders(srv: RunningServer) -> str:
+    """Who holds memory on the server's GPUs, not counting the server itself: ``gpu1: pid 4242 (python3)
+    holds 70000 MiB``. Why: "out of GPU memory" alone sends the user to lower the server's
+    settings, when another job on the pair is the cause (issue 30). ``""`` without NVML."""
+    from ..errors import EvidenceError
+    from ..evidence.nvml import nvml_session
+
+    parts: list[str] = []
+    try:
+        with nvml_session() as nv:
+            n = nv.count()
+            for i in srv.pair:
+                if not 0 <= i < n:
+                    continue
+                for pid, mib in nv.gpu(i).compute_processes() or []:
+                    if pid == os.getpid() or srv.ours(pid):
+                        continue
+                    held = "an amount NVML does not show" if mib is None else f"{mib} MiB"
+                    parts.append(f"gpu{i}: pid {pid} ({process_name(pid)}) holds {held}")
+    except EvidenceError:
+        return ""
+    return "; ".join(parts)
 
 
 # ----------------------------------------------------------------------------- running server
@@ -241,7 +274,10 @@ def launch(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: M
     process of this server survives or the pair's GPUs still hold its memory.
     """
     log = Path(log_path)
-    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_error(log.parent, exc, "create the directory of the server log") from None
     pair = tuple(int(g) for g in pair)
     token = uuid.uuid4().hex
     api_key = "p2p-" + secrets.token_urlsafe(18)
@@ -256,8 +292,12 @@ def launch(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: M
     idle = gpu_usage(pair)
     srv: RunningServer | None = None
     try:
+        try:
+            fh = open(log, "ab")  # noqa: SIM115 -- closed by the with below; here only its OSError is ours
+        except OSError as exc:  # a read-only or full results disk: one paragraph naming the log, no server
+            raise write_error(log, exc, "open the server log") from None
         # held: an interrupt between the fork and _LIVE would leave a server that nothing tears down
-        with open(log, "ab") as fh, signals.held():
+        with fh, signals.held():
             if swept:
                 fh.write(f"# pytest-p2p: killed processes of a server whose pytest is gone: pids {swept}\n".encode())
             fh.write(f"# pytest-p2p: launching arm {arm.name} on {pair_key(pair)} (API key in ${API_KEY_ENV}): "
@@ -279,7 +319,14 @@ def launch(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: M
         if not srv.model:
             srv.model = _served_name_from_argv(argv)
         t0 = time.monotonic()
-        wait_ready(srv, t0 + (startup_timeout_s or config.startup_timeout_s), config.request_timeout_s)
+        try:
+            wait_ready(srv, t0 + (startup_timeout_s or config.startup_timeout_s), config.request_timeout_s)
+        except ServerError as exc:
+            holders = memory_holders(srv) if "out of GPU memory" in str(exc) else ""
+            if not holders:
+                raise
+            raise ServerError(f"{exc}\nGPU memory held by other processes when it failed (NVML): {holders}; "
+                              "stop them or move the campaign to a free pair") from None
         srv.ready_s = time.monotonic() - t0
         yield srv
     finally:
@@ -299,14 +346,27 @@ def teardown(srv: RunningServer) -> None:
     cfg = srv.config
     left = kill_tree(srv.pid, srv.token, grace_s=cfg.teardown_timeout_s, proc=srv.process)
     _LIVE.pop(srv.pid, None)
-    with open(srv.log_path, "ab") as fh:
-        fh.write(f"# pytest-p2p: teardown of arm {srv.arm}: exit code {srv.process.returncode}, "
-                 f"leftover pids {left or 'none'}\n".encode())
+    # the log note is a courtesy: a results disk that turned read-only (or full) must not stop the
+    # leftover and GPU checks below, and is reported after them as one paragraph naming the log
+    unwritten = _append_log(srv.log_path, f"# pytest-p2p: teardown of arm {srv.arm}: exit code "
+                                          f"{srv.process.returncode}, leftover pids {left or 'none'}\n")
     if left:
         raise ServerError(f"teardown of the server for arm {srv.arm} on {pair_key(srv.pair)} left processes "
                           f"alive after SIGKILL: pids {', '.join(map(str, left))}; kill them before the next "
                           f"run (they may hold GPU memory); log {srv.log_path}")
     check_gpus_released(srv)
+    if unwritten is not None:
+        raise unwritten
+
+
+def _append_log(path: Path, text: str) -> WriteError | None:
+    """Append ``text`` to a server log; the failure (read-only or full disk) is returned, never raised."""
+    try:
+        with open(path, "ab") as fh:
+            fh.write(text.encode())
+    except OSError as exc:
+        return write_error(path, exc, "append the teardown note to the server log")
+    return None
 
 
 def check_gpus_released(srv: RunningServer, wait_s: float = 20.0) -> None:

@@ -22,7 +22,8 @@ error or a counted failed request: ``fail-start[=oom|nccl|model|port]``,
 ``die-after=N`` (process exits when request N+1 arrives), ``http-500``, ``cut-stream``
 (stream ends cleanly but early: no usage, no ``[DONE]``), ``hang`` (never answers,
 ignores SIGTERM), ``bad-usage[=many|list]`` (the usage report says ``completion_tokens:
-"many"`` or is ``[1, 2]``). ``--fault-after N`` lets the first N completion requests succeed
+"many"`` or is ``[1, 2]``), ``kill-engine=N`` (request N+1 SIGKILLs the ``--engine-child``
+EngineCore; the server then exits as vLLM's does). ``--fault-after N`` lets the first N completion requests succeed
 (so the launcher's readiness completion passes and the *load* sees the fault).
 
 Dying with pytest: the launcher arms ``PR_SET_PDEATHSIG`` (SIGTERM), so a SIGKILLed pytest
@@ -42,7 +43,9 @@ import os
 import random
 import signal
 import socket
+import subprocess
 import sys
+import threading
 import time
 
 from .standin_server import Model, Server, State, _log
@@ -146,10 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--orphan-child", action="store_true",
                    default=os.environ.get(_ENV + "ORPHAN_CHILD", "") == "1",
                    help="spawn a child in its own session (like vLLM's orphaned EngineCore, issue #55510)")
+    p.add_argument("--engine-child", action="store_true",
+                   default=os.environ.get(_ENV + "ENGINE_CHILD", "") == "1",
+                   help="run an EngineCore child in our session; if it dies, this server logs it and exits 1 "
+                        "(as vLLM's API server does on EngineDeadError)")
     return p
 
 
-_FAULTS = ("fail-start", "die-after", "http-500", "cut-stream", "hang", "bad-usage")
+_FAULTS = ("fail-start", "die-after", "http-500", "cut-stream", "hang", "bad-usage", "kill-engine")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,31 +197,63 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.startup_delay_s)
     child = None
     if args.orphan_child:
-        import subprocess
-
         from .procs import OWNER_ENV, owner_mark
 
         root = os.environ.get(OWNER_ENV) or owner_mark(os.getppid())
         child = subprocess.Popen([sys.executable, "-c", "from pytest_p2p.serve.standin import engine_core; "
                                   "engine_core()", root], start_new_session=True, stdin=subprocess.DEVNULL)
         _log("EngineCore", f"SIMULATED engine core pid {child.pid} in its own session (orphans on SIGKILL)")
+    engine = None
+    if args.engine_child or fault == "kill-engine":
+        engine = _start_engine_child()
     # the engine line vLLM prints, with the version honestly reading SIMULATED
     _log("EngineCore", f"Initializing a V1 LLM engine (vSIMULATED) with config: model={name!r}, "
                        f"tensor_parallel_size={max(1, args.tensor_parallel_size)}, "
                        f"disable_custom_all_reduce={bool(args.disable_custom_all_reduce)}")
     print_nccl_lines(max(1, args.tensor_parallel_size), transport, not args.disable_custom_all_reduce)
+    state = State(model=model, api_key=args.api_key, engine_pid=None if engine is None else engine[0].pid)
     try:
-        asyncio.run(_serve(args.host, args.port, State(model=model, api_key=args.api_key)))
+        asyncio.run(_serve(args.host, args.port, state))
     except OSError as exc:
         _log("APIServer", f"OSError: [Errno {exc.errno}] error while attempting to bind on address "
                           f"('{args.host}', {args.port}): {exc.strerror.lower() if exc.strerror else exc}",
              "ERROR")
         return 1
     finally:  # a clean shutdown stops the engine core, as vLLM's does; SIGKILL skips this and orphans it
-        if child is not None:
-            child.terminate()
-            child.wait(10)
+        for proc in (child, None if engine is None else engine[0]):
+            if proc is not None:
+                if engine is not None and proc is engine[0]:
+                    engine[1].set()  # our own shutdown: the watcher must not report it as a death
+                proc.terminate()
+                proc.wait(10)
     return 0
+
+
+def _start_engine_child() -> tuple[subprocess.Popen[bytes], threading.Event]:
+    """A SIMULATED EngineCore in our session (``--engine-child``) and the watcher that ends us when it dies.
+
+    vLLM's API server answers a dead engine core (``kill -9`` of ``VLLM::EngineCore``, a crash) with
+    "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client." and exits; this does
+    the same, so the campaign's death check and set-aside path run as they would on a real rig.
+    """
+    from .procs import OWNER_ENV, owner_mark
+
+    root = os.environ.get(OWNER_ENV) or owner_mark(os.getppid())
+    proc = subprocess.Popen([sys.executable, "-c", "from pytest_p2p.serve.standin import engine_core; "
+                             "engine_core()", root], stdin=subprocess.DEVNULL)
+    _log("EngineCore", f"SIMULATED engine core pid {proc.pid} (EngineCore_DP0) in the server's session")
+    stopping = threading.Event()
+
+    def watch() -> None:
+        code = proc.wait()
+        if not stopping.is_set():
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            _log("EngineCore", f"Engine core proc EngineCore_DP0 (pid {proc.pid}) died unexpectedly ({how}), "
+                               "shutting down client.", "ERROR")
+            os._exit(1)
+
+    threading.Thread(target=watch, name="engine-watch", daemon=True).start()
+    return proc, stopping
 
 
 def engine_core(poll_s: float = 0.5, lifetime_s: float = 3600.0) -> None:

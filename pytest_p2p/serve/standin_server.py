@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import random
+import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ class State:
     generation_tokens: int = 0
     rng: random.Random = field(default_factory=lambda: random.Random(1234))
     ts_file: TextIO | None = None  # --timestamp-log: one line per streamed token (benchmarks read it)
+    engine_pid: int | None = None  # --engine-child: the SIMULATED EngineCore process (fault kill-engine)
 
 
 def _log(source: str, msg: str, level: str = "INFO") -> None:
@@ -233,6 +235,12 @@ class Server:
         if m.fault == "die-after" and st.completions_seen > int(m.fault_arg or 0):
             _log("APIServer", f"SIMULATED fault die-after={m.fault_arg}: engine core died unexpectedly", "ERROR")
             os._exit(70)
+        if m.fault == "kill-engine" and st.engine_pid and st.completions_seen > int(m.fault_arg or 0):
+            # as ``kill -9`` of VLLM::EngineCore from outside; the request dies with it, the watcher ends us
+            _log("APIServer", f"SIMULATED fault kill-engine={m.fault_arg}: SIGKILL to engine core pid "
+                              f"{st.engine_pid}", "ERROR")
+            os.kill(st.engine_pid, signal.SIGKILL)
+            await asyncio.Event().wait()
         if faulty and m.fault == "hang":
             await asyncio.Event().wait()
         if faulty and m.fault == "http-500":
