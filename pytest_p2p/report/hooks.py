@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
-from ..errors import P2PError
+from ..errors import P2PError, ResultsError
 from ..jsontypes import as_dict
 from .summary_types import Summary, is_summary
 
@@ -163,12 +163,12 @@ def _attach_trend(item: pytest.Item, allure: AllureAPI, run_dir: Path, found: di
     if not point or found.get("arm") or f"trend:{run_dir}:{point}" in attached:
         return
     attached.add(f"trend:{run_dir}:{point}")
-    from ..options import DB, path_of, resolve
     from .results import read_json
     from .trend import history, trend_png
 
-    db = resolve(item.config, DB)
-    target = path_of(item.config, db) if db.value else item.config.rootpath / ".p2p" / "history.db"  # type: ignore[arg-type]
+    target = store_target(item.config)
+    if target is None:  # the verdict stage is blocked (-p no:...): no store, no trend
+        return
     raw = read_json(run_dir / "run.json")
     if not isinstance(raw, dict):
         return
@@ -179,6 +179,18 @@ def _attach_trend(item: pytest.Item, allure: AllureAPI, run_dir: Path, found: di
                     f"{metric} at {point}, {meta.get('rig')} {pair}: stored runs")
     if png is not None:
         allure.attach(png, name=f"trend {metric} {point}", attachment_type=allure.attachment_type.PNG)
+
+
+def store_target(config: pytest.Config) -> str | Path | None:
+    """The baseline store the trend reads: the verdict stage's own resolution of ``--p2p-db``.
+
+    Why not resolve the option here: a second reading once turned ``postgresql://...`` into a file
+    path and ignored the rig's ``baseline.db`` (issue 25), so a fleet silently got no trend plot.
+    """
+    from ..verdict.hooks import SESSION_KEY as VERDICT_KEY
+
+    verdict = config.stash.get(VERDICT_KEY, None)
+    return None if verdict is None else verdict.db_path.value
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -268,12 +280,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)  # the spec comes with the campaign stage's hooks (pytest_addhooks)
 def pytest_p2p_campaign_finished(config: pytest.Config, outcome: CampaignOutcome) -> None:
-    """Contract 6: render the run's summary (where it ran) and keep it for the terminal table and JUnit."""
+    """Contract 6: render the run's summary (where it ran) and keep it for the terminal table and JUnit.
+
+    Rendered here once; the controller of an xdist run reads what its worker wrote, never renders again.
+    """
+    summary: Summary | None = None
     if outcome.worker is None:
         from .render import render_report
 
         try:
-            render_report(outcome.run_dir)
+            summary = render_report(outcome.run_dir).summary
         except (P2PError, OSError) as exc:  # disk full while rendering: said once, the reps stay on disk
             config.stash.setdefault(NOTES_KEY, []).append(f"{outcome.run_dir}: report not rendered: {exc}")
     record_run_dir(config, outcome.run_dir)
@@ -282,7 +298,7 @@ def pytest_p2p_campaign_finished(config: pytest.Config, outcome: CampaignOutcome
     from .junit_props import add_suite_property, campaign_properties
 
     with contextlib.suppress(P2PError, OSError):
-        for name, value in campaign_properties(_load_summary(outcome.run_dir)):
+        for name, value in campaign_properties(summary if summary is not None else _load_summary(outcome.run_dir)):
             add_suite_property(config, name, value)
 
 
@@ -327,17 +343,14 @@ def environment(config: pytest.Config) -> dict[str, str]:
 
 
 def _load_summary(run_dir: Path) -> Summary:
-    """``summary.json`` if it has the summary's shape, else the summary rendered again from the rep files."""
+    """``summary.json`` as rendered when the campaign finished (read, never rendered again here)."""
     from .results import read_json
 
-    summary_path = run_dir / "summary.json"
-    if summary_path.is_file():
-        data = read_json(summary_path)
-        if is_summary(data):
-            return data
-    from .render import render_report
-
-    return render_report(run_dir, plots=False).summary
+    data = read_json(run_dir / "summary.json")
+    if not is_summary(data):
+        raise ResultsError(f"{run_dir / 'summary.json'}: not a summary (python -m pytest_p2p report {run_dir} "
+                           "renders it again)")
+    return data
 
 
 def summary_lines(run_dir: Path) -> list[str]:
@@ -382,14 +395,19 @@ def _refresh_for_probes(run_dir: Path) -> None:
     The campaign renders its summary when it ends, which in the default order is before the probe
     checks have run; the proof's probe table reads ``<results>/probes/<pair>/``, so the final
     summary (files and terminal) is re-rendered, without plots, once those exist and are newer.
+    The pair is ``run.json``'s own key: a run id split on ``_`` gives ``gpu0-gpu1-2`` for a run id
+    with a ``-2`` suffix, and the probes of that pair were then never found (issue 25).
     """
+    from .results import read_json
+
     summary = run_dir / "summary.json"
-    probes = run_dir.parent / "probes" / run_dir.name.rsplit("_", 1)[-1]
     try:
-        newest = max((f.stat().st_mtime for f in probes.rglob("*.json")), default=0.0)
+        pair = str(as_dict(as_dict(read_json(run_dir / "run.json")).get("pair")).get("key") or "")
+        probes = run_dir.parent / "probes" / pair
+        newest = max((f.stat().st_mtime for f in probes.rglob("*.json")), default=0.0) if pair else 0.0
         if not newest or (summary.is_file() and summary.stat().st_mtime >= newest):
             return
-    except OSError:
+    except (OSError, P2PError):
         return
     from .render import render_report
 

@@ -1,0 +1,53 @@
+"""What a rig owner sees (issue 26) and the report's two issue-25 bugs: each test fails on the old main."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+def test_trend_reads_the_store_the_verdict_resolved(pytester: pytest.Pytester) -> None:
+    """A fleet on PostgreSQL gets its trend from that URL, not from a file path made of it (issue 25)."""
+    url = "postgresql://u:pw@db.example/p2p"
+    pytester.makepyfile(f"""
+        def test_target(pytestconfig):
+            from pytest_p2p.report.hooks import store_target
+            assert store_target(pytestconfig) == {url!r}
+    """)
+    result = pytester.runpytest_subprocess("--p2p-db", url, "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+def test_trend_follows_the_rigs_baseline_db(pytester: pytest.Pytester) -> None:
+    """The rig's ``baseline.db`` is the store (the old code fell back to .p2p/history.db)."""
+    pytester.makepyfile("""
+        def test_target(pytestconfig):
+            from pytest_p2p.report.hooks import store_target
+            from pytest_p2p.verdict.config import BaselineConfig
+            from pytest_p2p.verdict.hooks import BASELINE_CONFIG_KEY
+            pytestconfig.stash[BASELINE_CONFIG_KEY] = BaselineConfig(db="fleet/rig.db")
+            assert str(store_target(pytestconfig)).endswith("fleet/rig.db")
+    """)
+    result = pytester.runpytest_subprocess("-p", "pytest_p2p.active", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+FIXTURE_RUN = Path(__file__).resolve().parent.parent / "fixtures" / "results" / "20261122-122102_h200x2-vllm_gpu0-gpu1"
+
+
+def test_probe_refresh_finds_the_pair_of_a_suffixed_run_id(tmp_path: Path) -> None:
+    """The pair comes from run.json: a run id ending ``-2`` once made the refresh look in probes/gpu0-gpu1-2."""
+    import os
+    import shutil
+
+    from pytest_p2p.report.hooks import _refresh_for_probes
+
+    run_dir = tmp_path / "20261122-122102_h200x2-vllm_gpu0-gpu1-2"
+    shutil.copytree(FIXTURE_RUN, run_dir)
+    os.utime(run_dir / "summary.json", (1_000_000, 1_000_000))
+    probes = tmp_path / "probes" / "gpu0-gpu1"
+    probes.mkdir(parents=True)
+    (probes / "allreduce.json").write_text("{}")
+    _refresh_for_probes(run_dir)
+    assert (run_dir / "summary.json").stat().st_mtime > 1_000_000  # rendered again: the pair's probes were found
