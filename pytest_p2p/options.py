@@ -30,7 +30,8 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 GROUP = "p2p"
-GROUP_TITLE = "GPU interconnect checks (pytest-p2p)"
+GROUP_TITLE = ("GPU interconnect checks (pytest-p2p; the built-in checks: pytest -m p2p, "
+               "or pytest --pyargs pytest_p2p from a project with p2p tests of its own)")
 ENV_PREFIX = "PYTEST_P2P_"
 INI_PREFIX = "p2p_"
 

@@ -51,3 +51,25 @@ def test_probe_refresh_finds_the_pair_of_a_suffixed_run_id(tmp_path: Path) -> No
     (probes / "allreduce.json").write_text("{}")
     _refresh_for_probes(run_dir)
     assert (run_dir / "summary.json").stat().st_mtime > 1_000_000  # rendered again: the pair's probes were found
+
+
+def test_m_p2p_alone_runs_the_builtin_checks(pytester: pytest.Pytester) -> None:
+    """``pytest -m p2p`` in a directory without p2p tests of the user's collects the package's checks."""
+    pytester.makepyfile(test_mine="def test_unrelated():\n    pass\n")
+    result = pytester.runpytest_subprocess("-m", "p2p", "--p2p-campaign", "off", "-p", "no:cacheprovider", "-v")
+    result.stdout.fnmatch_lines(["*none of your tests is marked p2p*built-in checks run*",
+                                 "checks/test_evidence.py::test_peer_access*"])
+    assert "test_unrelated" not in result.stdout.str()
+    assert result.ret == 0
+
+
+def test_a_project_with_p2p_tests_keeps_only_its_own(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_mine="import pytest\n\n@pytest.mark.p2p\ndef test_mine():\n    pass\n")
+    result = pytester.runpytest_subprocess("-m", "p2p", "--p2p-campaign", "off", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "built-in checks" not in result.stdout.str()
+
+
+def test_the_help_group_names_pyargs(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--help")
+    result.stdout.fnmatch_lines(["*GPU interconnect checks*--pyargs pytest_p2p*"])
