@@ -135,8 +135,37 @@ def activate(config: pytest.Config, reason: str) -> None:
     if ACTIVE_KEY in config.stash:
         return
     config.stash[ACTIVE_KEY] = reason
+    if not hasattr(config, "workerinput"):  # the controller checked them for its workers
+        check_paths(config)
     for module in STAGES:
         config.pluginmanager.import_plugin(module)
+
+
+def check_paths(config: pytest.Config) -> None:
+    """``--p2p-results`` and an SQLite ``--p2p-db`` are writable, checked before any GPU work.
+
+    Why here: a store that cannot be created was found only after the whole campaign had run, with
+    a diagnosis (an I/O error, check dmesg) that sent the user to the wrong place (issue 26).
+    """
+    from .errors import ConfigError, P2PError
+    from .options import DB, RESULTS, path_of, unwritable
+    from .verdict.store_base import is_url, target_of
+
+    results = resolve(config, RESULTS)
+    checks: list[tuple[str, Path]] = [(results.where(), path_of(config, results))]
+    db = resolve(config, DB)
+    if db.value is not None:
+        base = config.rootpath if db.origin.startswith("ini") else Path(config.invocation_params.dir)
+        try:
+            target = target_of(str(db.value), base)
+        except P2PError as exc:
+            raise pytest.UsageError(f"pytest-p2p: {db.origin}: {exc}") from None
+        if not is_url(target):
+            checks.append((db.where(), Path(target).parent))
+    for where, directory in checks:
+        problem = unwritable(directory)
+        if problem:
+            raise pytest.UsageError(f"pytest-p2p: {ConfigError(where, '', problem)} (checked before any GPU work)")
 
 
 def activation(config: pytest.Config) -> str:

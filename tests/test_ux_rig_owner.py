@@ -73,3 +73,58 @@ def test_a_project_with_p2p_tests_keeps_only_its_own(pytester: pytest.Pytester) 
 def test_the_help_group_names_pyargs(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--help")
     result.stdout.fnmatch_lines(["*GPU interconnect checks*--pyargs pytest_p2p*"])
+
+
+def test_db_in_proc_is_refused_before_any_gpu_work(pytester: pytest.Pytester) -> None:
+    """The old main ran the whole campaign, then blamed the disk (dmesg) and printed a green last line."""
+    pytester.makepyfile("def test_never():\n    raise AssertionError('ran')\n")
+    result = pytester.runpytest_subprocess("-m", "p2p", "--p2p-db", "/proc/nope/history.db", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--p2p-db=/proc/nope/history.db: /proc does not allow creating nope*proc file "
+                                 "system*before any GPU work*"])
+    assert "dmesg" not in result.stderr.str() + result.stdout.str()
+
+
+def test_results_under_a_file_is_named(tmp_path: Path) -> None:
+    from pytest_p2p.options import unwritable
+
+    (tmp_path / "f").write_text("")
+    assert unwritable(tmp_path / "f" / "results") == f"{tmp_path / 'f'} is a file, not a directory"
+    assert unwritable(tmp_path / "new" / "results") is None
+    assert not (tmp_path / "new").exists()  # checked without leaving anything behind
+
+
+@pytest.mark.parametrize(("err", "uid", "expected"), [
+    (13, 1000, "permission denied: {d} belongs to uid"),
+    (30, 1000, "{d} is on a read-only file system"),
+    (13, 0, "{d} refuses new entries even to root"),
+])
+def test_unwritable_names_the_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, err: int, uid: int,
+                                    expected: str) -> None:
+    import tempfile
+
+    from pytest_p2p import options
+
+    def refuse(**_kw: object) -> str:
+        raise OSError(err, "refused")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr(options.os, "getuid", lambda: uid)
+    problem = options.unwritable(tmp_path / "results")
+    assert problem is not None and problem.startswith(expected.format(d=tmp_path))
+
+
+def test_an_error_after_the_tests_makes_the_last_line_red(pytester: pytest.Pytester) -> None:
+    """The verdict's failed save sets exit status 1 at session end; the last line then said a green ``1 passed``."""
+    pytester.makeconftest("""
+        import pytest
+
+        def pytest_sessionfinish(session):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # what a failed baseline save does
+    """)
+    pytester.makepyfile("def test_ok():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "pytest_p2p.active", "-p", "no:cacheprovider", "--color=yes")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    last = [line for line in result.stdout.lines if line.strip()][-1]
+    assert "1 passed" in last and "1 error" in last and "\x1b[31m" in last  # red
+    result.stdout.fnmatch_lines(["*ERROR*pytest-p2p*after the tests: exit status 1*"])

@@ -302,8 +302,17 @@ def pytest_p2p_campaign_finished(config: pytest.Config, outcome: CampaignOutcome
             add_suite_property(config, name, value)
 
 
+SESSION_KEY = pytest.StashKey[pytest.Session]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[SESSION_KEY] = session
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
+    if config.stash.get(NOTES_KEY, []) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a run whose report is missing did not succeed
     alluredir = _alluredir(config)
     if alluredir is None or hasattr(config, "workerinput"):
         return
@@ -373,7 +382,27 @@ def summary_lines(run_dir: Path) -> list[str]:
     return lines
 
 
+def after_tests_error(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """An error after the tests (a failed save, a report not rendered) counts as one: red last line, exit 1.
+
+    Why: the exit status was already 1 when a save failed, yet the last line read a green
+    ``49 passed``, and a CI log reader stops at that line (issue 26).
+    """
+    session = config.stash.get(SESSION_KEY, None)
+    stats = terminalreporter.stats
+    if session is None or session.exitstatus == pytest.ExitCode.OK or "failed" in stats or "error" in stats:
+        return
+    if session.exitstatus not in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERNAL_ERROR):
+        return
+    notes = config.stash.get(NOTES_KEY, [])
+    why = "; ".join(notes) if notes else f"exit status {int(session.exitstatus)}: see the pytest-p2p lines above"
+    report = pytest.TestReport(nodeid="pytest-p2p", location=("pytest-p2p", None, "after the tests"), keywords={},
+                               outcome="failed", longrepr=f"after the tests: {why}", when="teardown")
+    stats.setdefault("error", []).append(report)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    after_tests_error(terminalreporter, config)
     dirs = config.stash.get(RUN_DIRS_KEY, [])
     if not dirs:
         return
