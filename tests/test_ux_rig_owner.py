@@ -128,3 +128,61 @@ def test_an_error_after_the_tests_makes_the_last_line_red(pytester: pytest.Pytes
     last = [line for line in result.stdout.lines if line.strip()][-1]
     assert "1 passed" in last and "1 error" in last and "\x1b[31m" in last  # red
     result.stdout.fnmatch_lines(["*ERROR*pytest-p2p*after the tests: exit status 1*"])
+
+
+SEED = Path(__file__).resolve().parent.parent / "fixtures" / "seed_results" / \
+    "2026-06-16_5060ti-16gb_2cards_gen3-x4_p2p-sweep-c1-2-4-8"
+
+
+def test_seed_runs_get_a_welch_interval_and_the_proofs_transport_name(tmp_path: Path) -> None:
+    """Two separate p2p-bench runs are unpaired: Welch's interval (it had none); P2P reads P2P/CUMEM as its log."""
+    from pytest_p2p.report.seed_report import render_seed_report
+
+    summary = render_seed_report(SEED, out=tmp_path, plots=False).summary
+    c8 = {u["point"]: u for u in summary["uplift"]}["c8"]
+    assert c8["estimate"] == pytest.approx(190.9 / 167.6 - 1, abs=2e-3)  # the seed's figures, as before
+    lo, hi = c8["interval"] or (None, None)
+    assert lo is not None and hi is not None and 0 < lo < c8["estimate"] < hi and c8["level"] == 0.95
+    assert summary["transport"]["p2p_on"]["observed"] == ["P2P/CUMEM"]
+    assert "95 % CI" in (tmp_path / "summary.md").read_text()
+
+
+def test_welch_ratio_interval_matches_a_hand_computation() -> None:
+    """Equal spreads and counts: df = 2(n-1); the interval is symmetric in log around the ratio of means."""
+    import math
+
+    from pytest_p2p.stats.tdist import t_quantile
+    from pytest_p2p.stats.welch import welch_ratio_interval
+
+    lo, hi = welch_ratio_interval((110.0, 5.5, 4), (100.0, 5.0, 4)) or (0.0, 0.0)
+    half = t_quantile(0.975, 6) * math.sqrt(2 * 0.05 ** 2 / 4)
+    assert lo == pytest.approx(math.exp(math.log(1.1) - half) - 1, rel=1e-9)
+    assert hi == pytest.approx(math.exp(math.log(1.1) + half) - 1, rel=1e-9)
+    assert welch_ratio_interval((110.0, 5.5, 1), (100.0, 5.0, 4)) is None  # one run: no spread known
+
+
+def test_one_interval_and_level_everywhere(tmp_path: Path) -> None:
+    """The campaign's decision (98 %) is what summary.md, summary.json and the terminal show: not a 95 % re-take."""
+    import json
+    import shutil
+
+    from pytest_p2p.report.render import render_report
+    from pytest_p2p.report.terminal import verdict_line, verdict_rows
+
+    run = shutil.copytree(FIXTURE_RUN, tmp_path / "run")
+    meta = json.loads((run / "run.json").read_text())
+    point = meta["points"][0]
+    meta["decisions"] = {point: {"quantity": f"uplift of {meta['uplift']['faster_arm']} over "
+                                             f"{meta['uplift']['slower_arm']}", "outcome": "inconclusive",
+                                 "estimate": 0.099, "lower": 0.002, "upper": 0.205, "level": 0.98, "threshold": 0.05,
+                                 "n": 4, "pairs_needed": 6, "reason": "the interval straddles the threshold"}}
+    (run / "run.json").write_text(json.dumps(meta))
+    summary = render_report(run, plots=False).summary
+    entry = next(u for u in summary["uplift"] if u["point"] == point)
+    assert entry["interval"] == [0.002, 0.205] and entry["level"] == 0.98 and entry["outcome"] == "inconclusive"
+    headers, rows = verdict_rows(summary)
+    assert "98 % CI" in headers
+    assert [point, "+9.9 %", "+0.2 % .. +20.5 %", "INCONCLUSIVE (~6 pairs)"] == [rows[0][i] for i in (0, 2, 3, 5)]
+    md = (run / "summary.md").read_text()
+    assert "+0.2 % .. +20.5 %" in md and "95% CI" not in md and "95 % CI" not in md
+    assert "verdict: INCONCLUSIVE" in verdict_line(summary)

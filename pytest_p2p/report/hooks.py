@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
-from ..errors import P2PError, ResultsError
+from ..errors import P2PError
 from ..jsontypes import as_dict
 from .summary_types import Summary, is_summary
 
@@ -352,33 +352,39 @@ def environment(config: pytest.Config) -> dict[str, str]:
 
 
 def _load_summary(run_dir: Path) -> Summary:
-    """``summary.json`` as rendered when the campaign finished (read, never rendered again here)."""
+    """``summary.json`` as rendered when the campaign finished; rendered again only if missing or of a wrong shape."""
     from .results import read_json
 
-    data = read_json(run_dir / "summary.json")
-    if not is_summary(data):
-        raise ResultsError(f"{run_dir / 'summary.json'}: not a summary (python -m pytest_p2p report {run_dir} "
-                           "renders it again)")
-    return data
+    summary_path = run_dir / "summary.json"
+    if summary_path.is_file():
+        data = read_json(summary_path)
+        if is_summary(data):
+            return data
+    from .render import render_report
+
+    return render_report(run_dir, plots=False).summary
 
 
 def summary_lines(run_dir: Path) -> list[str]:
-    """The lines printed for one run dir: table, uplift line, missing reps, where the files are."""
-    from .terminal import glance_table, uplift_line
+    """The lines printed for one run dir: table, verdict table, proof, missing reps, the verdict line last."""
+    from .terminal import glance_table, text_table, verdict_line, verdict_rows
 
     try:
         summary = _load_summary(run_dir)
     except P2PError as exc:
         return [f"{run_dir}: no summary: {exc}"]
     lines = glance_table(summary).splitlines()
-    lines += uplift_line(summary).splitlines()
+    headers, rows = verdict_rows(summary)
+    if rows:
+        lines += text_table(headers, rows).splitlines()
     from .proof import proof_for_run, proof_text
 
     with contextlib.suppress(OSError):
-        lines += proof_text(proof_for_run(run_dir, summary))
+        lines += proof_text(proof_for_run(run_dir, summary), compact=True)
     for m in summary.get("missing") or []:
         lines.append(f"missing: {m}")
     lines.append(f"results: {run_dir / 'summary.md'}")
+    lines.append(verdict_line(summary))
     return lines
 
 
@@ -415,7 +421,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
         _refresh_for_probes(run_dir)
         for line in summary_lines(run_dir):
             simulated = line.startswith("SIMULATED")
-            terminalreporter.write_line(line, yellow=simulated, bold=simulated)
+            verdict = line.split("verdict: ", 1)[1][:4] if "verdict: " in line[:40] else ""
+            terminalreporter.write_line(line, yellow=simulated or verdict in ("INCO", "NOT "),
+                                        red=verdict == "FAIL", green=verdict == "PASS" and not simulated,
+                                        bold=simulated or bool(verdict))
 
 
 def _refresh_for_probes(run_dir: Path) -> None:

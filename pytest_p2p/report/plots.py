@@ -120,12 +120,12 @@ def _uplift_plot(summary: Summary, path: Path, what: str) -> Path | None:
             if estimate is None:  # pragma: no cover - entries hold only points with an estimate
                 continue
             est = float(estimate) * 100
-            ci = u.get("ci95")
+            ci = u.get("interval")
             xs.append(pi + (gi - (len(groups) - 1) / 2) * width)
             ys.append(est)
-            if ci and None not in ci and (ci_lo := ci[0]) is not None and (ci_hi := ci[1]) is not None:
-                lo.append(max(est - float(ci_lo) * 100, 0.0))
-                hi.append(max(float(ci_hi) * 100 - est, 0.0))
+            if ci and len(ci) == 2:
+                lo.append(max(est - float(ci[0]) * 100, 0.0))
+                hi.append(max(float(ci[1]) * 100 - est, 0.0))
             else:
                 lo.append(0.0)
                 hi.append(0.0)
@@ -145,9 +145,10 @@ def _uplift_plot(summary: Summary, path: Path, what: str) -> Path | None:
     ax.set_xlabel("concurrency (requests in flight)" if summary.get("kind") != "probe" else "message size")
     ax.set_ylabel(f"{what} (%)")
     ax.grid(True, axis="y", alpha=0.3)
-    paired = any(u.get("ci95") for u in entries)
-    ax.legend(title="error bars: paired 95 % CI" if paired else str(summary.get("uplift_convention") or "no interval"),
-              fontsize=8, title_fontsize=8)
+    paired = any(u.get("interval") for u in entries)
+    ax.legend(title=f"error bars: the decision's {terminal.level_text(entries)}" if paired
+              else str(summary.get("uplift_convention") or "no interval"), fontsize=8, title_fontsize=8,
+              loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)  # below the axes: never on a bar
     _title(fig, ax, f"{what} per point", summary)
     return _save(fig, path)
 
