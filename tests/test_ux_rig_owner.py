@@ -186,3 +186,36 @@ def test_one_interval_and_level_everywhere(tmp_path: Path) -> None:
     md = (run / "summary.md").read_text()
     assert "+0.2 % .. +20.5 %" in md and "95% CI" not in md and "95 % CI" not in md
     assert "verdict: INCONCLUSIVE" in verdict_line(summary)
+
+
+def test_a_yaml_tab_says_use_spaces() -> None:
+    from pytest_p2p.errors import ConfigError
+    from pytest_p2p.validate import yaml_document
+
+    with pytest.raises(ConfigError) as err:
+        yaml_document("rig:\n  name: x\n\tpairs: 1\n", "rig.yaml")
+    assert str(err.value).startswith("rig.yaml: not valid YAML: line 3, column 1: ")
+    assert "indent with spaces" in str(err.value)
+
+
+def test_allure_environment_of_a_demo_run_says_simulated(tmp_path: Path) -> None:
+    import json
+    import types
+
+    from pytest_p2p.report.hooks import RUN_DIRS_KEY, environment
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"simulated": True, "versions": {"nccl": "2.28.9"}}))
+    config = types.SimpleNamespace(stash=pytest.Stash())
+    config.stash[RUN_DIRS_KEY] = [run]
+    env = environment(config)  # type: ignore[arg-type]
+    assert env["SIMULATED"].startswith("yes: demo rig") and env["NCCL"] == "2.28.9"
+
+
+def test_allure_pytest_is_in_the_base_install() -> None:
+    import re
+
+    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    base = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)
+    assert base is not None and '"allure-pytest>=' in base.group(1)

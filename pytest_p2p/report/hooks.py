@@ -322,6 +322,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         write_allure_meta(alluredir, environment(config))
 
 
+SIMULATED_ENV = "yes: demo rig (a recorded snapshot replayed, a stand-in server); these numbers measure no interconnect"
+
+
 def environment(config: pytest.Config) -> dict[str, str]:
     """environment.properties: the stack and hardware of this session (rig, host, driver, GPUs, ...)."""
     import platform
@@ -335,6 +338,8 @@ def environment(config: pytest.Config) -> dict[str, str]:
         ev = getattr(session, "_evidence", None)  # only if this session already read it: never probe here
         if ev is not None:
             env["evidence"] = f"{ev.source} ({'SIMULATED demo' if ev.simulated else ev.origin})"
+            if ev.simulated:
+                env["SIMULATED"] = SIMULATED_ENV
             env["driver"] = str(ev.driver_version or "")
             env["CUDA_driver"] = str(ev.cuda_driver_version or "")
             env["GPUs"] = ", ".join(f"GPU{g.index} {g.name} {g.bus_id}" for g in ev.gpus)
@@ -343,7 +348,10 @@ def environment(config: pytest.Config) -> dict[str, str]:
         with contextlib.suppress(P2PError, OSError):
             from .results import read_json
 
-            versions = as_dict(as_dict(read_json(run_dir / "run.json")).get("versions"))
+            meta = as_dict(read_json(run_dir / "run.json"))
+            if meta.get("simulated") is True:
+                env["SIMULATED"] = SIMULATED_ENV
+            versions = as_dict(meta.get("versions"))
             for key, label in (("nccl", "NCCL"), ("vllm", "vLLM"), ("torch", "torch"), ("driver", "driver"),
                                ("cuda_driver", "CUDA_driver")):
                 if versions.get(key) and not env.get(label):
