@@ -219,3 +219,23 @@ def test_allure_pytest_is_in_the_base_install() -> None:
     text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     base = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)
     assert base is not None and '"allure-pytest>=' in base.group(1)
+
+
+def test_not_requested_skips_are_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import pytest
+
+        pytestmark = pytest.mark.p2p
+
+        def test_a():
+            pytest.skip("baseline comparison not requested (use --p2p-compare[=NAME])")
+
+        def test_b():
+            pytest.skip("baseline comparison not requested (use --p2p-compare[=NAME])")
+
+        def test_c():
+            pytest.skip("no GPU pair")
+    """)
+    result = pytester.runpytest_subprocess("-p", "pytest_p2p.active", "-p", "no:cacheprovider", "-rs")
+    result.stdout.fnmatch_lines(["SKIPPED [[]2[]] pytest-p2p: baseline comparison not requested*",
+                                 "SKIPPED [[]1[]] *:*: no GPU pair"])

@@ -220,6 +220,20 @@ def pytest_runtest_call(item: pytest.Item) -> None:
         _attach_for(item, allure, found)
 
 
+NOT_REQUESTED = "not requested"
+
+
+def fold_not_requested(report: pytest.TestReport) -> None:
+    """Skips that only mean "not requested" share one location, so ``-rs`` folds them into one line.
+
+    Why: a run without ``--p2p-compare`` printed 13 lines saying "baseline comparison not
+    requested" (one per check and file line); the reason is the same, so it is said once with its count.
+    """
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3 and NOT_REQUESTED in str(longrepr[2]):
+        report.longrepr = ("pytest-p2p", None, str(longrepr[2]))  # type: ignore[assignment]
+
+
 @pytest.hookimpl(hookwrapper=True)  # old-style: pytest>=7.4 is supported
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
@@ -227,6 +241,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     report: pytest.TestReport = outcome.get_result()
     if item.get_closest_marker("p2p") is None:
         return
+    fold_not_requested(report)
     if report.when == "setup" and report.failed:
         item.stash[INFRA_KEY] = True  # a fixture could not provide the rig/server/probe: broken, not failed
     if report.when == "call":
