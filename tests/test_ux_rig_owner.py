@@ -239,3 +239,18 @@ def test_not_requested_skips_are_one_line(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("-p", "pytest_p2p.active", "-p", "no:cacheprovider", "-rs")
     result.stdout.fnmatch_lines(["SKIPPED [[]2[]] pytest-p2p: baseline comparison not requested*",
                                  "SKIPPED [[]1[]] *:*: no GPU pair"])
+
+
+def test_doctor_pass_rows_show_what_they_saw() -> None:
+    import contextlib
+    import io
+
+    from pytest_p2p.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["doctor", "--snapshot", "demo", "--rig", str(Path(__file__).resolve().parent.parent / "pytest_p2p" /
+                                                           "demo" / "rig.yaml")])
+    rows = [line for line in out.getvalue().splitlines() if line.startswith("  pass")]
+    assert rows and all(len(line.split()) > 3 for line in rows), rows
+    assert any("Gen5 x16 under load" in line for line in rows) and any("NV18" in line for line in rows)
