@@ -254,3 +254,31 @@ def test_doctor_pass_rows_show_what_they_saw() -> None:
     rows = [line for line in out.getvalue().splitlines() if line.startswith("  pass")]
     assert rows and all(len(line.split()) > 3 for line in rows), rows
     assert any("Gen5 x16 under load" in line for line in rows) and any("NV18" in line for line in rows)
+
+
+def test_baseline_diff_is_a_side_by_side_table_with_a_histogram(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Like pytest-benchmark's compare: one row per metric with A, B, change, interval, verdict; a PNG of the reps."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from verdict_rundir import baseline_runs, write_run
+
+    from pytest_p2p.verdict.baseline_cli import main
+
+    db = str(tmp_path / "h.db")
+    (a,) = baseline_runs(tmp_path, count=1)
+    slow = write_run(tmp_path, "slow", scale={"output_throughput": 0.7}, seed=9)
+    assert main(["--db", db, "save", str(a)]) == 0 and main(["--db", db, "save", str(slow)]) == 0
+    capsys.readouterr()
+    png = tmp_path / "diff.png"
+    assert main(["--db", db, "diff", a.name, "slow", "--histogram", str(png)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(out) if line.startswith("Metric"))
+    assert [c.strip() for c in out[header].split("|")] == ["Metric", "Point", "Arm", "A", "B", "Change", "Interval",
+                                                           "Verdict"]
+    row = next(line for line in out if line.startswith("output_throughput") and "| c8 " in line and "p2p_on" in line)
+    cells = [c.strip() for c in row.split("|")]
+    assert float(cells[4]) == pytest.approx(float(cells[3]) * 0.7, rel=0.05)
+    assert cells[5].startswith("-") and "% CI" in cells[6] and cells[7] == "REGRESSION"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
