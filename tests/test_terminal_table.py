@@ -213,8 +213,8 @@ def test_terminal_summary_prints_each_recorded_campaign(pytester: pytest.Pyteste
     result.stdout.fnmatch_lines([
         "*= p2p results at a glance =*",
         "SIMULATED — p2p results at a glance: demo-h200 gpu0-gpu1 (sim-run) [interrupted]",
-        "Conc | Arm     | Output tok/s | Total tok/s | TTFT ms |*",
-        "4    | p2p_on  |        110.0 |           - |       - |*",
+        "Conc | Arm     | Output tok/s | Total tok/s | req |*",
+        "4    | p2p_on  |        110.0 |           - |   - |*",
         "Point | Uplift of        | Estimate |*| Threshold | *Verdict",
         "c4    | p2p_on / p2p_off |  +10.0 % |*| >= +5.0 % | INCONCLUSIVE",
         "missing: p2p_on-c4: run 2 of 2 missing",

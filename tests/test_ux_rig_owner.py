@@ -282,3 +282,44 @@ def test_baseline_diff_is_a_side_by_side_table_with_a_histogram(tmp_path: Path,
     assert float(cells[4]) == pytest.approx(float(cells[3]) * 0.7, rel=0.05)
     assert cells[5].startswith("-") and "% CI" in cells[6] and cells[7] == "REGRESSION"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_serving_table_has_vllm_bench_serves_keys(tmp_path: Path) -> None:
+    """requests, failed, duration and mean / median / p99 of TTFT, TPOT and ITL: in summary.md and the terminal."""
+    import shutil
+
+    from pytest_p2p.report.hooks import summary_lines
+    from pytest_p2p.report.render import render_report
+    from pytest_p2p.report.terminal import serving_rows
+
+    run = shutil.copytree(FIXTURE_RUN, tmp_path / "run")
+    summary = render_report(run, plots=False).summary
+    headers, rows = serving_rows(summary)
+    assert headers[2:5] == ["Successful requests", "Failed requests", "Benchmark duration (s)"]
+    assert [h for h in headers if "TTFT" in h] == ["Mean TTFT (ms)", "Median TTFT (ms)", "P99 TTFT (ms)"]
+    assert any(h == "P99 ITL (ms)" for h in headers) and len(rows) == len(summary["scenarios"])
+    assert "| Concurrency | Arm | Successful requests | Failed requests |" in (run / "summary.md").read_text()
+    lines = summary_lines(run)
+    assert any(line.startswith("Conc | Arm") and "TTFT ms mean/med/p99" in line for line in lines)
+    tables = [line for line in lines if " | " in line]
+    assert max(len(line) for line in tables) <= 100, max(tables, key=len)
+
+
+def test_nccl_tests_table_per_size(tmp_path: Path) -> None:
+    """The all-reduce per size with nccl-tests' columns in summary.md, and two arms side by side in the terminal."""
+    import shutil
+
+    from pytest_p2p.report.hooks import summary_lines
+    from pytest_p2p.report.render import render_report
+
+    run = shutil.copytree(FIXTURE_RUN, tmp_path / "results" / FIXTURE_RUN.name)
+    demo = Path(__file__).resolve().parent.parent / "pytest_p2p" / "demo" / "probes" / "gpu0-gpu1"
+    shutil.copytree(demo, tmp_path / "results" / "probes" / "gpu0-gpu1")
+    render_report(run, plots=False)
+    md = (run / "summary.md").read_text()
+    assert "| size (B) | count | type | redop | time (us) | algbw (GB/s) | busbw (GB/s) |" in md
+    assert "| 268435456 | 67108864 | float | sum |" in md
+    lines = summary_lines(run)
+    header = next(line for line in lines if line.startswith("size (B)"))
+    assert "p2p_on us" in header and "p2p_off busbw" in header
+    assert any(line.startswith("268435456 | 67108864 | float") for line in lines)

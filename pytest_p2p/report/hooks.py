@@ -390,13 +390,16 @@ def _load_summary(run_dir: Path) -> Summary:
 
 def summary_lines(run_dir: Path) -> list[str]:
     """The lines printed for one run dir: table, verdict table, proof, missing reps, the verdict line last."""
-    from .terminal import glance_table, text_table, verdict_line, verdict_rows
+    from .terminal import glance_table, serving_rows, text_table, verdict_line, verdict_rows
 
     try:
         summary = _load_summary(run_dir)
     except P2PError as exc:
         return [f"{run_dir}: no summary: {exc}"]
     lines = glance_table(summary).splitlines()
+    headers, rows = serving_rows(summary, short=True)
+    if rows:
+        lines += ["serving (vllm bench serve's keys, means over the reps):", *text_table(headers, rows).splitlines()]
     headers, rows = verdict_rows(summary)
     if rows:
         lines += text_table(headers, rows).splitlines()

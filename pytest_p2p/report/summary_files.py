@@ -101,6 +101,10 @@ def md_text(summary: Summary, plot_paths: list[Path], notes: list[str], run_dir:
     lines += [terminal.markdown_table(headers, rows) if rows else "_no scenario has any completed rep_", ""]
     lines += ["Cells are means over the reps on disk; ± is the sample standard deviation (ddof=1). "
               "Uplift is paired by rep: geometric mean of the per-rep ratios − 1.", ""]
+    serving_headers, serving = terminal.serving_rows(summary)
+    if serving:
+        lines += ["## Serving (vllm bench serve's keys, means over the reps)", "",
+                  terminal.markdown_table(serving_headers, serving), ""]
     lines += [terminal.uplift_line(summary), ""]
     if summary["uplift"]:
         headers, rows = terminal.verdict_rows(summary)

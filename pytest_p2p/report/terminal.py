@@ -15,6 +15,16 @@ SIMULATED_TAG = "SIMULATED"
 
 # (header as the seed report writes it, terminal header (fits 100 columns), metric key, where ("metrics" or
 # "energy"), digits, show std)
+#: the terminal's glance table: throughput, bench's counts and energy (latencies: :func:`serving_rows`)
+_SHORT_MODEL_COLUMNS: tuple[tuple[str, str, str, str, int, bool], ...] = (
+    ("Output tok/s", "Output tok/s", "output_throughput", "metrics", 1, True),
+    ("Total tok/s", "Total tok/s", "total_token_throughput", "metrics", 1, False),
+    ("Successful requests", "req", "completed", "metrics", 0, False),
+    ("Failed requests", "fail", "failed", "metrics", 0, False),
+    ("Benchmark duration (s)", "dur s", "duration", "metrics", 1, False),
+    ("Avg power (W)", "W", "avg_watts", "energy", 0, False),
+    ("tok/J", "tok/J", "tokens_per_joule", "energy", 3, False),
+)
 _MODEL_COLUMNS: tuple[tuple[str, str, str, str, int, bool], ...] = (
     ("Output tok/s", "Output tok/s", "output_throughput", "metrics", 1, True),
     ("Total tok/s", "Total tok/s", "total_token_throughput", "metrics", 1, False),
@@ -88,7 +98,7 @@ def glance_rows(summary: Summary, *, short: bool = False) -> tuple[list[str], li
     the seed report's headers. The cells are the same either way.
     """
     probe = summary.get("kind") == "probe"
-    columns = _PROBE_COLUMNS if probe else _MODEL_COLUMNS
+    columns = _PROBE_COLUMNS if probe else _SHORT_MODEL_COLUMNS if short else _MODEL_COLUMNS
     first = "Size" if probe else ("Conc" if short else "Concurrency")
     headers = [first, "Arm"] + [c[1] if short else c[0] for c in columns]
     rows: list[list[str]] = []
@@ -96,6 +106,36 @@ def glance_rows(summary: Summary, *, short: bool = False) -> tuple[list[str], li
         row = [point_label(sc["point"]), sc["arm"]]
         for _header, _short, key, where, digits, with_std in columns:
             row.append(_cell(stat_at(sc, where, key), digits, with_std))
+        rows.append(row)
+    return headers, rows
+
+
+_BENCH_COUNTS = (("Successful requests", "req", "completed", 0), ("Failed requests", "fail", "failed", 0),
+                 ("Benchmark duration (s)", "dur s", "duration", 1))
+_BENCH_LATENCY = (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"))
+
+
+def serving_rows(summary: Summary, *, short: bool = False) -> tuple[list[str], list[list[str]]]:
+    """``vllm bench serve``'s result keys per scenario (means over the reps): requests, failed, duration and
+    mean / median / p99 of TTFT, TPOT and ITL. Empty for a probe run or a run without these keys.
+
+    ``short`` (the terminal): the three statistics of one quantity share a cell, ``mean/median/p99``,
+    so the table stays within 100 columns; summary.md has one column per key, named as bench prints it.
+    """
+    scenarios = [sc for sc in _ordered_scenarios(summary) if stat_at(sc, "metrics", "mean_ttft_ms")]
+    if summary.get("kind") == "probe" or not scenarios:
+        return [], []
+    headers = ["Conc" if short else "Concurrency", "Arm"] + ([] if short else [c[0] for c in _BENCH_COUNTS])
+    for label, _key in _BENCH_LATENCY:
+        headers += [f"{label} ms mean/med/p99"] if short else [f"{s} {label} (ms)" for s in ("Mean", "Median", "P99")]
+    rows = []
+    for sc in scenarios:
+        row = [point_label(sc["point"]), sc["arm"]]
+        if not short:  # the terminal has them in its glance table
+            row += [_cell(stat_at(sc, "metrics", key), digits, False) for _h, _s, key, digits in _BENCH_COUNTS]
+        for _label, key in _BENCH_LATENCY:
+            cells = [_cell(stat_at(sc, "metrics", f"{s}_{key}_ms"), 1, False) for s in ("mean", "median", "p99")]
+            row += ["/".join(cells)] if short else cells
         rows.append(row)
     return headers, rows
 
