@@ -323,3 +323,45 @@ def test_nccl_tests_table_per_size(tmp_path: Path) -> None:
     header = next(line for line in lines if line.startswith("size (B)"))
     assert "p2p_on us" in header and "p2p_off busbw" in header
     assert any(line.startswith("268435456 | 67108864 | float") for line in lines)
+
+
+def test_allure_titles_are_unique_and_a_passed_uplift_has_its_number(pytester: pytest.Pytester) -> None:
+    """``pcie link`` per GPU, the decode sizes and the two ``transport`` checks got one title each (issue 26)."""
+    import json
+
+    pytest.importorskip("allure_pytest")
+    pytester.makepyfile(test_checks="""
+        import pytest
+
+        pytestmark = pytest.mark.p2p
+
+        @pytest.mark.parametrize("p2p_gpu", [0, 1])
+        def test_pcie_link(p2p_gpu):
+            pass
+
+        @pytest.mark.parametrize("pair", [(0, 1)])
+        @pytest.mark.parametrize("size", [4096, 65536])
+        def test_benchmark_decode_allreduce(pair, size):
+            pass
+    """)
+    out_dir = pytester.path / "allure-results"
+    result = pytester.runpytest_subprocess("-p", "pytest_p2p.report.hooks", f"--alluredir={out_dir}",
+                                           "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
+    names = sorted(json.loads(p.read_text())["name"] for p in out_dir.glob("*-result.json"))
+    assert len(set(names)) == 4, names
+    assert "pcie link — 0" in names and "benchmark decode allreduce — gpu0-gpu1 · 65536" in names
+
+
+def test_judged_numbers_for_allure(tmp_path: Path) -> None:
+    import shutil
+
+    from pytest_p2p.report.hooks import judged_numbers
+    from pytest_p2p.report.render import render_report
+
+    run = shutil.copytree(FIXTURE_RUN, tmp_path / "run")
+    summary = render_report(run, plots=False).summary
+    point = summary["uplift"][0]["point"]
+    text = judged_numbers(run, point)
+    assert text.startswith(f"Point: {point}, Uplift of: p2p_on / p2p_off, Estimate: ")
+    assert "% CI: " in text and "Verdict: " in text

@@ -155,6 +155,26 @@ def _attach_for(item: pytest.Item, allure: AllureAPI, found: dict[str, str]) -> 
     if run_dir is not None:
         allure_item.attach_campaign(allure, Path(run_dir), found, attached)
         _attach_trend(item, allure, Path(run_dir), found, attached)
+        if found.get("point") and (text := judged_numbers(Path(run_dir), found["point"])):
+            allure.dynamic.description(text)
+
+
+def judged_numbers(run_dir: Path, point: str) -> str:
+    """The judged uplift at ``point`` as the terminal shows it: a passed check shows its number too.
+
+    Why: Allure showed a failed uplift's message but nothing for a passed one (issue 26); the
+    estimate, the decision's interval at its level, the threshold and the verdict are the same
+    words as in the terminal and summary.md.
+    """
+    from .terminal import verdict_rows
+
+    try:
+        summary = _load_summary(run_dir)
+    except (P2PError, OSError):
+        return ""
+    headers, rows = verdict_rows({**summary, "uplift": [u for u in summary.get("uplift") or []
+                                                        if u.get("point") == point]})
+    return "\n".join(", ".join(f"{h}: {c}" for h, c in zip(headers, row, strict=True)) for row in rows)
 
 
 def _attach_trend(item: pytest.Item, allure: AllureAPI, run_dir: Path, found: dict[str, str],
