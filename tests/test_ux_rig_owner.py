@@ -365,3 +365,40 @@ def test_judged_numbers_for_allure(tmp_path: Path) -> None:
     text = judged_numbers(run, point)
     assert text.startswith(f"Point: {point}, Uplift of: p2p_on / p2p_off, Estimate: ")
     assert "% CI: " in text and "Verdict: " in text
+
+
+def test_seed_plots_only_what_the_layout_holds(tmp_path: Path) -> None:
+    """No empty axes: a missing p99 TTFT, a telemetry snapshot with one sample time are said, not drawn."""
+    import shutil
+
+    pytest.importorskip("matplotlib")
+    from pytest_p2p.report.seed_report import render_seed_report
+
+    seed = shutil.copytree(SEED, tmp_path / "seed")
+    for csv_file in seed.glob("scenarios/*/telemetry*.csv"):
+        lines = csv_file.read_text().splitlines()
+        stamp = lines[1].split(",", 1)[0]
+        csv_file.write_text("\n".join([lines[0]] + [stamp + "," + line.split(",", 1)[1] for line in lines[1:]]) + "\n")
+    rendered = render_seed_report(seed, out=tmp_path / "out")
+    names = {p.name for p in rendered.paths}
+    assert "telemetry_p2p_on.png" not in names and "pcie_link.png" not in names
+    notes = " ".join(rendered.notes)
+    assert "telemetry timeline for p2p_on: not recorded in this layout" in notes
+    assert "PCIe link over time is not recorded in this layout" in notes
+    assert "p99 TTFT is not recorded in this layout" in notes
+    assert "latency_ttft.png" in names and "uplift.png" in names
+
+
+def test_a_folder_of_seed_runs_is_read_as_a_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It was refused: "neither a run directory ... nor a p2p-bench results directory"."""
+    import shutil
+
+    from pytest_p2p.report.report_cli import main
+
+    shutil.copytree(SEED, tmp_path / "runs" / "night1")
+    shutil.copytree(SEED, tmp_path / "runs" / "night2")
+    assert main([str(tmp_path / "runs"), "--no-plots", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("P2P output-throughput uplift: c1 +9.0 %") == 2
+    assert (tmp_path / "out" / "night1" / "summary.md").is_file() and (tmp_path / "out" / "night2" / "summary.md").is_file()
+    assert "95 % CI" in out  # Welch's interval: the arms are separate runs

@@ -171,9 +171,12 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def glance_table(summary: Summary) -> str:
-    """The terminal table: a title line (SIMULATED first when simulated), then aligned rows."""
-    headers, rows = glance_rows(summary, short=True)
+def glance_table(summary: Summary, *, short: bool = True) -> str:
+    """The terminal table: a title line (SIMULATED first when simulated), then aligned rows.
+
+    ``short=False``: the seed report's columns, for a p2p-bench directory read back as its owner knows it.
+    """
+    headers, rows = glance_rows(summary, short=short)
     if not rows:
         return title(summary) + "\n(no scenario has any completed rep)"
     return title(summary) + "\n" + _text_table(headers, rows)
