@@ -400,5 +400,5 @@ def test_a_folder_of_seed_runs_is_read_as_a_set(tmp_path: Path, capsys: pytest.C
     assert main([str(tmp_path / "runs"), "--no-plots", "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
     assert out.count("P2P output-throughput uplift: c1 +9.0 %") == 2
-    assert (tmp_path / "out" / "night1" / "summary.md").is_file() and (tmp_path / "out" / "night2" / "summary.md").is_file()
+    assert all((tmp_path / "out" / night / "summary.md").is_file() for night in ("night1", "night2"))
     assert "95 % CI" in out  # Welch's interval: the arms are separate runs
