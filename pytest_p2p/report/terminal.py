@@ -13,29 +13,24 @@ from pytest_p2p.util import format_size, parse_size
 
 SIMULATED_TAG = "SIMULATED"
 
-# (header as the seed report writes it, terminal header (fits 100 columns), metric key, where ("metrics" or
-# "energy"), digits, show std)
-#: the terminal's glance table: throughput, bench's counts and energy (latencies: :func:`serving_rows`)
-_SHORT_MODEL_COLUMNS: tuple[tuple[str, str, str, str, int, bool], ...] = (
+# (header as the seed report writes it (None: the terminal only), terminal header (None: summary.md only;
+# the terminal's table fits 100 columns, its latencies are in serving_rows), metric key, where ("metrics"
+# or "energy"), digits, show std)
+_Column = tuple[str | None, str | None, str, str, int, bool]
+_MODEL_COLUMNS: tuple[_Column, ...] = (
     ("Output tok/s", "Output tok/s", "output_throughput", "metrics", 1, True),
     ("Total tok/s", "Total tok/s", "total_token_throughput", "metrics", 1, False),
-    ("Successful requests", "req", "completed", "metrics", 0, False),
-    ("Failed requests", "fail", "failed", "metrics", 0, False),
-    ("Benchmark duration (s)", "dur s", "duration", "metrics", 1, False),
+    (None, "req", "completed", "metrics", 0, False),
+    (None, "fail", "failed", "metrics", 0, False),
+    (None, "dur s", "duration", "metrics", 1, False),
+    ("mean TTFT (ms)", None, "mean_ttft_ms", "metrics", 0, False),
+    ("mean TPOT (ms)", None, "mean_tpot_ms", "metrics", 1, False),
+    ("p99 TPOT (ms)", None, "p99_tpot_ms", "metrics", 1, False),
+    ("mean ITL (ms)", None, "mean_itl_ms", "metrics", 1, False),
     ("Avg power (W)", "W", "avg_watts", "energy", 0, False),
     ("tok/J", "tok/J", "tokens_per_joule", "energy", 3, False),
 )
-_MODEL_COLUMNS: tuple[tuple[str, str, str, str, int, bool], ...] = (
-    ("Output tok/s", "Output tok/s", "output_throughput", "metrics", 1, True),
-    ("Total tok/s", "Total tok/s", "total_token_throughput", "metrics", 1, False),
-    ("mean TTFT (ms)", "TTFT ms", "mean_ttft_ms", "metrics", 0, False),
-    ("mean TPOT (ms)", "TPOT ms", "mean_tpot_ms", "metrics", 1, False),
-    ("p99 TPOT (ms)", "p99 TPOT ms", "p99_tpot_ms", "metrics", 1, False),
-    ("mean ITL (ms)", "ITL ms", "mean_itl_ms", "metrics", 1, False),
-    ("Avg power (W)", "W", "avg_watts", "energy", 0, False),
-    ("tok/J", "tok/J", "tokens_per_joule", "energy", 3, False),
-)
-_PROBE_COLUMNS: tuple[tuple[str, str, str, str, int, bool], ...] = (
+_PROBE_COLUMNS: tuple[_Column, ...] = (
     ("time (us)", "time (us)", "time_us", "metrics", 2, True),
     ("busbw (GB/s)", "busbw (GB/s)", "busbw_gbs", "metrics", 2, True),
 )
@@ -98,9 +93,9 @@ def glance_rows(summary: Summary, *, short: bool = False) -> tuple[list[str], li
     the seed report's headers. The cells are the same either way.
     """
     probe = summary.get("kind") == "probe"
-    columns = _PROBE_COLUMNS if probe else _SHORT_MODEL_COLUMNS if short else _MODEL_COLUMNS
+    columns = [c for c in (_PROBE_COLUMNS if probe else _MODEL_COLUMNS) if c[1 if short else 0] is not None]
     first = "Size" if probe else ("Conc" if short else "Concurrency")
-    headers = [first, "Arm"] + [c[1] if short else c[0] for c in columns]
+    headers = [first, "Arm"] + [str(c[1] if short else c[0]) for c in columns]
     rows: list[list[str]] = []
     for sc in _ordered_scenarios(summary):
         row = [point_label(sc["point"]), sc["arm"]]
