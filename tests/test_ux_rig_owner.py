@@ -402,3 +402,15 @@ def test_a_folder_of_seed_runs_is_read_as_a_set(tmp_path: Path, capsys: pytest.C
     assert out.count("P2P output-throughput uplift: c1 +9.0 %") == 2
     assert all((tmp_path / "out" / night / "summary.md").is_file() for night in ("night1", "night2"))
     assert "95 % CI" in out  # Welch's interval: the arms are separate runs
+
+
+def test_a_long_quoted_nccl_line_keeps_its_via() -> None:
+    """Clipped to 100 columns, the host/pid prefix goes, never the transport at the end."""
+    from pytest_p2p.report.proof import Proof, Transport, proof_text
+
+    line = ("p2p_on-c1/server_run1.log:15: a-very-long-hostname-of-a-rig.example:28794:28794 [0] NCCL INFO "
+            "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM")
+    proof = Proof(transports=[Transport("p2p_on", "P2P/CUMEM", "P2P/CUMEM", [line])])
+    shown = proof_text(proof, compact=True)[1]
+    assert shown.endswith("via P2P/CUMEM") and len(shown) <= 100
+    assert proof_text(proof)[1] == f"    {line}"  # summary.md and report DIR keep it whole

@@ -473,7 +473,13 @@ def proof_text(proof: Proof, *, compact: bool = False) -> list[str]:
 WIDTH = 100  # the terminal summary's width (issue 26: it was 150 columns)
 
 
+_NCCL_PREFIX = re.compile(r"\S+:\d+:\d+ \[\d+\] NCCL INFO ")  # host:pid:tid [rank] NCCL INFO
+
+
 def _clip(line: str) -> str:
+    """A quoted line within WIDTH: NCCL's host/pid prefix goes first (the ``via`` at the end is the proof)."""
+    if len(line) > WIDTH:
+        line = _NCCL_PREFIX.sub("", line, count=1)
     return line if len(line) <= WIDTH else line[:WIDTH - 1] + "…"
 
 
