@@ -30,7 +30,8 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 GROUP = "p2p"
-GROUP_TITLE = "GPU interconnect checks (pytest-p2p)"
+GROUP_TITLE = ("GPU interconnect checks (pytest-p2p; the built-in checks: pytest -m p2p, "
+               "or pytest --pyargs pytest_p2p from a project with p2p tests of its own)")
 ENV_PREFIX = "PYTEST_P2P_"
 INI_PREFIX = "p2p_"
 
@@ -291,3 +292,64 @@ def path_of(config: pytest.Config, resolved: Resolved[str]) -> Path:
         return path
     base = config.rootpath if resolved.origin.startswith("ini") else Path(config.invocation_params.dir)
     return base / path
+
+
+# -- paths checked before any GPU work -------------------------------------------------------------------
+def _mount_of(path: Path) -> tuple[str, str]:
+    """(mount point, file-system type) holding ``path``, from /proc/self/mounts; ("", "") where unknown."""
+    best = ("", "")
+    try:
+        text = Path("/proc/self/mounts").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return best
+    target = str(path)
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        mount = fields[1].replace("\\040", " ")
+        inside = target == mount or target.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best[0]):
+            best = (mount, fields[2])
+    return best
+
+
+def unwritable(directory: Path) -> str | None:
+    """Why ``directory`` cannot be made or written (nothing is created), or None when it can.
+
+    Why try it rather than read permission bits: root passes every permission check, yet
+    ``/proc`` refuses new entries and a read-only mount refuses them all; only creating
+    something tells. The diagnosis names the cause the operating system gave: a missing
+    parent that cannot be made, permission, a read-only file system, a file in the way.
+    """
+    import contextlib
+    import errno
+    import tempfile
+
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a directory"
+    try:  # a directory made and removed again where the first missing one would go: nothing left behind
+        os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".p2p-write-check-"))
+    except OSError as exc:
+        mount, fstype = _mount_of(existing)
+        on = f" ({fstype} file system mounted at {mount})" if mount else ""
+        read_only = False
+        with contextlib.suppress(OSError):
+            read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+        if exc.errno == errno.EROFS or read_only:
+            return f"{existing} is on a read-only file system{on}"
+        if exc.errno in (errno.EACCES, errno.EPERM) and os.getuid() == 0:
+            return f"{existing} refuses new entries even to root{on}"
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            st = existing.stat()
+            return (f"permission denied: {existing} belongs to uid {st.st_uid} with mode {st.st_mode & 0o7777:o}, "
+                    f"and this process runs as uid {os.getuid()}")
+        if exc.errno == errno.ENOENT:
+            return f"{existing} does not allow creating {directory.relative_to(existing)} in it{on}"
+        if exc.errno == errno.ENOSPC:
+            return f"no space left on the device holding {existing}{on}"
+        return f"{directory} cannot be written: {exc.strerror or exc}{on}"
+    return None

@@ -85,6 +85,46 @@ def pytest_configure_node(node: object) -> None:
     node.workerinput[WORKER_KEY] = config.stash.get(ACTIVE_KEY, "")  # type: ignore[attr-defined]
 
 
+PYARGS_HINT = "the built-in checks run with: pytest -m p2p --pyargs pytest_p2p"
+BUILTIN_NOTE = ("p2p checks: none of your tests is marked p2p, so the package's built-in checks run "
+                "(the same as --pyargs pytest_p2p)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's -m deselection, which would leave nothing to look at
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``pytest -m p2p`` alone, where no test of the user's is marked p2p: collect the built-in checks.
+
+    The rule: only when ``-m`` selects p2p tests, no collected test carries the ``p2p``
+    mark and no test path points into the package already. A project with its own p2p tests keeps
+    collecting only those; a run that ``-m p2p`` would leave empty runs the checks instead, as the
+    README's first sentence promises (issue 26).
+    """
+    markexpr = str(config.getoption("markexpr", default="") or "")
+    if not is_active(config) or not selects_p2p(markexpr):
+        return
+    if any(_inside_package(config, a) for a in config.args):
+        return  # --pyargs pytest_p2p, or a path into the package: collected already
+    if any(item.get_closest_marker("p2p") is not None for item in items):
+        return  # the user's own p2p tests, and only those
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    directory = getattr(pytest, "Dir", None)  # pytest >= 8; 7.x collects directories otherwise
+    if directory is None:
+        if reporter is not None:
+            reporter.write_line(f"p2p checks: none of your tests is marked p2p; {PYARGS_HINT}")
+        return
+    initial = getattr(session, "_initialpaths", None)
+    if isinstance(initial, frozenset):  # node ids as --pyargs pytest_p2p gives them: checks/test_x.py::...
+        session._initialpaths = initial | {_PACKAGE_DIR}
+    node = directory.from_parent(session, path=_PACKAGE_DIR / "checks")
+    found = [x for x in session.genitems(node) if isinstance(x, pytest.Item)]
+    if not found:
+        return
+    items.extend(found)
+    session.testscollected += len(found)
+    if reporter is not None:
+        reporter.write_line(BUILTIN_NOTE)
+
+
 def is_active(config: pytest.Config) -> bool:
     """Whether this session registered the stages (a p2p run)."""
     return ACTIVE_KEY in config.stash
@@ -96,6 +136,8 @@ def activate(config: pytest.Config, reason: str) -> None:
         return
     config.stash[ACTIVE_KEY] = reason
     check_options(config)
+    if not hasattr(config, "workerinput"):  # the controller checked them for its workers
+        check_paths(config)
     for module in STAGES:
         config.pluginmanager.import_plugin(module)
 
@@ -109,6 +151,33 @@ def check_options(config: pytest.Config) -> None:
             resolve(config, opt)
     except Exception as exc:  # ConfigError naming the origin; imported lazily by resolve
         raise pytest.UsageError(f"pytest-p2p: {exc}") from None
+
+
+def check_paths(config: pytest.Config) -> None:
+    """``--p2p-results`` and an SQLite ``--p2p-db`` are writable, checked before any GPU work.
+
+    Why here: a store that cannot be created was found only after the whole campaign had run, with
+    a diagnosis (an I/O error, check dmesg) that sent the user to the wrong place (issue 26).
+    """
+    from .errors import ConfigError, P2PError
+    from .options import DB, RESULTS, path_of, unwritable
+    from .verdict.store_base import is_url, target_of
+
+    results = resolve(config, RESULTS)
+    checks: list[tuple[str, Path]] = [(results.where(), path_of(config, results))]
+    db = resolve(config, DB)
+    if db.value is not None:
+        base = config.rootpath if db.origin.startswith("ini") else Path(config.invocation_params.dir)
+        try:
+            target = target_of(str(db.value), base)
+        except P2PError as exc:
+            raise pytest.UsageError(f"pytest-p2p: {db.origin}: {exc}") from None
+        if not is_url(target):
+            checks.append((db.where(), Path(target).parent))
+    for where, directory in checks:
+        problem = unwritable(directory)
+        if problem:
+            raise pytest.UsageError(f"pytest-p2p: {ConfigError(where, '', problem)} (checked before any GPU work)")
 
 
 def activation(config: pytest.Config) -> str:

@@ -228,7 +228,8 @@ def _yaml_problem(exc: Exception) -> str:
     mark = getattr(exc, "problem_mark", None)
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
     problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["?"])[0]
-    return f"{where}{str(problem)[:200]}"
+    hint = "; indent with spaces, YAML does not allow tabs" if "'\\t'" in str(problem) else ""
+    return f"{where}{str(problem)[:200]}{hint}"
 
 
 def _measure_nodes(root: Node, source: str) -> None:

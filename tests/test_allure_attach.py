@@ -135,7 +135,7 @@ def test_hooks_label_p2p_tests_in_real_allure_results(pytester: pytest.Pytester)
         assert labels["rig"] == "demo-h200" and labels["concurrency"] == "8"
         assert labels["arm"] in ("p2p_on", "p2p_off")
         assert [a["name"] for a in r["attachments"]] == ["transport_proof.json"]
-        assert r["name"].startswith("uplift — ") and r["name"].endswith(labels["arm"])  # readable title
+        assert r["name"] == f"uplift (p2p) — {labels['arm']} · 8"  # readable, unique: every parameter in it
         assert {p["name"]: p["value"] for p in r["parameters"]}["arm"] == labels["arm"]  # unquoted
         assert labels["epic"] == "p2p" and labels["feature"] == "uplift" and labels["severity"] == "critical"
     scen_result = next(r for r in results if r["fullName"].endswith("#test_scenario"))

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from store_pg import PASSWORD, pg_fixture, store_target_fixture  # noqa: F401 - fixtures
@@ -29,7 +30,8 @@ def test_save_list_accept_show_diff_export(tmp_path, capsys, store_target):
     capsys.readouterr()
     assert main(["--db", db, "diff", a.name, "slow"]) == 1
     out = capsys.readouterr().out
-    assert "regression: output_throughput c8 p2p_on" in out and "Gen4 x4 -> Gen3 x4" in out
+    assert re.search(r"^output_throughput +\| c8 +\| p2p_on .*\| REGRESSION$", out, re.M)
+    assert "Gen4 x4 -> Gen3 x4" in out
     assert main(["--db", db, "export", "--out", str(tmp_path / "x.json")]) == 0
     data = json.loads((tmp_path / "x.json").read_text())
     assert len(data["runs"]) == 3 and data["baselines"]["accepted"] == [a.name]

@@ -39,7 +39,7 @@ def test_recorded_facts(tmp_path):
     assert all(u["passed"] for u in uplift.values())
     vllm = render_report(shutil.copytree(VLLM, tmp_path / "v"), plots=False).summary
     c16 = {u["point"]: u for u in vllm["uplift"]}["c16"]
-    lo, hi = c16["ci95"]
+    lo, hi = c16["interval"]
     # reported as measured: -4.4 %, an interval spanning zero: inconclusive (2 pairs), neither pass nor fail
     assert lo < 0 < hi and c16["passed"] is None and c16["outcome"] == "inconclusive"
 

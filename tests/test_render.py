@@ -163,7 +163,8 @@ def test_plots_are_written_and_labelled_simulated(tmp_path: Path) -> None:
                      "throughput.png", "tokens_per_joule.png", "uplift.png"]
     for p in r.plots:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
-    assert r.notes == ["no telemetry timeline for arm p2p_off: no telemetry CSV on disk",
+    assert r.notes == ["latency_ttft.png: p99 TTFT is not recorded in this layout (mean TTFT only)",
+                       "no telemetry timeline for arm p2p_off: no telemetry CSV on disk",
                        "p2p_matrix.png skipped: no P2P copy probe result (p2pcopy.json) and no "
                        "p2pBandwidthLatencyTest output"]
     md = r.summary_md.read_text()

@@ -119,7 +119,7 @@ def test_terminal_table_is_aligned_and_titled(tmp_path: Path) -> None:
     assert "SIMULATED" not in text
     widths = {len(line) for line in lines[1:]}
     assert len(widths) == 1, "every table line has the same width"
-    assert lines[1].split(" | ")[0].strip() == "Concurrency"
+    assert lines[1].split(" | ")[0].strip() == "Conc"  # the terminal's header; summary.md keeps "Concurrency"
 
 
 def test_simulated_run_says_so_in_table_and_uplift(tmp_path: Path) -> None:
@@ -213,12 +213,14 @@ def test_terminal_summary_prints_each_recorded_campaign(pytester: pytest.Pyteste
     result.stdout.fnmatch_lines([
         "*= p2p results at a glance =*",
         "SIMULATED — p2p results at a glance: demo-h200 gpu0-gpu1 (sim-run) [interrupted]",
-        "Concurrency | Arm     | Output tok/s | Total tok/s | mean TTFT (ms) |*",
-        "4           | p2p_on  |        110.0 |           - |              - |*",
-        "SIMULATED — P2P output-throughput uplift: c4 +10.0 %*",
+        "Conc | Arm     | Output tok/s | Total tok/s | req |*",
+        "4    | p2p_on  |        110.0 |           - |   - |*",
+        "Point | Uplift of        | Estimate |*| Threshold | *Verdict",
+        "c4    | p2p_on / p2p_off |  +10.0 % |*| >= +5.0 % | INCONCLUSIVE",
         "missing: p2p_on-c4: run 2 of 2 missing",
         "missing: p2p_off-c4: run 2 of 2 missing",
         "results: */sim-run/summary.md",
+        "SIMULATED — verdict: INCONCLUSIVE — P2P uplift, 1 points: 1 inconclusive*",
         "",
         "*not-a-run: no summary: *not-a-run: no such results directory",
     ])

@@ -59,6 +59,29 @@ def _opt(x: object) -> str:
     return "?" if x is None else str(x)
 
 
+def seen_value(ev: Evidence, r: CheckResult) -> str:
+    """What a passed check saw, so a ``pass`` row says why (issue 26: pass rows showed no values)."""
+    try:
+        if r.target.startswith("gpu") and "-" not in r.target:
+            g = ev.gpu(int(r.target[3:]))
+            if r.check == "pcie_link":
+                loaded = g.pcie.loaded.label() if g.pcie.loaded else "not read under load"
+                return f"{loaded} under load (max {g.pcie.max.label()})"
+            if r.check == "nvlink":
+                return f"{len(g.active_nvlinks)}/{len(g.nvlinks)} NVLinks up" if g.nvlinks else "no NVLink"
+        elif "-" in r.target:
+            a, b = (int(x[3:]) for x in r.target.split("-", 1))
+            p = ev.pair(a, b)
+            if r.check == "peer_access":
+                yes = {True: "yes", False: "no", None: "?"}
+                return f"CUDA peer {yes[p.cuda_peer_ab]}/{yes[p.cuda_peer_ba]}, NVML read {_opt(p.p2p_read)}"
+            if r.check == "topology":
+                return f"{_opt(p.topology)}, {p.nvlinks_between} NVLinks between"
+    except (ValueError, KeyError, LookupError, AttributeError):
+        return ""
+    return "; ".join(r.judgement.notes)
+
+
 def doctor_table(ev: Evidence, results: list[CheckResult] | None = None, resolved: ResolvedRig | None = None) -> str:
     out = [f"pytest-p2p doctor — {ev.label}",
            f"driver {_opt(ev.driver_version)} · NVML {_opt(ev.nvml_version)} · CUDA driver "
@@ -101,6 +124,8 @@ def doctor_table(ev: Evidence, results: list[CheckResult] | None = None, resolve
             line = f"  {r.status:4}  {r.check:12} {r.target:12}"
             if r.judgement.skipped:
                 line += f"  ({r.judgement.skipped})"
+            elif not r.failed:
+                line += f"  {seen_value(ev, r)}".rstrip()
             out.append(line)
             out += [f"        {p}" for p in r.judgement.problems]
     return "\n".join(out)

@@ -84,10 +84,27 @@ def severity_of(item: pytest.Item) -> str:
     return "critical" if func in _CRITICAL else "minor" if func in _MINOR else "normal"
 
 
+#: check names that more than one check module defines (the probe's transport and the campaign's)
+_SHARED_NAMES = frozenset({"test_transport", "test_uplift"})
+
+
 def title_of(item: pytest.Item, found: Mapping[str, str]) -> str:
-    func = (getattr(item, "originalname", None) or item.name).removeprefix("test_").replace("_", " ")
-    where = " · ".join(v for k in ("pair", "arm", "point") if (v := found.get(k)))
-    return f"{func} — {where}" if where else func
+    """``transport (probes) — gpu0-gpu1 · p2p_on``: unique per test, as Allure lists titles.
+
+    Why every parameter: ``pcie link`` showed twice (one per GPU), ``benchmark decode allreduce``
+    four times (one per size), and the probe's and the campaign's ``transport`` once each for the
+    same pair and arm (issue 26). The pair, arm and point come first, then every other parameter
+    value the test id carries, then the stage for a name two check modules share.
+    """
+    name = getattr(item, "originalname", None) or item.name
+    func = name.removeprefix("test_").replace("_", " ")
+    if name in _SHARED_NAMES:
+        func += f" ({stage_of(item)})"
+    parts = [v for k in ("pair", "arm", "point") if (v := found.get(k))]
+    for value in readable_params(item).values():
+        if not any(value in p or p in value for p in parts):
+            parts.append(value)
+    return f"{func} — {' · '.join(parts)}" if parts else func
 
 
 def readable_params(item: pytest.Item) -> dict[str, str]:

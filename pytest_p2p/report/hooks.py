@@ -155,6 +155,26 @@ def _attach_for(item: pytest.Item, allure: AllureAPI, found: dict[str, str]) -> 
     if run_dir is not None:
         allure_item.attach_campaign(allure, Path(run_dir), found, attached)
         _attach_trend(item, allure, Path(run_dir), found, attached)
+        if found.get("point") and (text := judged_numbers(Path(run_dir), found["point"])):
+            allure.dynamic.description(text)
+
+
+def judged_numbers(run_dir: Path, point: str) -> str:
+    """The judged uplift at ``point`` as the terminal shows it: a passed check shows its number too.
+
+    Why: Allure showed a failed uplift's message but nothing for a passed one (issue 26); the
+    estimate, the decision's interval at its level, the threshold and the verdict are the same
+    words as in the terminal and summary.md.
+    """
+    from .terminal import verdict_rows
+
+    try:
+        summary = _load_summary(run_dir)
+    except (P2PError, OSError):
+        return ""
+    headers, rows = verdict_rows({**summary, "uplift": [u for u in summary.get("uplift") or []
+                                                        if u.get("point") == point]})
+    return "\n".join(", ".join(f"{h}: {c}" for h, c in zip(headers, row, strict=True)) for row in rows)
 
 
 def _attach_trend(item: pytest.Item, allure: AllureAPI, run_dir: Path, found: dict[str, str],
@@ -163,12 +183,12 @@ def _attach_trend(item: pytest.Item, allure: AllureAPI, run_dir: Path, found: di
     if not point or found.get("arm") or f"trend:{run_dir}:{point}" in attached:
         return
     attached.add(f"trend:{run_dir}:{point}")
-    from ..options import DB, path_of, resolve
     from .results import read_json
     from .trend import history, trend_png
 
-    db = resolve(item.config, DB)
-    target = path_of(item.config, db) if db.value else item.config.rootpath / ".p2p" / "history.db"  # type: ignore[arg-type]
+    target = store_target(item.config)
+    if target is None:  # the verdict stage is blocked (-p no:...): no store, no trend
+        return
     raw = read_json(run_dir / "run.json")
     if not isinstance(raw, dict):
         return
@@ -179,6 +199,18 @@ def _attach_trend(item: pytest.Item, allure: AllureAPI, run_dir: Path, found: di
                     f"{metric} at {point}, {meta.get('rig')} {pair}: stored runs", metric)
     if png is not None:
         allure.attach(png, name=f"trend {metric} {point}", attachment_type=allure.attachment_type.PNG)
+
+
+def store_target(config: pytest.Config) -> str | Path | None:
+    """The baseline store the trend reads: the verdict stage's own resolution of ``--p2p-db``.
+
+    Why not resolve the option here: a second reading once turned ``postgresql://...`` into a file
+    path and ignored the rig's ``baseline.db`` (issue 25), so a fleet silently got no trend plot.
+    """
+    from ..verdict.hooks import SESSION_KEY as VERDICT_KEY
+
+    verdict = config.stash.get(VERDICT_KEY, None)
+    return None if verdict is None else verdict.db_path.value
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -208,6 +240,20 @@ def pytest_runtest_call(item: pytest.Item) -> None:
         _attach_for(item, allure, found)
 
 
+NOT_REQUESTED = "not requested"
+
+
+def fold_not_requested(report: pytest.TestReport) -> None:
+    """Skips that only mean "not requested" share one location, so ``-rs`` folds them into one line.
+
+    Why: a run without ``--p2p-compare`` printed 13 lines saying "baseline comparison not
+    requested" (one per check and file line); the reason is the same, so it is said once with its count.
+    """
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3 and NOT_REQUESTED in str(longrepr[2]):
+        report.longrepr = ("pytest-p2p", None, str(longrepr[2]))  # type: ignore[assignment]
+
+
 @pytest.hookimpl(hookwrapper=True)  # old-style: pytest>=7.4 is supported
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
@@ -215,6 +261,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     report: pytest.TestReport = outcome.get_result()
     if item.get_closest_marker("p2p") is None:
         return
+    fold_not_requested(report)
     if report.when == "setup" and report.failed:
         item.stash[INFRA_KEY] = True  # a fixture could not provide the rig/server/probe: broken, not failed
     if report.when == "call":
@@ -268,12 +315,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)  # the spec comes with the campaign stage's hooks (pytest_addhooks)
 def pytest_p2p_campaign_finished(config: pytest.Config, outcome: CampaignOutcome) -> None:
-    """Contract 6: render the run's summary (where it ran) and keep it for the terminal table and JUnit."""
+    """Contract 6: render the run's summary (where it ran) and keep it for the terminal table and JUnit.
+
+    Rendered here once; the controller of an xdist run reads what its worker wrote, never renders again.
+    """
+    summary: Summary | None = None
     if outcome.worker is None:
         from .render import render_report
 
         try:
-            render_report(outcome.run_dir)
+            summary = render_report(outcome.run_dir).summary
         except (P2PError, OSError) as exc:  # disk full while rendering: said once, the reps stay on disk
             config.stash.setdefault(NOTES_KEY, []).append(f"{outcome.run_dir}: report not rendered: {exc}")
         from .trend import history_target, write_history_plots
@@ -286,12 +337,21 @@ def pytest_p2p_campaign_finished(config: pytest.Config, outcome: CampaignOutcome
     from .junit_props import add_suite_property, campaign_properties
 
     with contextlib.suppress(P2PError, OSError):
-        for name, value in campaign_properties(_load_summary(outcome.run_dir)):
+        for name, value in campaign_properties(summary if summary is not None else _load_summary(outcome.run_dir)):
             add_suite_property(config, name, value)
+
+
+SESSION_KEY = pytest.StashKey[pytest.Session]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[SESSION_KEY] = session
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
+    if config.stash.get(NOTES_KEY, []) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a run whose report is missing did not succeed
     alluredir = _alluredir(config)
     if alluredir is None or hasattr(config, "workerinput"):
         return
@@ -299,6 +359,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
     with contextlib.suppress(OSError, P2PError):
         write_allure_meta(alluredir, environment(config))
+
+
+SIMULATED_ENV = "yes: demo rig (a recorded snapshot replayed, a stand-in server); these numbers measure no interconnect"
 
 
 def environment(config: pytest.Config) -> dict[str, str]:
@@ -314,6 +377,8 @@ def environment(config: pytest.Config) -> dict[str, str]:
         ev = getattr(session, "_evidence", None)  # only if this session already read it: never probe here
         if ev is not None:
             env["evidence"] = f"{ev.source} ({'SIMULATED demo' if ev.simulated else ev.origin})"
+            if ev.simulated:
+                env["SIMULATED"] = SIMULATED_ENV
             env["driver"] = str(ev.driver_version or "")
             env["CUDA_driver"] = str(ev.cuda_driver_version or "")
             env["GPUs"] = ", ".join(f"GPU{g.index} {g.name} {g.bus_id}" for g in ev.gpus)
@@ -322,7 +387,10 @@ def environment(config: pytest.Config) -> dict[str, str]:
         with contextlib.suppress(P2PError, OSError):
             from .results import read_json
 
-            versions = as_dict(as_dict(read_json(run_dir / "run.json")).get("versions"))
+            meta = as_dict(read_json(run_dir / "run.json"))
+            if meta.get("simulated") is True:
+                env["SIMULATED"] = SIMULATED_ENV
+            versions = as_dict(meta.get("versions"))
             for key, label in (("nccl", "NCCL"), ("vllm", "vLLM"), ("torch", "torch"), ("driver", "driver"),
                                ("cuda_driver", "CUDA_driver")):
                 if versions.get(key) and not env.get(label):
@@ -331,7 +399,7 @@ def environment(config: pytest.Config) -> dict[str, str]:
 
 
 def _load_summary(run_dir: Path) -> Summary:
-    """``summary.json`` if it has the summary's shape, else the summary rendered again from the rep files."""
+    """``summary.json`` as rendered when the campaign finished; rendered again only if missing or of a wrong shape."""
     from .results import read_json
 
     summary_path = run_dir / "summary.json"
@@ -345,26 +413,52 @@ def _load_summary(run_dir: Path) -> Summary:
 
 
 def summary_lines(run_dir: Path) -> list[str]:
-    """The lines printed for one run dir: table, uplift line, missing reps, where the files are."""
-    from .terminal import glance_table, uplift_line
+    """The lines printed for one run dir: table, verdict table, proof, missing reps, the verdict line last."""
+    from .terminal import glance_table, serving_rows, text_table, verdict_line, verdict_rows
 
     try:
         summary = _load_summary(run_dir)
     except P2PError as exc:
         return [f"{run_dir}: no summary: {exc}"]
     lines = glance_table(summary).splitlines()
-    lines += uplift_line(summary).splitlines()
+    headers, rows = serving_rows(summary, short=True)
+    if rows:
+        lines += ["serving (vllm bench serve's keys, means over the reps):", *text_table(headers, rows).splitlines()]
+    headers, rows = verdict_rows(summary)
+    if rows:
+        lines += text_table(headers, rows).splitlines()
     from .proof import proof_for_run, proof_text
 
     with contextlib.suppress(OSError):
-        lines += proof_text(proof_for_run(run_dir, summary))
+        lines += proof_text(proof_for_run(run_dir, summary), compact=True)
     for m in summary.get("missing") or []:
         lines.append(f"missing: {m}")
     lines.append(f"results: {run_dir / 'summary.md'}")
+    lines.append(verdict_line(summary))
     return lines
 
 
+def after_tests_error(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """An error after the tests (a failed save, a report not rendered) counts as one: red last line, exit 1.
+
+    Why: the exit status was already 1 when a save failed, yet the last line read a green
+    ``49 passed``, and a CI log reader stops at that line (issue 26).
+    """
+    session = config.stash.get(SESSION_KEY, None)
+    stats = terminalreporter.stats
+    if session is None or session.exitstatus == pytest.ExitCode.OK or "failed" in stats or "error" in stats:
+        return
+    if session.exitstatus not in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERNAL_ERROR):
+        return
+    notes = config.stash.get(NOTES_KEY, [])
+    why = "; ".join(notes) if notes else f"exit status {int(session.exitstatus)}: see the pytest-p2p lines above"
+    report = pytest.TestReport(nodeid="pytest-p2p", location=("pytest-p2p", None, "after the tests"), keywords={},
+                               outcome="failed", longrepr=f"after the tests: {why}", when="teardown")
+    stats.setdefault("error", []).append(report)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    after_tests_error(terminalreporter, config)
     dirs = config.stash.get(RUN_DIRS_KEY, [])
     if not dirs:
         return
@@ -377,7 +471,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
         _refresh_for_probes(run_dir)
         for line in summary_lines(run_dir):
             simulated = line.startswith("SIMULATED")
-            terminalreporter.write_line(line, yellow=simulated, bold=simulated)
+            verdict = line.split("verdict: ", 1)[1][:4] if "verdict: " in line[:40] else ""
+            terminalreporter.write_line(line, yellow=simulated or verdict in ("INCO", "NOT "),
+                                        red=verdict == "FAIL", green=verdict == "PASS" and not simulated,
+                                        bold=simulated or bool(verdict))
 
 
 def _refresh_for_probes(run_dir: Path) -> None:
@@ -386,14 +483,19 @@ def _refresh_for_probes(run_dir: Path) -> None:
     The campaign renders its summary when it ends, which in the default order is before the probe
     checks have run; the proof's probe table reads ``<results>/probes/<pair>/``, so the final
     summary (files and terminal) is re-rendered, without plots, once those exist and are newer.
+    The pair is ``run.json``'s own key: a run id split on ``_`` gives ``gpu0-gpu1-2`` for a run id
+    with a ``-2`` suffix, and the probes of that pair were then never found (issue 25).
     """
+    from .results import read_json
+
     summary = run_dir / "summary.json"
-    probes = run_dir.parent / "probes" / run_dir.name.rsplit("_", 1)[-1]
     try:
-        newest = max((f.stat().st_mtime for f in probes.rglob("*.json")), default=0.0)
+        pair = str(as_dict(as_dict(read_json(run_dir / "run.json")).get("pair")).get("key") or "")
+        probes = run_dir.parent / "probes" / pair
+        newest = max((f.stat().st_mtime for f in probes.rglob("*.json")), default=0.0) if pair else 0.0
         if not newest or (summary.is_file() and summary.stat().st_mtime >= newest):
             return
-    except OSError:
+    except (OSError, P2PError):
         return
     from .render import render_report
 

@@ -120,12 +120,12 @@ def _uplift_plot(summary: Summary, path: Path, what: str) -> Path | None:
             if estimate is None:  # pragma: no cover - entries hold only points with an estimate
                 continue
             est = float(estimate) * 100
-            ci = u.get("ci95")
+            ci = u.get("interval")
             xs.append(pi + (gi - (len(groups) - 1) / 2) * width)
             ys.append(est)
-            if ci and None not in ci and (ci_lo := ci[0]) is not None and (ci_hi := ci[1]) is not None:
-                lo.append(max(est - float(ci_lo) * 100, 0.0))
-                hi.append(max(float(ci_hi) * 100 - est, 0.0))
+            if ci and len(ci) == 2:
+                lo.append(max(est - float(ci[0]) * 100, 0.0))
+                hi.append(max(float(ci[1]) * 100 - est, 0.0))
             else:
                 lo.append(0.0)
                 hi.append(0.0)
@@ -145,9 +145,11 @@ def _uplift_plot(summary: Summary, path: Path, what: str) -> Path | None:
     ax.set_xlabel("concurrency (requests in flight)" if summary.get("kind") != "probe" else "message size")
     ax.set_ylabel(f"{what} (%)")
     ax.grid(True, axis="y", alpha=0.3)
-    paired = any(u.get("ci95") for u in entries)
-    ax.legend(title="error bars: paired 95 % CI" if paired else str(summary.get("uplift_convention") or "no interval"),
-              fontsize=8, title_fontsize=8)
+    paired = any(u.get("interval") for u in entries)
+    whose = "the decision's " if any(u.get("threshold") is not None for u in entries) else ""
+    ax.legend(title=f"error bars: {whose}{terminal.level_text(entries)}" if paired
+              else str(summary.get("uplift_convention") or "no interval"), fontsize=8, title_fontsize=8,
+              loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)  # below the axes: never on a bar
     _title(fig, ax, f"{what} per point", summary)
     return _save(fig, path)
 
@@ -199,8 +201,12 @@ def render_plots(summary: Summary, out_dir: Path, telemetry: TelemetryLookup, *,
         pair_of_panels([("metrics", "mean_tpot_ms", "mean TPOT (ms)"), ("metrics", "mean_itl_ms", "mean ITL (ms)")],
                        "per-token latency: TPOT and ITL", "latency_tpot_itl.png", zero=True)
         if _series(summary, "metrics", "mean_ttft_ms"):
-            pair_of_panels([("metrics", "mean_ttft_ms", "mean TTFT (ms)"), ("metrics", "p99_ttft_ms", "p99 TTFT (ms)")],
-                           "time to first token", "latency_ttft.png", zero=True)
+            ttft = [("metrics", "mean_ttft_ms", "mean TTFT (ms)")]
+            if _series(summary, "metrics", "p99_ttft_ms"):
+                ttft.append(("metrics", "p99_ttft_ms", "p99 TTFT (ms)"))
+            else:  # an empty panel reads as "zero"; say it instead
+                notes.append("latency_ttft.png: p99 TTFT is not recorded in this layout (mean TTFT only)")
+            pair_of_panels(ttft, "time to first token", "latency_ttft.png", zero=True)
         else:
             notes.append("latency_ttft.png skipped: no scenario has mean_ttft_ms")
         if _series(summary, "energy", "tokens_per_joule"):
@@ -234,12 +240,14 @@ def _hw_plots(summary: Summary, out_dir: Path, telemetry: TelemetryLookup,
             continue
         p = plots_hw.telemetry_plot(title, files, arm, out_dir / f"telemetry_{arm}.png", _save)
         if p is None:
-            notes.append(f"telemetry plot for {arm} skipped: its CSVs have no wall_epoch samples")
+            notes.append(f"telemetry timeline for {arm}: not recorded in this layout (its CSVs hold fewer than two "
+                         "sample times: a snapshot, not a timeline)")
         else:
             written.append(p)
     p = plots_hw.pcie_plot(title, by_arm, out_dir / "pcie_link.png", _save)
     if p is None:
-        notes.append("pcie_link.png skipped: no telemetry sample carries pcie.link.gen.current")
+        notes.append("pcie_link.png: the PCIe link over time is not recorded in this layout (fewer than two "
+                     "sample times carry pcie.link.gen.current)")
     else:
         written.append(p)
     matrices = _matrices(copy_result, matrix_text, notes)

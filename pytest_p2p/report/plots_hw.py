@@ -121,7 +121,7 @@ def telemetry_plot(title: Title, files: list[Path], label: str, path: Path, save
 
     by_gpu = read_samples(files)
     times = [r["t"] for rows in by_gpu.values() for r in rows if not math.isnan(r["t"])]
-    if not times:
+    if len(set(times)) < 2:  # none, or one snapshot: a timeline of it would be empty axes ("0 s sampled")
         return None
     to_x, cuts = compress_gaps(times)
     gpus = sorted(by_gpu)
@@ -159,7 +159,7 @@ def pcie_plot(title: Title, by_arm: Mapping[str, list[Path]], path: Path, save: 
             series.setdefault(gpu, []).extend(rows)
     times = [r["t"] for rows in series.values() for r in rows if not math.isnan(r["t"]) and
              "pcie.link.gen.current" in r]
-    if not times:
+    if len(set(times)) < 2:  # one snapshot is no timeline: said in a note instead of drawn
         return None
     t0 = min(times)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,8 @@ class Proof:
     probe_rows: list[list[str]] = field(default_factory=list)
     telemetry_rows: list[list[str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    nccl: dict[str, list[tuple[int, float | None, float | None, float | None]]] = field(default_factory=dict)
+    arms: list[str] = field(default_factory=list)  # the campaign's arms, whose probe rows the terminal shows
 
     def to_dict(self) -> dict[str, object]:
         return {"header": dict(self.header),
@@ -53,6 +56,7 @@ class Proof:
                                for t in self.transports],
                 "probes": {"headers": self.probe_headers, "rows": self.probe_rows},
                 "telemetry": {"headers": list(TELEMETRY_HEADERS), "rows": self.telemetry_rows},
+                "nccl": {arm: [list(r) for r in rows] for arm, rows in self.nccl.items()},
                 "notes": list(self.notes)}
 
 
@@ -218,6 +222,53 @@ def _probe_rows(results_root: Path, pair_key: str) -> tuple[list[str], list[list
     return headers, rows, notes
 
 
+def nccl_rows(results_root: Path, pair_key: str) -> dict[str, list[tuple[int, float | None, float | None,
+                                                                          float | None]]]:
+    """Per arm, the all-reduce probe's rows as nccl-tests prints them: (bytes, time us, algbw, busbw)."""
+    out: dict[str, list[tuple[int, float | None, float | None, float | None]]] = {}
+    for f in sorted((results_root / "probes" / pair_key).glob("*/allreduce.json")):
+        raw = (_read(f) or {}).get("rows")
+        rows = []
+        for r in raw if isinstance(raw, list) else []:
+            size = cell_number(r.get("bytes")) if isinstance(r, dict) else None
+            if isinstance(r, dict) and size is not None:
+                rows.append((int(size), cell_number(r.get("time_us")), cell_number(r.get("algbw_gbs")),
+                             cell_number(r.get("busbw_gbs"))))
+        if rows:
+            out[f.parent.name] = sorted(rows)
+    return out
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def nccl_table(per_arm: Mapping[str, list[tuple[int, float | None, float | None, float | None]]], arm: str
+               ) -> tuple[list[str], list[list[str]]]:
+    """One arm's all-reduce rows with nccl-tests' columns (float, sum; the probe sends 4-byte floats)."""
+    headers = ["size (B)", "count", "type", "redop", "time (us)", "algbw (GB/s)", "busbw (GB/s)"]
+    rows = [[str(size), str(size // 4), "float", "sum", _num(t, 2), _num(alg, 2), _num(bus, 2)]
+            for size, t, alg, bus in per_arm.get(arm, [])]
+    return headers, rows
+
+
+def nccl_side_by_side(per_arm: Mapping[str, list[tuple[int, float | None, float | None, float | None]]],
+                      arms: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Two arms per size in one table (the terminal's: every size a power of 8 and the largest, within 100 columns)."""
+    headers = ["size (B)", "count", "type"] + [h for a in arms for h in (f"{a} us", f"{a} busbw")]
+    sizes = sorted({r[0] for a in arms for r in per_arm.get(a, [])})
+    shown = [b for b in sizes if b == sizes[-1] or (b & (b - 1) == 0 and (b.bit_length() - 1) % 3 == 2)]
+    by = {a: {r[0]: r for r in per_arm.get(a, [])} for a in arms}
+    rows = []
+    for size in shown:
+        row = [str(size), str(size // 4), "float"]
+        for a in arms:
+            r = by[a].get(size)
+            row += [_num(r[1], 2), _num(r[3], 2)] if r else ["-", "-"]
+        rows.append(row)
+    return headers, rows
+
+
 def proof_for_run(run_dir: Path, summary: Mapping[str, object]) -> Proof:
     """The proof sections of one of our run directories (its files, its results root's probes)."""
     proof = Proof()
@@ -241,6 +292,8 @@ def proof_for_run(run_dir: Path, summary: Mapping[str, object]) -> Proof:
     pair = meta.get("pair")
     pair_key = str(as_dict(pair).get("key", "")) if isinstance(pair, dict) else ""
     proof.probe_headers, proof.probe_rows, notes = _probe_rows(run_dir.parent, pair_key)
+    proof.nccl = nccl_rows(run_dir.parent, pair_key)
+    proof.arms = [str(a) for a in arms]
     proof.notes += notes
     for d in sorted(scen.iterdir()) if scen.is_dir() else []:
         row = telemetry_row(d.name, sorted(d.glob("telemetry_run*.csv")))
@@ -269,6 +322,20 @@ def _seed_log_lines(log: Path) -> list[str]:
     except OSError:
         return []
     return [f"logs/{log.name}:{i}: {text}" for i, text in sorted(setting + via)][:MAX_QUOTED]
+
+
+_VIA = re.compile(r" via (P2P/\w+|SHM|NET|COLLNET)")
+
+
+def _named_by_log(observed: str | None, lines: list[str]) -> str | None:
+    """``P2P`` named as the seed's own proof line names it (``P2P/CUMEM``, ``P2P/IPC``), when one is quoted."""
+    if observed is None:
+        return None
+    named = {m.group(1) for line in lines if (m := _VIA.search(line))}
+    out: set[str] = set()
+    for o in observed.split(", "):
+        out.update(sorted(n for n in named if n.startswith(o)) or [o])
+    return ", ".join(sorted(out))
 
 
 def proof_for_seed(run: SeedRun) -> Proof:
@@ -306,6 +373,7 @@ def proof_for_seed(run: SeedRun) -> Proof:
             if log.is_file():
                 t.lines = _seed_log_lines(log)
                 break
+        t.observed = _named_by_log(t.observed, t.lines)
         proof.transports.append(t)
     proof.probe_headers = ["Probe", "Path", "P2P off", "P2P on", "Source"]
     text = (run.evidence or {}).get("cuda_samples_p2p")
@@ -365,6 +433,9 @@ def proof_markdown(proof: Proof) -> list[str]:
     lines += ["## Probes", ""]
     lines += [terminal.markdown_table(proof.probe_headers, proof.probe_rows), ""] if proof.probe_rows else \
         ["_no probe results_", ""]
+    for arm in proof.nccl:
+        lines += [f"### all-reduce per size, {arm} (nccl-tests' columns)", ""]
+        lines += [terminal.markdown_table(*nccl_table(proof.nccl, arm)), ""]
     lines += ["## Telemetry (every sample of every rep)", ""]
     lines += [terminal.markdown_table(list(TELEMETRY_HEADERS), proof.telemetry_rows), ""] if proof.telemetry_rows \
         else ["_no telemetry_", ""]
@@ -372,15 +443,65 @@ def proof_markdown(proof: Proof) -> list[str]:
     return lines
 
 
-def proof_text(proof: Proof) -> list[str]:
-    """The same sections for the terminal: aligned tables, quoted lines indented."""
-    out = [f"{k}: {v}" for k, v in proof.header.items()]
+def proof_text(proof: Proof, *, compact: bool = False) -> list[str]:
+    """The same sections for the terminal: aligned tables, quoted lines indented.
+
+    ``compact`` (the session's terminal summary): the setup on one line, one quoted NCCL line per
+    arm and the telemetry as one line, so the summary stays short; summary.md has them in full.
+    """
+    if compact:
+        out = _wrapped("setup: ", [f"{k} {v}" for k, v in proof.header.items()]) if proof.header else []
+    else:
+        out = [f"{k}: {v}" for k, v in proof.header.items()]
     for t in proof.transports:
         out.append(f"transport {t.arm}: expected {t.expected or '-'}, observed {t.observed or 'no proof'}")
-        out += [f"    {line}" for line in t.lines]
+        out += [_clip(f"    {line}") if compact else f"    {line}" for line in (t.lines[:1] if compact else t.lines)]
     if proof.probe_rows:
         out += terminal.text_table(proof.probe_headers, proof.probe_rows).splitlines()
-    if proof.telemetry_rows:
+    shown = [a for a in proof.arms if a in proof.nccl][:2] or list(proof.nccl)[:2]
+    if shown:
+        out.append(f"all-reduce per size ({', '.join(shown)}; every arm and size in summary.md):")
+        out += terminal.text_table(*nccl_side_by_side(proof.nccl, shown)).splitlines()
+    if proof.telemetry_rows and compact:
+        out.append(telemetry_line(proof.telemetry_rows))
+    elif proof.telemetry_rows:
         out += terminal.text_table(list(TELEMETRY_HEADERS), proof.telemetry_rows).splitlines()
     out += [f"note: {n}" for n in proof.notes]
     return out
+
+
+WIDTH = 100  # the terminal summary's width (issue 26: it was 150 columns)
+
+
+_NCCL_PREFIX = re.compile(r"\S+:\d+:\d+ \[\d+\] NCCL INFO ")  # host:pid:tid [rank] NCCL INFO
+
+
+def _clip(line: str) -> str:
+    """A quoted line within WIDTH: NCCL's host/pid prefix goes first (the ``via`` at the end is the proof)."""
+    if len(line) > WIDTH:
+        line = _NCCL_PREFIX.sub("", line, count=1)
+    return line if len(line) <= WIDTH else line[:WIDTH - 1] + "…"
+
+
+def _wrapped(first: str, parts: list[str]) -> list[str]:
+    """``parts`` joined with `` · `` into lines of at most WIDTH columns (a part never split)."""
+    lines = [first]
+    for part in parts:
+        sep = "" if lines[-1] in (first, "  ") else " · "
+        if len(lines[-1]) + len(sep) + len(part) > WIDTH and lines[-1] not in (first, "  "):
+            lines.append("  ")
+            sep = ""
+        lines[-1] += sep + part
+    return lines
+
+
+def telemetry_line(rows: list[list[str]]) -> str:
+    """The telemetry table in one line: the PCIe links seen and the hottest, busiest, hungriest sample."""
+    def peak(col: int) -> str:
+        vals = [v for r in rows if (v := cell_number(r[col])) is not None]
+        return f"{max(vals):g}" if vals else "-"
+
+    links = sorted({link for r in rows for link in r[1].split(", ") if link and link != "-"})
+    samples = sum(int(v) for r in rows if (v := cell_number(r[10])) is not None)
+    return (f"telemetry: PCIe {', '.join(links) or '-'} · max {peak(2)} °C · max util {peak(4)} % · "
+            f"peak {peak(6)} W per card · {samples} samples (table in summary.md)")

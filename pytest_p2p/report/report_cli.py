@@ -1,8 +1,8 @@
 """``python -m pytest_p2p report DIR [--no-plots]``: re-render a results directory, no GPU needed.
 
-DIR is one run directory (it holds ``run.json``), a results root holding several, or a
-p2p-bench results directory (the seed report's layout: ``summary.csv`` and
-``scenarios/<arm>-c<N>/aggregate.json``), which is read as it is and rendered into
+DIR is one run directory (it holds ``run.json``), a results root holding several, a folder
+holding several p2p-bench runs (each read in turn), or a p2p-bench results directory (the seed
+report's layout: ``summary.csv`` and ``scenarios/<arm>-c<N>/aggregate.json``), which is read as it is and rendered into
 ``DIR/pytest-p2p-report/`` (or ``--out``) without touching its own files. Each run's
 summary files and plots are rebuilt from its files and its glance table is printed.
 A bad directory or a corrupt file raises a ``P2PError`` naming the file, which
@@ -50,10 +50,18 @@ def main(argv: list[str]) -> int:
     from pytest_p2p.seedlayout import is_seed_layout
 
     from .render import render_report
-    from .terminal import glance_table, uplift_line
+    from .terminal import glance_table, uplift_line, verdict_line
 
     if is_seed_layout(args.dir):
         return _seed(Path(args.dir), args.out, not args.no_plots, args.quiet)
+    seeds = _seed_set(Path(args.dir))
+    if seeds:  # a folder of several p2p-bench runs: each read as it is, one after another
+        for i, seed in enumerate(seeds):
+            if i:
+                print()
+            out = str(Path(args.out) / seed.name) if args.out else None
+            _seed(seed, out, not args.no_plots, args.quiet)
+        return 0
 
     for i, run_dir in enumerate(_run_dirs(Path(args.dir))):
         try:
@@ -69,12 +77,32 @@ def main(argv: list[str]) -> int:
         if not args.quiet:
             print(glance_table(rendered.summary))
             print(uplift_line(rendered.summary))
+            _print_verdicts(rendered.summary)
             from .proof import proof_for_run, proof_text
 
             for line in proof_text(proof_for_run(rendered.run_dir, rendered.summary)):
                 print(line)
         _print_tail(rendered.summary, rendered.notes, rendered.paths, args.quiet)
+        if not args.quiet:
+            print(verdict_line(rendered.summary))
     return 0
+
+
+def _seed_set(path: Path) -> list[Path]:
+    """The p2p-bench runs directly inside ``path`` (a folder the seed's scripts fill one run at a time)."""
+    from pytest_p2p.seedlayout import is_seed_layout
+
+    if not path.is_dir() or (path / RUN_META).is_file():
+        return []
+    return sorted(d for d in path.iterdir() if d.is_dir() and is_seed_layout(d))
+
+
+def _print_verdicts(summary: Summary) -> None:
+    from .terminal import text_table, verdict_rows
+
+    headers, rows = verdict_rows(summary)
+    if rows:
+        print(text_table(headers, rows))
 
 
 def _print_tail(summary: Summary, notes: list[str], paths: list[Path], quiet: bool) -> None:
@@ -95,10 +123,11 @@ def _seed(path: Path, out: str | None, plots: bool, quiet: bool) -> int:
 
     rendered = render_seed_report(path, out=out, plots=plots)
     if not quiet:
-        print(glance_table(rendered.summary))
+        print(glance_table(rendered.summary, short=False))  # the seed report's own columns, as it printed them
         print(f"(± = {rendered.summary['std_convention']} std, as p2p-bench writes it; "
               f"uplift = {rendered.summary['uplift_convention']})")
         print(uplift_line(rendered.summary))
+        _print_verdicts(rendered.summary)
         from pytest_p2p.seedlayout import read_seed_run
 
         for line in proof_text(proof_for_seed(read_seed_run(path))):

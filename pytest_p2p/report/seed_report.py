@@ -25,6 +25,24 @@ from pytest_p2p.seedlayout import SeedRun, read_seed_run
 from pytest_p2p.util import atomic_write_json, atomic_write_text
 
 OUT_DIR = "pytest-p2p-report"
+SEED_LEVEL = 0.95  # the seed's runs are not judged against a threshold: a plain two-sided 95 % interval
+
+
+def _welch(a: Stat, b: Stat, *, population: bool) -> tuple[float, float] | None:
+    """Welch's interval of the ratio of the two arms' means (sample std, ddof=1: a population std is rescaled)."""
+    from pytest_p2p.stats.welch import welch_ratio_interval
+
+    def mean_std_n(st: Stat) -> tuple[float, float, int]:
+        vals = list(st.get("values") or [])
+        if len(vals) >= 2:
+            m = sum(vals) / len(vals)
+            return m, (sum((v - m) ** 2 for v in vals) / (len(vals) - 1)) ** 0.5, len(vals)
+        mean, std, n = st.get("mean"), st.get("std"), st.get("n") or 0
+        if mean is None or std is None or n < 2:
+            return (0.0, 0.0, 0)
+        return float(mean), float(std) * ((n / (n - 1)) ** 0.5 if population else 1.0), n
+
+    return welch_ratio_interval(mean_std_n(a), mean_std_n(b), level=SEED_LEVEL)
 
 # summary.csv column -> our metric name, for scenarios that have no aggregate.json
 _CSV_METRICS = {"output_tok_s": "output_throughput", "total_tok_s": "total_token_throughput",
@@ -91,6 +109,10 @@ def seed_summary(run: SeedRun) -> Summary:
         if arm not in arms:
             arms.append(arm)
     points = sorted({sc["point"] for sc in scenarios}, key=terminal.point_sort_key)
+    named = {t.arm: t.observed for t in proof_for_seed(run).transports if t.observed}
+    for sc in scenarios:  # "P2P" as the seed's proof line names it: P2P/CUMEM
+        if sc["transport"] and sc["arm"] in named and named[sc["arm"]].startswith(str(sc["transport"])):
+            sc["transport"] = named[sc["arm"]]
     observed = {a: sorted({t for sc in scenarios if sc["arm"] == a and (t := sc["transport"])}) for a in arms}
     uplift: list[UpliftEntry] = []
     summary: Summary = {
@@ -100,21 +122,25 @@ def seed_summary(run: SeedRun) -> Summary:
         "transport": {a: {"expected": None, "observed": observed[a]} for a in arms},
         "scenarios": scenarios, "uplift": uplift, "verdicts": None,
         "source_layout": "p2p-bench", "std_convention": run.std_convention,
-        "uplift_convention": "ratio of the arms' means − 1 (p2p-bench); not paired, no interval",
+        "uplift_convention": "ratio of the arms' means − 1 (p2p-bench); separate runs, not paired: "
+                             "Welch's interval on the log scale",
     }
     pair = _pair(arms)
     if pair is not None:
         faster, slower = pair
-        summary["uplift_label"] = "P2P output-throughput uplift" if observed.get(faster) == ["P2P"] else None
+        summary["uplift_label"] = "P2P output-throughput uplift" if [o.split("/")[0] for o in observed.get(
+            faster, [])] == ["P2P"] else None
         by = {(sc["arm"], sc["point"]): sc for sc in scenarios}
         for p in points:
             a = (by.get((faster, p)) or {}).get("metrics", {}).get("output_throughput")
             b = (by.get((slower, p)) or {}).get("metrics", {}).get("output_throughput")
             if not a or not b or not (b_mean := b.get("mean")) or (a_mean := a.get("mean")) is None:
                 continue
+            interval = _welch(a, b, population=summary["std_convention"].startswith("population"))
             uplift.append({
                 "point": p, "metric": "output_throughput", "faster_arm": faster, "slower_arm": slower,
-                "estimate": a_mean / b_mean - 1.0, "ci95": None, "n": min(a.get("n") or 0, b.get("n") or 0),
+                "estimate": a_mean / b_mean - 1.0, "interval": list(interval) if interval else None,
+                "level": SEED_LEVEL if interval else None, "n": min(a.get("n") or 0, b.get("n") or 0),
                 "direction": "higher", "threshold": None, "rule": "ratio of means", "passed": None,
                 "message": "p2p-bench convention: ratio of means",
             })
@@ -129,7 +155,7 @@ def _markdown(summary: Summary, run: SeedRun, plots: list[Path], notes: list[str
              terminal.markdown_table(headers, rows) if rows else "_no scenario_", "",
              f"± is the seed's standard deviation: **{summary['std_convention']}**. Uplift: "
              f"{summary['uplift_convention']}. tok/J = output tok/s ÷ energy.mean_watts.", "",
-             terminal.uplift_line(summary), ""]
+             terminal.uplift_line(summary), "", terminal.markdown_table(*terminal.verdict_rows(summary)), ""]
     lines += proof_markdown(proof_for_seed(run))
     lines += ["", "## Missing", ""]
     lines += [f"- {m}" for m in summary["missing"]] or ["- nothing"]

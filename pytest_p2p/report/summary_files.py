@@ -101,22 +101,15 @@ def md_text(summary: Summary, plot_paths: list[Path], notes: list[str], run_dir:
     lines += [terminal.markdown_table(headers, rows) if rows else "_no scenario has any completed rep_", ""]
     lines += ["Cells are means over the reps on disk; ± is the sample standard deviation (ddof=1). "
               "Uplift is paired by rep: geometric mean of the per-rep ratios − 1.", ""]
+    serving_headers, serving = terminal.serving_rows(summary)
+    if serving:
+        lines += ["## Serving (vllm bench serve's keys, means over the reps)", "",
+                  terminal.markdown_table(serving_headers, serving), ""]
     lines += [terminal.uplift_line(summary), ""]
     if summary["uplift"]:
-        lines += ["## Uplift per point", "",
-                  "| Point | Faster arm | Slower arm | Metric | Uplift | 95% CI | n | Threshold | Passed |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for u in summary["uplift"]:
-            ci = u.get("ci95")
-            ci_txt = f"{lo * 100:+.1f} % .. {hi * 100:+.1f} %" if (
-                ci and None not in ci and (lo := ci[0]) is not None and (hi := ci[1]) is not None) else "-"
-            estimate, threshold = u.get("estimate"), u.get("threshold")
-            est = f"{estimate * 100:+.1f} %" if estimate is not None else "-"
-            thr = f"{threshold * 100:+.1f} %" if threshold is not None else "-"
-            ok = {True: "yes", False: "**no**", None: "-"}[u.get("passed")]
-            lines.append(f"| {u['point']} | {u['faster_arm']} | {u['slower_arm']} | {u['metric']} | {est} | "
-                         f"{ci_txt} | {u.get('n')} | {thr} | {ok} |")
-        lines.append("")
+        headers, rows = terminal.verdict_rows(summary)
+        lines += ["## Verdict per point", "", terminal.markdown_table(headers, rows), "",
+                  f"**{terminal.verdict_line(summary)}**", ""]
     lines += ["## Transport per arm", "", "| Arm | Expected | Observed (transport_proof.json) |", "|---|---|---|"]
     for arm, t in summary["transport"].items():
         lines.append(f"| {arm} | {t.get('expected') or '-'} | {', '.join(t.get('observed') or []) or 'no proof'} |")

@@ -56,7 +56,8 @@ class UpliftEntry(TypedDict, total=False):
     faster_arm: str
     slower_arm: str
     estimate: float | None
-    ci95: list[float | None] | None
+    interval: list[float] | None  # the decision's own interval (never a second one computed for display)
+    level: float | None  # its coverage, e.g. 0.98: shown as "98 % CI" wherever the interval is
     n: int
     direction: str
     threshold: float | None

@@ -5,7 +5,7 @@
     accept RUN [--name N]     accept a stored run into baseline N (default 'accepted')
     reject RUN [--name N]     take it out again (history is kept)
     save RUN_DIR [--accept N] store a results directory (e.g. from another machine, or p2p-bench's)
-    diff A B                  judge run B against run A alone, with fingerprint changes
+    diff A B [--histogram F]  run B against run A side by side (verdict per row), fingerprint changes
     history [--rig R] [--metric M]  runs per metric with change points, trend and baseline health
     export [--out FILE] [--rig R]  everything (or one rig's history) as JSON
     import FILE               add an export (from either backend) in one transaction
@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import P2PError
-from .config import DEFAULT_DB, DEFAULT_NAME, BaselineConfig, check_name
+from .config import DEFAULT_DB, DEFAULT_NAME, check_name
 
 if TYPE_CHECKING:
-    from .store import RunRecord, Store
+    from .store import Store
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,9 +53,10 @@ def _parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("save", help="store a campaign results directory")
     sv.add_argument("run_dir")
     sv.add_argument("--accept", default=None, metavar="NAME")
-    df = sub.add_parser("diff", help="judge run B against run A")
+    df = sub.add_parser("diff", help="run B against run A side by side (table, fingerprint, --histogram PNG)")
     df.add_argument("a")
     df.add_argument("b")
+    df.add_argument("--histogram", default=None, metavar="FILE", help="also draw the rep values of A and B (PNG)")
     hi = sub.add_parser("history", help="runs per metric with change points, trend and baseline health")
     hi.add_argument("--rig", default=None, help="only this rig")
     hi.add_argument("--metric", default=None, help="only this metric (default: the primaries)")
@@ -128,7 +129,9 @@ def _run(args: argparse.Namespace, store: Store) -> int:
         out.write(f"saved {run_id}" + (f", accepted into {args.accept!r}" if args.accept else "") + "\n")
         return 0
     if args.cmd == "diff":
-        return _diff(store, store.run(args.a), store.run(args.b))
+        from .baseline_diff import diff
+
+        return diff(store, store.run(args.a), store.run(args.b), sys.stdout, histogram_to=args.histogram)
     if args.cmd == "history":
         from .history_cli import print_history
 
@@ -161,27 +164,3 @@ def _import(store: Store, file: str) -> int:
     sys.stdout.write(f"imported {added} run(s) into {store.where} ({present} already there), "
                      f"{accepted} acceptance(s) added\n")
     return 0
-
-
-def _diff(store: Store, a: RunRecord, b: RunRecord) -> int:
-    """Every metric of B judged against A as a one-run baseline, then what changed."""
-    from .attribution import fingerprint_changes
-    from .compare import REGRESSION, Sample, describe, direction, judge
-
-    cfg = BaselineConfig()
-    base = {(m.arm, m.point, m.metric): m for m in store.metrics(a.run_id)}
-    worst = 0
-    for m in store.metrics(b.run_id):
-        ref = base.get((m.arm, m.point, m.metric))
-        if ref is None:
-            print(f"{'only in B':>14}: {m.metric} {m.point} {m.arm}")
-            continue
-        j = judge([Sample.of(ref.values, ref.mean, ref.std, ref.n)], Sample.of(m.values, m.mean, m.std, m.n),
-                  direction(m.metric), cfg.tolerance(m.metric), cfg)
-        worst = 1 if j.verdict == REGRESSION else worst
-        print(f"{j.verdict:>14}: {describe(m.metric, m.arm, m.point, j)}")
-    changes = fingerprint_changes(a.fingerprint, b.fingerprint)
-    print("fingerprint changes:" if changes else "fingerprint: no changes")
-    for ch in changes:
-        print(f"  {ch.text}")
-    return worst
