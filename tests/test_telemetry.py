@@ -18,11 +18,22 @@ def test_idle_and_app_clock_bits_are_not_throttling() -> None:
     assert not flags.throttled and not flags.downtrained
 
 
-def test_thermal_and_power_bits_flag_the_rep() -> None:
-    rows = [r(0, 5, 16, 0), r(1, 5, 16, tm.REASON_HW_THERMAL | tm.REASON_SW_POWER_CAP, t=2.0)]
+def test_thermal_and_power_brake_bits_flag_the_rep() -> None:
+    rows = [r(0, 5, 16, 0), r(1, 5, 16, tm.REASON_HW_THERMAL | tm.REASON_SW_POWER_CAP, t=2.0),
+            r(0, 5, 16, tm.REASON_HW_POWER_BRAKE, t=3.0)]
     flags = tm.assess(rows, {0: (5, 16), 1: (5, 16)})
-    assert flags.throttled and flags.reasons == ["hw_thermal", "sw_power_cap"]
-    assert "GPU 1 throttled" in flags.details[0]
+    assert flags.throttled and flags.reasons == ["hw_power_brake", "hw_thermal"]
+    assert "GPU 1 throttled" in flags.details[0] and "sw_power_cap" not in flags.details[0]
+    assert flags.power_capped == 1
+
+
+def test_running_at_the_power_cap_is_reported_not_throttling() -> None:
+    """What 2x H100 showed at c64: every P2P-on window at the software power cap. Counted as throttling it set
+    every window aside and excluded the arm's c64 data; it is the GPU at its rated limit, in both arms."""
+    rows = [r(0, 5, 16, tm.REASON_SW_POWER_CAP, t=float(t)) for t in range(5)]
+    flags = tm.assess(rows, {0: (5, 16)})
+    assert flags.throttled is False and flags.reasons == [] and flags.power_capped == 5
+    assert flags.to_dict()["power_capped"] == 5
 
 
 def test_downtrain_judged_on_best_sample() -> None:

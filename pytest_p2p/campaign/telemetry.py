@@ -49,10 +49,14 @@ REASON_SW_THERMAL = 0x20
 REASON_HW_THERMAL = 0x40
 REASON_HW_POWER_BRAKE = 0x80
 REASON_DISPLAY_CLOCKS = 0x100
-# Only these mean "the GPU ran slower than it could because of heat or power";
-# idle, application-clock and sync-boost bits are normal operation.
-THROTTLE_MASK = (REASON_SW_POWER_CAP | REASON_HW_SLOWDOWN | REASON_SW_THERMAL | REASON_HW_THERMAL
-                 | REASON_HW_POWER_BRAKE)
+# Only these mean "the GPU ran slower than it could because of heat or a power emergency";
+# idle, application-clock and sync-boost bits are normal operation, and so is the software
+# power cap: a GPU working flat out runs *at* its power limit. On 2x H100 (7B-shape Llama,
+# TP=2, c64) every P2P-on window sampled sw_power_cap (at 197-462 W): counted as throttling,
+# it re-ran every such window and excluded the arm's whole c64 data from the uplift. It is
+# reported (``power_capped``), never a reason to set a rep aside; a lowered power limit shows
+# as a slower run against the baseline, with the limit in the fingerprint.
+THROTTLE_MASK = REASON_HW_SLOWDOWN | REASON_SW_THERMAL | REASON_HW_THERMAL | REASON_HW_POWER_BRAKE
 REASON_NAMES = {REASON_SW_POWER_CAP: "sw_power_cap", REASON_HW_SLOWDOWN: "hw_slowdown",
                 REASON_SW_THERMAL: "sw_thermal", REASON_HW_THERMAL: "hw_thermal",
                 REASON_HW_POWER_BRAKE: "hw_power_brake"}
@@ -299,11 +303,12 @@ class RepFlags:
     samples: int
     simulated: bool
     missing: list[str] = field(default_factory=list)  # per GPU: samples NVML failed to read, and when
+    power_capped: int = 0  # samples at the software power cap (informational: the GPU ran at its limit)
 
     def to_dict(self) -> JSONObject:
         return {"throttled": self.throttled, "downtrained": self.downtrained, "reasons": self.reasons,
                 "details": self.details, "samples": self.samples, "simulated": self.simulated,
-                "telemetry_missing": list(self.missing)}
+                "telemetry_missing": list(self.missing), "power_capped": self.power_capped}
 
 
 def assess(rows: Sequence[Row], expected_link: Mapping[int, tuple[int | None, int | None]],
@@ -327,6 +332,7 @@ def assess(rows: Sequence[Row], expected_link: Mapping[int, tuple[int | None, in
     seen: dict[object, int] = {}
     unread: dict[object, int] = {}
     failed: dict[object, list[Row]] = {}
+    capped = 0
     for r in rows:
         idx = r.get("index")
         seen[idx] = seen.get(idx, 0) + 1
@@ -335,8 +341,10 @@ def assess(rows: Sequence[Row], expected_link: Mapping[int, tuple[int | None, in
             unread[idx] = unread.get(idx, 0) + 1
         if r.get("nvml_error"):
             failed.setdefault(idx, []).append(r)
+        if isinstance(mask, int) and mask & REASON_SW_POWER_CAP:
+            capped += 1
         if isinstance(mask, int) and mask & THROTTLE_MASK:
-            names = throttle_names(mask)
+            names = throttle_names(mask & THROTTLE_MASK)
             if not set(names) <= reasons:
                 details.append(f"GPU {idx} throttled at {r.get('wall_epoch')}: {', '.join(names)} "
                                f"({r.get('temperature.gpu')} C, {r.get('power.draw')} W)")
@@ -365,7 +373,7 @@ def assess(rows: Sequence[Row], expected_link: Mapping[int, tuple[int | None, in
                        + "; the rep is neither flagged nor cleared by it")
     simulated = any(r.get("simulated") == SIMULATED_MARK for r in rows)
     return RepFlags(throttled=throttled, downtrained=downtrained, reasons=sorted(reasons),
-                    details=details, samples=len(rows), simulated=simulated, missing=missing)
+                    details=details, samples=len(rows), simulated=simulated, missing=missing, power_capped=capped)
 
 
 def make_reader(gpus: Sequence[int], *, simulated: bool,
