@@ -24,6 +24,10 @@ and inside it the campaign measures many short windows, alternating the arms:
   same servers; an outlying start is set aside and re-run once.
 * **Adaptive starts**: while an uplift is inconclusive, starts are added up to
   ``campaign.max_starts`` / ``max_time_s``, each look at its alpha-spending level.
+* **One error budget per campaign**: each point's uplift is judged at ``alpha / points``
+  (Bonferroni), so a wrong verdict anywhere in the campaign has probability at most the
+  rule's alpha (1 %), per kind of wrong verdict; per point alone it would grow with the
+  number of points (2.45 % for two, benchmarks/verdict_nested.py).
 
 Reps keep their meaning for everything downstream (aggregates, reports, baselines): rep
 ``k`` of arm A and rep ``k`` of arm B are one window pair; ``meta.start``/``meta.window``
@@ -132,8 +136,9 @@ def run_blocks(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: Campai
         if result.errors:
             return
         reps = list(range(1, result.reps + 1))
+        alpha = rule.alpha / len(points)  # one family per campaign: a wrong verdict at any point <= rule.alpha
         decisions = {p: adaptive.decide_starts(*runner._arm_reps(result, p), cfg, runner.kind, reps,
-                                               rule.threshold(p), rule.alpha) for p in points}
+                                               rule.threshold(p), alpha) for p in points}
         undecided = any(not d.decided for d in decisions.values())
         stopped = None
         if undecided and start < last and deadline is not None and time.monotonic() >= deadline:
