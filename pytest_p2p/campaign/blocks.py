@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 
 from .. import signals
 from ..errors import P2PError, RepFailed
+from ..stats import StatsError, expected_halfwidth, plan_for
 from ..util import atomic_write_json
 from . import adaptive
 from .backends import ModelBackend, ServerSlot
@@ -69,8 +70,17 @@ def order(arms: list[str], start: int, window: int) -> list[str]:
     return list(reversed(arms)) if (window % 2 == 0) != (start % 2 == 0) else list(arms)
 
 
+#: The spreads the planner assumes before a campaign has measured its own (log units): a window pair's uplift
+#: ratio varied by 3.5-3.8 % and start means by no more than that allows on 2x H100 (7B-shape Llama, TP=2,
+#: 12-24 s windows at c16/c64, 2026-11-26, docs/gpu-runs.md); 0.5 % of start-to-start spread is assumed on top.
+PLAN_WINDOW_SD = 0.037
+PLAN_START_SD = 0.005
+PLAN_TARGET = 0.02  # the half-width a nightly verdict should reach (issue 24)
+
+
 def plan_line(runner: CampaignRunner[ServerSlot], points: list[str]) -> str:
-    """What the campaign is about to do, in one line, with the time it expects (before any server starts)."""
+    """What the campaign is about to do, in one line, with the time it expects and the precision that buys
+    (before any server starts), and what a +-2 % decision would take under the same assumptions."""
     cfg = runner.config
     mode = cfg.resident_mode(runner.kind)
     n_arms = len(cfg.arms)
@@ -82,10 +92,25 @@ def plan_line(runner: CampaignRunner[ServerSlot], points: list[str]) -> str:
               else "the idle arm's server asleep (vLLM sleep mode)")
     more = (f", up to {cfg.max_starts} starts while undecided" if cfg.max_starts and cfg.max_starts > cfg.starts
             else "")
-    return (f"plan: {mode} arms ({memory}): {cfg.starts} starts x {cfg.windows} window pairs x {len(points)} "
+    alpha = cfg.uplift_rule_for(runner.kind).alpha / max(1, len(points))
+    line = (f"plan: {mode} arms ({memory}): {cfg.starts} starts x {cfg.windows} window pairs x {len(points)} "
             f"point(s), windows of {_window_text(cfg.window_s, cfg.prompts_per_concurrency)}{more}; expected "
             f"{total / 60:.0f} min ({cfg.starts * n_arms} server starts of ~{start_s:.0f} s, "
             f"{100 * (total - cfg.starts * n_arms * start_s) / total:.0f} % of it under load)")
+    if cfg.starts < 2:
+        return line + "; one start cannot decide (the start-to-start spread is unknown)"
+    try:
+        half = expected_halfwidth(PLAN_START_SD, PLAN_WINDOW_SD, cfg.starts, cfg.windows, alpha)
+        best = plan_for(PLAN_START_SD, PLAN_WINDOW_SD, PLAN_TARGET, alpha, n_arms * start_s,
+                        n_arms * window_s, MAX_PLAN_STARTS, points=len(points))
+    except StatsError:
+        return line
+    return (line + f"; expected {(1 - 2 * alpha) * 100:.4g} % CI half-width ~{half * 100:.1f} % if window pairs vary "
+            f"by {PLAN_WINDOW_SD * 100:.1f} % and starts by {PLAN_START_SD * 100:.1f} % (2x H100 figures); "
+            f"+-{PLAN_TARGET * 100:.0f} % would take {best.describe()}")
+
+
+MAX_PLAN_STARTS = 40
 
 
 def _window_text(window_s: float | None, prompts: int) -> str:
@@ -102,7 +127,7 @@ def _start_estimate(runner: CampaignRunner[ServerSlot]) -> float:
     backend = runner.backend
     if isinstance(backend, ModelBackend) and backend.server.simulated:
         return 1.0
-    return 90.0
+    return 120.0  # measured: 115-130 s a vLLM start, 7B-shape TP=2 on H100 with the compile cache warm
 
 
 def run_blocks(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: CampaignResult, points: list[str],
