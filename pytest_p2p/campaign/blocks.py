@@ -172,7 +172,10 @@ def run_blocks(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: Campai
             stopped = (f"max_starts={last} reached" if last > cfg.starts
                        else "fixed design (campaign.max_starts not set)")
         if not undecided or stopped is not None:
-            result.decisions = {p: adaptive.decision_json(d, stopped=stopped) for p, d in decisions.items()}
+            result.decisions = {p: {**adaptive.decision_json(d, stopped=stopped),
+                                    "components": adaptive.components_json(*runner._arm_reps(result, p), cfg,
+                                                                           runner.kind, reps)}
+                                for p, d in decisions.items()}
             return
         result.notes.append(f"uplift inconclusive at {start} start(s): adding start {start + 1}")
 
