@@ -127,3 +127,32 @@ def test_a_window_is_sized_from_the_warm_up_rate_with_two_rounds_at_least() -> N
     assert window_prompts({"request_throughput": 10.0}, 16, 12.0) == 120
     assert window_prompts({"request_throughput": 1.0}, 16, 12.0) == 32
     assert window_prompts({}, 8, 12.0) == 16
+
+
+SWITCHING = r"""
+import os, sys
+count = os.environ["LAUNCH_COUNT"]
+n = len(open(count).read()) if os.path.exists(count) else 0
+open(count, "a").write("x")
+if n == 2:  # the third launch: start 2's first server (p2p_on) comes up on SHM, as a changed environment would
+    os.environ["NCCL_P2P_DISABLE"] = "1"
+os.execv(sys.executable, [sys.executable, "-m", "pytest_p2p.serve.standin", *sys.argv[1:]])
+"""
+
+
+def test_a_later_start_on_another_transport_fails_the_campaign_naming_both(tmp_path: Path) -> None:
+    wrapper = tmp_path / "switching.py"
+    wrapper.write_text(SWITCHING)
+    server = parse_server({"command": [sys.executable, str(wrapper)], "model": "m", "args": {"tensor-parallel-size": 2},
+                           "env": {"PYTEST_P2P_STANDIN_TTFT_MS": "2", "PYTEST_P2P_STANDIN_TPOT_MS": "1",
+                                   "LAUNCH_COUNT": str(tmp_path / "launches")},
+                           "startup_timeout_s": 60, "load": {"input_len": 8, "output_len": 4, "warmup": 0}},
+                          "resident-rig.yaml")
+    config = parse_campaign({**BASE, "starts": 2, "concurrency": [1]}, "resident-rig.yaml")
+    res = CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS,
+                         backend=ModelBackend(server=server, campaign=config, pair=(0, 1), rig_env={}),
+                         results_root=tmp_path / "results", rig_name="resident", simulated=True,
+                         lease=GpuLease(tmp_path / "locks")).run()
+    assert res.status == "failed"
+    assert any("arm p2p_on: the server of start 2 used transport SHM" in e and "first start's used P2P" in e
+               for e in res.errors), res.errors

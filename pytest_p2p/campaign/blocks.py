@@ -268,11 +268,25 @@ def _run_start(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: Campai
                         for arm in order(arms, start, w):
                             run.window(point, arm, w)
                     _rescreen_windows(run, point)
-                for arm in arms:
-                    if result.proofs.get(arm) is None:  # after the load: the log holds every NCCL connection
+                for arm in arms:  # after the load: the log holds every NCCL connection
+                    if result.proofs.get(arm) is None:
                         runner._record_proof(rd, result, slots[arm], runner.arms[arm], list(points))
+                    else:
+                        _same_transport(runner, result, slots[arm], arm, start)
         finally:
             reader.close()
+
+
+def _same_transport(runner: CampaignRunner[ServerSlot], result: CampaignResult, slot: ServerSlot, arm: str,
+                    start: int) -> None:
+    """Every start's server proves its transport from its own log: a later start that came up on another
+    transport than the first (a changed environment, a fallback) fails the campaign, naming both."""
+    proof, _ = runner.backend.proof(slot, runner.arms[arm])
+    first = (result.proofs.get(arm) or {}).get("transport")
+    now = (proof or {}).get("transport")
+    if now != first:
+        result.errors.append(f"arm {arm}: the server of start {start} used transport {now or 'unknown'}, the "
+                             f"first start's used {first or 'unknown'} (log {slot.server.log_path})")
 
 
 @dataclass
