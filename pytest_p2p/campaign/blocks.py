@@ -50,7 +50,7 @@ from ..util import atomic_write_json
 from . import adaptive
 from .backends import ModelBackend, ServerSlot
 from .gpu import wait_vram_free
-from .telemetry import Row, Sampler, _Reader
+from .telemetry import Row, _Reader
 
 if TYPE_CHECKING:
     from .result import CampaignResult
@@ -249,11 +249,7 @@ def _run_start(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: Campai
         vram_note = wait_vram_free(runner.pair, cfg.vram_free_mib, cfg.vram_free_timeout_s, live=runner.live)
         reader = runner._reader()
         try:
-            idle = Sampler(reader, cfg.telemetry_hz).start()
-            if cfg.idle_baseline_s > 0:
-                runner.sleep(cfg.idle_baseline_s)
-            idle.stop()
-            idle_rows = list(idle.rows)
+            idle_rows = runner._idle_rows(reader)
             runner.progress.update(f"start {start}", first_rep, total * w_n,
                                    f"starting {len(arms)} servers ({mode})"
                                    + (f", attempt {attempt}" if attempt > 1 else ""))
