@@ -156,3 +156,36 @@ def test_a_later_start_on_another_transport_fails_the_campaign_naming_both(tmp_p
     assert res.status == "failed"
     assert any("arm p2p_on: the server of start 2 used transport SHM" in e and "first start's used P2P" in e
                for e in res.errors), res.errors
+
+
+TIGHT = r"""
+import sys, os
+args = sys.argv[1:]
+share = float(args[args.index("--gpu-memory-utilization") + 1]) if "--gpu-memory-utilization" in args else 0.9
+if share < 0.5 and os.environ.get("NCCL_P2P_DISABLE") == "1":  # the second server finds the pair full
+    print("ValueError: Free memory on device (30.1/79.2 GiB) on startup is less than desired GPU memory "
+          "utilization (0.45, 35.6 GiB).", flush=True)
+    sys.exit(1)
+os.execv(sys.executable, [sys.executable, "-m", "pytest_p2p.serve.standin", *args])
+"""
+
+
+@pytest.mark.parametrize("residency", ["auto", "resident"])
+def test_auto_residency_falls_back_to_sleep_when_two_servers_do_not_fit(tmp_path: Path, residency: str) -> None:
+    wrapper = tmp_path / "tight.py"
+    wrapper.write_text(TIGHT)
+    server = parse_server({"command": [sys.executable, str(wrapper)], "model": "m", "args": {"tensor-parallel-size": 2},
+                           "env": {"PYTEST_P2P_STANDIN_TTFT_MS": "2", "PYTEST_P2P_STANDIN_TPOT_MS": "1"},
+                           "startup_timeout_s": 60, "load": {"input_len": 8, "output_len": 4, "warmup": 0}},
+                          "resident-rig.yaml")
+    config = parse_campaign({**BASE, "starts": 2, "concurrency": [1], "residency": residency}, "resident-rig.yaml")
+    res = CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS,
+                         backend=ModelBackend(server=server, campaign=config, pair=(0, 1), rig_env={}),
+                         results_root=tmp_path / "results", rig_name="resident", simulated=True,
+                         lease=GpuLease(tmp_path / "locks")).run()
+    if residency == "resident":  # the rig asked for both at once: that fails, saying why
+        assert res.status == "failed" and any("out of GPU memory" in e for e in res.errors), res.errors
+        return
+    assert res.status == "complete", res.errors
+    assert any(n.startswith("residency auto: both arms' servers did not fit") for n in res.notes)
+    assert all(d["meta"]["residency"] == "sleep" for d in _reps(res.run_dir, "p2p_off", "c1").values())

@@ -37,6 +37,7 @@ in each rep file say where it ran.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -203,8 +204,25 @@ def _start_with_retries(runner: CampaignRunner[ServerSlot], rd: RunWriter, resul
         except OSError:
             raise  # disk full, read-only: nothing more can be recorded
         except P2PError as exc:
+            if _fall_back_to_sleep(runner, result, exc):
+                continue
             result.errors.append(f"start {start}: {exc}")
             return
+
+
+def _fall_back_to_sleep(runner: CampaignRunner[ServerSlot], result: CampaignResult, exc: P2PError) -> bool:
+    """``residency: auto``: the arms' servers did not fit on the pair together (a server ran out of GPU memory
+    at start), so the campaign goes on in sleep mode, each server with the rig's whole memory share; says so.
+    An explicit ``resident`` is the rig's choice and fails instead."""
+    cfg = runner.config
+    if cfg.residency != "auto" or cfg.resident_mode(runner.kind) != "resident" or "out of GPU memory" not in str(exc):
+        return False
+    runner.config = dataclasses.replace(cfg, residency="sleep")
+    if isinstance(runner.backend, ModelBackend):
+        runner.backend.campaign = runner.config
+    result.notes.append("residency auto: both arms' servers did not fit on the pair (out of GPU memory at start); "
+                        "going on in sleep mode (the idle arm's server sleeps): " + str(exc).splitlines()[0])
+    return True
 
 
 def start_log(rd: RunWriter, arm: str, point: str, start: int) -> Path:
