@@ -157,14 +157,14 @@ def test_output_parses_as_attestation(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_banner_and_latency_model_in_log(server: tuple[int, Path], tmp_path: Path) -> None:
-    proc, _, log = _start(tmp_path, "--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.3",
+    proc, _, log = _start(tmp_path, "--tensor-parallel-size", "2", "--max-num-seqs", "32",
                           env={"NCCL_P2P_DISABLE": "1", "PYTEST_P2P_STANDIN_SLOWDOWN": "1.10"})
     proc.terminate()
     proc.wait(10)
     text = log.read_text()
     assert text.startswith(standin.BANNER)
     assert "transport=SHM/direct/direct factor=1.221" in text  # 1.10 link slowdown x 1.11 P2P-off penalty
-    assert "'--gpu-memory-utilization', '0.3'" in text  # unknown vLLM flags are accepted and shown
+    assert "'--max-num-seqs', '32'" in text  # unknown vLLM flags are accepted and shown
     from pytest_p2p.serve.attest import parse_server_log
 
     att = parse_server_log(text, str(log)).to_dict()
