@@ -94,3 +94,61 @@ def published(request):
     result.stdout.fnmatch_lines(["*= p2p results at a glance =*", "c1 *| p2p_on / p2p_off |  +10.0 % |*INCONCLUSIVE"])
     assert (rd.path / "summary.md").is_file()
     assert 'name="p2p.gpu0-gpu1.c1.uplift" value="+10.00%"' in xml.read_text()
+
+
+def test_the_summary_is_rendered_once_after_the_probes(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """Issue 26: in the default order the probes land after the campaign; the summary was rendered twice.
+
+    The campaign publishes in one test, a probe result for its pair is written by a later
+    one, and the Allure/terminal readers run in between: one render, at the end, after the probe.
+    """
+    from pytest_p2p.report.results import ResultsDir
+
+    rd = ResultsDir.create(tmp_path, "rig", "gpu0-gpu1", "model", run_id="run1")
+    rd.write_run_meta({"arms": {"p2p_on": {}, "p2p_off": {}}, "points": ["c1"], "reps": 1, "status": "complete",
+                       "pair": {"key": "gpu0-gpu1"}})
+    rd.write_rep("p2p_on", "c1", 1, {"output_throughput": 110.0})
+    rd.write_rep("p2p_off", "c1", 1, {"output_throughput": 100.0})
+    probes = tmp_path / "probes" / "gpu0-gpu1"
+    pytester.makeconftest(f"""
+import pytest
+from pathlib import Path
+from pytest_p2p.campaign import hookspecs
+from pytest_p2p.campaign.outcome import CampaignOutcome
+from pytest_p2p.report import render
+
+_real = render.render_report
+
+def counting(run_dir, **kw):
+    with open({str(tmp_path / "renders.txt")!r}, "a") as f:
+        f.write(f"{{Path({str(probes)!r}).is_dir()}} ")
+    return _real(run_dir, **kw)
+
+render.render_report = counting
+
+def pytest_addhooks(pluginmanager):
+    pluginmanager.add_hookspecs(hookspecs)
+
+@pytest.fixture
+def published(request):
+    request.config.hook.pytest_p2p_campaign_finished(
+        config=request.config,
+        outcome=CampaignOutcome(run_dir=Path({str(rd.path)!r}), pair_key="gpu0-gpu1", status="complete",
+                                simulated=False))
+""")
+    pytester.makepyfile(f"""
+from pathlib import Path
+from pytest_p2p.report.hooks import judged_numbers
+
+def test_campaign(published):
+    assert "+10.0 %" in judged_numbers(Path({str(rd.path)!r}), "c1")  # read mid-session, not rendered
+
+def test_probes_after():
+    Path({str(probes)!r}).mkdir(parents=True)
+    (Path({str(probes)!r}) / "allreduce.json").write_text("{{}}")
+""")
+    result = pytester.runpytest("-p", "pytest_p2p.report.hooks", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*= p2p results at a glance =*", "c1 *| p2p_on / p2p_off |  +10.0 % |*"])
+    assert (tmp_path / "renders.txt").read_text() == "True "  # once, after the probe result existed
+    assert (rd.path / "summary.md").is_file()
