@@ -28,7 +28,7 @@ import csv
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +90,7 @@ class SeedRun:
     summary_rows: tuple[Mapping[str, str], ...]  # summary.csv as text cells
     evidence: Mapping[str, JSONValue] | None  # env/p2p_evidence.json
     missing: tuple[str, ...] = field(default=())
+    joined_from: tuple[Path, ...] = field(default=())  # the runs of a folder read as one set (join_seed_runs)
 
     @property
     def arms(self) -> list[str]:
@@ -294,3 +295,38 @@ def seed_metrics(run: SeedRun) -> list[SeedMetric]:
         if sc.mean_watts is not None:
             out.append(SeedMetric(sc.arm, sc.point, "avg_watts", sc.n_runs, sc.mean_watts, None, None, ()))
     return out
+
+
+def join_seed_runs(folder: str | Path, runs: Sequence[SeedRun]) -> SeedRun | None:
+    """Several p2p-bench runs of one folder read as one set, when each arm was measured in one run only.
+
+    Why: p2p-bench is often run once with P2P on and once with P2P off, each into its own
+    directory; read one at a time, neither has a second arm and no uplift is shown. Joined,
+    the two arms compare, and as they come from separate runs (no shared rep index) the
+    report's interval is Welch's for unpaired means (:mod:`pytest_p2p.stats.welch`), as it
+    is for the arms of one p2p-bench run. None when the runs cannot be a set: fewer than
+    two, or a scenario (arm, concurrency) present in more than one run -- repeated runs of
+    the same arm are separate measurements to be read one by one, not silently pooled.
+    """
+    if len(runs) < 2:
+        return None
+    owner: dict[tuple[str, int], Path] = {}
+    for run in runs:
+        for sc in run.scenarios:
+            key = (sc.arm, sc.concurrency)
+            if key in owner:
+                return None
+            owner[key] = run.path
+        for row in run.summary_rows:  # rows of scenarios without a directory count too
+            arm, conc = row.get("arm", ""), row.get("concurrency", "")
+            if arm and conc.isdigit() and (arm, int(conc)) in owner and owner[(arm, int(conc))] != run.path:
+                return None
+    missing = [f"{run.path.name}: {m}" for run in runs for m in run.missing]
+    evidence = [run.evidence for run in runs if run.evidence is not None]
+    if len(evidence) > 1 and any(e != evidence[0] for e in evidence[1:]):
+        missing.append("the runs' env/p2p_evidence.json differ; the first run's is shown: "
+                       + ", ".join(run.path.name for run in runs if run.evidence is not None))
+    return SeedRun(path=Path(folder), scenarios=tuple(sc for run in runs for sc in run.scenarios),
+                   summary_rows=tuple(row for run in runs for row in run.summary_rows),
+                   evidence=evidence[0] if evidence else None, missing=tuple(missing),
+                   joined_from=tuple(run.path for run in runs))

@@ -153,3 +153,41 @@ def test_tests_pass_without_allure_installed(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("-p", "pytest_p2p.report.hooks", "-p", "no:allure_pytest",
                                            "-p", "no:cacheprovider")
     result.assert_outcomes(passed=4)
+
+
+def test_a_passed_probe_check_shows_its_numbers_in_allure(pytester: pytest.Pytester) -> None:
+    """Issue 26: a passed busbw/latency/uplift/copy check showed no number in Allure; the failure message did.
+
+    Through real allure-pytest: the probe checks' decision step writes the verdict and each
+    judged line (estimate, interval, threshold) into the test's description, pass or fail.
+    """
+    pytest.importorskip("allure_pytest")
+    pytester.makepyfile(test_probe_like="""
+from pytest_p2p.checks.test_probes import _decide
+from pytest_p2p.probes.judge import Judgement
+from pytest_p2p.stats.decide import Outcome
+
+def test_busbw_like(request):
+    _decide(request.config, "arm p2p_on: busbw against probe.thresholds.busbw_min_gbs",
+            [Judgement(Outcome.PASS,
+                       "256 MiB: busbw 190.1 GB/s (95 % CI 188.2 .. 191.9 GB/s, 20 trials) >= min 150 GB/s")])
+
+def test_uplift_like(request):
+    _decide(request.config, "uplift of p2p_on over p2p_off against the rig's margin",
+            [Judgement(Outcome.FAIL, "8 KiB: uplift +2.0 % (95 % CI +1.0 % .. +3.0 %, 20 trials) < min 10 %")])
+""")
+    out = pytester.path / "allure-results"
+    result = pytester.runpytest_subprocess(f"--alluredir={out}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    described = {}
+    for f in out.glob("*-result.json"):
+        data = json.loads(f.read_text())
+        described[data["name"]] = data.get("description", "")
+    assert described["test_busbw_like"].startswith("PASS: arm p2p_on: busbw")
+    assert "PASS: 256 MiB: busbw 190.1 GB/s (95 % CI 188.2 .. 191.9 GB/s" in described["test_busbw_like"]
+    assert "FAIL: 8 KiB: uplift +2.0 % (95 % CI +1.0 % .. +3.0 %" in described["test_uplift_like"]
+
+
+def test_describe_judged_is_a_no_op_without_allure(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "allure", None)  # import allure -> ImportError
+    assert allure_attach.describe_judged("x", "pass", [("pass", "1 GB/s")]) is False

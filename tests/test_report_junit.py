@@ -60,37 +60,84 @@ def test_campaign_properties_name_uplift_verdict_and_throughput() -> None:
                      "p2p.gpu0-gpu1.simulated": "true"}
 
 
-def test_campaign_finished_renders_and_records(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    """Contract 6 from the subscriber's side: the hook renders the run dir and the terminal shows it."""
+def _published_run(tmp_path: Path, **meta: object) -> Path:
+    """A one-point run dir (+10 % at c1), as a campaign leaves it before any render."""
     from pytest_p2p.report.results import ResultsDir
 
     rd = ResultsDir.create(tmp_path, "rig", "gpu0-gpu1", "model", run_id="run1")
-    rd.write_run_meta({"arms": {"p2p_on": {}, "p2p_off": {}}, "points": ["c1"], "reps": 1, "status": "complete"})
+    rd.write_run_meta({"arms": {"p2p_on": {}, "p2p_off": {}}, "points": ["c1"], "reps": 1, "status": "complete",
+                       **meta})
     rd.write_rep("p2p_on", "c1", 1, {"output_throughput": 110.0})
     rd.write_rep("p2p_off", "c1", 1, {"output_throughput": 100.0})
-    pytester.makeconftest(f"""
+    return rd.path
+
+
+def _publishing_conftest(run_dir: Path, prelude: str = "") -> str:
+    """A conftest whose ``published`` fixture fires ``pytest_p2p_campaign_finished`` for ``run_dir``."""
+    return f"""
 import pytest
 from pathlib import Path
 from pytest_p2p.campaign import hookspecs
 from pytest_p2p.campaign.outcome import CampaignOutcome
-
+{prelude}
 def pytest_addhooks(pluginmanager):
     pluginmanager.add_hookspecs(hookspecs)
-
-def test_dummy():
-    pass
 
 @pytest.fixture
 def published(request):
     request.config.hook.pytest_p2p_campaign_finished(
         config=request.config,
-        outcome=CampaignOutcome(run_dir=Path({str(rd.path)!r}), pair_key="gpu0-gpu1", status="complete",
+        outcome=CampaignOutcome(run_dir=Path({str(run_dir)!r}), pair_key="gpu0-gpu1", status="complete",
                                 simulated=False))
-""")
+"""
+
+
+def test_campaign_finished_renders_and_records(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """Contract 6 from the subscriber's side: the hook renders the run dir and the terminal shows it."""
+    run_dir = _published_run(tmp_path)
+    pytester.makeconftest(_publishing_conftest(run_dir))
     pytester.makepyfile("def test_x(published):\n    pass\n")
     xml = pytester.path / "j.xml"
     result = pytester.runpytest("-p", "pytest_p2p.report.hooks", f"--junitxml={xml}", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*= p2p results at a glance =*", "c1 *| p2p_on / p2p_off |  +10.0 % |*INCONCLUSIVE"])
-    assert (rd.path / "summary.md").is_file()
+    assert (run_dir / "summary.md").is_file()
     assert 'name="p2p.gpu0-gpu1.c1.uplift" value="+10.00%"' in xml.read_text()
+
+
+def test_the_summary_is_rendered_once_after_the_probes(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """Issue 26: in the default order the probes land after the campaign; the summary was rendered twice.
+
+    The campaign publishes in one test, a probe result for its pair is written by a later
+    one, and the Allure/terminal readers run in between: one render, at the end, after the probe.
+    """
+    run_dir = _published_run(tmp_path, pair={"key": "gpu0-gpu1"})
+    probes = tmp_path / "probes" / "gpu0-gpu1"
+    pytester.makeconftest(_publishing_conftest(run_dir, prelude=f"""from pytest_p2p.report import render
+
+_real = render.render_report
+
+def counting(run_dir, **kw):
+    with open({str(tmp_path / "renders.txt")!r}, "a") as f:
+        f.write(f"{{Path({str(probes)!r}).is_dir()}} ")
+    return _real(run_dir, **kw)
+
+render.render_report = counting
+"""))
+    pytester.makepyfile(f"""
+from pathlib import Path
+from pytest_p2p.report.hooks import judged_numbers
+
+def test_campaign(published):
+    assert "+10.0 %" in judged_numbers(Path({str(run_dir)!r}), "c1")  # read mid-session, not rendered
+
+def test_probes_after():
+    Path({str(probes)!r}).mkdir(parents=True)
+    (Path({str(probes)!r}) / "allreduce.json").write_text("{{}}")
+""")
+    # a subprocess: the counting wrapper must be the render_report of a fresh interpreter
+    result = pytester.runpytest_subprocess("-p", "pytest_p2p.report.hooks", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*= p2p results at a glance =*", "c1 *| p2p_on / p2p_off |  +10.0 % |*"])
+    assert (tmp_path / "renders.txt").read_text() == "True "  # once, after the probe result existed
+    assert (run_dir / "summary.md").is_file()

@@ -175,3 +175,62 @@ def test_seed_metrics_for_the_baseline_store() -> None:
     off8 = rows[("p2p_off", "c8", "output_throughput")]
     assert off8.n == 3 and off8.std is None and off8.values == ()  # no per-run values: no sample std invented
     assert rows[("p2p_on", "c8", "avg_watts")].mean == 173.9
+
+
+def _one_arm(src: Path, dst: Path, arm: str) -> None:
+    """A copy of the seed run holding one arm only, as a p2p-bench run with P2P on (or off) alone writes it."""
+    import csv
+
+    shutil.copytree(src, dst)
+    for d in (dst / "scenarios").iterdir():
+        if not d.name.startswith(f"{arm}-"):
+            shutil.rmtree(d)
+    for log in (dst / "logs").iterdir():
+        if not log.name.startswith(f"{arm}-"):
+            log.unlink()
+    with (dst / "summary.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    with (dst / "summary.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(r for r in rows if r["arm"] == arm)
+
+
+def test_a_folder_of_one_arm_runs_is_read_as_one_unpaired_comparison(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 26: a P2P-on run and a separate P2P-off run in one folder gave no comparison at all.
+
+    Joined, they give the same uplift and Welch interval as one run holding both arms (the
+    seed's arms are not paired either), the transport of each arm from its own run's logs.
+    """
+    from pytest_p2p.report.seed_report import seed_summary
+    from pytest_p2p.seedlayout import join_seed_runs
+
+    folder = tmp_path / "runs"
+    _one_arm(SEED, folder / "2026-06-16_on", "p2p_on")
+    _one_arm(SEED, folder / "2026-06-16_off", "p2p_off")
+    assert main([str(folder), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "joined: 2026-06-16_off (p2p_off)" in out and "joined: 2026-06-16_on (p2p_on)" in out
+    assert "c8    | p2p_on / p2p_off |  +13.9 % |  +9.2 % .. +18.8 %" in out
+    assert "observed P2P/CUMEM" in out and "observed SHM" in out
+    joined = json.loads((folder / "pytest-p2p-report" / "summary.json").read_text())
+    whole = seed_summary(read_seed_run(SEED))
+    assert [(u["point"], u["estimate"], u["interval"]) for u in joined["uplift"]] == \
+        [(u["point"], u["estimate"], u["interval"]) for u in whole["uplift"]]
+    assert len(joined["uplift"]) == 4 and all(u["interval"] for u in joined["uplift"])
+    runs = [read_seed_run(d) for d in sorted(folder.iterdir()) if d.name != "pytest-p2p-report"]
+    assert join_seed_runs(folder, runs) is not None
+
+
+def test_runs_that_share_an_arm_are_not_pooled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two full runs (both arms each) are separate measurements: read one by one, never joined."""
+    from pytest_p2p.seedlayout import join_seed_runs
+
+    folder = tmp_path / "runs"
+    shutil.copytree(SEED, folder / "a")
+    shutil.copytree(SEED, folder / "b")
+    assert join_seed_runs(folder, [read_seed_run(folder / "a"), read_seed_run(folder / "b")]) is None
+    assert main([str(folder), "--no-plots", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "joined:" not in out and out.count("P2P output-throughput uplift") == 2

@@ -36,21 +36,25 @@ def test_trend_follows_the_rigs_baseline_db(pytester: pytest.Pytester) -> None:
 FIXTURE_RUN = Path(__file__).resolve().parent.parent / "fixtures" / "results" / "20261122-122102_h200x2-vllm_gpu0-gpu1"
 
 
-def test_probe_refresh_finds_the_pair_of_a_suffixed_run_id(tmp_path: Path) -> None:
-    """The pair comes from run.json: a run id ending ``-2`` once made the refresh look in probes/gpu0-gpu1-2."""
-    import os
+def test_the_summary_finds_the_probes_of_a_suffixed_run_id(tmp_path: Path) -> None:
+    """The pair comes from run.json: a run id ending ``-2`` once made the report look in probes/gpu0-gpu1-2.
+
+    (The summary is rendered once at the session's end, after the probes; it must find them.)
+    """
+    import json
     import shutil
 
-    from pytest_p2p.report.hooks import _refresh_for_probes
+    from pytest_p2p.report.hooks import _load_summary
 
     run_dir = tmp_path / "20261122-122102_h200x2-vllm_gpu0-gpu1-2"
     shutil.copytree(FIXTURE_RUN, run_dir)
-    os.utime(run_dir / "summary.json", (1_000_000, 1_000_000))
+    (run_dir / "summary.json").unlink()  # as mid-session, before the one render
     probes = tmp_path / "probes" / "gpu0-gpu1"
     probes.mkdir(parents=True)
     (probes / "allreduce.json").write_text("{}")
-    _refresh_for_probes(run_dir)
-    assert (run_dir / "summary.json").stat().st_mtime > 1_000_000  # rendered again: the pair's probes were found
+    text = json.dumps(_load_summary(run_dir)["proof"])
+    assert "gpu0-gpu1-2" not in text
+    assert f"{probes} " in text or "no probe results under" not in text  # looked in the pair's own folder
 
 
 def test_m_p2p_alone_runs_the_builtin_checks(pytester: pytest.Pytester) -> None:

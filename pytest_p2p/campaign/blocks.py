@@ -263,16 +263,17 @@ def _run_start(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: Campai
     logs = {a: start_log(rd, a, points[0], start) for a in arms}
     total = max(cfg.starts, start)
     with runner.lease.hold(runner.pair, f"{runner.pair_key} start {start}"):
-        runner.progress.update(f"start {start}", first_rep, total * w_n, "waiting for free VRAM")
-        vram_note = wait_vram_free(runner.pair, cfg.vram_free_mib, cfg.vram_free_timeout_s, live=runner.live)
+        with runner.progress.waiting(f"start {start}", first_rep, total * w_n, "waiting for free VRAM"):
+            vram_note = wait_vram_free(runner.pair, cfg.vram_free_mib, cfg.vram_free_timeout_s, live=runner.live)
         reader = runner._reader()
         try:
             idle_rows = runner._idle_rows(reader)
-            runner.progress.update(f"start {start}", first_rep, total * w_n,
-                                   f"starting {len(arms)} servers ({mode})"
-                                   + (f", attempt {attempt}" if attempt > 1 else ""))
             t0 = time.monotonic()
-            with backend.resident([runner.arms[a] for a in arms], logs, mode) as slots:
+            with runner.progress.waiting(f"start {start}", first_rep, total * w_n,
+                                         f"starting {len(arms)} servers ({mode})"
+                                         + (f", attempt {attempt}" if attempt > 1 else "")) as beat, \
+                    backend.resident([runner.arms[a] for a in arms], logs, mode) as slots:
+                beat.stop()  # the servers are up: the heartbeat covered their start only
                 ready = {a: round(s.server.ready_s, 1) for a, s in slots.items()}
                 result.notes.append(f"start {start}: servers ready in {ready} s "
                                     f"({time.monotonic() - t0:.0f} s for all)")

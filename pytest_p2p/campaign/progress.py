@@ -6,6 +6,14 @@ pytest's terminal reporter (rewritten in place on a terminal, one line per scena
 otherwise) and is silent in xdist workers, whose output the controller would only
 garble.
 
+Some phases are long and silent: a server start (model load, CUDA graphs: 20-60 s), a
+wait for a previous server's VRAM. The issue-26 user saw the line stop for 27 s without a
+word. :meth:`Progress.waiting` wraps such a phase: it shows what is waited for and, every
+``HEARTBEAT_S`` seconds until the phase ends, for how long (``... 45 s``). Its heartbeat
+thread belongs to that one phase: it is stopped and joined when the phase ends (normally,
+by an exception, or as soon as the phase's own work begins: :meth:`Waiting.stop`), so no
+thread outlives it; without a reporter (quiet, xdist workers) none is started.
+
 Fixture setup runs under pytest's output capture, so a plain write would land in the
 captured buffer and show only if the test fails. Like pytest's own live-logging
 handler, each write is done inside the capture manager's
@@ -15,6 +23,7 @@ handler, each write is done inside the capture manager's
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +49,39 @@ class _Capture(Protocol):
     def global_and_fixture_disabled(self) -> contextlib.AbstractContextManager[None]: ...
 
 
+HEARTBEAT_S = 10.0  # a phase silent longer than this says what it waits for, and for how long
+
+
+class Waiting:
+    """One long phase's heartbeat: a thread that re-shows the line with the time waited, until stopped."""
+
+    def __init__(self, progress: Progress, scenario: str, rep: int, reps: int, phase: str, every_s: float) -> None:
+        self._progress, self._args, self._phase, self._every = progress, (scenario, rep, reps), phase, every_s
+        self._stopped = threading.Event()
+        self._started = time.monotonic()
+        self.thread: threading.Thread | None = None
+        self.beats = 0
+
+    def start(self) -> Waiting:
+        self._progress.update(*self._args, self._phase)
+        if self._progress.reporter is not None:  # quiet / xdist worker: nothing to show, no thread
+            self.thread = threading.Thread(target=self._run, name="p2p-progress-heartbeat", daemon=True)
+            self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._every):
+            waited = time.monotonic() - self._started
+            self.beats += 1
+            self._progress.update(*self._args, f"{self._phase} ... {waited:.0f} s")
+
+    def stop(self) -> None:
+        """End the heartbeat now (idempotent): the phase's work has begun, or it is over."""
+        self._stopped.set()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join()
+
+
 def _clock(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
     h, rest = divmod(seconds, 3600)
@@ -59,6 +101,7 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     lines: list[str] = field(default_factory=list)  # everything shown, for tests and the log
     _rewrote: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # a heartbeat writes from its thread
 
     @classmethod
     def for_config(cls, config: pytest.Config, label: str, total: int) -> Progress:
@@ -91,6 +134,10 @@ class Progress:
         return text
 
     def show(self, text: str) -> None:
+        with self._lock:
+            self._show(text)
+
+    def _show(self, text: str) -> None:
         self.lines.append(text)
         tr = self.reporter
         if tr is None:
@@ -107,10 +154,28 @@ class Progress:
     def update(self, scenario: str, rep: int, reps: int, phase: str = "") -> None:
         self.show(self.line(scenario, rep, reps, phase))
 
+    @contextlib.contextmanager
+    def waiting(self, scenario: str, rep: int, reps: int, phase: str,
+                every_s: float = HEARTBEAT_S) -> Iterator[Waiting]:
+        """A long, silent phase: its line now, then ``<phase> ... N s`` every ``every_s`` until it ends.
+
+        ``with progress.waiting(...) as beat, backend.slot(...) as handle: beat.stop()`` covers
+        exactly a server's start (the slot's entry), not the measurements that follow in its body.
+        """
+        beat = Waiting(self, scenario, rep, reps, phase, every_s).start()
+        try:
+            yield beat
+        finally:
+            beat.stop()
+
     def step(self) -> None:
         self.done += 1
 
     def finish(self, message: str) -> None:
+        with self._lock:
+            self._finish(message)
+
+    def _finish(self, message: str) -> None:
         self.lines.append(message)
         tr = self.reporter
         if tr is None:

@@ -163,8 +163,8 @@ class CampaignRunner(Generic[H]):
                 return result
             if cfg.smoke and self.kind == "model":
                 for arm in cfg.arms:
-                    self.progress.update(f"{arm} smoke", 0, cfg.reps, "starting server")
-                    with self.lease.hold(self.pair, f"{self.pair_key} smoke {arm}"):
+                    with self.progress.waiting(f"{arm} smoke", 0, cfg.reps, "starting server"), \
+                            self.lease.hold(self.pair, f"{self.pair_key} smoke {arm}"):
                         self.backend.smoke(self.arms[arm], rd.path / "env" / f"smoke_{arm}.log")
             for i, slot in enumerate(slots):
                 if i > 0 and cfg.cooldown_s > 0:
@@ -289,14 +289,15 @@ class CampaignRunner(Generic[H]):
         cfg = self.config
         log_path = rd.server_log_path(arm_name, points[0], rep)
         with self.lease.hold(self.pair, f"{self.pair_key} {arm_name} rep {rep}"):
-            self.progress.update(f"{arm_name}-{points[0]}", rep, cfg.reps, "waiting for free VRAM")
-            vram_note = wait_vram_free(self.pair, cfg.vram_free_mib, cfg.vram_free_timeout_s, live=self.live)
+            with self.progress.waiting(f"{arm_name}-{points[0]}", rep, cfg.reps, "waiting for free VRAM"):
+                vram_note = wait_vram_free(self.pair, cfg.vram_free_mib, cfg.vram_free_timeout_s, live=self.live)
             reader = self._reader()
             try:
                 idle_rows = self._idle_rows(reader)
-                self.progress.update(f"{arm_name}-{points[0]}", rep, cfg.reps,
-                                     "starting" if attempt == 1 else f"starting a fresh server (attempt {attempt})")
-                with self.backend.slot(arm, rep, log_path) as handle:
+                with self.progress.waiting(f"{arm_name}-{points[0]}", rep, cfg.reps, "starting server" if attempt == 1
+                                           else f"starting a fresh server (attempt {attempt})") as beat, \
+                        self.backend.slot(arm, rep, log_path) as handle:
+                    beat.stop()  # the server is up: the heartbeat covered its start only
                     for point in points:
                         signals.checkpoint()
                         self.progress.update(f"{arm_name}-{point}", rep, cfg.reps)

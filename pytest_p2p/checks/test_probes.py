@@ -19,6 +19,7 @@ from pytest_p2p.probes.allreduce import AllReduceResult, Row, busbw_factor
 from pytest_p2p.probes.hooks import ProbeCase, ProbeState, cuda_indices
 from pytest_p2p.probes.judge import Judgement, judge_busbw, judge_copy, judge_latency, judge_uplift, overall
 from pytest_p2p.probes.p2pcopy import P2PCopyResult
+from pytest_p2p.report.allure_attach import describe_judged
 from pytest_p2p.session import P2PSession
 from pytest_p2p.stats.decide import Outcome
 from pytest_p2p.verdict.policy import inconclusive
@@ -63,6 +64,7 @@ def _decide(config: pytest.Config, what: str, judgements: Sequence[Judgement]) -
     """
     outcome = overall(judgements)
     lines = "\n  ".join(j.line for j in judgements)
+    describe_judged(what, outcome.value, [(j.outcome.value, j.line) for j in judgements])  # Allure: the numbers
     if outcome is Outcome.FAIL:
         bad = "\n  ".join(j.line for j in judgements if j.outcome is Outcome.FAIL)
         pytest.fail(f"{what}:\n  {bad}\nall sizes:\n  {lines}", pytrace=False)

@@ -9,6 +9,7 @@ allure itself drops the calls (no listener), which is also fine.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -107,6 +108,22 @@ def attach_json(obj: object, name: str) -> bool:
     if allure is None:
         return False
     allure.attach(json.dumps(obj, indent=2, default=str), name=name, attachment_type=allure.attachment_type.JSON)
+    return True
+
+
+def describe_judged(what: str, outcome: str, lines: Sequence[tuple[str, str]]) -> bool:
+    """The running test's Allure description: the check's verdict and each judged number with its interval.
+
+    Why: a probe threshold check (busbw, latency, uplift, copy) that passed showed no number
+    in Allure, only a failed one did, through its message (issue 26). ``lines`` are
+    ``(outcome, line)`` pairs, each line the judge's own words (estimate, CI at its level,
+    trials, threshold), so the terminal, the failure message and Allure say the same.
+    """
+    allure = _allure()
+    if allure is None:
+        return False
+    body = "\n".join(f"- {word.upper()}: {line}" for word, line in lines)
+    allure.dynamic.description(f"{outcome.upper()}: {what}\n\n{body}")
     return True
 
 

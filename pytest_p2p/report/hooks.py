@@ -1,8 +1,9 @@
 """Pytest integration of the report stage: terminal summary, Allure, JUnit properties.
 
-* The campaign publishes ``pytest_p2p_campaign_finished`` (contract 6); we render the run
-  directory's summary and plots where it ran, and at the end of the session print each
-  run's glance table, uplift line and the seed's proof sections.
+* The campaign publishes ``pytest_p2p_campaign_finished`` (contract 6); at the end of the
+  session, after the probe checks whose results its proof shows, the process that prints
+  the terminal summary renders each run's summary and plots once, then prints each run's
+  glance table, uplift line and the seed's proof sections.
 * Allure: labels (epic = stage, feature = check, story = pair/arm/point, severity), a
   readable title and parameters, evidence attached to every check, a history id that no
   rootdir changes, fixture failures as *broken*, and environment/categories/executor
@@ -313,32 +314,53 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _CONFIG.remove(config)
 
 
+PENDING_KEY: pytest.StashKey[list[Path]] = pytest.StashKey[list[Path]]()  # run dirs to render at the end
+
+
 @pytest.hookimpl(optionalhook=True)  # the spec comes with the campaign stage's hooks (pytest_addhooks)
 def pytest_p2p_campaign_finished(config: pytest.Config, outcome: CampaignOutcome) -> None:
-    """Contract 6: render the run's summary (where it ran) and keep it for the terminal table and JUnit.
+    """Contract 6: keep the run for the one render at the end of the session, the terminal table and JUnit.
 
-    Rendered here once; the controller of an xdist run reads what its worker wrote, never renders again.
+    Why not render here: in the default order the probe checks run after the campaign and
+    their results belong in the summary's proof, so a render now was followed by a second
+    one at the end (issue 26). The process that prints the terminal summary (the xdist
+    controller, or the only process) renders each run once, in :func:`render_pending`,
+    when every stage that contributes to it has finished; a worker only hands its run on.
     """
-    summary: Summary | None = None
-    if outcome.worker is None:
+    record_run_dir(config, outcome.run_dir)
+    if hasattr(config, "workerinput"):
+        return  # the controller renders when the hook fires there for this worker's campaign
+    pending = config.stash.setdefault(PENDING_KEY, [])
+    if Path(outcome.run_dir) not in pending:
+        pending.append(Path(outcome.run_dir))
+
+
+def render_pending(config: pytest.Config) -> None:
+    """Render each finished campaign's summary and plots once, then its JUnit properties.
+
+    Called first thing in ``pytest_sessionfinish``: after every test (probe checks
+    included) and before the verdict stage saves the session's runs, so a history plot
+    shows the history the run was judged against, and before junitxml writes its file.
+    """
+    pending = config.stash.get(PENDING_KEY, [])
+    while pending:
+        run_dir = pending.pop(0)
+        summary: Summary | None = None
         from .render import render_report
 
         try:
-            summary = render_report(outcome.run_dir).summary
+            summary = render_report(run_dir).summary
         except (P2PError, OSError) as exc:  # disk full while rendering: said once, the reps stay on disk
-            config.stash.setdefault(NOTES_KEY, []).append(f"{outcome.run_dir}: report not rendered: {exc}")
+            config.stash.setdefault(NOTES_KEY, []).append(f"{run_dir}: report not rendered: {exc}")
         from .trend import history_target, write_history_plots
 
         with contextlib.suppress(P2PError, OSError):
-            write_history_plots(Path(outcome.run_dir), history_target(config))
-    record_run_dir(config, outcome.run_dir)
-    if hasattr(config, "workerinput"):
-        return  # the controller adds the JUnit properties when the hook fires there
-    from .junit_props import add_suite_property, campaign_properties
+            write_history_plots(run_dir, history_target(config))
+        from .junit_props import add_suite_property, campaign_properties
 
-    with contextlib.suppress(P2PError, OSError):
-        for name, value in campaign_properties(summary if summary is not None else _load_summary(outcome.run_dir)):
-            add_suite_property(config, name, value)
+        with contextlib.suppress(P2PError, OSError):
+            for name, value in campaign_properties(summary if summary is not None else _load_summary(run_dir)):
+                add_suite_property(config, name, value)
 
 
 SESSION_KEY = pytest.StashKey[pytest.Session]()
@@ -348,8 +370,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[SESSION_KEY] = session
 
 
+@pytest.hookimpl(tryfirst=True)  # before the verdict stage's save and junitxml's file (see render_pending)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
+    if not hasattr(config, "workerinput"):
+        render_pending(config)
     if config.stash.get(NOTES_KEY, []) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a run whose report is missing did not succeed
     alluredir = _alluredir(config)
@@ -399,17 +424,24 @@ def environment(config: pytest.Config) -> dict[str, str]:
 
 
 def _load_summary(run_dir: Path) -> Summary:
-    """``summary.json`` as rendered when the campaign finished; rendered again only if missing or of a wrong shape."""
-    from .results import read_json
+    """``summary.json`` as rendered; before the end-of-session render (or without it) built in memory.
+
+    Never written from here: the summary is rendered once (:func:`render_pending`), and a
+    check that reads its numbers mid-session (Allure's description) must not render it early.
+    """
+    from .results import ResultsDir, read_json
 
     summary_path = run_dir / "summary.json"
     if summary_path.is_file():
         data = read_json(summary_path)
         if is_summary(data):
             return data
-    from .render import render_report
+    from .proof import proof_for_run
+    from .render import build_summary
 
-    return render_report(run_dir, plots=False).summary
+    summary = build_summary(ResultsDir.open(run_dir))
+    summary["proof"] = proof_for_run(run_dir, summary).to_dict()
+    return summary
 
 
 def summary_lines(run_dir: Path) -> list[str]:
@@ -468,36 +500,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     for i, run_dir in enumerate(dirs):
         if i:
             terminalreporter.write_line("")
-        _refresh_for_probes(run_dir)
         for line in summary_lines(run_dir):
             simulated = line.startswith("SIMULATED")
             verdict = line.split("verdict: ", 1)[1][:4] if "verdict: " in line[:40] else ""
             terminalreporter.write_line(line, yellow=simulated or verdict in ("INCO", "NOT "),
                                         red=verdict == "FAIL", green=verdict == "PASS" and not simulated,
                                         bold=simulated or bool(verdict))
-
-
-def _refresh_for_probes(run_dir: Path) -> None:
-    """Render the summary again when probe results landed after the campaign finished.
-
-    The campaign renders its summary when it ends, which in the default order is before the probe
-    checks have run; the proof's probe table reads ``<results>/probes/<pair>/``, so the final
-    summary (files and terminal) is re-rendered, without plots, once those exist and are newer.
-    The pair is ``run.json``'s own key: a run id split on ``_`` gives ``gpu0-gpu1-2`` for a run id
-    with a ``-2`` suffix, and the probes of that pair were then never found (issue 25).
-    """
-    from .results import read_json
-
-    summary = run_dir / "summary.json"
-    try:
-        pair = str(as_dict(as_dict(read_json(run_dir / "run.json")).get("pair")).get("key") or "")
-        probes = run_dir.parent / "probes" / pair
-        newest = max((f.stat().st_mtime for f in probes.rglob("*.json")), default=0.0) if pair else 0.0
-        if not newest or (summary.is_file() and summary.stat().st_mtime >= newest):
-            return
-    except (OSError, P2PError):
-        return
-    from .render import render_report
-
-    with contextlib.suppress(P2PError, OSError):
-        render_report(run_dir, plots=False)

@@ -369,7 +369,7 @@ def proof_for_seed(run: SeedRun) -> Proof:
                 for s in scen if s.transport}
         t = Transport(arm=arm, expected=None, observed=", ".join(sorted(used)) or None)
         for s in scen:
-            log = run.path / "logs" / f"{s.name}.log"
+            log = s.path.parent.parent / "logs" / f"{s.name}.log"  # its own run's logs/ (a joined set)
             if log.is_file():
                 t.lines = _seed_log_lines(log)
                 break

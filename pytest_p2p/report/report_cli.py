@@ -1,7 +1,9 @@
 """``python -m pytest_p2p report DIR [--no-plots]``: re-render a results directory, no GPU needed.
 
 DIR is one run directory (it holds ``run.json``), a results root holding several, a folder
-holding several p2p-bench runs (each read in turn), or a p2p-bench results directory (the seed
+holding several p2p-bench runs (read as one set when each arm was measured in one run --
+P2P on in one, P2P off in another -- with Welch's interval for unpaired runs; else each in
+turn), or a p2p-bench results directory (the seed
 report's layout: ``summary.csv`` and ``scenarios/<arm>-c<N>/aggregate.json``), which is read as it is and rendered into
 ``DIR/pytest-p2p-report/`` (or ``--out``) without touching its own files. Each run's
 summary files and plots are rebuilt from its files and its glance table is printed.
@@ -55,7 +57,9 @@ def main(argv: list[str]) -> int:
     if is_seed_layout(args.dir):
         return _seed(Path(args.dir), args.out, not args.no_plots, args.quiet)
     seeds = _seed_set(Path(args.dir))
-    if seeds:  # a folder of several p2p-bench runs: each read as it is, one after another
+    if seeds and _joinable(Path(args.dir), seeds):  # P2P on in one run, P2P off in another: one comparison
+        return _seed(Path(args.dir), args.out, not args.no_plots, args.quiet, joined=seeds)
+    if seeds:  # a folder of several p2p-bench runs of the same arms: each read as it is, one after another
         for i, seed in enumerate(seeds):
             if i:
                 print()
@@ -97,6 +101,12 @@ def _seed_set(path: Path) -> list[Path]:
     return sorted(d for d in path.iterdir() if d.is_dir() and is_seed_layout(d))
 
 
+def _joinable(folder: Path, seeds: list[Path]) -> bool:
+    from pytest_p2p.seedlayout import join_seed_runs, read_seed_run
+
+    return join_seed_runs(folder, [read_seed_run(d) for d in seeds]) is not None
+
+
 def _print_verdicts(summary: Summary) -> None:
     from .terminal import text_table, verdict_rows
 
@@ -116,21 +126,29 @@ def _print_tail(summary: Summary, notes: list[str], paths: list[Path], quiet: bo
         print(f"wrote {path}")
 
 
-def _seed(path: Path, out: str | None, plots: bool, quiet: bool) -> int:
+def _seed(path: Path, out: str | None, plots: bool, quiet: bool, joined: list[Path] | None = None) -> int:
+    """One p2p-bench run, or (``joined``) the runs of one folder read as a set, rendered and printed."""
+    from pytest_p2p.seedlayout import SeedRun, join_seed_runs, read_seed_run
+
     from .proof import proof_for_seed, proof_text
     from .seed_report import render_seed_report
     from .terminal import glance_table, uplift_line
 
-    rendered = render_seed_report(path, out=out, plots=plots)
+    run: SeedRun | None = read_seed_run(path) if joined is None else \
+        join_seed_runs(path, [read_seed_run(d) for d in joined])
+    if run is None:
+        raise ResultsError(f"{path}: its p2p-bench runs share an arm and concurrency; they are read one by one")
+    rendered = render_seed_report(run, out=out, plots=plots)
     if not quiet:
+        for src in run.joined_from:
+            arms = sorted({s.arm for s in run.scenarios if s.path.parent.parent == src})
+            print(f"joined: {src.name} ({', '.join(arms) or 'no scenario'})")
         print(glance_table(rendered.summary, short=False))  # the seed report's own columns, as it printed them
         print(f"(± = {rendered.summary['std_convention']} std, as p2p-bench writes it; "
               f"uplift = {rendered.summary['uplift_convention']})")
         print(uplift_line(rendered.summary))
         _print_verdicts(rendered.summary)
-        from pytest_p2p.seedlayout import read_seed_run
-
-        for line in proof_text(proof_for_seed(read_seed_run(path))):
+        for line in proof_text(proof_for_seed(run)):
             print(line)
     _print_tail(rendered.summary, rendered.notes, rendered.paths, quiet)
     return 0

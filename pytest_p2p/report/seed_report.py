@@ -151,6 +151,8 @@ def _markdown(summary: Summary, run: SeedRun, plots: list[Path], notes: list[str
     headers, rows = terminal.glance_rows(summary)
     lines = [f"# {terminal.title(summary)}", "",
              f"Read from the p2p-bench results directory `{run.path}` as it is (nothing there was changed).", "",
+             *([f"Joined from separate runs (unpaired: Welch's interval): "
+                f"{', '.join(f'`{p.name}`' for p in run.joined_from)}.", ""] if run.joined_from else []),
              "## Results at a glance", "",
              terminal.markdown_table(headers, rows) if rows else "_no scenario_", "",
              f"± is the seed's standard deviation: **{summary['std_convention']}**. Uplift: "
@@ -166,9 +168,13 @@ def _markdown(summary: Summary, run: SeedRun, plots: list[Path], notes: list[str
     return "\n".join(lines) + "\n"
 
 
-def render_seed_report(path: str | Path, *, out: str | Path | None = None, plots: bool = True) -> SeedRendered:
-    """Write summary.{md,json} and plots for a p2p-bench directory into ``out`` (default ``DIR/pytest-p2p-report``)."""
-    run = read_seed_run(path)
+def render_seed_report(path: str | Path | SeedRun, *, out: str | Path | None = None,
+                       plots: bool = True) -> SeedRendered:
+    """Write summary.{md,json} and plots for a p2p-bench directory into ``out`` (default ``DIR/pytest-p2p-report``).
+
+    ``path`` may be a run already read (a folder's runs joined by :func:`~pytest_p2p.seedlayout.join_seed_runs`).
+    """
+    run = path if isinstance(path, SeedRun) else read_seed_run(path)
     summary = seed_summary(run)
     out_dir = Path(out) if out is not None else run.path / OUT_DIR
     plot_paths: list[Path] = []
