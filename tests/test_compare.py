@@ -6,6 +6,7 @@ import pytest
 from verdict_rundir import baseline_runs, write_run
 
 from pytest_p2p.errors import ConfigError
+from pytest_p2p.verdict.campaign_judge import compare_scenario
 from pytest_p2p.verdict.compare import (
     IMPROVEMENT,
     INCONCLUSIVE,
@@ -16,7 +17,6 @@ from pytest_p2p.verdict.compare import (
     UNJUDGED,
     Sample,
     compare_links,
-    compare_scenario,
     direction,
     judge,
 )
