@@ -150,7 +150,7 @@ def test_nccl_lines_real_format(capsys: pytest.CaptureFixture[str], monkeypatch:
 
 
 def test_output_parses_as_attestation(capsys: pytest.CaptureFixture[str]) -> None:
-    attest = pytest.importorskip("pytest_p2p.serve.attest")
+    attest = pytest.importorskip("pytest_p2p.probes.vllm_log")
     standin.print_nccl_lines(2, "SHM/direct/direct", custom_ar=False)
     att = attest.parse_server_log(capsys.readouterr().out, "standin")
     assert "SHM" in json.dumps(att.to_dict())
@@ -165,7 +165,7 @@ def test_banner_and_latency_model_in_log(server: tuple[int, Path], tmp_path: Pat
     assert text.startswith(standin.BANNER)
     assert "transport=SHM/direct/direct factor=1.221" in text  # 1.10 link slowdown x 1.11 P2P-off penalty
     assert "'--gpu-memory-utilization', '0.3'" in text  # unknown vLLM flags are accepted and shown
-    from pytest_p2p.serve.attest import parse_server_log
+    from pytest_p2p.probes.vllm_log import parse_server_log
 
     att = parse_server_log(text, str(log)).to_dict()
     assert att["vllm_version"] == "SIMULATED" and att["tensor_parallel_size"] == 2

@@ -179,7 +179,7 @@ def _uplift_settings(meta: Mapping[str, object], kind: str) -> tuple[str, bool, 
     exclude_throttled}``; absent keys fall back to ``campaign: CampaignConfig.to_dict()``
     and then to the campaign defaults (output_throughput / time_us, 5 %, point rule).
     """
-    from pytest_p2p.verdict.thresholds import RULES, UpliftRule
+    from pytest_p2p.stats.uplift_rule import RULES, UpliftRule
 
     up = as_dict(meta.get("uplift"))
     camp = as_dict(meta.get("campaign"))
@@ -216,7 +216,7 @@ def _uplift_settings(meta: Mapping[str, object], kind: str) -> tuple[str, bool, 
 def _uplift(meta: Mapping[str, object], kind: str, arm_names: list[str],
             rep_data: dict[tuple[str, str], dict[int, JSONObject]],
             agg_values: dict[tuple[str, str], dict[str, list[float]]], points: list[str]) -> list[UpliftEntry]:
-    from pytest_p2p.verdict.thresholds import TooFewRepsError, judge
+    from pytest_p2p.stats.uplift_rule import TooFewRepsError, judge
 
     _, paired_uplift = _stats()
     metric, higher, rule, _excl = _uplift_settings(meta, kind)

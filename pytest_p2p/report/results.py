@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pytest_p2p.campaign.rundir import ARM_RE, POINT_RE, check_rep, make_run_id, safe_component, scenario_name
-from pytest_p2p.errors import ResultsError
+from pytest_p2p.errors import ResultsError, WriteError
 from pytest_p2p.jsontypes import JSONObject, JSONValue, as_dict, as_list
 from pytest_p2p.util import atomic_write_bytes, atomic_write_json, atomic_write_text
 
@@ -45,17 +45,6 @@ _ENV_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # told the truth: deleting this file frees the blocks the final status write needs.
 RESERVE = ".p2p-space-reserve"
 _RESERVE_BYTES = 64 * 1024
-
-
-class ResultsWriteError(ResultsError, OSError):
-    """A results file could not be written; also an ``OSError`` (same ``errno``) for old callers."""
-
-    def __init__(self, errno_: int | None, message: str) -> None:
-        super().__init__(errno_ or 0, message)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
@@ -118,7 +107,7 @@ class ResultsDir:
             self._write_errors.append(f"{target}: cannot write the {what} ({reason})")
             if exc.errno in _FULL_ERRNOS and target.name != RUN_META:
                 self._record_failure()
-            raise ResultsWriteError(exc.errno, message) from None
+            raise WriteError(str(target), exc.errno, message) from None
 
     def _record_failure(self) -> None:
         """Best effort: free the reserve and mark run.json failed with the write errors."""

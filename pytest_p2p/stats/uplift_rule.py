@@ -1,8 +1,8 @@
 """The uplift threshold rule: does arm A beat arm B by enough at this point?
 
 Stage-free (here, not in the verdict stage) so that the campaign, which parses
-``campaign.min_uplift`` and takes adaptive looks, never imports a later stage;
-``pytest_p2p.verdict.thresholds`` re-exports it.
+``campaign.min_uplift`` and takes adaptive looks, never imports a later stage; the
+verdict and the report import it from here too (one home, no re-export).
 
 The rig file says ``min_uplift: {default: 5%, 8: 8%}`` (keys are concurrencies for a
 model campaign, sizes for a probe campaign).  The rule is
