@@ -5,8 +5,8 @@ from dataclasses import replace
 import pytest
 
 from pytest_p2p.campaign.config import parse_campaign
-from pytest_p2p.campaign.stats import paired_uplift
 from pytest_p2p.errors import ConfigError
+from pytest_p2p.stats.summary import paired_uplift
 from pytest_p2p.stats.uplift_rule import UpliftVerdict, judge, parse_min_uplift, point_key
 
 

@@ -153,7 +153,7 @@ def _ratios(value: object) -> list[float]:
 
 def judge(uplift: Mapping[str, object], point: str, rule: UpliftRule, *, metric: str, faster_arm: str,
           slower_arm: str) -> UpliftVerdict:
-    """Apply the bounds rule to one :func:`~pytest_p2p.campaign.stats.paired_uplift` result.
+    """Apply the bounds rule to one :func:`~pytest_p2p.stats.summary.paired_uplift` result.
 
     Uses the paired ratios it carries (already turned round for lower-is-better metrics).
     Fewer than 2 pairs is *inconclusive* (no spread known), never a pass and never an error.
