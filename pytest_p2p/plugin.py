@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 STAGES = (
     "pytest_p2p.evidence.hooks",  # header, p2p_session / p2p_evidence, p2p_gpu / p2p_pair parametrisation
     "pytest_p2p.probes.hooks",  # all-reduce / P2P-copy probes, replay, probe checks
-    "pytest_p2p.serve.hooks",  # vllm_server, openai_client, load
+    "pytest_p2p.serve.hooks",  # p2p_vllm_server, p2p_openai_client, p2p_load
     "pytest_p2p.campaign.hooks",  # p2p_campaign, scenarios, GPU lease, xdist hand-off
     "pytest_p2p.verdict.hooks",  # baselines: --p2p-compare, --p2p-save-baseline, --p2p-fail-on
     "pytest_p2p.report.hooks",  # terminal glance table, allure labels
