@@ -2,11 +2,12 @@
 
 They carry the ``p2p_`` prefix of every fixture of the plugin, so a project's own ``load``
 or ``openai_client`` fixture is never shadowed. ``p2p_vllm_server`` is parametrised over
-every (pair, arm) of the rig with ids like ``gpu0-gpu1-p2p_on`` and is session-scoped: pytest groups the tests by parameter, so
-each arm's server starts once, serves every test that asks for it, and is torn down
-(with the leftover-process and GPU-memory checks of :mod:`.server`) before the next
-arm's server starts -- also after failures and on Ctrl-C (pytest tears session fixtures
-down on interrupt; an ``atexit`` hook in :mod:`.server` is the last resort).
+every (pair, arm) of the rig with ids like ``gpu0-gpu1-p2p_on`` and is session-scoped:
+pytest groups the tests by parameter, so each arm's server starts once, serves every
+test that asks for it, and is torn down (with the leftover-process and GPU-memory checks
+of :mod:`.server`) before the next arm's server starts -- also after failures and on
+Ctrl-C (pytest tears session fixtures down on interrupt; an ``atexit`` hook in
+:mod:`.server` is the last resort).
 
 Where the pairs, arms and server config come from is a :class:`ServerPlan`, built from
 the rig session by default; tests and embedding tools can install their own with
