@@ -23,6 +23,7 @@ import pytest
 
 from ..errors import P2PError
 from ..jsontypes import as_dict
+from ..xdist_roles import is_worker
 from .summary_types import Summary, is_summary
 
 if TYPE_CHECKING:
@@ -332,7 +333,7 @@ def pytest_p2p_campaign_finished(config: pytest.Config, outcome: CampaignOutcome
         with contextlib.suppress(P2PError, OSError):
             write_history_plots(Path(outcome.run_dir), history_target(config))
     record_run_dir(config, outcome.run_dir)
-    if hasattr(config, "workerinput"):
+    if is_worker(config):
         return  # the controller adds the JUnit properties when the hook fires there
     from .junit_props import add_suite_property, campaign_properties
 
@@ -353,7 +354,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if config.stash.get(NOTES_KEY, []) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a run whose report is missing did not succeed
     alluredir = _alluredir(config)
-    if alluredir is None or hasattr(config, "workerinput"):
+    if alluredir is None or is_worker(config):
         return
     from .allure_meta import write_allure_meta
 
