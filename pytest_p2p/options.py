@@ -96,7 +96,9 @@ def reps_count(text: str | int) -> int:
     """``--p2p-reps``: bounded here, where its origin is known, so the error names the flag, the
     ``PYTEST_P2P_REPS`` variable or the ini key that gave it (not always ``--p2p-reps``)."""
     n = int(text)
-    if not 1 <= n <= MAX_REPS:
+    if n < 1:
+        raise ValueError("expected an integer >= 1")
+    if n > MAX_REPS:
         raise ValueError(f"expected an integer 1..{MAX_REPS}, got {n}")
     return n
 
