@@ -4,7 +4,7 @@
         python3 benchmarks/gpu_faults.py [--vllm] [--trials 3]
 
 Why a script and not a pytest: the faults need real GPUs, torch and NCCL (and vLLM with
-``--vllm``), and the lead runs every GPU job in one batched session. Each trial prints
+``--vllm``), and a GPU session runs them in one batch. Each trial prints
 ``fault, trial, outcome, seconds, orphans`` where *orphans* counts NVML compute processes
 on the pair after teardown that were not there before the script started (must be 0).
 Results go to ``$OUT/gpu_faults.json`` when ``OUT`` is set.

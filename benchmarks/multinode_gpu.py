@@ -164,7 +164,7 @@ def main(argv: list[str]) -> int:
                    "line_rate_message": msg, "proof": res.proof.to_dict(), "gdr_proof": gdr.to_dict(),
                    "rows": [vars(r) for r in res.rows], "sendrecv": [vars(r) for r in res.sendrecv],
                    "correct": res.correct, "wall_s": round(time.monotonic() - t0, 1)}
-    except Exception as exc:  # noqa: BLE001 - the lead reads one line; the traceback is in the log above it
+    except Exception as exc:  # noqa: BLE001 - one line to read; the traceback is in the log above it
         import traceback
 
         traceback.print_exc()

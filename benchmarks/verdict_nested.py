@@ -129,8 +129,8 @@ def rerun_flagged(rng: np.random.Generator, r: np.ndarray, start_sd: float, wind
     return np.where(flag[:, None, :, None], fresh, r), flag
 
 
-def judge(r: np.ndarray, alpha: float = ALPHA) -> dict[str, np.ndarray]:
-    ps, fl, half, _ = decide_np(r.mean(-1), THR, alpha)  # (T, P)
+def judge(r: np.ndarray, alpha: float | None = None) -> dict[str, np.ndarray]:
+    ps, fl, half, _ = decide_np(r.mean(-1), THR, ALPHA if alpha is None else alpha)  # (T, P)
     return {"pass": ps, "fail": fl, "half": half}
 
 
@@ -193,7 +193,7 @@ def screened(rng: np.random.Generator, t: int, b: int, w: int, s_sd: float, w_sd
 
 def table_grid(rng: np.random.Generator, t: int, quick: bool) -> dict[str, float]:
     bs, ws = ((3, 6), (4,)) if quick else ((3, 4, 6), (4, 8))
-    print(f"\n## 1. Nested campaigns: 2 points x 2 arms, threshold {THR:+.0%}, alpha {ALPHA:.0%} per wrong verdict, "
+    print(f"\n## 1. Nested campaigns: 2 points x 2 arms, threshold {THR:+.0%}, alpha {ALPHA:.2%} per wrong verdict, "
           f"{t} campaigns a cell")
     print("Rates in %.  'pass / fail' at a true 0 % are both wrong verdicts (each must stay <= 1 % per decision; "
           "both points pooled); family = a pass (or a fail) at either point of the campaign; drift = 0.5 %/window "
@@ -304,17 +304,21 @@ def table_old_vs_new(rng: np.random.Generator, t: int) -> None:
 
 
 def main() -> None:
+    global ALPHA
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="fewer cells and 500 trials (smoke)")
+    ap.add_argument("--alpha", type=float, default=ALPHA,
+                    help="one-sided alpha per point (the campaign splits 1 %% over its points: 0.005 for 2)")
     args = ap.parse_args()
+    ALPHA = args.alpha
     rng = np.random.default_rng(args.seed)
     t0 = time.time()
     fidelity(rng, 100 if args.quick else 400)
     t = 500 if args.quick else args.trials
     print(f"command: python benchmarks/verdict_nested.py --trials {args.trials} --seed {args.seed}"
-          f"{' --quick' if args.quick else ''}")
+          f"{' --quick' if args.quick else ''}{f' --alpha {ALPHA:g}' if ALPHA != 0.01 else ''}")
     table_grid(rng, t, args.quick)
     table_adaptive(rng, t)
     table_old_vs_new(rng, t)

@@ -239,7 +239,9 @@ def test_demo_rig_campaign_end_to_end(pytester: pytest.Pytester, monkeypatch: py
     assert "SIMULATED" in out
     (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
     meta = json.loads((run_dir / "run.json").read_text())
-    assert meta["status"] == "complete" and meta["simulated"] and meta["reps"] == 2
+    # the demo runs resident arms: --p2p-reps 2 is 2 starts of each arm's server, 2 window pairs per point in each
+    assert meta["status"] == "complete" and meta["simulated"] and meta["reps"] == 4
+    assert meta["schedule"].startswith("resident: 2 start(s)")
     assert meta["points"] == ["c1", "c2", "c4", "c8"] and meta["rig"] == "demo-h200x2-nvlink"
     env = run_dir / "env"
     assert json.loads((env / "doctor.json").read_text())["evidence"]["pairs"][0]["topology"] == "NV18"
@@ -247,9 +249,10 @@ def test_demo_rig_campaign_end_to_end(pytester: pytest.Pytester, monkeypatch: py
     for arm in ("p2p_on", "p2p_off"):
         for point in meta["points"]:
             d = run_dir / "scenarios" / f"{arm}-{point}"
-            assert json.loads((d / "aggregate.json").read_text())["metrics"]["output_throughput"]["n"] == 2
-            assert (d / "transport_proof.json").is_file() and (d / "server_run2.log").is_file()
+            assert json.loads((d / "aggregate.json").read_text())["metrics"]["output_throughput"]["n"] == 4
+            assert (d / "transport_proof.json").is_file()
             assert "SIMULATED" in (d / "telemetry_run1.csv").read_text()
+        assert (run_dir / "scenarios" / f"{arm}-c1" / "server_start2.log").is_file()  # one server per start
     assert "SIMULATED" in (run_dir / "summary.md").read_text()
 
 

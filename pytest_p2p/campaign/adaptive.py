@@ -30,6 +30,7 @@ from ..stats import (
     Outcome,
     SequentialPlan,
     StatsError,
+    components,
     decide_nested,
     decide_uplift,
     outlying_slots,
@@ -207,6 +208,17 @@ def decide_starts(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: lis
     look = sp.alpha_at(min(max(len(blocks), sp.min_pairs), sp.max_pairs)) or alpha
     return decide_nested(blocks, threshold=threshold, higher_is_better=config.direction(kind) == "higher",
                          alpha=min(look, 0.49), quantity=f"uplift of {config.arm_a} over {config.arm_b}")
+
+
+def components_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> Json:
+    """The measured start-to-start and window-to-window spreads of one point's uplift (log units), kept in
+    ``run.json`` next to the decision: what the next campaign on this rig can plan with."""
+    blocks = _blocks(a, b, config, kind, reps)
+    try:
+        c = components(blocks, higher_is_better=config.direction(kind) == "higher")
+    except StatsError as exc:
+        return {"error": str(exc)}
+    return {"start_sd": c.start_sd, "window_sd": c.window_sd, "starts": c.blocks, "window_pairs": c.windows}
 
 
 def screen_windows_start(rep_data: Mapping[tuple[str, str], Reps], config: CampaignConfig, kind: str, point: str,

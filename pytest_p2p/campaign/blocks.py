@@ -24,6 +24,10 @@ and inside it the campaign measures many short windows, alternating the arms:
   same servers; an outlying start is set aside and re-run once.
 * **Adaptive starts**: while an uplift is inconclusive, starts are added up to
   ``campaign.max_starts`` / ``max_time_s``, each look at its alpha-spending level.
+* **One error budget per campaign**: each point's uplift is judged at ``alpha / points``
+  (Bonferroni), so a wrong verdict anywhere in the campaign has probability at most the
+  rule's alpha (1 %), per kind of wrong verdict; per point alone it would grow with the
+  number of points (2.45 % for two, benchmarks/verdict_nested.py).
 
 Reps keep their meaning for everything downstream (aggregates, reports, baselines): rep
 ``k`` of arm A and rep ``k`` of arm B are one window pair; ``meta.start``/``meta.window``
@@ -33,6 +37,7 @@ in each rep file say where it ran.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -41,11 +46,12 @@ from typing import TYPE_CHECKING
 
 from .. import signals
 from ..errors import P2PError, RepFailed
+from ..stats import StatsError, expected_halfwidth, plan_for
 from ..util import atomic_write_json
 from . import adaptive
 from .backends import ModelBackend, ServerSlot
 from .gpu import wait_vram_free
-from .telemetry import Row, Sampler, _Reader
+from .telemetry import Row, _Reader
 
 if TYPE_CHECKING:
     from .result import CampaignResult
@@ -65,8 +71,17 @@ def order(arms: list[str], start: int, window: int) -> list[str]:
     return list(reversed(arms)) if (window % 2 == 0) != (start % 2 == 0) else list(arms)
 
 
+#: The spreads the planner assumes before a campaign has measured its own (log units): a window pair's uplift
+#: ratio varied by 3.5-3.8 % and start means by no more than that allows on 2x H100 (7B-shape Llama, TP=2,
+#: 12-24 s windows at c16/c64, 2026-11-26, docs/gpu-runs.md); 0.5 % of start-to-start spread is assumed on top.
+PLAN_WINDOW_SD = 0.037
+PLAN_START_SD = 0.005
+PLAN_TARGET = 0.02  # the half-width a nightly verdict should reach (issue 24)
+
+
 def plan_line(runner: CampaignRunner[ServerSlot], points: list[str]) -> str:
-    """What the campaign is about to do, in one line, with the time it expects (before any server starts)."""
+    """What the campaign is about to do, in one line, with the time it expects and the precision that buys
+    (before any server starts), and what a +-2 % decision would take under the same assumptions."""
     cfg = runner.config
     mode = cfg.resident_mode(runner.kind)
     n_arms = len(cfg.arms)
@@ -78,10 +93,25 @@ def plan_line(runner: CampaignRunner[ServerSlot], points: list[str]) -> str:
               else "the idle arm's server asleep (vLLM sleep mode)")
     more = (f", up to {cfg.max_starts} starts while undecided" if cfg.max_starts and cfg.max_starts > cfg.starts
             else "")
-    return (f"plan: {mode} arms ({memory}): {cfg.starts} starts x {cfg.windows} window pairs x {len(points)} "
+    alpha = cfg.uplift_rule_for(runner.kind).alpha / max(1, len(points))
+    line = (f"plan: {mode} arms ({memory}): {cfg.starts} starts x {cfg.windows} window pairs x {len(points)} "
             f"point(s), windows of {_window_text(cfg.window_s, cfg.prompts_per_concurrency)}{more}; expected "
             f"{total / 60:.0f} min ({cfg.starts * n_arms} server starts of ~{start_s:.0f} s, "
             f"{100 * (total - cfg.starts * n_arms * start_s) / total:.0f} % of it under load)")
+    if cfg.starts < 2:
+        return line + "; one start cannot decide (the start-to-start spread is unknown)"
+    try:
+        half = expected_halfwidth(PLAN_START_SD, PLAN_WINDOW_SD, cfg.starts, cfg.windows, alpha)
+        best = plan_for(PLAN_START_SD, PLAN_WINDOW_SD, PLAN_TARGET, alpha, n_arms * start_s,
+                        n_arms * window_s, MAX_PLAN_STARTS, points=len(points))
+    except StatsError:
+        return line
+    return (line + f"; expected {(1 - 2 * alpha) * 100:.4g} % CI half-width ~{half * 100:.1f} % if window pairs vary "
+            f"by {PLAN_WINDOW_SD * 100:.1f} % and starts by {PLAN_START_SD * 100:.1f} % (2x H100 figures); "
+            f"+-{PLAN_TARGET * 100:.0f} % would take {best.describe()}")
+
+
+MAX_PLAN_STARTS = 40
 
 
 def _window_text(window_s: float | None, prompts: int) -> str:
@@ -98,7 +128,7 @@ def _start_estimate(runner: CampaignRunner[ServerSlot]) -> float:
     backend = runner.backend
     if isinstance(backend, ModelBackend) and backend.server.simulated:
         return 1.0
-    return 90.0
+    return 120.0  # measured: 115-130 s a vLLM start, 7B-shape TP=2 on H100 with the compile cache warm
 
 
 def run_blocks(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: CampaignResult, points: list[str],
@@ -132,8 +162,9 @@ def run_blocks(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: Campai
         if result.errors:
             return
         reps = list(range(1, result.reps + 1))
+        alpha = rule.alpha / len(points)  # one family per campaign: a wrong verdict at any point <= rule.alpha
         decisions = {p: adaptive.decide_starts(*runner._arm_reps(result, p), cfg, runner.kind, reps,
-                                               rule.threshold(p), rule.alpha) for p in points}
+                                               rule.threshold(p), alpha) for p in points}
         undecided = any(not d.decided for d in decisions.values())
         stopped = None
         if undecided and start < last and deadline is not None and time.monotonic() >= deadline:
@@ -142,7 +173,10 @@ def run_blocks(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: Campai
             stopped = (f"max_starts={last} reached" if last > cfg.starts
                        else "fixed design (campaign.max_starts not set)")
         if not undecided or stopped is not None:
-            result.decisions = {p: adaptive.decision_json(d, stopped=stopped) for p, d in decisions.items()}
+            result.decisions = {p: {**adaptive.decision_json(d, stopped=stopped),
+                                    "components": adaptive.components_json(*runner._arm_reps(result, p), cfg,
+                                                                           runner.kind, reps)}
+                                for p, d in decisions.items()}
             return
         result.notes.append(f"uplift inconclusive at {start} start(s): adding start {start + 1}")
 
@@ -170,8 +204,25 @@ def _start_with_retries(runner: CampaignRunner[ServerSlot], rd: RunWriter, resul
         except OSError:
             raise  # disk full, read-only: nothing more can be recorded
         except P2PError as exc:
+            if _fall_back_to_sleep(runner, result, exc):
+                continue
             result.errors.append(f"start {start}: {exc}")
             return
+
+
+def _fall_back_to_sleep(runner: CampaignRunner[ServerSlot], result: CampaignResult, exc: P2PError) -> bool:
+    """``residency: auto``: the arms' servers did not fit on the pair together (a server ran out of GPU memory
+    at start), so the campaign goes on in sleep mode, each server with the rig's whole memory share; says so.
+    An explicit ``resident`` is the rig's choice and fails instead."""
+    cfg = runner.config
+    if cfg.residency != "auto" or cfg.resident_mode(runner.kind) != "resident" or "out of GPU memory" not in str(exc):
+        return False
+    runner.config = dataclasses.replace(cfg, residency="sleep")
+    if isinstance(runner.backend, ModelBackend):
+        runner.backend.campaign = runner.config
+    result.notes.append("residency auto: both arms' servers did not fit on the pair (out of GPU memory at start); "
+                        "going on in sleep mode (the idle arm's server sleeps): " + str(exc).splitlines()[0])
+    return True
 
 
 def start_log(rd: RunWriter, arm: str, point: str, start: int) -> Path:
@@ -216,11 +267,7 @@ def _run_start(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: Campai
         vram_note = wait_vram_free(runner.pair, cfg.vram_free_mib, cfg.vram_free_timeout_s, live=runner.live)
         reader = runner._reader()
         try:
-            idle = Sampler(reader, cfg.telemetry_hz).start()
-            if cfg.idle_baseline_s > 0:
-                runner.sleep(cfg.idle_baseline_s)
-            idle.stop()
-            idle_rows = list(idle.rows)
+            idle_rows = runner._idle_rows(reader)
             runner.progress.update(f"start {start}", first_rep, total * w_n,
                                    f"starting {len(arms)} servers ({mode})"
                                    + (f", attempt {attempt}" if attempt > 1 else ""))
@@ -235,11 +282,25 @@ def _run_start(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: Campai
                         for arm in order(arms, start, w):
                             run.window(point, arm, w)
                     _rescreen_windows(run, point)
-                for arm in arms:
-                    if result.proofs.get(arm) is None:  # after the load: the log holds every NCCL connection
+                for arm in arms:  # after the load: the log holds every NCCL connection
+                    if result.proofs.get(arm) is None:
                         runner._record_proof(rd, result, slots[arm], runner.arms[arm], list(points))
+                    else:
+                        _same_transport(runner, result, slots[arm], arm, start)
         finally:
             reader.close()
+
+
+def _same_transport(runner: CampaignRunner[ServerSlot], result: CampaignResult, slot: ServerSlot, arm: str,
+                    start: int) -> None:
+    """Every start's server proves its transport from its own log: a later start that came up on another
+    transport than the first (a changed environment, a fallback) fails the campaign, naming both."""
+    proof, _ = runner.backend.proof(slot, runner.arms[arm])
+    first = (result.proofs.get(arm) or {}).get("transport")
+    now = (proof or {}).get("transport")
+    if now != first:
+        result.errors.append(f"arm {arm}: the server of start {start} used transport {now or 'unknown'}, the "
+                             f"first start's used {first or 'unknown'} (log {slot.server.log_path})")
 
 
 @dataclass

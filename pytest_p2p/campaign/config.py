@@ -32,6 +32,7 @@ Example (every key optional; the values shown are the defaults unless noted)::
       max_time_s: null        # adaptive: ... or until this many seconds of campaign have passed
       residency: auto         # model: resident (both arms' servers up at once, GPU memory split) | sleep
                               # (vLLM sleep mode: the idle arm sleeps) | restart (a server start per rep) | auto
+                              # (resident; sleep when the two servers do not fit on the pair, said in the notes)
       starts: 3               # resident/sleep: server starts per arm (the unit of replication)
       windows: 4              # resident/sleep: window pairs per point within one start, ABBA over windows
       window_s: 15            # resident/sleep: seconds of measured load per window (null: prompts_per_concurrency)

@@ -293,11 +293,7 @@ class CampaignRunner(Generic[H]):
             vram_note = wait_vram_free(self.pair, cfg.vram_free_mib, cfg.vram_free_timeout_s, live=self.live)
             reader = self._reader()
             try:
-                idle = Sampler(reader, cfg.telemetry_hz).start()
-                if cfg.idle_baseline_s > 0:
-                    self.sleep(cfg.idle_baseline_s)
-                idle.stop()
-                idle_rows = list(idle.rows)
+                idle_rows = self._idle_rows(reader)
                 self.progress.update(f"{arm_name}-{points[0]}", rep, cfg.reps,
                                      "starting" if attempt == 1 else f"starting a fresh server (attempt {attempt})")
                 with self.backend.slot(arm, rep, log_path) as handle:
@@ -327,6 +323,14 @@ class CampaignRunner(Generic[H]):
             with contextlib.suppress(OSError):
                 if log_path.is_file():
                     shutil.copyfile(log_path, rd.server_log_path(arm_name, point, rep))
+
+    def _idle_rows(self, reader: _Reader) -> list[Row]:
+        """The pair's idle telemetry before a server starts (the baseline energy is measured against)."""
+        idle = Sampler(reader, self.config.telemetry_hz).start()
+        if self.config.idle_baseline_s > 0:
+            self.sleep(self.config.idle_baseline_s)
+        idle.stop()
+        return list(idle.rows)
 
     def _record_proof(self, rd: RunWriter, result: CampaignResult, handle: H, arm: Arm, points: list[str]) -> None:
         proof, att = self.backend.proof(handle, arm)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 _CAUSES: tuple[tuple[str, str], ...] = (
     (r"out of memory|OutOfMemoryError|CUDA error: out of memory|Not enough memory|"
-     r"No available memory for the cache blocks",
+     r"No available memory for the cache blocks|less than desired GPU memory utilization",
      "out of GPU memory (lower --gpu-memory-utilization or --max-model-len, or free the GPUs)"),
     (r"address already in use|Errno 98", "port in use (another server on the port)"),
     (r"Engine core proc \S+ (\(pid \d+\) )?died unexpectedly|EngineDeadError",
