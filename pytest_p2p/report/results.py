@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pytest_p2p.campaign.rundir import ARM_RE, POINT_RE, check_rep, make_run_id, safe_component, scenario_name
-from pytest_p2p.errors import ResultsError, WriteError
+from pytest_p2p.errors import ResultsError
 from pytest_p2p.jsontypes import JSONObject, JSONValue, as_dict, as_list
 from pytest_p2p.util import atomic_write_bytes, atomic_write_json, atomic_write_text
 
@@ -107,7 +107,7 @@ class ResultsDir:
             self._write_errors.append(f"{target}: cannot write the {what} ({reason})")
             if exc.errno in _FULL_ERRNOS and target.name != RUN_META:
                 self._record_failure()
-            raise WriteError(str(target), exc.errno, message) from None
+            raise ResultsError(message) from None
 
     def _record_failure(self) -> None:
         """Best effort: free the reserve and mark run.json failed with the write errors."""
