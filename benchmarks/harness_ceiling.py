@@ -76,7 +76,7 @@ def read_sends(send_log: Path) -> dict[str, list[float]]:
     """The stand-in's send times per request id (its log: ``rid chunk perf_counter`` a line)."""
     sends: dict[str, list[float]] = defaultdict(list)
     for line in send_log.read_text().splitlines():
-        rid, _, t = line.split()
+        rid, _, t = line.split()[:3]  # a fourth field: the step number of a --lockstep run
         sends[rid].append(float(t))
     return sends
 

@@ -88,10 +88,18 @@ def one_of(*choices: str) -> Callable[[str], str]:
     return convert
 
 
-def positive_int(text: str | int) -> int:
+#: the most timed repetitions a campaign takes (``campaign.reps`` in the rig file has the same bound)
+MAX_REPS = 1000
+
+
+def reps_count(text: str | int) -> int:
+    """``--p2p-reps``: bounded here, where its origin is known, so the error names the flag, the
+    ``PYTEST_P2P_REPS`` variable or the ini key that gave it (not always ``--p2p-reps``)."""
     n = int(text)
     if n < 1:
         raise ValueError("expected an integer >= 1")
+    if n > MAX_REPS:
+        raise ValueError(f"expected an integer 1..{MAX_REPS}, got {n}")
     return n
 
 
@@ -143,7 +151,7 @@ CAMPAIGN: Option[str | None] = Option(
     convert=one_of(*CAMPAIGN_MODES), metavar="auto|probe|model|off", shown_default="from the rig")
 REPS: Option[int | None] = Option(
     "p2p_reps", "--p2p-reps", "timed repetitions per arm and point (overrides campaign.reps)",
-    None, ini="p2p_reps", env="PYTEST_P2P_REPS", convert=positive_int, metavar="N", shown_default="from the rig")
+    None, ini="p2p_reps", env="PYTEST_P2P_REPS", convert=reps_count, metavar="N", shown_default="from the rig")
 ARMS: Option[list[str] | None] = Option(
     "p2p_arms", "--p2p-arms", "comma-separated arms to compare, first over second (overrides campaign.arms)",
     None, ini="p2p_arms", env="PYTEST_P2P_ARMS", convert=arm_list, metavar="A,B", shown_default="from the rig")

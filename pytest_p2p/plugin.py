@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 STAGES = (
     "pytest_p2p.evidence.hooks",  # header, p2p_session / p2p_evidence, p2p_gpu / p2p_pair parametrisation
     "pytest_p2p.probes.hooks",  # all-reduce / P2P-copy probes, replay, probe checks
-    "pytest_p2p.serve.hooks",  # vllm_server, openai_client, load
+    "pytest_p2p.serve.hooks",  # p2p_vllm_server, p2p_openai_client, p2p_load
     "pytest_p2p.campaign.hooks",  # p2p_campaign, scenarios, GPU lease, xdist hand-off
     "pytest_p2p.verdict.hooks",  # baselines: --p2p-compare, --p2p-save-baseline, --p2p-fail-on
     "pytest_p2p.report.hooks",  # terminal glance table, allure labels
@@ -136,7 +136,9 @@ def activate(config: pytest.Config, reason: str) -> None:
         return
     config.stash[ACTIVE_KEY] = reason
     check_options(config)
-    if not hasattr(config, "workerinput"):  # the controller checked them for its workers
+    from .xdist_roles import is_worker  # here, not at the top: an inert run imports three modules
+
+    if not is_worker(config):  # the controller checked them for its workers
         check_paths(config)
     for module in STAGES:
         config.pluginmanager.import_plugin(module)
@@ -182,6 +184,7 @@ def check_paths(config: pytest.Config) -> None:
 
 def activation(config: pytest.Config) -> str:
     """Why this is a p2p run ("" when it is not); cheap, touches no GPU and imports nothing of the package."""
+    # xdist_roles.worker_input, read inline: the gate of every (also inert) run imports nothing more
     workerinput = getattr(config, "workerinput", None)
     if isinstance(workerinput, dict) and WORKER_KEY in workerinput:
         return str(workerinput[WORKER_KEY])

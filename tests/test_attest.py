@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_p2p.serve.attest import P2P_BYPASS_BACKENDS, parse_server_log
+from pytest_p2p.probes.vllm_log import P2P_BYPASS_BACKENDS, parse_server_log
 
 LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 

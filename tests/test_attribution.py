@@ -3,7 +3,8 @@ from __future__ import annotations
 from verdict_rundir import baseline_runs, write_run
 
 from pytest_p2p.verdict.attribution import explain, fingerprint_changes
-from pytest_p2p.verdict.compare import REGRESSION, compare_scenario
+from pytest_p2p.verdict.campaign_judge import compare_scenario
+from pytest_p2p.verdict.compare import REGRESSION
 from pytest_p2p.verdict.config import BaselineConfig
 from pytest_p2p.verdict.fingerprint import build_fingerprint
 from pytest_p2p.verdict.store import Store

@@ -7,9 +7,9 @@ import pytest
 
 from pytest_p2p.campaign.config import CampaignConfig, parse_campaign
 from pytest_p2p.campaign.energy import energy_metrics, window_energy
-from pytest_p2p.campaign.stats import paired_uplift, summarize
 from pytest_p2p.errors import ConfigError
 from pytest_p2p.serve.config import parse_server
+from pytest_p2p.stats.summary import paired_uplift, summarize
 from pytest_p2p.stats.uplift_rule import UpliftRule, judge
 
 

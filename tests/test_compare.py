@@ -6,6 +6,8 @@ import pytest
 from verdict_rundir import baseline_runs, write_run
 
 from pytest_p2p.errors import ConfigError
+from pytest_p2p.stats.tdist import t_cdf, t_quantile
+from pytest_p2p.verdict.campaign_judge import compare_scenario
 from pytest_p2p.verdict.compare import (
     IMPROVEMENT,
     INCONCLUSIVE,
@@ -16,13 +18,11 @@ from pytest_p2p.verdict.compare import (
     UNJUDGED,
     Sample,
     compare_links,
-    compare_scenario,
     direction,
     judge,
 )
 from pytest_p2p.verdict.config import BaselineConfig, Tolerance, parse_baseline
 from pytest_p2p.verdict.fingerprint import build_fingerprint
-from pytest_p2p.verdict.stats_t import t_cdf, t_quantile
 from pytest_p2p.verdict.store import Store
 
 

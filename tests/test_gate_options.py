@@ -88,3 +88,30 @@ def test_declare_accepts_a_custom_table() -> None:
     rec = Recorder()
     declare(rec, (Option("p2p_x", "--p2p-x", "h", None, ini="p2p_x"),))  # type: ignore[arg-type]
     assert rec.flags == ["--p2p-x"] and rec.inis == ["p2p_x"]
+
+
+@pytest.mark.parametrize(("where", "named"), [("env", "PYTEST_P2P_REPS"), ("ini", "ini p2p_reps"),
+                                              ("cli", "--p2p-reps")])
+def test_reps_past_the_bound_name_where_they_came_from(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                       where: str, named: str) -> None:
+    """--p2p-reps is bounded by its converter, at resolution, where its origin is known (issue 25).
+
+    Bounded later, in the campaign config, it was always reported as ``--p2p-reps``, also when it
+    came from the environment or the ini file."""
+    from pytest_p2p.errors import ConfigError
+    from pytest_p2p.options import MAX_REPS, REPS
+
+    monkeypatch.delenv("PYTEST_P2P_REPS", raising=False)
+    args: list[str] = []
+    if where == "env":
+        monkeypatch.setenv("PYTEST_P2P_REPS", "100000000")
+    elif where == "ini":
+        pytester.makeini("[pytest]\np2p_reps = 100000000\n")
+    else:
+        args = ["--p2p-reps", "100000000"]
+    config = pytester.parseconfig(*args)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(named)}: bad value '100000000': expected an integer "
+                                          rf"1\.\.{MAX_REPS}, got 100000000$"):
+        resolve(config, REPS)
+    monkeypatch.setenv("PYTEST_P2P_REPS", str(MAX_REPS))
+    assert resolve(pytester.parseconfig(), REPS).value == MAX_REPS  # the bound itself is a valid count

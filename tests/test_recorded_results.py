@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_p2p.probes.vllm_log import parse_server_log
 from pytest_p2p.report.render import render_report
-from pytest_p2p.serve.attest import parse_server_log
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures"
 PROBE = ROOT / "results" / "20261122-121302_h200x2-nvlink_gpu0-gpu1"

@@ -15,7 +15,7 @@ from pytest_p2p.report.summary_types import Scenario, is_stat, is_summary, stat_
 
 
 def test_is_stat_accepts_what_summarize_gives_and_rejects_other_shapes() -> None:
-    from pytest_p2p.campaign.stats import summarize
+    from pytest_p2p.stats.summary import summarize
 
     assert is_stat(summarize([1.0, 2.0, 4.0])) and is_stat(summarize([]))
     assert is_stat({"mean": 3, "n": None}) and is_stat({})

@@ -126,7 +126,7 @@ def test_writes_are_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         raise OSError("disk full")
 
     monkeypatch.setattr("os.replace", boom)
-    with pytest.raises(OSError, match="cannot write the result of rep 1"):
+    with pytest.raises(ResultsError, match="cannot write the result of rep 1"):
         rd.write_rep("p2p_on", "c1", 1, {"output_throughput": 2.0})
     monkeypatch.undo()
     assert rd.reps("p2p_on", "c1") == {1: {"output_throughput": 1.0}}

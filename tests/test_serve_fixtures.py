@@ -1,4 +1,4 @@
-"""The vllm_server / openai_client / load fixtures, end to end in a pytester session on the stand-in."""
+"""The p2p_vllm_server / p2p_openai_client / p2p_load fixtures, end to end in a pytester session on the stand-in."""
 
 from __future__ import annotations
 
@@ -30,21 +30,21 @@ def pytest_configure(config):
 TESTS = """
 import os
 
-def test_load(load, vllm_server):
-    r = load(2)
-    assert r["completed"] == 4 and r["arm"] == vllm_server.arm and r["simulated"] is True
+def test_load(p2p_load, p2p_vllm_server):
+    r = p2p_load(2)
+    assert r["completed"] == 4 and r["arm"] == p2p_vllm_server.arm and r["simulated"] is True
 
-def test_client(openai_client, vllm_server):
-    out = openai_client.completions.create(model=vllm_server.model, prompt="a b", max_tokens=3)
+def test_client(p2p_openai_client, p2p_vllm_server):
+    out = p2p_openai_client.completions.create(model=p2p_vllm_server.model, prompt="a b", max_tokens=3)
     assert out.usage.completion_tokens == 3
 
-def test_attestation(vllm_server):
-    att = vllm_server.attestation()
-    expected = {"p2p_on": "P2P/CUMEM", "p2p_off": "SHM"}[vllm_server.arm]
+def test_attestation(p2p_vllm_server):
+    att = p2p_vllm_server.attestation()
+    expected = {"p2p_on": "P2P/CUMEM", "p2p_off": "SHM"}[p2p_vllm_server.arm]
     assert att.problems(expected) == []
 
-def test_fails_but_server_survives(vllm_server):
-    assert vllm_server.arm == "never"
+def test_fails_but_server_survives(p2p_vllm_server):
+    assert p2p_vllm_server.arm == "never"
 """
 
 
@@ -71,7 +71,7 @@ def test_session_servers_parametrised_reused_and_torn_down(pytester: pytest.Pyte
 
 def test_server_that_cannot_start_fails_its_tests_with_the_cause(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(CONFTEST.format(extra=', "fault": "fail-start=oom"'))
-    pytester.makepyfile(test_serve="def test_x(vllm_server):\n    pass\n")
+    pytester.makepyfile(test_serve="def test_x(p2p_vllm_server):\n    pass\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(["*likely cause: out of GPU memory*"])
@@ -80,7 +80,7 @@ def test_server_that_cannot_start_fails_its_tests_with_the_cause(pytester: pytes
 
 def test_server_dying_under_load_keeps_results(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(CONFTEST.format(extra=', "fault": "die-after=3"'))
-    pytester.makepyfile(test_serve="def test_x(load):\n    load(1)\n")
+    pytester.makepyfile(test_serve="def test_x(p2p_load):\n    p2p_load(1)\n")
     result = pytester.runpytest("-p", "no:cacheprovider", "-k", "p2p_on")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*load results were saved to *, but then: server for arm p2p_on on gpu0-gpu1 "
@@ -99,8 +99,8 @@ def test_interrupted_session_tears_servers_down(pytester: pytest.Pytester, sig: 
     import time
 
     pytester.makeconftest(CONFTEST.format(extra=', "orphan-child": True'))
-    pytester.makepyfile(test_serve="import time\n\ndef test_x(vllm_server):\n"
-                                   "    print('READY', vllm_server.token, flush=True)\n    time.sleep(120)\n")
+    pytester.makepyfile(test_serve="import time\n\ndef test_x(p2p_vllm_server):\n"
+                                   "    print('READY', p2p_vllm_server.token, flush=True)\n    time.sleep(120)\n")
     out = pytester.path / "out.txt"
     with open(out, "wb") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "-k", "p2p_on"],
@@ -124,18 +124,18 @@ def test_interrupted_session_tears_servers_down(pytester: pytest.Pytester, sig: 
 
 
 def test_other_parametrize_marks_do_not_hide_the_server_parametrisation(pytester: pytest.Pytester) -> None:
-    """``argnames=`` as a keyword (was an IndexError) and a name merely containing ``vllm_server``
+    """``argnames=`` as a keyword (was an IndexError) and a name merely containing ``p2p_vllm_server``
     (was taken for the test choosing its own servers) both keep the (pair, arm) params."""
     pytester.makeconftest(CONFTEST.format(extra=""))
     pytester.makepyfile(test_serve="""
 import pytest
 
 @pytest.mark.parametrize(argnames="n", argvalues=[1])
-def test_kw(vllm_server, n):
+def test_kw(p2p_vllm_server, n):
     pass
 
-@pytest.mark.parametrize("vllm_server_note", ["x"])
-def test_named(vllm_server, vllm_server_note):
+@pytest.mark.parametrize("p2p_vllm_server_note", ["x"])
+def test_named(p2p_vllm_server, p2p_vllm_server_note):
     pass
 """)
     result = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider")

@@ -52,6 +52,33 @@ def test_a_late_loop_still_dates_the_read_when_its_bytes_arrived(loopback_pair: 
     assert t0 <= stamp < t2  # arrived during the busy spell, before the loop could read it
 
 
+class _PreemptedAfterPerfCounter:
+    """``time`` for the connection, with the thread preempted right after every ``perf_counter`` read."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+    @staticmethod
+    def perf_counter() -> float:
+        now = time.perf_counter()
+        time.sleep(0.2)  # what a loaded box does between two clock reads, made certain
+        return now
+
+
+@pytest.mark.skipif(not LINUX, reason="SO_TIMESTAMPNS receive stamps are Linux's")
+def test_a_preemption_between_the_clock_reads_never_dates_bytes_before_they_were_sent(
+        loopback_pair: tuple[socket.socket, socket.socket], kernel_rx_stamps: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel stamp (realtime) becomes a perf_counter time through a pair of clock reads. Read
+    perf_counter first and a preemption between the two counts as kernel age: the bytes are dated
+    before they were sent (the flake seen on a loaded 2-core box). Read realtime first and it only
+    makes the loop look late."""
+    assert kernel_rx_stamps, "this Linux gives TCP sockets no receive stamps (SO_TIMESTAMPNS)"
+    monkeypatch.setattr(stamped, "time", _PreemptedAfterPerfCounter())
+    t0, _, stamp, by_kernel = asyncio.run(_late_read(*loopback_pair, late_s=0.0))
+    assert by_kernel and stamp >= t0
+
+
 def test_without_kernel_stamps_the_read_is_dated_by_the_loop(loopback_pair: tuple[socket.socket, socket.socket],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stamped.sys, "platform", "darwin")  # the option's number is Linux's: not used elsewhere

@@ -108,7 +108,7 @@ def _environ(pid: int) -> dict[str, str]:
 
 @pytest.mark.parametrize("arm_name", ["p2p_on", "p2p_off"])
 def test_launch_ready_load_teardown(arm_name: str, tmp_path: Path, kernel_rx_stamps: bool) -> None:
-    from pytest_p2p.serve.attest import parse_server_log
+    from pytest_p2p.probes.vllm_log import parse_server_log
 
     arm = PRESETS[arm_name]
     c = cfg(env={"SERVER_ONLY": "s"})

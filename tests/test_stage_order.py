@@ -98,23 +98,51 @@ def imports_in(source: str, module: str, *, is_package: bool = False) -> list[tu
     package = module if is_package else module.rpartition(".")[0]
     out: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(source, module)):
-        if isinstance(node, ast.Import):
-            out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "pytest_p2p"]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            if target.split(".")[0] != "pytest_p2p":
-                continue
-            subs = [f"{target}.{a.name}" for a in node.names if _exists(f"{target}.{a.name}")]
-            out += [(node.lineno, s) for s in subs]
-            if len(subs) < len(node.names):  # names that are attributes of ``target`` itself
-                out.append((node.lineno, target))
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out += [(node.lineno, t) for t in _targets(node, package)]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_STRING.fullmatch(node.value):
             out.append((node.lineno, node.value.split(":")[0]))
+    return out
+
+
+def _targets(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
+    """The pytest_p2p modules one import statement loads (``package``: the importer's package)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name.split(".")[0] == "pytest_p2p"]
+    if node.level:
+        base = package.split(".")
+        base = base[: len(base) - (node.level - 1)]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    if target.split(".")[0] != "pytest_p2p":
+        return []
+    subs = [f"{target}.{a.name}" for a in node.names if _exists(f"{target}.{a.name}")]
+    return subs + ([target] if len(subs) < len(node.names) else [])  # names that are attributes of ``target``
+
+
+def executed_imports_in(source: str, module: str, *, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, module) for every import statement that can run: module level and inside functions.
+
+    Left out: imports under ``if TYPE_CHECKING:`` (they never run, so they cannot leave a module
+    half-initialised; they name a type, and the stage-order walk above still checks them) and
+    module names written as strings (``plugin.py`` names ``pytest_p2p.active`` to ask the plugin
+    manager whether it is registered, which loads nothing).
+    """
+    package = module if is_package else module.rpartition(".")[0]
+    out: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.extend((node.lineno, t) for t in _targets(node, package))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(source, module))
     return out
 
 
@@ -146,6 +174,139 @@ def edges() -> list[str]:
             if why and target != src:
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{line} -> {target} ({why})")
     return found
+
+
+def _sources() -> list[Path]:
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if "demo" not in p.relative_to(PACKAGE).parts]
+
+
+def graph(*, executed_only: bool) -> dict[str, dict[str, str]]:
+    """module -> {imported module: "file:line" of the first such import}.
+
+    ``executed_only``: the imports that can run (for cycles); otherwise every edge the stage-order
+    walk sees (for what a module reaches).
+    """
+    out: dict[str, dict[str, str]] = {}
+    for path in _sources():
+        src = module_of(path)
+        found = (executed_imports_in(path.read_text(), src, is_package=path.name == "__init__.py")
+                 if executed_only else imports(path))
+        edges_of = out.setdefault(src, {})
+        for line, target in found:
+            if target != src:
+                edges_of.setdefault(target, f"{path.relative_to(PACKAGE.parent)}:{line}")
+    return out
+
+
+def cycles(g: dict[str, dict[str, str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def strongconnect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in g.get(v, {}):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(g):
+        if v not in index:
+            strongconnect(v)
+    return sorted(found)
+
+
+def _describe(component: list[str], g: dict[str, dict[str, str]]) -> str:
+    inside = set(component)
+    return "  ".join(f"{a} -> {b} ({where})" for a in component for b, where in sorted(g[a].items()) if b in inside)
+
+
+def reaches_later_stage(g: dict[str, dict[str, str]]) -> list[str]:
+    """Stage code and stage glue that reach a later stage through any chain of imports.
+
+    The direct walk lets ``<stage>/hooks.py`` import ``session``/``rig`` (shared integration);
+    but ``rig`` composes every stage's section, so an early stage's hooks that import it load
+    the later stages' code too: an import running back up the stage order, one hop removed.
+    """
+    found = []
+    for src in sorted(g):
+        k = kind(src)
+        if k.role not in ("stage", "integration"):
+            continue
+        seen, parent, todo = {src}, {src: src}, [src]
+        while todo:
+            cur = todo.pop(0)
+            for nxt in sorted(g.get(cur, {})):
+                if nxt in seen:
+                    continue
+                seen.add(nxt)
+                parent[nxt] = cur
+                todo.append(nxt)
+                dst = kind(nxt)
+                if dst.role in ("stage", "integration") and dst.level > k.level:
+                    chain = [nxt]
+                    while chain[-1] != src:
+                        chain.append(parent[chain[-1]])
+                    hops = list(reversed(chain))
+                    found.append(f"{g[src][hops[1]]}: " + " -> ".join(hops) + f" ({STAGES[dst.level]} is later)")
+                    todo = []
+                    break
+    return found
+
+
+def test_no_import_cycle() -> None:
+    """0 cycles among the imports that run (issue 25: 6 on main before it)."""
+    g = graph(executed_only=True)
+    found = cycles(g)
+    assert not found, f"{len(found)} import cycle(s):\n" + "\n".join(_describe(c, g) for c in found)
+
+
+#: what still reaches a later stage, each through ``session``/``rig`` (which compose every stage's
+#: section): the early stages' pytest glue. Issue 25 removes them by moving the glue above the
+#: stages (a ``plugin/`` package); until then the list may only shrink.
+STILL_UPWARD = {"pytest_p2p.campaign.hooks", "pytest_p2p.evidence.hooks", "pytest_p2p.probes.hooks",
+                "pytest_p2p.serve.hooks"}
+
+
+def test_no_stage_reaches_a_later_one() -> None:
+    """0 imports running back up the stage order, counted through any chain (issue 25): none
+    beyond :data:`STILL_UPWARD`, and each one fixed is taken off that list."""
+    found = reaches_later_stage(graph(executed_only=False))
+    modules = {line.split(": ", 1)[1].split(" -> ", 1)[0] for line in found}
+    assert modules == STILL_UPWARD, (f"{len(found)} module(s) reach a later stage (known: {len(STILL_UPWARD)}):\n"
+                                     + "\n".join(found))
+
+
+def test_the_cycle_finder_finds_cycles_and_chains() -> None:
+    """The detectors themselves, on a made-up graph: a 3-cycle, a self-free chain, an upward chain."""
+    g = {"pytest_p2p.serve.a": {"pytest_p2p.serve.b": "a:1"}, "pytest_p2p.serve.b": {"pytest_p2p.serve.c": "b:1"},
+         "pytest_p2p.serve.c": {"pytest_p2p.serve.a": "c:1"}, "pytest_p2p.util": {}}
+    assert cycles(g) == [["pytest_p2p.serve.a", "pytest_p2p.serve.b", "pytest_p2p.serve.c"]]
+    assert cycles({"pytest_p2p.serve.a": {"pytest_p2p.serve.b": "a:1"}, "pytest_p2p.serve.b": {}}) == []
+    up = {"pytest_p2p.evidence.hooks": {"pytest_p2p.session": "h:3"}, "pytest_p2p.session": {"pytest_p2p.rig": "s:1"},
+          "pytest_p2p.rig": {"pytest_p2p.verdict.config": "r:9"}, "pytest_p2p.verdict.config": {}}
+    assert reaches_later_stage(up) == ["h:3: pytest_p2p.evidence.hooks -> pytest_p2p.session -> pytest_p2p.rig"
+                                       " -> pytest_p2p.verdict.config (verdict is later)"]
+    code = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import server\n"
+            "def f():\n    from .ready import x\n    return 'pytest_p2p.serve.logs'\n")
+    assert [t for _, t in executed_imports_in(code, "pytest_p2p.serve.y")] == ["pytest_p2p.serve.ready"]
 
 
 def test_no_import_against_the_stage_order() -> None:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_p2p.campaign import stats
+from pytest_p2p import stats
 
 # Two-sided 95 % critical values from standard t tables.
 T975 = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 9: 2.2622, 10: 2.2281, 30: 2.0423,
@@ -34,10 +34,34 @@ def test_t_quantile_rejects_bad_input(p: float, df: float) -> None:
         stats.t_quantile(p, df)
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.floats(0.001, 0.999), st.integers(1, 200))
-def test_t_cdf_inverts_quantile(p: float, df: int) -> None:
-    assert stats.t_cdf(stats.t_quantile(p, df), df) == pytest.approx(p, abs=1e-8)
+@settings(max_examples=200, deadline=None)
+@given(st.floats(1e-3, 60.0), st.booleans(), st.one_of(st.integers(1, 400), st.floats(0.5, 2000.0)))
+def test_t_cdf_matches_scipy(size: float, negative: bool, df: float) -> None:
+    """scipy is the oracle (a dev-only dependency): checking t_cdf against a quantile found by
+    bisection on t_cdf itself was circular and could not catch a wrong t_cdf."""
+    from scipy.stats import t as scipy_t
+
+    x = -size if negative else size
+    assert stats.t_cdf(x, df) == pytest.approx(float(scipy_t.cdf(x, df)), abs=1e-10)
+
+
+@pytest.mark.xfail(strict=True, reason="t_cdf loses precision for |t| << sqrt(df): x = df/(df+t^2) rounds to "
+                   "1 and 1-x keeps ~3 digits; fixing it moves ci95 bounds in their last bits, so it waits "
+                   "for the lead's decision (behaviour unchanged in issue 25)")
+def test_t_cdf_near_zero_matches_scipy() -> None:
+    from scipy.stats import t as scipy_t
+
+    x, df = -3.3706567132460564e-07, 1294.9624964577251  # found by the oracle: 1.3e-7 off
+    assert stats.t_cdf(x, df) == pytest.approx(float(scipy_t.cdf(x, df)), abs=1e-10)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0.0001, 0.9999), st.one_of(st.integers(1, 400), st.floats(0.5, 2000.0)))
+def test_t_quantile_matches_scipy(p: float, df: float) -> None:
+    from scipy.stats import t as scipy_t
+
+    expected = float(scipy_t.ppf(p, df))
+    assert stats.t_quantile(p, df) == pytest.approx(expected, rel=1e-8, abs=1e-8)
 
 
 def test_summarize_seed_values() -> None:

@@ -18,7 +18,7 @@ from verdict_rundir import baseline_runs, write_run
 
 from pytest_p2p.errors import P2PError
 from pytest_p2p.verdict.baseline_cli import main
-from pytest_p2p.verdict.compare import compare_scenario
+from pytest_p2p.verdict.campaign_judge import compare_scenario
 from pytest_p2p.verdict.config import BaselineConfig
 from pytest_p2p.verdict.store import Store
 

@@ -60,20 +60,45 @@ def test_csv_round_trip_and_columns(tmp_path: Path) -> None:
     assert back[1]["energy_mj"] == 12 and back[0]["power.draw"] == 600.0
 
 
+class _Watched(tm.SimulatedReader):
+    """The simulated reader, telling the test when the background thread has read ``wanted`` times.
+
+    Lets a test wait for the sampler's own thread instead of sleeping and hoping: the rows of
+    ``start()``, ``mark()`` and ``stop()`` are read synchronously, so a count of rows alone
+    passes with the background thread switched off.
+    """
+
+    def __init__(self, wanted: int = 2, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.wanted = wanted
+        self.background: list[dict] = []
+        self.enough = threading.Event()
+
+    def read(self):  # type: ignore[override]
+        rows = super().read()
+        if threading.current_thread().name == "p2p-telemetry":
+            self.background += rows
+            if len(self.background) >= self.wanted * len(self.gpus):
+                self.enough.set()
+        return rows
+
+
 def test_simulated_sampler_labels_every_row(tmp_path: Path) -> None:
-    reader = tm.make_reader([0, 1], simulated=True, link={0: (5, 16), 1: (5, 16)})
+    reader = _Watched(gpus=[0, 1], link={0: (5, 16), 1: (5, 16)})
     sampler = tm.Sampler(reader, hz=10).start()
-    reader.load = 1.0  # type: ignore[attr-defined]
+    reader.load = 1.0
     sampler.mark("start")
-    time.sleep(0.25)
+    assert reader.enough.wait(60), "the background sampler never read"
     sampler.mark("end")
     sampler.stop()
     path = sampler.write_csv(tmp_path / "telemetry_run1.csv")
     rows = tm.read_csv(path)
-    assert len(rows) >= 6 and all(row["simulated"] == tm.SIMULATED_MARK for row in rows)
+    assert all(row["simulated"] == tm.SIMULATED_MARK for row in rows)
     assert "simulated" in path.read_text().splitlines()[0]
     assert sampler.simulated and sampler.marks["end"] > sampler.marks["start"]
-    flags = tm.assess(sampler.window(), {0: (5, 16), 1: (5, 16)})
+    window = sampler.window()
+    assert sum(any(row is b for b in reader.background) for row in window) >= 2 * len(reader.gpus)
+    flags = tm.assess(window, {0: (5, 16), 1: (5, 16)})
     assert flags.simulated and not flags.throttled and not flags.downtrained
     e0 = [x["energy_mj"] for x in rows if x["index"] == 0]
     assert e0 == sorted(e0) and e0[-1] > e0[0]
@@ -91,56 +116,56 @@ def test_sampler_survives_reader_errors() -> None:
 
 
 def test_window_holds_no_sample_read_before_its_start_mark() -> None:
-    """A background read still in flight when ``start`` is marked must land before the window."""
+    """A background read still in flight when ``start`` is marked must land before the window.
+
+    No sleeps: the background read waits until the main thread is inside ``mark`` (asking for
+    the sampler's lock, or reading without it), so the race happens on every run.
+    """
+    armed, in_flight, marking = threading.Event(), threading.Event(), threading.Event()
+    slow_rows: list[dict] = []
 
     class Slow(tm.Reader):
         def read(self):  # type: ignore[override]
             t = time.time()
-            if threading.current_thread().name == "p2p-telemetry":
-                time.sleep(0.3)
+            if threading.current_thread().name != "p2p-telemetry":
+                if armed.is_set():
+                    marking.set()  # a mark reading without the lock: the background read may land now
+                return [{"wall_epoch": t, "index": 0}]
+            if not slow_rows:
+                slow_rows.append({"wall_epoch": t, "index": 0})
+                in_flight.set()
+                assert marking.wait(60), "the main thread never marked"
+                return list(slow_rows)
             return [{"wall_epoch": t, "index": 0}]
 
-    s = tm.Sampler(Slow(), hz=20).start()
-    time.sleep(0.15)  # the background thread is inside a slow read now
+    class Watched:
+        """The sampler's lock, telling the background read when the main thread asks for it."""
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+        def __enter__(self) -> None:
+            if armed.is_set() and threading.current_thread() is threading.main_thread():
+                marking.set()
+            self.lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            self.lock.release()
+
+    s = tm.Sampler(Slow(), hz=20)
+    s._lock = Watched()  # type: ignore[assignment]
+    s.start()
+    assert in_flight.wait(60), "the background thread never read"
+    armed.set()
     s.mark("start")
-    time.sleep(0.4)  # ... and has appended it by now
+    deadline = time.monotonic() + 60
+    while not any(row is slow_rows[0] for row in s.window("none", "none")):  # every row: until it has landed
+        assert time.monotonic() < deadline, "the slow background read was never appended"
+        time.sleep(0.01)
     s.mark("end")
     s.stop()
+    window = s.window()
+    assert slow_rows and slow_rows[0] in s.rows, "the slow background read was never appended"
+    assert not any(row is slow_rows[0] for row in window)
     t0 = s.mark_rows["start"][0]["wall_epoch"]
-    assert all(row["wall_epoch"] >= t0 for row in s.window())
-
-
-def test_nvml_that_cannot_start_is_a_clear_error(monkeypatch) -> None:
-    import sys
-    import types
-
-    import pytest
-
-    from pytest_p2p.errors import P2PError
-
-    shut: list[bool] = []
-    fake = types.SimpleNamespace(nvmlInit=lambda: None, nvmlShutdown=lambda: shut.append(True),
-                                 nvmlDeviceGetCount=lambda: 1)
-
-    def no_handle(i: int) -> None:
-        raise RuntimeError("NVML_ERROR_INVALID_ARGUMENT")
-
-    fake.nvmlDeviceGetHandleByIndex = no_handle
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
-    monkeypatch.delenv("PYTEST_P2P_NVML", raising=False)  # this test wants the fake NVML, not "no driver"
-    with pytest.raises(P2PError, match=r"GPU\(s\) \[0, 7\].*INVALID_ARGUMENT"):
-        tm.make_reader([0, 7], simulated=False)
-    assert shut == [True]  # the init is undone
-
-
-def test_nvml_row_from_a_fake_nvml_leaves_unreported_fields_empty():
-    """The NVML reader's row, against the fake pynvml modelled on the H200 (no utilisation getter there)."""
-    from test_live_nvml import fake_pynvml
-
-    from pytest_p2p.campaign.telemetry import _nvml_read
-    from pytest_p2p.evidence.nvml import Nvml, NvmlGpu
-
-    row = _nvml_read(NvmlGpu(Nvml(fake_pynvml(gen_cur=(5, 4))), 1, 1), 1)
-    assert row["pcie.link.gen.current"] == 4 and row["pcie.link.width.current"] == 16
-    assert row["throttle_reasons"] == 1 and row["energy_mj"] == 3125389 and row["power.draw"] == 78.779
-    assert row["utilization.gpu"] is None and row["memory.used"] == 0 and row["simulated"] == ""
+    assert all(row["wall_epoch"] >= t0 for row in window)

@@ -3,7 +3,7 @@
 The seed's per-rep values are given only for p2p_on-c1 ([63.9867, 63.3248, 53.5476]);
 for the other scenarios we rebuild three reps from the seed's mean and std with the
 same rep-to-rep pattern. Two documented differences from the seed remain, both from
-our statistics (``campaign/stats.py``), not from the table code:
+our statistics (``stats/summary.py``), not from the table code:
 
 * the seed's "±" is the *population* std (numpy's default): 4.7727 for p2p_on-c1 is
   5.8453 * sqrt(2/3). We print the *sample* std (ddof=1), so that cell reads "±5.8".

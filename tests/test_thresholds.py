@@ -5,9 +5,9 @@ from dataclasses import replace
 import pytest
 
 from pytest_p2p.campaign.config import parse_campaign
-from pytest_p2p.campaign.stats import paired_uplift
 from pytest_p2p.errors import ConfigError
-from pytest_p2p.verdict.thresholds import UpliftVerdict, judge, parse_min_uplift, point_key
+from pytest_p2p.stats.summary import paired_uplift
+from pytest_p2p.stats.uplift_rule import UpliftVerdict, judge, parse_min_uplift, point_key
 
 
 def test_parse_min_uplift_per_point_model_and_probe() -> None:

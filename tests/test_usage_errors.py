@@ -60,7 +60,7 @@ def test_model_campaign_without_model_is_a_usage_error_before_collection_and_doc
 
 
 @pytest.mark.parametrize(("args", "needle"), [
-    (("--p2p-reps", "100000000"), "--p2p-reps: expected an integer 1..1000, got 100000000"),
+    (("--p2p-reps", "100000000"), "--p2p-reps: bad value '100000000': expected an integer 1..1000, got 100000000"),
     (("--p2p-reps", "many"), "--p2p-reps: bad value 'many'"),
     (("--p2p-arms", "p2p_on,nope"), "names nope, which the rig"),
 ])

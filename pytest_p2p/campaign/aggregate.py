@@ -12,8 +12,9 @@ import math
 from collections.abc import Mapping
 
 from ..stats.nested import decide_nested
+from ..stats.summary import paired_uplift, summarize
+from ..stats.tdist import StatsError
 from .config import CampaignConfig
-from .stats import StatsError, paired_uplift, summarize
 
 Json = dict[str, object]
 ENERGY_KEYS = ("tokens_per_joule", "joules_per_token", "avg_watts", "total_joules", "idle_total_watts")

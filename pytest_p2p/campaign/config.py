@@ -59,6 +59,7 @@ from typing import TypeVar
 
 from ..errors import ConfigError
 from ..jsontypes import JSONObject
+from ..options import MAX_REPS
 from ..stats.uplift_rule import RULES, UpliftRule, parse_min_uplift
 from ..util import format_size
 from ..validate import boolean, float_in, int_in, join, mapping, sequence, size, string
@@ -82,7 +83,6 @@ def metric_direction(metric: str) -> str | None:
 
 
 # Upper bounds: far beyond any real campaign, low enough that a typo cannot hang or exhaust memory.
-MAX_REPS = 1000
 MAX_CONCURRENCY = 4096
 MAX_PROMPTS = 100_000
 MAX_TOKENS = 1_000_000

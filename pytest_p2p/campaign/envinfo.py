@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..stats.summary import CI_KIND, STD_KIND, UPLIFT_KIND
 from .config import CampaignConfig
 from .rundir import RunWriter
-from .stats import CI_KIND, STD_KIND, UPLIFT_KIND
 
 if TYPE_CHECKING:
     from ..evidence.model import Evidence

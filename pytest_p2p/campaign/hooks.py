@@ -34,7 +34,9 @@ import pytest
 
 from .. import signals
 from ..errors import P2PError
+from ..jsontypes import as_list
 from ..options import ARMS, CAMPAIGN, CAMPAIGN_MODES, REPS, Option, resolve
+from ..xdist_roles import is_worker, node_output, node_worker_id, worker_input, worker_output
 from .plan import Plan, Scenario
 
 if TYPE_CHECKING:
@@ -78,9 +80,9 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[SIGNALS_KEY] = signals.install()  # SIGTERM/SIGHUP unwind like Ctrl-C on every path
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None and WORKER_STAMP in workerinput:
-        config.stash[STAMP_KEY] = str(workerinput[WORKER_STAMP])
+    stamp = worker_input(config).get(WORKER_STAMP)
+    if stamp is not None:
+        config.stash[STAMP_KEY] = str(stamp)
     else:
         config.stash[STAMP_KEY] = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     config.stash[RESULTS_KEY] = {}
@@ -88,7 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # model, --p2p-reps past its bound, arms the rig lacks) is refused now, before collection: one
     # "ERROR: pytest-p2p: ..." paragraph, never a collection error full of pluggy frames (issue 30).
     # An xdist worker follows its controller, which refused already; --help reads nothing.
-    if hasattr(config, "workerinput") or config.getoption("help", default=False):
+    if is_worker(config) or config.getoption("help", default=False):
         return
     try:
         plan(config)
@@ -138,8 +140,8 @@ def pytest_testnodedown(node: _Node, error: object) -> None:
     """xdist worker -> controller: the campaigns it finished, published again on the controller."""
     from .outcome import CampaignOutcome
 
-    got = (getattr(node, "workeroutput", None) or {}).get(WORKER_OUTCOMES) or []
-    worker = str((getattr(node, "workerinput", None) or {}).get("workerid", "worker"))
+    got = as_list(node_output(node).get(WORKER_OUTCOMES))
+    worker = node_worker_id(node)
     for data in got:
         if isinstance(data, dict):
             _publish(node.config, CampaignOutcome.from_dict(data, worker=worker))
@@ -147,9 +149,11 @@ def pytest_testnodedown(node: _Node, error: object) -> None:
 
 def _publish(config: pytest.Config, outcome: CampaignOutcome) -> None:
     """Fire ``pytest_p2p_campaign_finished``; in an xdist worker also hand the outcome to the controller."""
-    workeroutput = getattr(config, "workeroutput", None)
+    workeroutput = worker_output(config)
     if workeroutput is not None and outcome.worker is None:
-        workeroutput.setdefault(WORKER_OUTCOMES, []).append(outcome.to_dict())
+        sent = workeroutput.setdefault(WORKER_OUTCOMES, [])
+        if isinstance(sent, list):
+            sent.append(outcome.to_dict())
     config.hook.pytest_p2p_campaign_finished(config=config, outcome=outcome)
 
 

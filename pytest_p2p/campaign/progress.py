@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from ..xdist_roles import is_worker
+
 if TYPE_CHECKING:
     import pytest
 
@@ -105,7 +107,7 @@ class Progress:
 
     @classmethod
     def for_config(cls, config: pytest.Config, label: str, total: int) -> Progress:
-        quiet = hasattr(config, "workerinput") or int(config.getoption("verbose", 0) or 0) < 0
+        quiet = is_worker(config) or int(config.getoption("verbose", 0) or 0) < 0
         reporter = None if quiet else config.pluginmanager.getplugin("terminalreporter")
         capture = None if quiet else config.pluginmanager.getplugin("capturemanager")
         return cls(label=label, total=total, reporter=reporter, capture=capture)

@@ -64,7 +64,7 @@ Pending = set[tuple[str, str, int]]
 
 @dataclass
 class CampaignRunner(Generic[H]):
-    """Runs one campaign for one pair. Construct with everything explicit (tests do), or via :func:`from_session`."""
+    """Runs one campaign for one pair. Construct with everything explicit (tests do), or via ``wiring.from_session``."""
 
     pair: tuple[int, int]
     config: CampaignConfig
@@ -412,12 +412,3 @@ class CampaignRunner(Generic[H]):
 
 def _json(value: object) -> Json:
     return dict(value) if isinstance(value, dict) else {}
-
-
-def __getattr__(name: str) -> object:
-    """``runner.from_session`` (its old home) without an import cycle: it lives in :mod:`.wiring`."""
-    if name == "from_session":
-        from .wiring import from_session
-
-        return from_session
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

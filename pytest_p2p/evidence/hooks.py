@@ -11,6 +11,7 @@ import pytest
 
 from ..errors import P2PError
 from ..session import P2PSession, get_session
+from ..xdist_roles import is_worker
 from .model import Evidence
 
 
@@ -28,7 +29,7 @@ def session_or_usage_error(config: pytest.Config) -> P2PSession:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     """This module is registered only for a p2p run (plugin.py): a bad rig is a usage error before collection."""
-    if not hasattr(config, "workerinput"):
+    if not is_worker(config):
         session_or_usage_error(config)
 
 

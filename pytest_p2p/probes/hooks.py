@@ -29,6 +29,7 @@ import pytest
 from ..errors import P2PError
 from ..options import PROBE_REPLAY, resolve
 from ..util import format_size
+from ..xdist_roles import is_controller, is_worker
 from .allreduce import AllReduceResult
 from .arms import Arm
 from .config import ProbeConfig
@@ -358,7 +359,7 @@ def p2p_benchmark(request: pytest.FixtureRequest) -> Benchmark:
     config = request.config
     if not config.pluginmanager.hasplugin("benchmark"):
         pytest.skip("pytest-benchmark is not installed")
-    if hasattr(config, "workerinput") or config.pluginmanager.hasplugin("dsession"):
+    if is_worker(config) or is_controller(config):
         pytest.skip("pytest-benchmark turns itself off under xdist (-n); run benchmarks without -n")
     bench: Benchmark = request.getfixturevalue("benchmark")
     if getattr(bench, "disabled", False):

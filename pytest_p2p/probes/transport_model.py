@@ -14,7 +14,6 @@ value narrowed strictly, is :mod:`.transport_readback` (split off to keep both u
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypedDict
 
@@ -104,13 +103,6 @@ class Connection:
             "direction": self.direction, "net_dev": self.net_dev, "proxy_rank": self.proxy_rank,
             "via_rank": self.via_rank, "pid": self.pid, "line": self.line, "label": self.label,
         }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, object]) -> Connection:
-        """The inverse of :meth:`to_dict`; the reader lives in :mod:`.transport_readback` with the others."""
-        from .transport_readback import connection_from_dict  # lazy: that module imports this one
-
-        return connection_from_dict(d)
 
 
 def key_label(key: ConnKey) -> str:

@@ -8,8 +8,8 @@ arm whose server log shows such a backend in use is measuring P2P, so
 :meth:`Attestation.problems` reports it rather than letting the comparison be trusted.
 
 It lives with the probes (not in ``serve/``) because it only *reads text*: the
-``transport`` command (a probes tool) runs it on any log it is given, and ``serve.attest``
-re-exports it for the server stage. The lines come from vLLM's ``cuda_communicator.py``
+``transport`` command (a probes tool) runs it on any log it is given, and the server stage
+imports it from here. The lines come from vLLM's ``cuda_communicator.py``
 (``Using [...] all-reduce backends (in dispatch order) for group 'tp:0' ...``),
 ``pynccl.py`` (``vLLM is using nccl==X``), ``custom_all_reduce.py`` (``Custom allreduce is
 disabled ...``), ``symm_mem.py``, the API-server banner and the engine config line; the NCCL

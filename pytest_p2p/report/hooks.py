@@ -24,6 +24,7 @@ import pytest
 
 from ..errors import P2PError
 from ..jsontypes import as_dict
+from ..xdist_roles import is_worker
 from .summary_types import Summary, is_summary
 
 if TYPE_CHECKING:
@@ -328,7 +329,7 @@ def pytest_p2p_campaign_finished(config: pytest.Config, outcome: CampaignOutcome
     when every stage that contributes to it has finished; a worker only hands its run on.
     """
     record_run_dir(config, outcome.run_dir)
-    if hasattr(config, "workerinput"):
+    if is_worker(config):
         return  # the controller renders when the hook fires there for this worker's campaign
     pending = config.stash.setdefault(PENDING_KEY, [])
     if Path(outcome.run_dir) not in pending:
@@ -373,12 +374,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.hookimpl(tryfirst=True)  # before the verdict stage's save and junitxml's file (see render_pending)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
-    if not hasattr(config, "workerinput"):
+    if not is_worker(config):
         render_pending(config)
     if config.stash.get(NOTES_KEY, []) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a run whose report is missing did not succeed
     alluredir = _alluredir(config)
-    if alluredir is None or hasattr(config, "workerinput"):
+    if alluredir is None or is_worker(config):
         return
     from .allure_meta import write_allure_meta
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 class _PairedUplift(Protocol):
-    """``campaign.stats.paired_uplift``: ``{estimate, ci95, n, ratios, kind}`` of reps paired by index."""
+    """``stats.summary.paired_uplift``: ``{estimate, ci95, n, ratios, kind}`` of reps paired by index."""
 
     def __call__(self, a_values: Sequence[float | None], b_values: Sequence[float | None], /, *,
                  higher_is_better: bool = ...) -> Mapping[str, object]: ...
@@ -62,9 +62,9 @@ class Rendered:
 def _stats() -> tuple[_Summarize, _PairedUplift]:
     """The campaign stage owns the statistics; the report only calls them."""
     try:
-        from pytest_p2p.campaign.stats import paired_uplift, summarize
+        from pytest_p2p.stats.summary import paired_uplift, summarize
     except ImportError as exc:  # pragma: no cover - only in a broken install
-        raise ResultsError(f"pytest_p2p.campaign.stats is not importable ({exc}); reinstall pytest-p2p") from None
+        raise ResultsError(f"pytest_p2p.stats.summary is not importable ({exc}); reinstall pytest-p2p") from None
     return summarize, paired_uplift
 
 
@@ -73,7 +73,7 @@ def _summarize(values: list[float]) -> Stat:
     out = dict(summarize(values))
     out["values"] = list(values)
     if not is_stat(out):  # pragma: no cover - summarize gives numbers or null
-        raise ResultsError(f"campaign.stats.summarize gave {out!r}, not a metric summary")
+        raise ResultsError(f"stats.summary.summarize gave {out!r}, not a metric summary")
     return out
 
 
@@ -179,7 +179,7 @@ def _uplift_settings(meta: Mapping[str, object], kind: str) -> tuple[str, bool, 
     exclude_throttled}``; absent keys fall back to ``campaign: CampaignConfig.to_dict()``
     and then to the campaign defaults (output_throughput / time_us, 5 %, point rule).
     """
-    from pytest_p2p.verdict.thresholds import RULES, UpliftRule
+    from pytest_p2p.stats.uplift_rule import RULES, UpliftRule
 
     up = as_dict(meta.get("uplift"))
     camp = as_dict(meta.get("campaign"))
@@ -216,7 +216,7 @@ def _uplift_settings(meta: Mapping[str, object], kind: str) -> tuple[str, bool, 
 def _uplift(meta: Mapping[str, object], kind: str, arm_names: list[str],
             rep_data: dict[tuple[str, str], dict[int, JSONObject]],
             agg_values: dict[tuple[str, str], dict[str, list[float]]], points: list[str]) -> list[UpliftEntry]:
-    from pytest_p2p.verdict.thresholds import TooFewRepsError, judge
+    from pytest_p2p.stats.uplift_rule import TooFewRepsError, judge
 
     _, paired_uplift = _stats()
     metric, higher, rule, _excl = _uplift_settings(meta, kind)

@@ -47,17 +47,6 @@ RESERVE = ".p2p-space-reserve"
 _RESERVE_BYTES = 64 * 1024
 
 
-class ResultsWriteError(ResultsError, OSError):
-    """A results file could not be written; also an ``OSError`` (same ``errno``) for old callers."""
-
-    def __init__(self, errno_: int | None, message: str) -> None:
-        super().__init__(errno_ or 0, message)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
-
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
 
 
@@ -118,7 +107,7 @@ class ResultsDir:
             self._write_errors.append(f"{target}: cannot write the {what} ({reason})")
             if exc.errno in _FULL_ERRNOS and target.name != RUN_META:
                 self._record_failure()
-            raise ResultsWriteError(exc.errno, message) from None
+            raise ResultsError(message) from None
 
     def _record_failure(self) -> None:
         """Best effort: free the reserve and mark run.json failed with the write errors."""

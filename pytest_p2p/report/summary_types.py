@@ -18,7 +18,7 @@ from pytest_p2p.jsontypes import JSONObject, JSONValue
 
 
 class Stat(TypedDict, total=False):
-    """One metric over the reps: ``campaign.stats.summarize`` plus its values (as in ``aggregate.json``)."""
+    """One metric over the reps: ``stats.summary.summarize`` plus its values (as in ``aggregate.json``)."""
 
     mean: float | None
     std: float | None

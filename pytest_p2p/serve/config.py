@@ -60,7 +60,7 @@ class ClientKeywords(TypedDict):
 
 @dataclass(frozen=True)
 class LoadDefaults:
-    """Default load shape for the ``load`` fixture and campaigns (vLLM ``random`` dataset style)."""
+    """Default load shape for the ``p2p_load`` fixture and campaigns (vLLM ``random`` dataset style)."""
 
     input_len: int = 128
     output_len: int = 128

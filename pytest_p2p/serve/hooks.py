@@ -1,11 +1,13 @@
-"""pytest integration of the serve stage: ``vllm_server``, ``openai_client`` and ``load`` fixtures.
+"""pytest integration of the serve stage: ``p2p_vllm_server``, ``p2p_openai_client`` and ``p2p_load`` fixtures.
 
-``vllm_server`` is parametrised over every (pair, arm) of the rig with ids like
-``gpu0-gpu1-p2p_on`` and is session-scoped: pytest groups the tests by parameter, so
-each arm's server starts once, serves every test that asks for it, and is torn down
-(with the leftover-process and GPU-memory checks of :mod:`.server`) before the next
-arm's server starts -- also after failures and on Ctrl-C (pytest tears session fixtures
-down on interrupt; an ``atexit`` hook in :mod:`.server` is the last resort).
+They carry the ``p2p_`` prefix of every fixture of the plugin, so a project's own ``load``
+or ``openai_client`` fixture is never shadowed. ``p2p_vllm_server`` is parametrised over
+every (pair, arm) of the rig with ids like ``gpu0-gpu1-p2p_on`` and is session-scoped:
+pytest groups the tests by parameter, so each arm's server starts once, serves every
+test that asks for it, and is torn down (with the leftover-process and GPU-memory checks
+of :mod:`.server`) before the next arm's server starts -- also after failures and on
+Ctrl-C (pytest tears session fixtures down on interrupt; an ``atexit`` hook in
+:mod:`.server` is the last resort).
 
 Where the pairs, arms and server config come from is a :class:`ServerPlan`, built from
 the rig session by default; tests and embedding tools can install their own with
@@ -69,20 +71,20 @@ def server_id(pair: tuple[int, ...], arm: str) -> str:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "vllm_server" not in metafunc.fixturenames:
+    if "p2p_vllm_server" not in metafunc.fixturenames:
         return
     for marker in metafunc.definition.iter_markers("parametrize"):
         names = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
         if isinstance(names, str):
             names = [n.strip() for n in names.split(",")]
-        if "vllm_server" in names:
+        if "p2p_vllm_server" in names:
             return  # the test chose its own (pair, arm) params
     try:
         plan = server_plan(metafunc.config)
     except P2PError as exc:
         raise pytest.UsageError(str(exc)) from None
     params = [(tuple(pair), arm) for pair in plan.pairs for arm in plan.arms]
-    metafunc.parametrize("vllm_server", params, indirect=True, scope="session",
+    metafunc.parametrize("p2p_vllm_server", params, indirect=True, scope="session",
                          ids=[server_id(p, a) for p, a in params])
 
 
@@ -103,20 +105,21 @@ def _sigterm_as_interrupt() -> None:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
+def p2p_vllm_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
     """A ready server (vLLM or the SIMULATED stand-in) for one (pair, arm); torn down and verified at the end."""
     from .server import launch
 
     param = getattr(request, "param", None)
     if param is None:
-        pytest.fail("vllm_server has no (pair, arm): the rig has no pairs or arms, or the test is not "
+        pytest.fail("p2p_vllm_server has no (pair, arm): the rig has no pairs or arms, or the test is not "
                     "parametrised by pytest-p2p", pytrace=False)
     pair, arm_name = param
     plan = server_plan(request.config)
     if arm_name not in plan.arms:
-        pytest.fail(f"vllm_server: no arm named {arm_name!r} in the rig; arms: {', '.join(plan.arms)}", pytrace=False)
+        pytest.fail(f"p2p_vllm_server: no arm named {arm_name!r} in the rig; arms: {', '.join(plan.arms)}",
+                    pytrace=False)
     if not plan.server.model:
-        pytest.fail("vllm_server: the rig file's server section names no model (server.model)", pytrace=False)
+        pytest.fail("p2p_vllm_server: the rig file's server section names no model (server.model)", pytrace=False)
     log = plan.results_root / server_id(tuple(pair), arm_name) / "server.log"
     _sigterm_as_interrupt()
     try:
@@ -127,17 +130,17 @@ def vllm_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
 
 
 @pytest.fixture
-def openai_client(vllm_server: RunningServer) -> Iterator[OpenAI]:
+def p2p_openai_client(p2p_vllm_server: RunningServer) -> Iterator[OpenAI]:
     """A synchronous ``openai.OpenAI`` bound to the server: no retries, no proxy, explicit timeouts."""
     import openai
 
     from .transport import http_module
 
     httpx = http_module()
-    timeout = httpx.Timeout(vllm_server.config.request_timeout_s, connect=10.0)
+    timeout = httpx.Timeout(p2p_vllm_server.config.request_timeout_s, connect=10.0)
     http = httpx.Client(trust_env=False, timeout=timeout)
-    client = openai.OpenAI(base_url=vllm_server.openai_base_url, api_key=vllm_server.api_key, max_retries=0,
-                           timeout=timeout, http_client=http)
+    client = openai.OpenAI(base_url=p2p_vllm_server.openai_base_url, api_key=p2p_vllm_server.api_key,
+                           max_retries=0, timeout=timeout, http_client=http)
     try:
         yield client
     finally:
@@ -145,7 +148,7 @@ def openai_client(vllm_server: RunningServer) -> Iterator[OpenAI]:
 
 
 class LoadRunner:
-    """``load(concurrency, **overrides) -> dict``: run the load generator against the fixture's server.
+    """``p2p_load(concurrency, **overrides) -> dict``: run the load generator against the fixture's server.
 
     Defaults come from the rig's ``server.load``; prompts are tokenized with the served
     model's tokenizer (the stand-in's words when SIMULATED). Every result is written
@@ -178,7 +181,7 @@ class LoadRunner:
         try:
             res = generate_load(srv.base_url, srv.api_key, srv.model, spec)
         except ValueError as exc:
-            pytest.fail(f"load({concurrency}, ...): {exc}", pytrace=False)
+            pytest.fail(f"p2p_load({concurrency}, ...): {exc}", pytrace=False)
         res["simulated"] = srv.simulated
         res["arm"] = srv.arm
         res["pair"] = list(srv.pair)
@@ -193,6 +196,6 @@ class LoadRunner:
 
 
 @pytest.fixture
-def load(vllm_server: RunningServer, request: pytest.FixtureRequest) -> LoadRunner:
+def p2p_load(p2p_vllm_server: RunningServer, request: pytest.FixtureRequest) -> LoadRunner:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in request.node.name)[:80]
-    return LoadRunner(vllm_server, safe)
+    return LoadRunner(p2p_vllm_server, safe)

@@ -62,7 +62,7 @@ from .ready import API_KEY_ENV, check_port_free, free_port, prove_identity, wait
 
 if TYPE_CHECKING:
     from ..probes.arms import ServerArm
-    from .attest import Attestation
+    from ..probes.vllm_log import Attestation
 __all__ = ["API_KEY_ENV", "TOKEN_ENV", "GpuUse", "RunningServer", "ServerDeath", "check_port_free", "find_leftovers",
            "free_port", "gpu_usage", "kill_tree", "launch", "likely_cause", "pair_key", "prove_identity", "tail",
            "teardown"]
@@ -251,8 +251,8 @@ class RunningServer:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def attestation(self) -> Attestation:
-        """What the log proves about NCCL / all-reduce (parsed by ``serve.attest``)."""
-        from .attest import parse_server_log
+        """What the log proves about NCCL / all-reduce (parsed by ``probes.vllm_log``)."""
+        from ..probes.vllm_log import parse_server_log
 
         return parse_server_log(self.log_text(), str(self.log_path))
 

@@ -218,14 +218,15 @@ class StampedConnection:
             self._stop_reading()
             self._wake()
             return
-        now = time.perf_counter()
+        realtime_ns = time.time_ns()  # realtime first: a preemption before the next read makes the loop
+        now = time.perf_counter()  # look late; the other order counted it as kernel age (bytes before sent)
         self._reads += 1
         if not data:
             self._eof = True
             self._stop_reading()
             self._wake()
             return
-        age = _kernel_age_ns(ancillary, time.time_ns()) if ancillary else None
+        age = _kernel_age_ns(ancillary, realtime_ns) if ancillary else None
         if age is not None:
             self._seen_kernel = True
             now -= age * 1e-9

@@ -61,7 +61,7 @@ class State:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     rng: random.Random = field(default_factory=lambda: random.Random(1234))
-    ts_file: TextIO | None = None  # --timestamp-log: one line per streamed token (benchmarks read it)
+    ts_file: TextIO | None = None  # --timestamp-log: 'rid k time [step]' per token (benchmarks read it)
     engine_pid: int | None = None  # --engine-child: the SIMULATED EngineCore process (fault kill-engine)
 
 
@@ -108,18 +108,20 @@ class Steps:
         self.step_s = step_s
         self.waiters = 0
         self.event = asyncio.Event()  # binds to the running loop at first use (Python >= 3.10)
+        self.fired = 0  # steps taken so far: the number the timestamp log gives each burst
         self.clock: asyncio.Task[None] | None = None
 
-    async def next(self) -> None:
-        """Return at the next step, together with every other stream waiting for it."""
+    async def next(self) -> int:
+        """Return at the next step, together with every other stream waiting for it: that step's number."""
         if self.clock is None or self.clock.done():
             self.clock = asyncio.get_running_loop().create_task(self._run())
-        event = self.event
+        event, number = self.event, self.fired + 1  # each event fires once, as the next step
         self.waiters += 1
         try:
             await event.wait()  # a per-waiter future inside: one stream's cancellation leaves the others
         finally:
             self.waiters -= 1
+        return number
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -127,6 +129,7 @@ class Steps:
         while self.waiters:
             await asyncio.sleep(max(0.0, due - loop.time()))
             event, self.event = self.event, asyncio.Event()
+            self.fired += 1
             event.set()
             due = max(due + self.step_s(), loop.time())  # a late step is not caught up with a burst of steps
 
@@ -328,7 +331,7 @@ class Server:
         t0 = loop.time()
         target = t0 + m.ttft_ms * m.factor / 1000.0
         ts_file = st.ts_file
-        sends: list[float] | None = [] if ts_file is not None else None
+        sends: list[str] | None = [] if ts_file is not None else None  # "time" or "time step" (--lockstep)
         transport = writer.transport
         for i in range(n_out):
             if cut is not None and i == cut:
@@ -337,12 +340,13 @@ class Server:
             delay = target - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
+            step = 0
             if m.lockstep:
-                await self.steps.next()  # prefill ends at the first step after TTFT; tokens follow step by step
+                step = await self.steps.next()  # prefill ends at the first step after TTFT; tokens follow step by step
             if transport.is_closing():
                 return
             if sends is not None:
-                sends.append(time.perf_counter())
+                sends.append(f"{time.perf_counter():.9f} {step}" if m.lockstep else f"{time.perf_counter():.9f}")
             writer.write(middle if (middle is not None and 0 < i < n_out - 1) else frame(i))
             if transport.get_write_buffer_size() > 1 << 16:
                 await writer.drain()
@@ -359,7 +363,7 @@ class Server:
         if sends is not None and ts_file is not None:
             # logged before [DONE] goes out: a client that reads the log once its stream ended
             # (benchmarks/harness_ceiling.py, the tests) must find this request's lines there
-            ts_file.write("".join(f"{rid} {k} {t:.9f}\n" for k, t in enumerate(sends)))
+            ts_file.write("".join(f"{rid} {k} {t}\n" for k, t in enumerate(sends)))
             ts_file.flush()
         writer.write(tail)
         await writer.drain()

@@ -2,7 +2,8 @@
 
 Stable API (documented in docs/baselines.md, so that others can audit the statistics):
 
-* :func:`summarise` — reps of one metric -> mean, spread, interval (:class:`RepSummary`);
+* :func:`summarise` — reps of one metric -> mean, spread, interval (:class:`RepSummary`); :func:`summarize`
+  — the same as ``aggregate.json`` stores it; :func:`paired_uplift` — arm A over arm B, paired by rep;
 * :func:`decide_uplift` — does arm A beat arm B by a threshold? pass / fail / inconclusive
   on confidence bounds, with the pairs needed;
 * :func:`screen_pairs` / :func:`outliers` — reps to re-run instead of averaging them in;
@@ -37,14 +38,14 @@ from .nested import (
     windows_for,
 )
 from .slots import outlying_slots, slot_shift
-from .summary import RepSummary, summarise
+from .summary import RepSummary, paired_uplift, summarise, summarize
 from .tdist import StatsError, t_cdf, t_quantile, z_quantile
 
 __all__ = [
-    "MIN_RUNS", "MODERATE_MIN_REPS", "MODERATE_MIN_RUNS", "Components", "Decision", "NestedPlan", "Outcome",
+    "Components", "Decision", "MIN_RUNS", "MODERATE_MIN_REPS", "MODERATE_MIN_RUNS", "NestedPlan", "Outcome",
     "RepSummary", "RunStats", "SequentialPlan", "SpreadPrior", "StatsError", "components", "decide_change",
-    "decide_nested", "decide_uplift", "expected_halfwidth", "family_wise", "holm_adjust", "holm_reject",
-    "log_ratios", "outliers", "outlying_slots", "pairs_for", "plan_for", "screen_pairs", "screen_starts",
-    "screen_windows", "slot_shift", "spread_prior", "summarise", "t_cdf", "t_quantile", "windows_for",
+    "decide_nested", "decide_uplift", "expected_halfwidth", "family_wise", "holm_adjust", "holm_reject", "log_ratios",
+    "outliers", "outlying_slots", "paired_uplift", "pairs_for", "plan_for", "screen_pairs", "screen_starts",
+    "screen_windows", "slot_shift", "spread_prior", "summarise", "summarize", "t_cdf", "t_quantile", "windows_for",
     "z_quantile",
 ]

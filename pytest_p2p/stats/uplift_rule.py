@@ -1,8 +1,8 @@
 """The uplift threshold rule: does arm A beat arm B by enough at this point?
 
 Stage-free (here, not in the verdict stage) so that the campaign, which parses
-``campaign.min_uplift`` and takes adaptive looks, never imports a later stage;
-``pytest_p2p.verdict.thresholds`` re-exports it.
+``campaign.min_uplift`` and takes adaptive looks, never imports a later stage; the
+verdict and the report import it from here too (one home, no re-export).
 
 The rig file says ``min_uplift: {default: 5%, 8: 8%}`` (keys are concurrencies for a
 model campaign, sizes for a probe campaign).  The rule is
@@ -153,7 +153,7 @@ def _ratios(value: object) -> list[float]:
 
 def judge(uplift: Mapping[str, object], point: str, rule: UpliftRule, *, metric: str, faster_arm: str,
           slower_arm: str) -> UpliftVerdict:
-    """Apply the bounds rule to one :func:`~pytest_p2p.campaign.stats.paired_uplift` result.
+    """Apply the bounds rule to one :func:`~pytest_p2p.stats.summary.paired_uplift` result.
 
     Uses the paired ratios it carries (already turned round for lower-is-better metrics).
     Fewer than 2 pairs is *inconclusive* (no spread known), never a pass and never an error.

@@ -359,4 +359,19 @@ def screen_run(run_dir: Path, cfg: BaselineConfig | None = None) -> list[str]:
     return problems
 
 
-__all__ = ["CampaignComparison", "compare_campaign", "screen_run"]
+def compare_scenario(store: Store, run_dir: str | Path, arm: str, point: str, cfg: BaselineConfig,
+                     name: str | None = None, campaign: CampaignComparison | None = None) -> ScenarioComparison:
+    """Compare ``<run_dir>/scenarios/<arm>-<point>`` with the runs accepted under ``name``.
+
+    The scenario is judged as part of its whole campaign (multiplicity control needs every
+    primary of the run); pass ``campaign`` to reuse a :func:`compare_campaign`.
+    """
+    camp = campaign or compare_campaign(store, Path(run_dir), cfg, name)
+    got = camp.scenarios.get((arm, point))
+    if got is None:
+        return ScenarioComparison(arm, point, camp.baseline_name, verdict=NO_BASELINE,
+                                  message=f"scenario {arm}-{point} is not in {run_dir}")
+    return got
+
+
+__all__ = ["CampaignComparison", "compare_campaign", "compare_scenario", "screen_run"]

@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import metrics as registry
@@ -36,9 +35,7 @@ from ..stats.baseline import run_spread
 from .config import BaselineConfig, Tolerance
 
 if TYPE_CHECKING:
-    from .campaign_judge import CampaignComparison
     from .history import SeriesReport
-    from .store import Store
 
 REGRESSION, IMPROVEMENT, UNCHANGED = "regression", "improvement", "unchanged"
 INCONCLUSIVE, NOT_COMPARABLE, NO_BASELINE, UNJUDGED = "inconclusive", "not comparable", "no baseline", "unjudged"
@@ -292,23 +289,6 @@ def overall(primary_verdicts: Sequence[str]) -> str:
         if v in primary_verdicts:
             return v
     return INCONCLUSIVE
-
-
-def compare_scenario(store: Store, run_dir: str | Path, arm: str, point: str, cfg: BaselineConfig,
-                     name: str | None = None, campaign: CampaignComparison | None = None) -> ScenarioComparison:
-    """Compare ``<run_dir>/scenarios/<arm>-<point>`` with the runs accepted under ``name``.
-
-    The scenario is judged as part of its whole campaign (multiplicity control needs every
-    primary of the run); pass ``campaign`` to reuse a :func:`~.campaign_judge.compare_campaign`.
-    """
-    from .campaign_judge import compare_campaign
-
-    camp = campaign or compare_campaign(store, Path(run_dir), cfg, name)
-    got = camp.scenarios.get((arm, point))
-    if got is None:
-        return ScenarioComparison(arm, point, camp.baseline_name, verdict=NO_BASELINE,
-                                  message=f"scenario {arm}-{point} is not in {run_dir}")
-    return got
 
 
 def compare_links(base_fp: Mapping[str, object], cur_fp: Mapping[str, object]) -> list[tuple[str, str, str]]:

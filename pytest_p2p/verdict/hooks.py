@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Protocol
 import pytest
 
 from ..errors import ConfigError, P2PError
-from ..jsontypes import as_dict, as_list
+from ..jsontypes import as_list
 from ..options import COMPARE, DB, FAIL_ON_CHOICES, SAVE_BASELINE, Resolved, resolve
 from ..options import FAIL_ON as FAIL_ON_OPTION
+from ..xdist_roles import node_output, worker_output
 from .config import DEFAULT_DB, BaselineConfig, check_name
 from .store_base import redact, target_of
 
@@ -356,7 +357,7 @@ def pytest_testnodedown(node: _WorkerNode, error: object) -> None:
     """xdist controller: take over the run directories a worker saw; the controller saves them all,
     so a failed save is reported on the terminal the user reads (never only in a worker)."""
     sess = node.config.stash.get(SESSION_KEY, None)
-    dirs = as_list(as_dict(getattr(node, "workeroutput", None)).get(_WORKER_KEY))  # str paths (sessionfinish)
+    dirs = as_list(node_output(node).get(_WORKER_KEY))  # str paths (sessionfinish)
     if sess is not None:
         for d in dirs:
             if isinstance(d, str):
@@ -367,7 +368,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     sess = session.config.stash.get(SESSION_KEY, None)
     if sess is None:
         return
-    workeroutput = getattr(session.config, "workeroutput", None)
+    workeroutput = worker_output(session.config)
     if workeroutput is not None:  # an xdist worker: the controller saves (pytest_testnodedown)
         workeroutput[_WORKER_KEY] = [str(p) for p in sess.run_dirs.values()]
         sess.close()
