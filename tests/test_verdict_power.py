@@ -96,7 +96,7 @@ def test_three_reps_are_named_as_unable_to_reach_the_goal(tmp_path: Path) -> Non
     assert any(n.startswith("3 rep(s) per scenario") for n in camp.power_notes), camp.power_notes
     assert "[power: 3 rep(s)" in camp.message
     weak = [sc for sc in camp.scenarios.values() if sc.power is not None and sc.power < GOAL_POWER]
-    assert weak and "power against a -10% drop here about" in weak[0].summary()
+    assert weak and "[power: about" in weak[0].summary() and "3 rep(s)" in weak[0].summary()
 
 
 def test_young_baseline_and_two_starts_are_named(tmp_path: Path) -> None:
@@ -104,6 +104,8 @@ def test_young_baseline_and_two_starts_are_named(tmp_path: Path) -> None:
                      campaign={"residency": "resident", "starts": 2, "windows": 4, "reps": 4})
     text = " | ".join(camp.power_notes)
     assert "5 baseline run(s)" in text and "resident arms with 2 start(s)" in text, text
+    line = camp.scenarios[("p2p_on", "c8")].summary()
+    assert "2 start(s), 5 baseline run(s)" in line, line
 
 
 def test_restart_design_is_not_taken_for_resident(tmp_path: Path) -> None:
@@ -118,4 +120,4 @@ def test_summary_without_power_reads_as_before() -> None:
     sc.power = 0.5
     assert "power" not in sc.summary()  # the campaign as a whole met the goal
     sc.power_weak = True
-    assert "about 50%" in sc.summary()
+    assert "[power: about 50% against a -10% drop here; goal 95%" in sc.summary()

@@ -376,15 +376,19 @@ def _power(out: CampaignComparison, prior: SpreadPrior | None, tests: int) -> No
     if reps == 0:
         return
     design, starts, _ = _design(out.run_dir)
+    tags: list[str] = []
     if reps < MODERATE_MIN_REPS:
+        tags.append(f"{reps} rep(s)")
         notes.append(f"{reps} rep(s) per scenario: the spread prior and the drift-free floor need "
                      f"{MODERATE_MIN_REPS}: a -{GOAL_DROP:.0%} drop of one scenario is found in 21-49 % of "
                      "campaigns at within-run CV 2.5-3 % (campaign.reps 8, or resident arms: 3 starts x 4 windows)")
     if design == "resident" and starts < 3:
+        tags.append(f"{starts} start(s)")
         notes.append(f"resident arms with {starts} start(s): the start screen needs 3 to re-run a bad server start "
                      "(unchanged campaigns with one then failed 1.4-2.2 % instead of <= 1 % at CV 3 %; "
                      "campaign.starts 3)")
     if runs < MODERATE_MIN_RUNS:
+        tags.append(f"{runs} baseline run(s)")
         notes.append(f"{runs} baseline run(s): the goal is set at {MODERATE_MIN_RUNS} (the spread prior starts "
                      "there); save more accepted runs")
     # The mean over the scenarios, not the weakest: each figure is an estimate (about +-10 points near 90 % at
@@ -398,6 +402,8 @@ def _power(out: CampaignComparison, prior: SpreadPrior | None, tests: int) -> No
                      f"alpha {out.alpha:g}): a pass here is weak evidence")
         for _, _, sc in found:
             sc.power_weak = True
+    for _, _, sc in found:
+        sc.power_tags = tuple(tags)
     out.power_notes = notes
 
 

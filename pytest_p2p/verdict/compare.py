@@ -250,6 +250,8 @@ class ScenarioComparison:
     power: float | None = None
     #: the campaign as a whole misses the power goal (its mean over scenarios): the summary then shows ``power``
     power_weak: bool = False
+    #: settings of the campaign that cannot reach the power goal, in a few words each ("3 reps", "5 baseline runs")
+    power_tags: tuple[str, ...] = ()
 
     @property
     def history_failures(self) -> list[str]:
@@ -282,9 +284,10 @@ class ScenarioComparison:
         for j in self.metrics.values():
             counts[j.verdict] = counts.get(j.verdict, 0) + 1
         parts = ", ".join(f"{c} {v}" for v, c in sorted(counts.items()))
-        weak = ""
+        why = list(self.power_tags)
         if self.power is not None and self.power_weak:
-            weak = f" [power against a -{GOAL_DROP:.0%} drop here about {self.power:.0%}, goal {GOAL_POWER:.0%}]"
+            why.insert(0, f"about {self.power:.0%} against a -{GOAL_DROP:.0%} drop here")
+        weak = f" [power: {', '.join(why)}; goal {GOAL_POWER:.0%}: a pass is weak evidence]" if why else ""
         return f"{self.arm}-{self.point}: {self.verdict} vs baseline {self.baseline_name!r} " \
                f"({len(self.baseline_runs)} run(s); primary {', '.join(self.primaries) or 'none'}): {parts}{weak}"
 
