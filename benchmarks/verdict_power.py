@@ -503,7 +503,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="fewer cells (smoke)")
-    ap.add_argument("--tables", default="1,2,3,4,5,6", help="which tables to compute (comma-separated)")
+    ap.add_argument("--tables", default="1,2,3,4,5,6,7", help="which tables to compute (comma-separated)")
     ap.add_argument("--no-moderate", action="store_true", help="without the run-to-run spread prior")
     args = ap.parse_args()
     global MODERATE
@@ -528,6 +528,8 @@ def main() -> None:
         table_slot_screen(rng, t)
     if 6 in tables:
         table_power_defaults(rng, t, args.quick)
+    if 7 in tables:
+        table_power_note(rng, min(t, 1000))
     print(f"\nelapsed {time.time() - t0:.0f} s")
 
 
@@ -694,6 +696,35 @@ def table_power_defaults(rng: np.random.Generator, t: int, quick: bool = False) 
             null = nested_campaign(rng, t, 10, s_, w_, cv, 0.01, 0.01, bad=True, families=fam)
             cells.append(f"{pct(one['hit'])} / {pct(null['fail'])}")
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+
+
+def table_power_note(rng: np.random.Generator, t: int) -> None:
+    """How often the verdict's power note fires, from the package's own ``detection_power`` (no mirror needed)."""
+    from pytest_p2p.stats.baseline import GOAL_POWER, detection_power, run_spread
+
+    print(f"\n## 7. The verdict's power note (campaign_judge._power), resident 3 starts x 4 windows, K = 10, {t} "
+          "baselines a cell")
+    print("'estimated' = the mean over trials of the campaign's estimate (mean of its 8 scenario powers, "
+          "stats.baseline.detection_power with the campaign's spread prior, 12 tests share alpha); 'note fires' = "
+          "share of campaigns whose mean estimate is below 95 % (the rule) and, for comparison, whose weakest "
+          "scenario's estimate is; the simulated power is table 6's 'one: scenario fails'\n")
+    print("| within CV | start sd | run-to-run | estimated power | note fires (mean < 95 %) | (weakest < 95 %) |")
+    print("|---|---|---|---|---|---|")
+    for cv, sd, tau in ((0.02, 0.0, 0.005), (0.025, 0.0, 0.0), (0.025, 0.0, 0.01), (0.03, 0.0, 0.01),
+                        (0.03, 0.01, 0.01), (0.025, 0.0, 0.02)):
+        base = draw_nested(rng, t, 10, 3, 4, cv, sd, tau, 0.002).reshape(t, 10, A, P, 12)
+        est, mean_low, min_low = 0.0, 0, 0
+        for i in range(t):
+            tests = [[RunStats.of(list(np.exp(base[i, r, a, p]))) for r in range(10)] for a in range(A)
+                     for p in range(P)]
+            prior = spread_prior([run_spread(x) for x in tests])
+            pw = [detection_power(x, 12, tolerance=TOL, alpha=ALPHA, tests=12, prior=prior) or 0.0 for x in tests]
+            m = sum(pw) / len(pw)
+            est += m
+            mean_low += m < GOAL_POWER
+            min_low += min(pw) < GOAL_POWER
+        print(f"| {cv:.1%} | {sd:.0%} | {tau:.1%} | {pct(est / t)} | {pct(mean_low / t)} | {pct(min_low / t)} |",
+              flush=True)
 
 
 if __name__ == "__main__":

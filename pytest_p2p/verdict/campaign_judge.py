@@ -392,7 +392,8 @@ def _power(out: CampaignComparison, prior: SpreadPrior | None, tests: int) -> No
         notes.append(f"{runs} baseline run(s): the goal is set at {MODERATE_MIN_RUNS} (the spread prior starts "
                      "there); save more accepted runs")
     # The mean over the scenarios, not the weakest: each figure is an estimate (about +-10 points near 90 % at
-    # K = 10), and the minimum of 8 noisy estimates fell below the goal on 22 % of nights of a rig that meets it.
+    # K = 10), and the minimum of 8 noisy estimates fell below the goal on 21 % of nights of a rig that meets it
+    # (11.5 % for the mean; docs/baselines.md, table 7).
     mean = math.fsum(pw for pw, _, _ in found) / len(found) if found else None
     if mean is not None and mean < GOAL_POWER:
         pw, label, _ = min(found, key=lambda f: f[0])
