@@ -69,6 +69,7 @@ def tq(p: float | np.ndarray, df: np.ndarray) -> np.ndarray:
 
 
 MODERATE = True  # --no-moderate turns the spread prior off
+SATTERTHWAITE_ALWAYS = False  # the rule before issue 29 item 4: the negative correction for more current reps
 
 
 def _trigamma_inv(y: np.ndarray) -> np.ndarray:
@@ -129,6 +130,8 @@ def decide_change_np(bm: np.ndarray, bv: np.ndarray, nb: int, cm: np.ndarray, cv
             sm2, dfm = post.reshape(sm2.shape), dtot.reshape(sm2.shape)
         a1 = sm2 * (1 + 1 / k)
         a2 = sw2 * (1 / nc - 1 / nb)
+        if not SATTERTHWAITE_ALWAYS:  # more current reps than the baseline runs: judged as if it had theirs
+            a2 = np.maximum(a2, 0.0)
         fw2 = sw2  # the floor's within-run variance: about the rep-order line where every run has 4+ reps
         if btv is not None and ctv is not None and nb >= 4 and nc >= 4:
             fw2 = ((nb - 2) * btv.sum(-1) + (nc - 2) * ctv) / (k * (nb - 2) + nc - 2)
@@ -503,7 +506,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="fewer cells (smoke)")
-    ap.add_argument("--tables", default="1,2,3,4,5,6,7", help="which tables to compute (comma-separated)")
+    ap.add_argument("--tables", default="1,2,3,4,5,6,7,8", help="which tables to compute (comma-separated)")
     ap.add_argument("--no-moderate", action="store_true", help="without the run-to-run spread prior")
     args = ap.parse_args()
     global MODERATE
@@ -530,6 +533,8 @@ def main() -> None:
         table_power_defaults(rng, t, args.quick)
     if 7 in tables:
         table_power_note(rng, min(t, 1000))
+    if 8 in tables:
+        table_more_reps(rng, t)
     print(f"\nelapsed {time.time() - t0:.0f} s")
 
 
@@ -725,6 +730,39 @@ def table_power_note(rng: np.random.Generator, t: int) -> None:
             min_low += min(pw) < GOAL_POWER
         print(f"| {cv:.1%} | {sd:.0%} | {tau:.1%} | {pct(est / t)} | {pct(mean_low / t)} | {pct(min_low / t)} |",
               flush=True)
+
+
+def table_more_reps(rng: np.random.Generator, t: int) -> None:
+    """A current run with more reps than its baseline runs (adaptive pairs): the df rule before and now."""
+    global SATTERTHWAITE_ALWAYS
+    print(f"\n## 8. Current run with more reps than its 4-rep baseline runs (adaptive pairs), K = 10, one test, "
+          f"{t} trials a cell")
+    print("'-10 %' = a true -10 % drop fails at alpha 1 %/12 (Holm's first step of a 12-test campaign); 'at -3 %' = "
+          "a true drop exactly at the tolerance fails at alpha 1 % (the worst case of a false alarm, <= 1 % by "
+          "design); before = the within-run correction also when negative (Welch-Satterthwaite df of a difference), "
+          "now = a current run with more reps judged as if it had the baseline runs' (K - 1 df)\n")
+    print("| within CV | run-to-run | current reps | -10 %: before | -10 %: now | at -3 %: before | at -3 %: now |")
+    print("|---|---|---|---|---|---|---|")
+    worst = 0.0
+    for cv in (0.01, 0.03, 0.08):
+        for tau in (0.0, 0.01, 0.03):
+            base = rng.normal(0.0, cv, (t, 10, 4)) + rng.normal(0.0, tau, (t, 10, 1))
+            bm, bv, btv = base.mean(-1), base.var(-1, ddof=1), trend_var(base)
+            for nc in (4, 6, 8, 12):
+                noise = rng.normal(0.0, cv, (t, nc)) + rng.normal(0.0, tau, (t, 1))
+                cells = []
+                for shift, alpha in ((math.log(0.9), ALPHA / 12), (math.log(0.97), ALPHA)):
+                    cur = noise + shift
+                    for old in (True, False):
+                        SATTERTHWAITE_ALWAYS = old
+                        f, _, _ = decide_change_np(bm, bv, 4, cur.mean(-1), cur.var(-1, ddof=1), nc, TOL, alpha,
+                                                   btv=btv, ctv=trend_var(cur))
+                        cells.append(pct(float(f.mean())))
+                        if not old and alpha == ALPHA:
+                            worst = max(worst, float(f.mean()))
+                SATTERTHWAITE_ALWAYS = False
+                print(f"| {cv:.0%} | {tau:.0%} | {nc} | " + " | ".join(cells) + " |", flush=True)
+    print(f"\nworst false-alarm rate at the tolerance, now: {pct(worst)} %")
 
 
 if __name__ == "__main__":
