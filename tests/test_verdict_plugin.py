@@ -60,7 +60,7 @@ def test_unchanged_rerun_passes_and_is_kept_as_history(run_p, tmp_path, db):
     res.assert_outcomes(passed=4)
     res.stdout.fnmatch_lines(["*p2p baseline verdicts*",
                               "p2p_on-c8: unchanged vs baseline 'accepted' (10 run(s); primary output_throughput): "
-                              "3 unchanged, 1 unjudged",
+                              "3 unchanged, 1 unjudged [power: 3 rep(s); goal 95%: a pass is weak evidence]",
                               "*1 run(s) saved to*kept as history: now*"])
     with Store(db) as st:
         assert st.run("now").baselines == ()

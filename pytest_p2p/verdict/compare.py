@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from .. import metrics as registry
 from ..jsontypes import as_dict, as_float
 from ..stats import MODERATE_MIN_RUNS, Decision, Outcome, RunStats, SpreadPrior, StatsError, decide_change
-from ..stats.baseline import run_spread
+from ..stats.baseline import GOAL_DROP, GOAL_POWER, run_spread
 from .config import BaselineConfig, Tolerance
 
 if TYPE_CHECKING:
@@ -243,6 +243,12 @@ class ScenarioComparison:
     primaries: tuple[str, ...] = ()
     history: dict[str, SeriesReport] = field(default_factory=dict)  # primary metric -> its stored history
     health: list[str] = field(default_factory=list)  # what is wrong with the accepted baseline (history.health)
+    #: probability that a -10 % drop of this scenario's primary would fail the campaign (stats.detection_power)
+    power: float | None = None
+    #: the campaign as a whole misses the power goal (its mean over scenarios): the summary then shows ``power``
+    power_weak: bool = False
+    #: settings of the campaign that cannot reach the power goal, in a few words each ("3 reps", "5 baseline runs")
+    power_tags: tuple[str, ...] = ()
 
     @property
     def history_failures(self) -> list[str]:
@@ -275,8 +281,12 @@ class ScenarioComparison:
         for j in self.metrics.values():
             counts[j.verdict] = counts.get(j.verdict, 0) + 1
         parts = ", ".join(f"{c} {v}" for v, c in sorted(counts.items()))
+        why = list(self.power_tags)
+        if self.power is not None and self.power_weak:
+            why.insert(0, f"about {self.power:.0%} against a -{GOAL_DROP:.0%} drop here")
+        weak = f" [power: {', '.join(why)}; goal {GOAL_POWER:.0%}: a pass is weak evidence]" if why else ""
         return f"{self.arm}-{self.point}: {self.verdict} vs baseline {self.baseline_name!r} " \
-               f"({len(self.baseline_runs)} run(s); primary {', '.join(self.primaries) or 'none'}): {parts}"
+               f"({len(self.baseline_runs)} run(s); primary {', '.join(self.primaries) or 'none'}): {parts}{weak}"
 
     def inconclusive_reasons(self) -> list[str]:
         return sorted({f"{m}: {j.reason}" for m, j in self.metrics.items()
