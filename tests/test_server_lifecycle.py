@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -302,29 +303,51 @@ def test_gpu_not_released_is_server_error(tmp_path: Path, monkeypatch: pytest.Mo
     assert "gpu1 uses" not in msg  # 20 MiB above idle is within tolerance
 
 
-def test_signal_landing_inside_popen_still_tears_the_server_down(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """SIGTERM between fork/exec and the server being recorded (CI, stop 21): it is torn down, none left."""
-    from pytest_p2p import signals
+SIGNAL_IN_POPEN = r"""
+import json, os, signal, subprocess, sys
+from pathlib import Path
+from pytest_p2p import signals
+from pytest_p2p.probes.arms import PRESETS
+from pytest_p2p.serve.config import parse_server
+from pytest_p2p.serve.server import TOKEN_ENV, find_leftovers, launch
 
-    started: list[tuple[subprocess.Popen[bytes], str]] = []
-    real = subprocess.Popen
+log = Path(sys.argv[1])
+cfg = parse_server({"command": ["python", "-m", "pytest_p2p.serve.standin"], "model": "tiny-model",
+                    "args": {"ttft-ms": 1, "tpot-ms": 0.5, "tensor-parallel-size": 2}, "startup_timeout_s": 20,
+                    "request_timeout_s": 3, "teardown_timeout_s": 2}, "rig.yaml")
+started = []
+real = subprocess.Popen
 
-    def popen_then_signal(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
-        proc = real(*args, **kwargs)
-        if TOKEN_ENV in (kwargs.get("env") or {}):  # the server, not another child started meanwhile
-            started.append((proc, kwargs["env"][TOKEN_ENV]))
-            os.kill(os.getpid(), signal.SIGTERM)  # lands before Popen returns to launch
-        return proc
+def popen_then_signal(*args, **kwargs):
+    proc = real(*args, **kwargs)
+    if TOKEN_ENV in (kwargs.get("env") or {}):  # the server, not another child started meanwhile
+        started.append((proc, kwargs["env"][TOKEN_ENV]))
+        os.kill(os.getpid(), signal.SIGTERM)  # lands before Popen returns to launch
+    return proc
 
-    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
-    signals.reset()
-    try:
-        with signals.terminate_as_interrupt(), pytest.raises(KeyboardInterrupt), \
-                launch(cfg(), PRESETS["p2p_on"], (0, 1), None, tmp_path / "server.log"):
-            pytest.fail("the interrupt must surface before the server is used")
-    finally:
-        signals.reset()
-    ((proc, token),) = started
-    assert proc.returncode is not None and find_leftovers(token, proc.pid) == []
+subprocess.Popen = popen_then_signal
+interrupted = False
+try:
+    with signals.terminate_as_interrupt(), launch(cfg, PRESETS["p2p_on"], (0, 1), None, log):
+        pass
+except KeyboardInterrupt:
+    interrupted = True
+(proc, token), = started
+print(json.dumps({"interrupted": interrupted, "returncode": proc.returncode,
+                  "leftovers": find_leftovers(token, proc.pid)}))
+"""
+
+
+def test_signal_landing_inside_popen_still_tears_the_server_down(tmp_path: Path) -> None:
+    """SIGTERM between fork/exec and the server being recorded (CI, stop 21): it is torn down, none left.
+
+    In a fresh interpreter: the case signals its own process, so it must not share one with tests that
+    came before it (an xdist worker running it after the rest of the suite died of the SIGTERM twice,
+    and never alone)."""
+    r = subprocess.run([sys.executable, "-c", SIGNAL_IN_POPEN, str(tmp_path / "server.log")], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got == {"interrupted": True, "returncode": got["returncode"], "leftovers": []}
+    assert got["returncode"] is not None  # the server was reaped
     _assert_clean(tmp_path)
