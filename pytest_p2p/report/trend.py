@@ -111,17 +111,6 @@ def trend_png(points: list[TrendPoint], title: str, metric: str | None = None) -
     return buf.getvalue()
 
 
-def history_target(config: object) -> str | Path:
-    """The store the session uses (``--p2p-db``/ini/env, else ``.p2p/history.db`` under the rootdir)."""
-    import pytest
-
-    from pytest_p2p.options import DB, path_of, resolve
-
-    assert isinstance(config, pytest.Config)
-    db = resolve(config, DB)
-    return path_of(config, db) if db.value else config.rootpath / ".p2p" / "history.db"  # type: ignore[arg-type]
-
-
 def write_history_plots(run_dir: Path, target: str | Path) -> list[Path]:
     """``plots/history_<metric>_<point>.png`` of the run's primary metric at each point, change points marked.
 
