@@ -185,3 +185,16 @@ def test_save_runs_never_accepts_a_regressed_run_and_notes_auto_acceptances(tmp_
         notes = st.acceptances("accepted", [good.name, bad.name])
     assert set(notes) == {good.name} and (notes[good.name] or "").startswith(AUTO_NOTE)
     assert len(sess.save_notes) == 1 and bad.name in sess.save_notes[0] and "baseline accept" in sess.save_notes[0]
+
+
+def test_history_plot_marks_the_step_for_each_point_of_the_run(tmp_path: Path, store_target: str) -> None:
+    """``plots/history_<metric>_<point>.png`` from the store (SQLite or PostgreSQL alike), the step marked."""
+    pytest.importorskip("matplotlib")
+    from pytest_p2p.report.trend import history, marks, write_history_plots
+
+    dirs = _fill(tmp_path, store_target, 24, drop_from=20)
+    written = write_history_plots(dirs[-1], store_target)
+    assert written and all(p.read_bytes().startswith(b"\x89PNG") for p in written)
+    assert {p.name for p in written} >= {"history_output_throughput_c8.png"}
+    got = marks(history(store_target, "demo-rig", "gpu1-gpu2", "c8", "output_throughput"), "output_throughput")
+    assert any("step" in label for _, _, label in got), got  # the drop from night 21 is what the plot marks
