@@ -183,3 +183,24 @@ def reset() -> None:
     """Forget received signals (tests run several sessions in one process)."""
     _received.clear()
     _held.clear()
+
+
+@contextlib.contextmanager
+def kept() -> Iterator[None]:
+    """The process's SIGINT/SIGTERM/SIGHUP handlers as they were before the block, whatever it installs.
+
+    Why: ``ray.init`` replaces the SIGTERM handler with one that exits the process, and keeps it
+    after ``ray.shutdown``: a cancelled CI job would then skip tearing down servers and probes, and
+    every later campaign in the process would die on SIGTERM instead of unwinding (issue 27). Main
+    thread only, like every handler.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = [(sig, signal.getsignal(sig)) for sig in (signal.SIGINT, *SIGNALS)]
+    try:
+        yield
+    finally:
+        for sig, handler in saved:
+            if handler is not None:
+                signal.signal(sig, handler)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_p2p import signals
 from pytest_p2p.errors import ProbeError
 from pytest_p2p.evidence.nodespec import FAIL, PASS, NodesSpec, judge_node
 from pytest_p2p.probes.arms import PRESETS
@@ -31,15 +32,17 @@ PLACEMENT = ["trinity-a", "trinity-a", "trinity-b"]  # the seed's three pipeline
 def cluster() -> Iterator[object]:
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"p2p_host:trinity-a": 1},
-                                                      "include_dashboard": False})
-    c.add_node(num_cpus=1, resources={"p2p_host:trinity-b": 1})
-    ray.init(address=c.address, log_to_driver=False)
+    with signals.kept():  # Ray's SIGTERM handlers (head node, ray.init) would outlive this module in the worker
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"p2p_host:trinity-a": 1},
+                                                          "include_dashboard": False})
+        c.add_node(num_cpus=1, resources={"p2p_host:trinity-b": 1})
+        ray.init(address=c.address, log_to_driver=False)
     try:
         yield c
     finally:
-        ray.shutdown()
-        c.shutdown()
+        with signals.kept():
+            ray.shutdown()
+            c.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +110,15 @@ def test_a_failing_rank_is_named_with_its_host(cluster: object, nodes: NodesSpec
     with pytest.raises(ProbeError, match="rank 1 on trinity-a exited with status 3"):
         run_allreduce_ray(nodes, PLACEMENT, PRESETS["gdr"], _env("gdr", FAKE_MN_EXIT="3"), tmp_path, gpus_per_rank=0,
                           strategy="SPREAD", worker=FAKE, timeout_s=60)
+
+
+def test_attaching_to_ray_leaves_the_process_signal_handlers_alone(cluster: object) -> None:
+    """ray.init installs a SIGTERM handler that exits the process; a p2p session must still unwind on SIGTERM."""
+    import signal
+
+    from pytest_p2p.probes.multinode import connect
+
+    before = signal.getsignal(signal.SIGTERM)
+    connect(None)  # already attached by the fixture: a no-op, and the fixture kept the handlers
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert "sigterm_handler" not in getattr(before, "__qualname__", "")

@@ -87,3 +87,15 @@ def test_off_the_main_thread_it_holds_nothing() -> None:
     finally:
         release.set()
         t.join(10)
+
+
+def test_kept_puts_back_what_a_library_installs() -> None:
+    """What ray.init does: a SIGTERM handler of its own that exits, kept after shutdown (issue 27)."""
+    import signal
+
+    from pytest_p2p import signals
+
+    before = signal.getsignal(signal.SIGTERM)
+    with signals.kept():
+        signal.signal(signal.SIGTERM, lambda *_: None)
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -123,9 +123,12 @@ def connect(address: str | None) -> None:
         raise ProbeError(f"a multi-node rig needs Ray: {INSTALL_HINT}") from None
     if ray.is_initialized():
         return
+    from .. import signals
+
     try:
-        ray.init(address=address or "auto", ignore_reinit_error=True, log_to_driver=False,
-                 include_dashboard=False)
+        with signals.kept():  # Ray's own SIGTERM handler would exit pytest without any teardown
+            ray.init(address=address or "auto", ignore_reinit_error=True, log_to_driver=False,
+                     include_dashboard=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ProbeError(f"cannot attach to the Ray cluster at {address or 'auto'} (--p2p-ray-address or "
                          f"RAY_ADDRESS): {exc}") from None
