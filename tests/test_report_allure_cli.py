@@ -162,6 +162,6 @@ def test_real_allure_report_in_chromium(pytester: pytest.Pytester, tools: tuple[
     assert "Environment" in overview and "There are no environment variables" not in overview
     assert "Uplift threshold not met" in categories
     assert "Infrastructure (server, probe or GPU could not run)" in categories
-    assert "uplift (campaign) — gpu0-gpu1" in history_page  # a readable check title, not test_uplift[pair0]
+    assert "uplift (p2p) — gpu0-gpu1" in history_page  # a readable title (the stage of a user module: p2p)
     assert "History" in history_page and history_page.count("failed") >= 2  # this run and the previous one
     assert (shots / "allure-overview.png").stat().st_size > 10_000
