@@ -47,7 +47,7 @@ def test_t_cdf_matches_scipy(size: float, negative: bool, df: float) -> None:
 
 @pytest.mark.xfail(strict=True, reason="t_cdf loses precision for |t| << sqrt(df): x = df/(df+t^2) rounds to "
                    "1 and 1-x keeps ~3 digits; fixing it moves ci95 bounds in their last bits, so it waits "
-                   "for the lead's decision (behaviour unchanged in issue 25)")
+                   "for a deliberate change (behaviour unchanged in issue 25)")
 def test_t_cdf_near_zero_matches_scipy() -> None:
     from scipy.stats import t as scipy_t
 
