@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING
 
 from .. import signals
 from ..errors import P2PError, RepFailed
+from ..jsontypes import as_dict
 from ..stats import StatsError, expected_halfwidth, plan_for
-from ..util import atomic_write_json
 from . import adaptive
 from .backends import ModelBackend, ServerSlot
 from .gpu import wait_vram_free
@@ -337,7 +337,7 @@ class _Start:
         data = r._measure_point(self.rd, self.slots[arm], self.reader, arm, point, k, self.idle_rows,
                                 warm=(arm, point) not in self.warmed)
         self.warmed.add((arm, point))
-        data["meta"] = {**_json(data.get("meta")), "vram": self.vram_note, "attempt": self.attempt,
+        data["meta"] = {**as_dict(data.get("meta")), "vram": self.vram_note, "attempt": self.attempt,
                         "start": self.start, "window": w, "residency": self.mode}
         self.rd.write_rep(arm, point, k, data)
         self.result.rep_data.setdefault((arm, point), {})[k] = data
@@ -360,11 +360,3 @@ def _rescreen_windows(run: _Start, point: str) -> None:
         for arm in order(list(cfg.arms), run.start, w):
             run.window(point, arm, w)
 
-
-def _json(value: object) -> Json:
-    return dict(value) if isinstance(value, dict) else {}
-
-
-def write_plan(rd: RunWriter, line: str) -> None:
-    """The plan, as printed, into ``env/plan.txt`` (what was promised, next to what happened)."""
-    atomic_write_json(rd.path / "env" / "plan.json", {"plan": line})
