@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .tdist import StatsError, t_cdf, t_quantile, z_quantile
+from .welch import welch_df
 
 POWER = 0.95  # pairs_needed aims at this chance of a decision
 MAX_PAIRS_NEEDED = 100_000
@@ -174,7 +175,7 @@ def decide_uplift_unpaired(on: Sequence[float], off: Sequence[float], *, thresho
     vb = math.fsum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
     se = math.sqrt(va + vb)
     pooled_df = float(len(a) + len(b) - 2)
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else pooled_df
+    df = welch_df(va, len(a), vb, len(b)) if se > 0 else pooled_df
     tq = t_quantile(1 - alpha, df)
     lo, hi = m - tq * se, m + tq * se
     p_fail = t_cdf((m - thr) / se, df) if se > 0 else (0.0 if m < thr else 1.0)

@@ -13,6 +13,12 @@ import math
 from .tdist import t_quantile
 
 
+def welch_df(va: float, na: int, vb: float, nb: int) -> float:
+    """Welch-Satterthwaite degrees of freedom of ``va + vb``, each the variance of a mean of ``na`` / ``nb``
+    values (both sides at least 2 values, not both zero)."""
+    return (va + vb) ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1))
+
+
 def welch_ratio_interval(a: tuple[float, float, int], b: tuple[float, float, int], *,
                          level: float = 0.95) -> tuple[float, float] | None:
     """``(lower, upper)`` of ``mean_a / mean_b - 1`` from each arm's ``(mean, sample std, n)``.
@@ -26,7 +32,6 @@ def welch_ratio_interval(a: tuple[float, float, int], b: tuple[float, float, int
     se = math.sqrt(va + vb)
     if se == 0.0:
         return None
-    df = (va + vb) ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1))
-    half = t_quantile(0.5 + level / 2, df) * se
+    half = t_quantile(0.5 + level / 2, welch_df(va, na, vb, nb)) * se
     centre = math.log(ma / mb)
     return math.exp(centre - half) - 1.0, math.exp(centre + half) - 1.0
