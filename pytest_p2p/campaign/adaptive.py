@@ -39,7 +39,7 @@ from ..stats import (
     screen_windows,
     slot_shift,
 )
-from .aggregate import is_measurement, start_of
+from .aggregate import group_by_start, is_measurement, start_of
 from .config import CampaignConfig
 
 Json = dict[str, object]
@@ -181,13 +181,8 @@ def decision_json(d: Decision, *, stopped: str | None = None) -> Json:
 
 def by_start(a: Reps, b: Reps, metric: str, kind: str, reps: list[int]) -> dict[int, list[tuple[int, float, float]]]:
     """``{start: [(rep, a value, b value), ...]}`` for the window pairs where both arms measured ``metric``."""
-    out: dict[int, list[tuple[int, float, float]]] = {}
     ks, av, bv = pairs(a, b, metric, kind, reps)
-    for k, x, y in zip(ks, av, bv, strict=True):
-        s = start_of(a.get(k))
-        if s is not None:
-            out.setdefault(s, []).append((k, x, y))
-    return dict(sorted(out.items()))
+    return group_by_start((start_of(a.get(k)), (k, x, y)) for k, x, y in zip(ks, av, bv, strict=True))
 
 
 def _blocks(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> list[list[tuple[float, float]]]:

@@ -9,13 +9,15 @@ telemetry (throttled, link downtrained) is kept on disk and dropped here when
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 from ..stats.nested import decide_nested
 from ..stats.summary import paired_uplift, summarize
 from ..stats.tdist import StatsError
 from .config import CampaignConfig
 
+T = TypeVar("T")
 Json = dict[str, object]
 ENERGY_KEYS = ("tokens_per_joule", "joules_per_token", "avg_watts", "total_joules", "idle_total_watts")
 
@@ -154,14 +156,21 @@ def start_of(d: Mapping[str, object] | None) -> int | None:
     return got if isinstance(got, int) and not isinstance(got, bool) else None
 
 
+def group_by_start(items: Iterable[tuple[int | None, T]]) -> dict[int, list[T]]:
+    """``{start: [item, ...]}`` in start order; items of no start (a restart-per-rep rep) are left out."""
+    out: dict[int, list[T]] = {}
+    for start, item in items:
+        if start is not None:
+            out.setdefault(start, []).append(item)
+    return dict(sorted(out.items()))
+
+
 def _nested_interval(av: list[float | None], bv: list[float | None], starts: list[int | None],
                      higher: bool) -> Json:
     """Windows nested in server starts: the estimate and 95 % interval on the start means (the start is the
     unit, :func:`pytest_p2p.stats.decide_nested`), not on windows as if each had its own start."""
-    groups: dict[int, list[tuple[float, float]]] = {}
-    for a, b, s in zip(av, bv, starts, strict=True):
-        if a is not None and b is not None and s is not None:
-            groups.setdefault(s, []).append((a, b))
+    groups = group_by_start((s, (a, b)) for a, b, s in zip(av, bv, starts, strict=True)
+                            if a is not None and b is not None)
     d = decide_nested(list(groups.values()), threshold=0.0, higher_is_better=higher, alpha=0.025)
     ok = d.n >= 2 and math.isfinite(d.lower) and math.isfinite(d.upper)
     return {"estimate": d.estimate if math.isfinite(d.estimate) else None,
