@@ -83,6 +83,8 @@ class ModelBackend:
     pair: tuple[int, int]
     rig_env: Mapping[str, str]
     kind: str = "model"
+    awake: str | None = None  # sleep mode: the arm whose server is awake ("*": all, resident mode)
+    window_prompts: dict[str, int] = dataclasses.field(default_factory=dict)  # point -> prompts of one window
 
     def _lens(self) -> tuple[int, int]:
         load = self.server.load
@@ -120,8 +122,6 @@ class ModelBackend:
                     put_to_sleep(srv)
             self.awake = None if mode == "sleep" else "*"
             yield slots
-
-    awake: str | None = None  # sleep mode: the arm whose server is awake ("*": all, resident mode)
 
     def activate(self, slots: Mapping[str, ServerSlot], arm: str) -> None:
         """Sleep mode: put the awake arm to sleep and wake ``arm`` (outside any timed window); else nothing."""
@@ -169,8 +169,6 @@ class ModelBackend:
         res = self._load(handle, c, max(self.campaign.warmup, c), reshard=True)  # outside the window: find the count
         if self.campaign.window_s is not None and point not in self.window_prompts:
             self.window_prompts[point] = window_prompts(res, c, self.campaign.window_s)
-
-    window_prompts: dict[str, int] = dataclasses.field(default_factory=dict)  # point -> prompts of one window
 
     def measure(self, handle: ServerSlot, point: str, rep: int) -> Json:
         """One timed window. Windows with a time budget (``campaign.window_s``) send the prompt count the
