@@ -236,13 +236,11 @@ def _set_aside_start(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: 
     """Every window of ``start`` (both arms, every point) out of the data, its files kept aside with the cause."""
     w_n = runner.config.windows
     for arm in runner.config.arms:
-        kept = False
-        for w in range(1, w_n + 1):
-            k = rep_of(start, w, w_n)
-            old = {p: d for p in points if (d := result.rep_data.get((arm, p), {}).pop(k, None)) is not None}
-            if old or (w == w_n and not kept):  # a start that measured nothing still records its cause once
-                runner._set_aside(rd, result, arm, k, points, old, cause, kind=kind)
-                kept = True
+        measured = {k: {p: d for p in points if (d := result.rep_data.get((arm, p), {}).pop(k, None)) is not None}
+                    for k in (rep_of(start, w, w_n) for w in range(1, w_n + 1))}
+        measured = {k: old for k, old in measured.items() if old} or {rep_of(start, w_n, w_n): {}}
+        for k, old in measured.items():  # a start that measured nothing still records its cause, once
+            runner._set_aside(rd, result, arm, k, points, old, cause, kind=kind)
         log = start_log(rd, arm, points[0], start)
         attempt = runner._attempts.get((arm, rep_of(start, 1, w_n)), 1)
         with contextlib.suppress(OSError):
