@@ -173,7 +173,7 @@ def run_blocks(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: Campai
             stopped = (f"max_starts={last} reached" if last > cfg.starts
                        else "fixed design (campaign.max_starts not set)")
         if not undecided or stopped is not None:
-            result.decisions = {p: {**adaptive.decision_json(d, stopped=stopped),
+            result.decisions = {p: {**adaptive.decision_json(d, stopped=stopped), "needed_unit": "starts",
                                     "components": adaptive.components_json(*runner._arm_reps(result, p), cfg,
                                                                            runner.kind, reps)}
                                 for p, d in decisions.items()}

@@ -289,6 +289,7 @@ def _take_decision(entry: UpliftEntry, decision: Mapping[str, object]) -> None:
     entry["interval"] = [lower, upper] if lower is not None and upper is not None else None
     entry["level"] = level
     entry["pairs_needed"] = as_int(decision.get("pairs_needed"))
+    entry["needed_unit"] = str(decision.get("needed_unit") or "pairs")  # resident campaigns count starts
     if isinstance(decision.get("reason"), str):
         entry["message"] = str(decision["reason"])
 

@@ -66,6 +66,7 @@ class UpliftEntry(TypedDict, total=False):
     message: str
     outcome: str
     pairs_needed: int | None
+    needed_unit: str  # what pairs_needed counts: "pairs" (restart per rep, probes) or "starts" (resident arms)
 
 
 class TransportEntry(TypedDict, total=False):

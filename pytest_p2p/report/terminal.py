@@ -229,7 +229,7 @@ def verdict_rows(summary: Summary) -> tuple[list[str], list[list[str]]]:
         verdict = outcome_of(e)
         need = e.get("pairs_needed")
         if verdict == "INCONCLUSIVE" and need:
-            verdict += f" (~{need} pairs)"
+            verdict += f" (~{need} {e.get('needed_unit') or 'pairs'})"
         rows.append([point_label(e["point"]) if summary.get("kind") == "probe" else e["point"],
                      f"{e['faster_arm']} / {e['slower_arm']}",
                      _pct(float(estimate)) if estimate is not None else "-", interval_text(e),
@@ -279,7 +279,8 @@ def uplift_line(summary: Summary) -> str:
                 part += f" (FAIL < {_pct(float(threshold))})"
             elif e.get("outcome") == "inconclusive":
                 need = e.get("pairs_needed")
-                part += f" (inconclusive{f', ~{need} pairs needed' if need else ''})"
+                unit = e.get("needed_unit") or "pairs"
+                part += f" (inconclusive{f', ~{need} {unit} needed' if need else ''})"
             parts.append(part)
         label = _uplift_label(summary, faster, slower, len(groups) > 1)
         lines.append(f"{label}: " + " · ".join(parts))
