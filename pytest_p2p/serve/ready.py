@@ -34,8 +34,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _http(method: str, url: str, api_key: str, body: Mapping[str, object] | None, timeout: float) -> tuple[int, bytes]:
-    """Tiny stdlib HTTP client for readiness probes (keeps the launcher free of heavy imports)."""
+def http_call(method: str, url: str, api_key: str, body: Mapping[str, object] | None,
+              timeout: float) -> tuple[int, bytes]:
+    """Tiny stdlib HTTP client for readiness probes and sleep mode (keeps the launcher free of heavy imports)."""
     import urllib.error
     import urllib.request
 
@@ -71,12 +72,12 @@ def wait_ready(srv: RunningServer, deadline: float, request_timeout_s: float) ->
                 f"if the model is just slow to load; log {srv.log_path}, last lines:\n{tail(srv.log_path)}")
         try:
             t = min(1.0 if srv.simulated else 3.0, max(0.2, remaining))
-            status, body = _http("GET", srv.base_url + "/health", srv.api_key, None, t)
+            status, body = http_call("GET", srv.base_url + "/health", srv.api_key, None, t)
             if status != 200:
                 last = f"/health -> HTTP {status}"
                 raise ConnectionError(last)
             stage = "waiting for /v1/models"
-            status, body = _http("GET", srv.base_url + "/v1/models", srv.api_key, None, t)
+            status, body = http_call("GET", srv.base_url + "/v1/models", srv.api_key, None, t)
             ids = [m.get("id") for m in json.loads(body or b"{}").get("data", [])] if status == 200 else []
             if srv.model not in ids:
                 last = f"/v1/models -> HTTP {status}, models {ids}"
@@ -85,7 +86,7 @@ def wait_ready(srv: RunningServer, deadline: float, request_timeout_s: float) ->
                                       "check server.model / served_model_name")
                 raise ConnectionError(last)
             stage = "waiting for a first completion"
-            status, body = _http("POST", srv.base_url + "/v1/completions", srv.api_key,
+            status, body = http_call("POST", srv.base_url + "/v1/completions", srv.api_key,
                                  {"model": srv.model, "prompt": "Hello", "max_tokens": 1, "temperature": 0.0},
                                  min(request_timeout_s, max(1.0, remaining)))
             if status == 200 and json.loads(body).get("choices"):
@@ -118,7 +119,7 @@ def prove_identity(srv: RunningServer) -> None:
     strangers = [p for p in owners or [] if not srv.ours(p)]
     status = 0
     if not strangers:
-        status, _ = _http("GET", srv.base_url + "/v1/models", "p2p-wrong-" + secrets.token_hex(8), None, 5.0)
+        status, _ = http_call("GET", srv.base_url + "/v1/models", "p2p-wrong-" + secrets.token_hex(8), None, 5.0)
     if strangers or (not owners and status != 401):
         who = (f"pid {strangers[0]} ({cmdline(strangers[0])}) is listening there" if strangers
                else f"a process that answers a wrong API key with HTTP {status} is listening there")

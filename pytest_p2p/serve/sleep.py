@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ServerError
 from .logs import pair_key
-from .ready import _http
+from .ready import http_call
 
 if TYPE_CHECKING:
     from .server import RunningServer
@@ -30,7 +30,7 @@ SLEEP_TIMEOUT_S = 300.0  # offloading a large model's weights to host memory tak
 def _call(srv: RunningServer, method: str, path: str) -> bytes:
     where = f"server for arm {srv.arm} on {pair_key(srv.pair)}"
     try:
-        status, body = _http(method, srv.base_url + path, srv.api_key, None, SLEEP_TIMEOUT_S)
+        status, body = http_call(method, srv.base_url + path, srv.api_key, None, SLEEP_TIMEOUT_S)
     except OSError as exc:
         raise ServerError(f"{where}: {method} {path} failed: {exc}; log {srv.log_path}") from None
     if status != 200:
