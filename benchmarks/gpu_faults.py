@@ -39,7 +39,7 @@ from pathlib import Path
 
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 os.environ.update(NO_MULTICAST)  # every process this script starts inherits it
-PAIR = (0, 1)
+PAIR = tuple(int(x) for x in os.environ.get("GPU_FAULTS_PAIR", "0,1").split(","))  # e.g. 2,3 on a 4-GPU machine
 ROOT = Path(__file__).resolve().parents[1]
 
 HOG = """

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+GPUS = os.environ.get("MULTINODE_GPUS", "0,1").split(",")  # the two physical GPUs, one per Ray "node"
 sys.path.insert(0, str(ROOT))
 
 from pytest_p2p.evidence.nodespec import parse_nodes  # noqa: E402
@@ -106,10 +107,10 @@ def main(argv: list[str]) -> int:
     assert spec is not None
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-    os.environ["CUDA_VISIBLE_DEVICES"] = "0"  # each raylet (and its workers) inherits its own GPU
+    os.environ["CUDA_VISIBLE_DEVICES"] = GPUS[0]  # each raylet (and its workers) inherits its own GPU
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "num_gpus": 1, "resources": {"p2p_host:node-a": 1}, "include_dashboard": False})
-    os.environ["CUDA_VISIBLE_DEVICES"] = "1"
+    os.environ["CUDA_VISIBLE_DEVICES"] = GPUS[1]
     cluster.add_node(num_cpus=2, num_gpus=1, resources={"p2p_host:node-b": 1})
     if saved is None:
         os.environ.pop("CUDA_VISIBLE_DEVICES")
