@@ -100,13 +100,13 @@ def trial_memhog() -> str:
     from pytest_p2p.campaign.gpu import wait_vram_free
     from pytest_p2p.errors import P2PError
 
-    with hog(1) as h:
+    with hog(PAIR[1]) as h:
         try:
             wait_vram_free(list(PAIR), 4096, 3.0, live=True)
         except P2PError as exc:
             named = f"pid {h.pid}" in str(exc)
             return f"{'OK' if named else 'BAD'} refused{' naming the hog' if named else ''}: {exc}"
-    return "BAD: VRAM wait passed while 90 % of GPU 1 was held"
+    return f"BAD: VRAM wait passed while 90 % of GPU {PAIR[1]} was held"
 
 
 def trial_rank_sigstop() -> str:
@@ -154,11 +154,15 @@ def trial_rank_sigstop() -> str:
 
 
 def _worker_pids() -> list[int]:
+    """This script's own all-reduce ranks (children of this process): on a 4-GPU machine another job's ranks
+    may run beside it (a first run on 4x H100 stopped a rank of a concurrent benchmark on the other pair)."""
     pids = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
-            with contextlib.suppress(OSError):
-                if b"_allreduce_worker" in (d / "cmdline").read_bytes():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if b"_allreduce_worker" not in (d / "cmdline").read_bytes():
+                    continue
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
                     pids.append(int(d.name))
     return pids
 

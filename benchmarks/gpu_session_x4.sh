@@ -124,8 +124,33 @@ case "${1:-status}" in
     setsid nohup bash "$W/proj/benchmarks/gpu_session_x4.sh" _queue > $W/queue.out 2>&1 < /dev/null & disown
     echo "queue launched";;
   _queue) queue;;
+  endgame)  # a short device budget: after step 3, steps 4-5 in less time (runs detached, from the private copy)
+    cp "$0" $W/proj/benchmarks/gpu_session_x4.sh
+    setsid nohup bash $W/proj/benchmarks/gpu_session_x4.sh _endgame > $W/endgame.out 2>&1 < /dev/null & disown
+    echo "endgame launched";;
+  _endgame)
+    P=$W/proj
+    until grep -q '^exit' $W/second_a/log.txt 2>/dev/null && grep -q '^exit' $W/second_b/log.txt 2>/dev/null; do sleep 2; done
+    pkill -f "gpu_session_x4.sh _queue"; sleep 1; pkill -f probe_uplift_repeat; pkill -f "pytest -n 16"; sleep 3
+    (cd $W && python3 -m pytest_p2p baseline --db $W/f.db list > baseline_list.txt 2>&1)
+    say "endgame: 3b done; GPU processes after: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
+    (cd $P && timeout 400 python3 -m pytest -n 16 -q -p no:cacheprovider --ignore=tests/test_gpu_probe_workers.py \
+       > $W/suite.txt 2>&1; echo "exit $?" >> $W/suite.txt) &
+    (cd $W && timeout 330 python3 $P/benchmarks/probe_uplift_repeat.py --runs 10 --pair 0,1 --max-s 230 \
+       --out $W/rep01 > $W/rep01.txt 2>&1) & r1=$!
+    (cd $W && timeout 330 python3 $P/benchmarks/probe_uplift_repeat.py --runs 10 --pair 2,3 --max-s 230 \
+       --out $W/rep23 > $W/rep23.txt 2>&1) & r2=$!
+    wait $r1 $r2
+    say "endgame: repeats done"
+    (cd $P && timeout 200 python3 benchmarks/probe_vs_nccl_tests.py --nccl-tests-bin $W/pvn/nccl-tests/build \
+       --rounds 3 --out $W/pvn > $W/pvn.txt 2>&1) &
+    (cd $P && GPU_FAULTS_PAIR=2,3 OUT=$W/faults timeout 200 python3 benchmarks/gpu_faults.py --trials 2 > $W/faults.txt 2>&1;
+     MULTINODE_GPUS=2,3 timeout 120 python3 benchmarks/multinode_gpu.py --out $W/multinode > $W/multinode.txt 2>&1) &
+    wait
+    say "endgame done";;
   raystage)  # $2 = 1 or 2: a call carries one .rwK (both at once exceed a call's 64 MiB); the second installs
     mkdir -p /tmp/rwstage && cp .rw"$2"/* /tmp/rwstage/
+    [ -d .whl2 ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl2/*.whl
     [ "$2" = 2 ] && bash /tmp/rwstage/ray_wheels.sh install 2>&1 | tail -2
     bash "$0" status;;
   status)

@@ -58,6 +58,19 @@ def nccl_home() -> str | None:
     return None
 
 
+def mpi_home(mpicc: str) -> Path:
+    """The MPI prefix nccl-tests' Makefile wants (``$MPI_HOME/include/mpi.h``): Debian's OpenMPI keeps it under
+    ``/usr/lib/<triplet>/openmpi``, not beside ``/usr/bin/mpicc``, so ask the wrapper (``-showme:incdirs``)."""
+    try:
+        out = subprocess.run([mpicc, "-showme:incdirs"], capture_output=True, text=True, timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    for inc in map(Path, out):
+        if (inc / "mpi.h").is_file():
+            return inc.parent
+    return Path(mpicc).resolve().parent.parent
+
+
 def build(src: Path, out: Path) -> tuple[Path, bool]:
     """Build ``all_reduce_perf`` from an nccl-tests tree into ``out``; (the binary's directory, built with MPI)."""
     home = nccl_home()
@@ -77,7 +90,7 @@ def build(src: Path, out: Path) -> tuple[Path, bool]:
             "NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90", f"-j{os.cpu_count() or 4}",
             f"{out / 'build'}/all_reduce_perf"]
     if mpi and mpicc is not None:
-        args += ["MPI=1", f"MPI_HOME={Path(mpicc).resolve().parent.parent}"]
+        args += ["MPI=1", f"MPI_HOME={mpi_home(mpicc)}"]
     env = dict(os.environ, LIBRARY_PATH=f"{lib}:{os.environ.get('LIBRARY_PATH', '')}")
     t0 = time.monotonic()
     proc = subprocess.run(args, env=env, capture_output=True, text=True)

@@ -75,6 +75,8 @@ def _build() -> dict[str, Metric]:
         _m("request_throughput", "req/s", True, "completed requests per second"),
         _m("request_goodput", "req/s", True, "requests per second meeting the SLOs (vLLM bench serve)"),
         _m("max_output_tokens_per_s", "tok/s", True, "peak generated tokens per second (vLLM bench serve)"),
+        _m("steady_output_throughput", "tok/s", True, "generated tokens per second while every stream was busy "
+           "(closed loop: first wave streaming to the first completion after the last send)"),
         _m("tokens_per_joule", "tok/J", True, "generated tokens per joule of GPU energy"),
         _m("joules_per_token", "J/tok", False, "GPU energy per generated token"),
         _m("avg_watts", "W", False, "average GPU power of the pair; power alone is not judged", judged=False),

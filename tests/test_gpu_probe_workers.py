@@ -53,9 +53,9 @@ def test_allreduce_worker_is_correct_and_uses_the_arms_transport(two_gpus: None,
     assert {r.bytes for r in res.rows} == {SMALL, LARGE}
     assert all(r.time_us > 0 for r in res.rows)
     assert res.proof is not None and res.proof.has_info, "no NCCL INFO lines in the worker's log"
-    assert res.proof.used_p2p() is p2p, res.proof.summary()
+    assert res.proof.used_p2p is p2p, res.proof.summary()
     if shm:
-        assert res.proof.used_shm() is True, res.proof.summary()
+        assert res.proof.used_shm is True, res.proof.summary()
 
 
 def test_p2p_beats_the_host_path_for_a_large_all_reduce(two_gpus: None, tmp_path: Path) -> None:

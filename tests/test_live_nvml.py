@@ -221,3 +221,38 @@ def test_an_older_nvidia_ml_py_without_newer_getters_still_gathers(monkeypatch):
     ev = live.gather_live(load=False)
     assert ev.gpu(0).throttle_reasons == 4 and ev.gpu(0).nvlinks[0].remote_type is None
     assert ev.pair(0, 1).topology == "NV18"
+
+
+def test_the_load_is_not_run_on_gpus_another_run_holds(use_fake, tmp_path, monkeypatch):
+    """A second run's 2 s CUDA load once ran on all GPUs while the first run's probes timed all-reduces there
+    (4x H100): the load takes the GPUs' leases; held by someone else past the wait, no load, and the note says why."""
+    import subprocess
+    import sys as _sys
+
+    from pytest_p2p.lease import GpuLease
+
+    monkeypatch.setenv("PYTEST_P2P_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setattr(live, "LOAD_LEASE_WAIT_S", 0.3)
+    use_fake(gen_cur=(4, 5))
+    ev = live.gather_live(load=False)
+    ran = tmp_path / "ran"
+    child = tmp_path / "py"
+    child.write_text(f"#!/bin/sh\ntouch {ran}\necho LOADING\n")
+    child.chmod(0o755)
+    GpuLease(lock_dir=tmp_path / "locks")._open(1)  # the lock dir and file exist, as another run leaves them
+    locks = str(tmp_path / "locks")
+    holder = subprocess.Popen([_sys.executable, "-c",
+                               "import sys, time\nfrom pathlib import Path\nfrom pytest_p2p.lease import GpuLease\n"
+                               f"with GpuLease(lock_dir=Path({locks!r})).hold([1], 'probe of run A'):\n"
+                               "    print('held', flush=True); time.sleep(60)\n"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        live.read_under_load(ev, seconds=0.5, python=str(child))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not ran.exists(), "the CUDA load ran on a GPU another run held"
+    assert ev.gpus[0].pcie.loaded is None
+    assert "another run holds a GPU" in ev.gpus[0].pcie.load_method
+    assert "probe of run A" in ev.gpus[0].pcie.load_method

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from types import ModuleType
 
 import pytest
 
+from pytest_p2p.lease import GpuLease
 from pytest_p2p.probes.allreduce import AllReduceResult, Row, busbw_factor
 from pytest_p2p.probes.hooks import ProbeCase, ProbeState, cuda_indices
 from pytest_p2p.probes.judge import Judgement, judge_busbw, judge_copy, judge_latency, judge_uplift, overall
@@ -125,6 +127,13 @@ def _torch_or_skip(p2p_session: P2PSession) -> ModuleType:
     return torch
 
 
+def _leased(pair: tuple[int, int], what: str) -> AbstractContextManager[float]:
+    """The pair's GPU lease around an in-process benchmark: these two time CUDA from pytest's own process, and
+    without the lease a second run's probes could share the GPUs with them (the booking sampler of
+    benchmarks/gpu_booking.py saw it on 4x H100). The CUDA context they create stays in this process after."""
+    return GpuLease().hold(list(pair), what, timeout_s=600.0)
+
+
 @pytest.mark.gpu
 def test_benchmark_p2p_copy_small(p2p_session: P2PSession, p2p_pair: tuple[int, int],
                                   request: pytest.FixtureRequest) -> None:
@@ -132,14 +141,15 @@ def test_benchmark_p2p_copy_small(p2p_session: P2PSession, p2p_pair: tuple[int, 
     torch = _torch_or_skip(p2p_session)
     p2p_benchmark = request.getfixturevalue("p2p_benchmark")
     d0, d1 = cuda_indices(p2p_session.evidence, (p2p_pair[0], p2p_pair[1]))
-    src = torch.ones(1, dtype=torch.float32, device=f"cuda:{d0}")
-    dst = torch.zeros(1, dtype=torch.float32, device=f"cuda:{d1}")
+    with _leased(p2p_pair, "benchmark p2p copy"):
+        src = torch.ones(1, dtype=torch.float32, device=f"cuda:{d0}")
+        dst = torch.zeros(1, dtype=torch.float32, device=f"cuda:{d1}")
 
-    def copy() -> None:
-        dst.copy_(src, non_blocking=True)
-        torch.cuda.synchronize(d1)
+        def copy() -> None:
+            dst.copy_(src, non_blocking=True)
+            torch.cuda.synchronize(d1)
 
-    p2p_benchmark.pedantic(copy, rounds=200, iterations=1, warmup_rounds=20)
+        p2p_benchmark.pedantic(copy, rounds=200, iterations=1, warmup_rounds=20)
     p2p_benchmark.extra_info.update({
         "bytes": 4, "direction": f"gpu{p2p_pair[0]}->gpu{p2p_pair[1]}",
         "peer_access": bool(torch.cuda.can_device_access_peer(d0, d1)),
@@ -157,14 +167,15 @@ def test_benchmark_decode_allreduce(p2p_session: P2PSession, p2p_pair: tuple[int
 
     devs = cuda_indices(p2p_session.evidence, (p2p_pair[0], p2p_pair[1]))
     n = p2p_decode_size // 4
-    bufs = [torch.zeros(n, dtype=torch.float32, device=f"cuda:{d}") for d in devs]
+    with _leased(p2p_pair, f"benchmark decode all-reduce {p2p_decode_size} B"):
+        bufs = [torch.zeros(n, dtype=torch.float32, device=f"cuda:{d}") for d in devs]
 
-    def all_reduce() -> None:
-        nccl.all_reduce(bufs)
-        for d in devs:
-            torch.cuda.synchronize(d)
+        def all_reduce() -> None:
+            nccl.all_reduce(bufs)
+            for d in devs:
+                torch.cuda.synchronize(d)
 
-    p2p_benchmark.pedantic(all_reduce, rounds=100, iterations=1, warmup_rounds=10)
+        p2p_benchmark.pedantic(all_reduce, rounds=100, iterations=1, warmup_rounds=10)
     info = {
         "bytes": p2p_decode_size,
         "transport": "single-process torch.cuda.nccl.all_reduce over both GPUs: NCCL 'direct pointer' P2P "

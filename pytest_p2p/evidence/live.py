@@ -261,7 +261,26 @@ def read_under_load(evidence: Evidence, *, seconds: float = 2.0, python: str | N
     ``seconds + 120`` s; its stderr goes to a file so that a chatty child cannot block on a
     full pipe while we read its stdout. It gets SIGTERM from the kernel if pytest dies, even
     by SIGKILL (:func:`pytest_p2p.children.die_with_parent`): a CUDA load must not outlive us.
+
+    It holds every GPU's lease while it loads them: a second pytest run started on a busy
+    host once ran its 2 s of copies and matmuls on all four GPUs while the first run's probes
+    were timing all-reduces there (seen on 4x H100, docs/gpu-runs.md). When another run keeps
+    a GPU for :data:`LOAD_LEASE_WAIT_S`, the links are read without a load and the note says why.
     """
+    from ..lease import GpuLease, LeaseTimeout
+
+    try:
+        with GpuLease().hold([g.index for g in evidence.gpus], "PCIe read under a CUDA load", LOAD_LEASE_WAIT_S):
+            _read_under_load(evidence, seconds, python)
+    except LeaseTimeout as exc:
+        _no_load(evidence, f"another run holds a GPU, and a load now would disturb its measurements ({exc})")
+
+
+#: how long the under-load read waits for the GPUs' leases before it reads the links without a load
+LOAD_LEASE_WAIT_S = 30.0
+
+
+def _read_under_load(evidence: Evidence, seconds: float, python: str | None) -> None:
     env = subprocess_env(None, nccl_debug=None)
     limit = seconds + 120
     samples: dict[int, list[PcieReading]] = {g.index: [] for g in evidence.gpus}

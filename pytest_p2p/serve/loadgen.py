@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import ServerError
 from .cores import client_cpus
 from .loadclients import PLANNER, ClientPlanner, Job, free_cores, process_cap, run_coroutine, run_sharded
-from .metrics import PERCENTILES, RequestRecord, goodput, peaks, summarize
+from .metrics import PERCENTILES, RequestRecord, goodput, peaks, steady_state, summarize
 from .result import ClientStats, LoadResult
 from .transport import TRANSPORTS, ClientOptions, require_client
 from .workload import Tokenizer, arrival_offsets, discover_tokenizer, load_tokenizer, token_prompts
@@ -208,6 +208,7 @@ def _result(spec: LoadSpec, model: str, tokenizer_id: str, warm: Sequence[Reques
         stats.update(summarize(name, values, spec.percentiles))
     peak_tok, peak_req = peaks(done)
     slos = dict(spec.goodput_slos_ms)
+    steady = steady_state(done, duration) if math.isinf(spec.request_rate) else None
     return LoadResult(
         model_id=model, tokenizer_id=tokenizer_id, endpoint=spec.endpoint, num_prompts=spec.num_prompts,
         input_len=spec.input_len, output_len=spec.output_len, seed=spec.seed, warmup=spec.warmup,
@@ -221,7 +222,8 @@ def _result(spec: LoadSpec, model: str, tokenizer_id: str, warm: Sequence[Reques
         input_lens=[r.prompt_len for r in done],
         output_lens=[r.output_tokens for r in done], ttfts=[r.ttft for r in done], itls=[list(r.itl) for r in done],
         errors=[r.error for r in done], warmup_failed=sum(1 for r in warm if not r.success),
-        goodput_slos_ms=slos, clients=clients)
+        goodput_slos_ms=slos, clients=clients, steady_output_throughput=steady[0] if steady else None,
+        steady_s=steady[1] if steady else None)
 
 
 def run_load(base_url: str, api_key: str, model: str, *, concurrency: int, num_prompts: int, input_len: int,

@@ -149,6 +149,39 @@ def peaks(records: Sequence[RequestRecord]) -> tuple[float, int]:
     return float(max(tokens.values(), default=0)), max(running.values(), default=0)
 
 
+def steady_state(records: Sequence[RequestRecord], duration: float) -> tuple[float, float] | None:
+    """``(output tokens/s, seconds)`` over the part of a closed-loop run when every stream was busy.
+
+    Why: ``output_throughput`` divides by the whole window, which includes the first wave's
+    prefill (nothing streams yet) and the drain at the end (streams run out of prompts one by
+    one). How long the drain lasts depends on how the last requests happen to line up, so it
+    adds window-to-window noise that has nothing to do with the interconnect. The steady part
+    runs from the moment every request of the first wave (those sent before anything
+    completed) has streamed its first token, to the first completion after the last request
+    was sent (from then on fewer streams are busy). Chunks count with their request's tokens
+    per chunk. ``None`` when that part is under half of ``duration`` (an open-loop or too short
+    a run): then there is no steady part worth the name.
+    """
+    ok = [r for r in records if r.success and r.output_tokens > 0]
+    if len(ok) < 2:
+        return None
+    first_end = min(r.start_time + r.latency for r in ok)
+    wave = [r.start_time + r.ttft for r in ok if r.start_time < first_end]
+    last_send = max(r.start_time for r in records)
+    ends_after = [r.start_time + r.latency for r in ok if r.start_time + r.latency > last_send]
+    if not wave or not ends_after:
+        return None
+    t_a, t_b = max(wave), min(ends_after)
+    if t_b - t_a < 0.5 * duration:
+        return None
+    tokens = 0.0
+    for r in ok:
+        times = token_times(r)
+        per_chunk = r.output_tokens / len(times)
+        tokens += per_chunk * sum(1 for t in times if t_a <= t <= t_b)
+    return tokens / (t_b - t_a), t_b - t_a
+
+
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 
 

@@ -118,6 +118,8 @@ class LoadResult(Mapping[str, JSONValue]):
     labels: dict[str, JSONValue] = field(default_factory=dict)
     reshards: list[str] = field(default_factory=list)  # why each run this one replaced was late (first first)
     counted_by_client: int = 0  # requests whose stream had no usage report: tokens counted from their text
+    steady_output_throughput: float | None = None  # output tok/s while every stream was busy (metrics.steady_state)
+    steady_s: float | None = None  # how long that steady part lasted
     _json: dict[str, JSONValue] | None = field(default=None, repr=False, compare=False)
 
     # --------------------------------------------------------------- client health
@@ -260,6 +262,7 @@ class LoadResult(Mapping[str, JSONValue]):
             "total_input_tokens": self.total_input_tokens, "total_output_tokens": self.total_output_tokens,
             "request_throughput": self.request_throughput, "request_goodput": self.request_goodput,
             "output_throughput": self.output_throughput, "total_token_throughput": self.total_token_throughput,
+            "steady_output_throughput": self.steady_output_throughput, "steady_s": self.steady_s,
             "max_output_tokens_per_s": self.max_output_tokens_per_s,
             "max_concurrent_requests": self.max_concurrent_requests,
             "input_lens": list(self.input_lens), "output_lens": list(self.output_lens),
