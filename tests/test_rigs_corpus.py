@@ -56,6 +56,7 @@ AUTO: dict[str, Expect] = {
               "test_pcie_link[gpu2]": "runs PCIe Gen3 x4 under load; the rig expects at least Gen3 x16"},
         skip={"test_pcie_link[gpu0]": "the rig sets no PCIe expectation", **_nvlink_skips([0, 1, 2])}),
     "h200x4-nvswitch": Expect([0, 1, 2, 3], _pairs(4)),
+    "h100x4-nvlink": Expect([0, 1, 2, 3], _pairs(4)),  # recorded on the lent 4x H100 (issue 28)
     "h200x4-nvswitch-gpu-lost": Expect([0, 1, 2], _pairs(3)),
     "h100x8-dgx-nvswitch": Expect(list(range(8)), _pairs(8)),
     "rtx6000ada-x4-pcie-switch": Expect([0, 1, 2, 3], _pairs(4), skip=_nvlink_skips([0, 1, 2, 3])),
