@@ -16,7 +16,7 @@ from dataclasses import Field, field, fields
 from typing import TYPE_CHECKING, TypeVar
 
 from .errors import ConfigError
-from .validate import boolean, float_in, int_in, integer, join, mapping, sequence, string
+from .validate import float_in, int_in, integer, join, mapping, sequence, string
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -84,10 +84,6 @@ def real(lo: float, hi: float, what: str = "a number") -> Read[float]:
 def word(*choices: str) -> Read[str]:
     """A non-empty string, one of ``choices`` when given."""
     return lambda v, s, p: string(v, s, p, choices or None)
-
-
-def flag(value: object, source: str, path: str) -> bool:
-    return boolean(value, source, path)
 
 
 def as_written(value: object, source: str, path: str) -> object:

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from ..errors import ConfigError
-from ..schema import bounded, flag, key, load, real, rig_keys, whole
+from ..schema import bounded, key, load, real, rig_keys, whole
 
 # names, not 'from . import validate': that form reads a stale module off the package object when
 # pytester re-imports the package in-process, and its ConfigError would be another class
-from ..validate import integer, join, show, string
+from ..validate import boolean, integer, join, show, string
 from .model import P2P_STATUS_TEXT, Evidence, GpuEvidence, PairEvidence, topology_rank
 
 T = TypeVar("T")
@@ -76,7 +76,7 @@ def _nvlink(value: object, source: str, path: str) -> NvlinkExpect:
 
 @dataclass(frozen=True)
 class Expectations:
-    peer_access: bool | None = key(None, flag)
+    peer_access: bool | None = key(None, boolean)
     topology: str | None = key(None, parse_topology)
     pcie: LinkExpect = key(LinkExpect(), lambda v, s, p: load(LinkExpect, v, s, p)[0])
     nvlink: NvlinkExpect = key(NvlinkExpect(), _nvlink)

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..schema import each, flag, key, key_factory, load, optional, real, whole, word
+from ..schema import each, key, key_factory, load, optional, real, whole, word
 from ..util import is_bus_id
-from ..validate import env_mapping, join, mapping, percent, sequence, show, string
+from ..validate import boolean, env_mapping, join, mapping, percent, sequence, show, string
 from .model import TOPOLOGY_ORDER, topology_rank
 from .nodes import NodeEvidence, normal_bdf, topology_class
 
@@ -77,7 +77,7 @@ class HostSpec:
     address: str | None = key(None, word(), null=True)
     gpus: tuple[str, ...] = key((), each(_bus_id))
     nics: tuple[NicSpec, ...] = key((), _nics)
-    nvidia_peermem: bool | None = key(None, flag, null=True)
+    nvidia_peermem: bool | None = key(None, boolean, null=True)
     nic_gpu_topology: str | None = key(None, word(*TOPOLOGY_ORDER[1:]), null=True)
     env: Mapping[str, str] = key_factory(dict, env_mapping)
     sysfs: str | None = key(None, word(), null=True)

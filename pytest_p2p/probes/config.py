@@ -11,12 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError
-from ..schema import each, flag, key, key_factory, load, real, whole, word
+from ..schema import each, key, key_factory, load, real, whole, word
 from ..util import format_size
 
 # names, not 'from .. import validate as v': that form reads a stale module off the package object when
 # pytester re-imports the package in-process, and its ConfigError would escape 'except P2PError'
-from ..validate import float_in, int_in, join, mapping, percent, sequence, size
+from ..validate import boolean, float_in, int_in, join, mapping, percent, sequence, size
 
 THRESHOLD_KINDS = ("busbw_min_gbs", "latency_max_us")
 DECODE_KEYS = ("hidden", "tp", "batches", "dtype_bytes")
@@ -96,9 +96,9 @@ class ProbeConfig:
     # False: back-to-back launches queued behind a gate kernel, timed by CUDA events (nccl-tests' own loop
     # without its host-bound failure); True: the batch captured in a CUDA graph (nccl-tests -G), which costs
     # NCCL's per-op graph nodes at small sizes; see docs/performance.md
-    graph: bool = key(False, flag)
+    graph: bool = key(False, boolean)
     # time with back-to-back ncclAllReduce calls through ctypes (falls back to the torch path)
-    direct: bool = key(True, flag)
+    direct: bool = key(True, boolean)
     graph_launches: int = key(5, whole(1, MAX_COUNT))  # replays of the captured batch per trial
     timeout_s: float = key(300.0, real(1, MAX_TIMEOUT_S))  # whole probe, per arm and pair
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -107,7 +107,7 @@ class ProbeConfig:
     arms: tuple[str, ...] | None = key(None, each(word()))  # None: every arm the rig defines
     copy_bytes: int = key(64 * 1024**2, _copy_bytes)
     copy_reps: int = key(20, whole(1, MAX_COUNT))
-    nccl_tests: bool = key(True, flag)  # also run nccl-tests' all_reduce_perf when it is on PATH
+    nccl_tests: bool = key(True, boolean)  # also run nccl-tests' all_reduce_perf when it is on PATH
     # timed trials per size after the warm-up (which is set aside): the checks judge on them; 2 at least: one
     # trial has no spread, so no bound
     trials: int = key(10, whole(2, MAX_TRIALS))

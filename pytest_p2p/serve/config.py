@@ -22,11 +22,11 @@ from typing import TypedDict
 
 from ..errors import ConfigError
 from ..jsontypes import JSONObject
-from ..schema import flag, key, key_factory, load, real, whole, word
+from ..schema import key, key_factory, load, real, whole, word
 
 # names, not 'from .. import validate as v': that form reads a stale module off the package object when
 # pytester re-imports the package in-process, and its ConfigError would escape 'except P2PError'
-from ..validate import env_mapping, float_in, join, mapping, sequence, show, string
+from ..validate import boolean, env_mapping, float_in, join, mapping, sequence, show, string
 
 STANDIN_MODULE = "pytest_p2p.serve.standin"
 #: headers the load client sets itself (a rig's value would make the request malformed)
@@ -153,7 +153,7 @@ class ServerConfig:
     request_timeout_s: float = key(300.0, real(0.001, MAX_TIMEOUT_S))
     teardown_timeout_s: float = key(60.0, real(0.001, MAX_TIMEOUT_S))
     idle_memory_tolerance_mib: int = key(1024, whole(0, 1 << 30))
-    simulated: bool = key(False, flag)  # left out: whether the command runs the stand-in
+    simulated: bool = key(False, boolean)  # left out: whether the command runs the stand-in
     load: LoadDefaults = key(LoadDefaults(), lambda v, s, p: parse_load(v, s, p))
 
     @property
