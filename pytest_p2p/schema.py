@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import Field, field, fields
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .errors import ConfigError
-from .validate import float_in, int_in, integer, join, mapping, sequence, string
+from .validate import boolean, float_in, int_in, integer, join, mapping, sequence, string
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -27,15 +27,16 @@ D = TypeVar("D", bound="DataclassInstance")
 Read = Callable[[object, str, str], T]
 
 
-def key(default: T, read: Read[T], *, name: str | None = None, null: bool = False) -> T:
+def key(default: T, read: Read[T], *, name: str | None = None, null: bool = False, accepts: str = "") -> T:
     """A dataclass field that is also a rig key read by ``read``; ``name`` when the key is spelled unlike the
-    field, ``null=True`` when ``key: null`` keeps the default (else ``null`` goes to the reader)."""
-    return field(default=default, metadata={"read": read, "name": name, "null": null})
+    field, ``null=True`` when ``key: null`` keeps the default (else ``null`` goes to the reader); ``accepts``
+    words the reference row of a reader that does not say it itself."""
+    return field(default=default, metadata={"read": read, "name": name, "null": null, "accepts": accepts})
 
 
-def key_factory(factory: Callable[[], T], read: Read[T], *, name: str | None = None) -> T:
+def key_factory(factory: Callable[[], T], read: Read[T], *, accepts: str = "") -> T:
     """:func:`key` for a mutable default (a mapping)."""
-    return field(default_factory=factory, metadata={"read": read, "name": name, "null": False})
+    return field(default_factory=factory, metadata={"read": read, "name": None, "null": False, "accepts": accepts})
 
 
 def rig_keys(cls: type[DataclassInstance]) -> dict[str, Field[object]]:
@@ -63,27 +64,67 @@ def load(cls: type[D], value: object, source: str, path: str, /, *, only: Iterab
     return cls(**kw), body
 
 
+def reference(cls: type[DataclassInstance], title: str) -> str:
+    """The Markdown table of a section's keys: default and what each accepts, as the readers enforce it (the
+    key reference in docs/rig-file.md is generated from this, so the documented ranges cannot drift)."""
+    rows = [f"**`{title}`**", "", "| key | default | accepts |", "| --- | --- | --- |"]
+    for name, f in rig_keys(cls).items():
+        default = f.default_factory() if callable(f.default_factory) else f.default
+        accepts = f.metadata["accepts"] or _accepts(f.metadata["read"])
+        null = "; null: the default" if f.metadata["null"] else ""
+        rows.append(f"| `{name}` | {_shown(default)} | {accepts}{null} |")
+    return "\n".join(rows) + "\n"
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
+    if value is None or isinstance(value, bool) or value == "":
+        return {None: "null", True: "true", False: "false", "": "none"}[value]
+    if isinstance(value, (str, float)):
+        return f"`{value}`" if isinstance(value, str) else f"{value:g}"
+    return str(value) if isinstance(value, int) else "{}" if isinstance(value, Mapping) and not value else "(below)"
+
+
 # ------------------------------------------------------------------------- readers bound to their ranges
 
 
-def whole(lo: int, hi: int, what: str = "an integer") -> Read[int]:
+class Reader(Generic[T]):
+    """A reader that also says what it accepts, in the words of the generated key reference."""
+
+    def __init__(self, read: Read[T], accepts: str) -> None:
+        self.read, self.accepts = read, accepts
+
+    def __call__(self, value: object, source: str, path: str) -> T:
+        return self.read(value, source, path)
+
+
+def _accepts(read: Read[T]) -> str:
+    return read.accepts if isinstance(read, Reader) else "a value"
+
+
+def whole(lo: int, hi: int, what: str = "an integer") -> Reader[int]:
     """A count in ``lo..hi`` (``1e8`` refused: "write a plain integer")."""
-    return lambda v, s, p: int_in(v, s, p, lo, hi, what=what)
+    return Reader(lambda v, s, p: int_in(v, s, p, lo, hi, what=what), f"{what} {lo} .. {hi}")
 
 
-def bounded(lo: int, hi: int) -> Read[int]:
+def bounded(lo: int, hi: int) -> Reader[int]:
     """An integer in ``lo..hi`` with the plain message (hardware numbers, baseline depths)."""
-    return lambda v, s, p: integer(v, s, p, lo, hi)
+    return Reader(lambda v, s, p: integer(v, s, p, lo, hi), f"an integer {lo} .. {hi}")
 
 
-def real(lo: float, hi: float, what: str = "a number") -> Read[float]:
+def real(lo: float, hi: float, what: str = "a number") -> Reader[float]:
     """A finite number in ``lo..hi``."""
-    return lambda v, s, p: float_in(v, s, p, lo, hi, what=what)
+    return Reader(lambda v, s, p: float_in(v, s, p, lo, hi, what=what), f"{what} {lo:g} .. {hi:g}")
 
 
-def word(*choices: str) -> Read[str]:
+def word(*choices: str) -> Reader[str]:
     """A non-empty string, one of ``choices`` when given."""
-    return lambda v, s, p: string(v, s, p, choices or None)
+    return Reader(lambda v, s, p: string(v, s, p, choices or None),
+                  " \\| ".join(f"`{c}`" for c in choices) or "a non-empty string")
+
+
+flag: Reader[bool] = Reader(boolean, "`true` \\| `false`")
 
 
 def as_written(value: object, source: str, path: str) -> object:
@@ -91,17 +132,18 @@ def as_written(value: object, source: str, path: str) -> object:
     return value
 
 
-def optional(read: Read[T]) -> Read[T | None]:
+def optional(read: Read[T]) -> Reader[T | None]:
     """``null`` is ``None`` (not the default); anything else goes to ``read``."""
-    return lambda v, s, p: None if v is None else read(v, s, p)
+    return Reader(lambda v, s, p: None if v is None else read(v, s, p), f"{_accepts(read)} or null")
 
 
-def each(read: Read[T]) -> Read[tuple[T, ...]]:
+def each(read: Read[T]) -> Reader[tuple[T, ...]]:
     """A list, every item read with its index in the path (``campaign.arms[1]``)."""
-    return lambda v, s, p: tuple(read(x, s, join(p, i)) for i, x in enumerate(sequence(v, s, p)))
+    return Reader(lambda v, s, p: tuple(read(x, s, join(p, i)) for i, x in enumerate(sequence(v, s, p))),
+                  f"a list, each {_accepts(read)}")
 
 
-def distinct(read: Read[tuple[T, ...]], one: str, many: str) -> Read[tuple[T, ...]]:
+def distinct(read: Read[tuple[T, ...]], one: str, many: str) -> Reader[tuple[T, ...]]:
     """``read``'s tuple when it has at least one item and none repeats; else the error naming the path."""
 
     def check(value: object, source: str, path: str) -> tuple[T, ...]:
@@ -112,4 +154,4 @@ def distinct(read: Read[tuple[T, ...]], one: str, many: str) -> Read[tuple[T, ..
             raise ConfigError(source, path, f"{many} repeat: {list(items)}")
         return items
 
-    return check
+    return Reader(check, f"{_accepts(read)}, at least one, no repeats")

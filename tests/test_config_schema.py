@@ -16,6 +16,7 @@ import pytest
 from config_oracle import DATA, POOL, ROOT, SOURCE, decode, encode, expand, normal, outcome, rooted
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rig_reference import current, generated
 
 from pytest_p2p.campaign.config import CampaignConfig, parse_campaign
 from pytest_p2p.errors import ConfigError
@@ -111,3 +112,7 @@ def test_random_campaign_sections_read_each_key_as_it_reads_alone(section: dict[
             assert got[attr] == alone["ok"][attr], (k, v)
         else:  # fine here, refused alone only by a rule across keys (max_reps below the default reps)
             assert any(rule in alone["error"] for rule in CROSS_FIELD), (k, v, alone)
+
+
+def test_the_key_reference_in_the_docs_is_generated_from_the_schema() -> None:
+    assert current() == generated(), "docs/rig-file.md's key reference is stale: run python tests/rig_reference.py"

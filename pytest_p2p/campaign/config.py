@@ -58,10 +58,10 @@ from dataclasses import dataclass, field, replace
 from ..errors import ConfigError
 from ..jsontypes import JSONObject
 from ..options import MAX_REPS
-from ..schema import as_written, distinct, each, key, load, optional, real, rig_keys, whole, word
+from ..schema import as_written, distinct, each, flag, key, load, optional, real, rig_keys, whole, word
 from ..stats.uplift_rule import RULES, UpliftRule, parse_min_uplift
 from ..util import format_size
-from ..validate import boolean, int_in, join, sequence, size
+from ..validate import int_in, join, sequence, size
 from .schedule import MODES
 
 KINDS = ("auto", "model", "probe")
@@ -110,12 +110,13 @@ class CampaignConfig:
 
     kind: str = key("auto", word(*KINDS))
     arms: tuple[str, ...] = key(("p2p_on", "p2p_off"), distinct(each(word()), "arm", "arm names"))
-    concurrency: tuple[int, ...] = key((1, 2, 4, 8), distinct(_int_list, "value", "values"))
-    sizes: tuple[int, ...] = key(DEFAULT_SIZES, _sizes)
+    concurrency: tuple[int, ...] = key((1, 2, 4, 8), distinct(_int_list, "value", "values"),
+                                         accepts="integers 1 .. 4096 (a list, or one), no repeats")
+    sizes: tuple[int, ...] = key(DEFAULT_SIZES, _sizes, accepts="a list of sizes (`8KiB`), 1 B .. 16 GiB")
     reps: int = key(4, whole(1, MAX_REPS))  # even, with abba: linear drift cancels in the uplift (docs/baselines.md)
     schedule: str = key("abba", word(*MODES))
     seed: int = key(0, whole(0, 2**32 - 1))
-    smoke: bool = key(True, boolean)
+    smoke: bool = key(True, flag)
     warmup: int = key(4, whole(0, MAX_PROMPTS))
     prompts_per_concurrency: int = key(8, whole(1, MAX_PROMPTS))
     input_len: int | None = key(None, whole(1, MAX_TOKENS), null=True)
@@ -126,9 +127,10 @@ class CampaignConfig:
     vram_free_mib: int = key(2048, whole(0, 10**7))
     scenario_timeout_s: float = key(900.0, real(0.001, WEEK_S), null=True)
     telemetry_hz: float = key(2.0, real(1, 10))
-    exclude_throttled: bool = key(True, boolean)
+    exclude_throttled: bool = key(True, flag)
     # as the rig file wrote it; parsed per kind by uplift_rule_for
-    min_uplift_raw: object = key(None, as_written, name="min_uplift")
+    min_uplift_raw: object = key(None, as_written, name="min_uplift",
+                                  accepts="a percentage (`5%`) or `{default: 5%, <point>: 8%}`")
     uplift_rule: str = key("point", word(*RULES))
     uplift_metric: str | None = key(None, word(), null=True)
     uplift_direction: str | None = key(None, word("higher", "lower"), null=True)

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from ..errors import ConfigError
-from ..schema import bounded, key, load, real, rig_keys, whole
+from ..schema import bounded, flag, key, load, real, rig_keys, whole
 
 # names, not 'from . import validate': that form reads a stale module off the package object when
 # pytester re-imports the package in-process, and its ConfigError would be another class
-from ..validate import boolean, integer, join, show, string
+from ..validate import integer, join, show, string
 from .model import P2P_STATUS_TEXT, Evidence, GpuEvidence, PairEvidence, topology_rank
 
 T = TypeVar("T")
@@ -48,9 +48,9 @@ class LinkExpect:
     """Minimum PCIe link: ``gen``/``width`` under load, ``max_gen``/``max_width`` as the platform allows."""
 
     gen: int | None = key(None, bounded(1, 6))
-    width: int | None = key(None, _width)
+    width: int | None = key(None, _width, accepts="1, 2, 4, 8, 12, 16, 32 (or `x16`)")
     max_gen: int | None = key(None, bounded(1, 6))
-    max_width: int | None = key(None, _width)
+    max_width: int | None = key(None, _width, accepts="1, 2, 4, 8, 12, 16, 32 (or `x16`)")
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,10 @@ def _nvlink(value: object, source: str, path: str) -> NvlinkExpect:
 
 @dataclass(frozen=True)
 class Expectations:
-    peer_access: bool | None = key(None, boolean)
-    topology: str | None = key(None, parse_topology)
-    pcie: LinkExpect = key(LinkExpect(), lambda v, s, p: load(LinkExpect, v, s, p)[0])
-    nvlink: NvlinkExpect = key(NvlinkExpect(), _nvlink)
+    peer_access: bool | None = key(None, flag)
+    topology: str | None = key(None, parse_topology, accepts="`NV#`, `PIX`, `PXB`, `PHB`, `NODE`, `SYS`")
+    pcie: LinkExpect = key(LinkExpect(), lambda v, s, p: load(LinkExpect, v, s, p)[0], accepts="see `expect.pcie`")
+    nvlink: NvlinkExpect = key(NvlinkExpect(), _nvlink, accepts="see `expect.nvlink`; `false`: no NVLink")
     pcie_replay_budget: int | None = None
     nvlink_crc_budget: int | None = None  # growth per link over the session
     nvlink_crc_rate: float | None = None  # growth per link per second

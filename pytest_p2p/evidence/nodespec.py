@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..schema import each, key, key_factory, load, optional, real, whole, word
+from ..schema import each, flag, key, key_factory, load, optional, real, whole, word
 from ..util import is_bus_id
-from ..validate import boolean, env_mapping, join, mapping, percent, sequence, show, string
+from ..validate import env_mapping, join, mapping, percent, sequence, show, string
 from .model import TOPOLOGY_ORDER, topology_rank
 from .nodes import NodeEvidence, normal_bdf, topology_class
 
@@ -75,11 +75,11 @@ def _nics(value: object, source: str, path: str) -> tuple[NicSpec, ...]:
 class HostSpec:
     name: str
     address: str | None = key(None, word(), null=True)
-    gpus: tuple[str, ...] = key((), each(_bus_id))
-    nics: tuple[NicSpec, ...] = key((), _nics)
-    nvidia_peermem: bool | None = key(None, boolean, null=True)
+    gpus: tuple[str, ...] = key((), each(_bus_id), accepts="a list of PCI bus ids")
+    nics: tuple[NicSpec, ...] = key((), _nics, accepts="`{name: NIC}`, see `nodes.hosts.<host>.nics.<nic>`")
+    nvidia_peermem: bool | None = key(None, flag, null=True)
     nic_gpu_topology: str | None = key(None, word(*TOPOLOGY_ORDER[1:]), null=True)
-    env: Mapping[str, str] = key_factory(dict, env_mapping)
+    env: Mapping[str, str] = key_factory(dict, env_mapping, accepts="`{VAR: value}`")
     sysfs: str | None = key(None, word(), null=True)
 
     def nic(self, name: str) -> NicSpec | None:
@@ -109,8 +109,10 @@ def _share(value: object, source: str, path: str) -> float:
 class Crossing:
     between: tuple[str, str]
     nic: str | None = key(None, optional(word()))
-    transport: Mapping[str, str] = key_factory(dict, _transport)  # arm name -> expected label
-    busbw_min_line_rate: float | None = key(None, optional(_share))  # a share of the line rate, 0..1
+    # arm name -> expected label
+    transport: Mapping[str, str] = key_factory(dict, _transport, accepts="`{arm: NET/...}`")
+    # a share of the line rate, 0..1
+    busbw_min_line_rate: float | None = key(None, optional(_share), accepts="a share of the line rate (0 %, 100 %]")
 
     @property
     def key(self) -> str:

@@ -11,12 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError
-from ..schema import each, key, key_factory, load, real, whole, word
+from ..schema import each, flag, key, key_factory, load, real, whole, word
 from ..util import format_size
 
 # names, not 'from .. import validate as v': that form reads a stale module off the package object when
 # pytester re-imports the package in-process, and its ConfigError would escape 'except P2PError'
-from ..validate import boolean, float_in, int_in, join, mapping, percent, sequence, size
+from ..validate import float_in, int_in, join, mapping, percent, sequence, size
 
 THRESHOLD_KINDS = ("busbw_min_gbs", "latency_max_us")
 DECODE_KEYS = ("hidden", "tp", "batches", "dtype_bytes")
@@ -68,8 +68,8 @@ def _at(value: object, source: str, path: str) -> tuple[int, ...] | None:
 class Thresholds:
     """Per-size limits: ``busbw_min_gbs`` (decimal GB/s) and ``latency_max_us`` (time per all-reduce)."""
 
-    busbw_min_gbs: Mapping[int, float] = key_factory(dict, _size_map)
-    latency_max_us: Mapping[int, float] = key_factory(dict, _size_map)
+    busbw_min_gbs: Mapping[int, float] = key_factory(dict, _size_map, accepts="`{size: GB/s}`, 0 .. 1e9")
+    latency_max_us: Mapping[int, float] = key_factory(dict, _size_map, accepts="`{size: us}`, 0 .. 1e9")
 
     def to_dict(self) -> dict[str, dict[str, float]]:
         return {k: {format_size(s): x for s, x in getattr(self, k).items()} for k in THRESHOLD_KINDS}
@@ -81,33 +81,35 @@ class Uplift:
 
     faster: str = key("p2p_on", word())
     slower: str = key("p2p_off", word())
-    at: tuple[int, ...] | None = key(None, _at)  # None (or 'decode'): the decode sizes
-    min: float = key(0.05, percent)
+    # None (or 'decode'): the decode sizes
+    at: tuple[int, ...] | None = key(None, _at, accepts="`decode` or a list of sizes")
+    min: float = key(0.05, percent, accepts="a percentage (`5%` or 0.05)")
 
 
 @dataclass(frozen=True)
 class ProbeConfig:
     # the sweep with the decode sizes added; ``sizes``, ``decode`` and ``thresholds`` are read by parse_probe
     sizes: tuple[int, ...] = tuple(sorted(set(DEFAULT_SIZES) | set(DEFAULT_DECODE_SIZES)))
-    decode_sizes: tuple[int, ...] = key(DEFAULT_DECODE_SIZES, _sizes)
+    decode_sizes: tuple[int, ...] = key(DEFAULT_DECODE_SIZES, _sizes,
+                                        accepts="a list of sizes, multiples of 4 B, 4 B .. 16 GiB")
     # all-reduces per captured graph; iters x graph_launches = most all-reduces in one trial
     iters: int = key(20, whole(1, MAX_COUNT))
     warmup: int = key(5, whole(0, MAX_COUNT))  # eager all-reduces per size before capture (and before timing)
     # False: back-to-back launches queued behind a gate kernel, timed by CUDA events (nccl-tests' own loop
     # without its host-bound failure); True: the batch captured in a CUDA graph (nccl-tests -G), which costs
     # NCCL's per-op graph nodes at small sizes; see docs/performance.md
-    graph: bool = key(False, boolean)
+    graph: bool = key(False, flag)
     # time with back-to-back ncclAllReduce calls through ctypes (falls back to the torch path)
-    direct: bool = key(True, boolean)
+    direct: bool = key(True, flag)
     graph_launches: int = key(5, whole(1, MAX_COUNT))  # replays of the captured batch per trial
     timeout_s: float = key(300.0, real(1, MAX_TIMEOUT_S))  # whole probe, per arm and pair
     thresholds: Thresholds = field(default_factory=Thresholds)
     per_arm_thresholds: Mapping[str, Thresholds] = field(default_factory=dict)
-    uplift: Uplift = key(Uplift(), lambda v, s, p: _uplift(v, s, p))
+    uplift: Uplift = key(Uplift(), lambda v, s, p: _uplift(v, s, p), accepts="see `probe.uplift`")
     arms: tuple[str, ...] | None = key(None, each(word()))  # None: every arm the rig defines
-    copy_bytes: int = key(64 * 1024**2, _copy_bytes)
+    copy_bytes: int = key(64 * 1024**2, _copy_bytes, accepts="a size, 4 B .. 16 GiB")
     copy_reps: int = key(20, whole(1, MAX_COUNT))
-    nccl_tests: bool = key(True, boolean)  # also run nccl-tests' all_reduce_perf when it is on PATH
+    nccl_tests: bool = key(True, flag)  # also run nccl-tests' all_reduce_perf when it is on PATH
     # timed trials per size after the warm-up (which is set aside): the checks judge on them; 2 at least: one
     # trial has no spread, so no bound
     trials: int = key(10, whole(2, MAX_TRIALS))

@@ -22,11 +22,11 @@ from typing import TypedDict
 
 from ..errors import ConfigError
 from ..jsontypes import JSONObject
-from ..schema import key, key_factory, load, real, whole, word
+from ..schema import flag, key, key_factory, load, real, whole, word
 
 # names, not 'from .. import validate as v': that form reads a stale module off the package object when
 # pytester re-imports the package in-process, and its ConfigError would escape 'except P2PError'
-from ..validate import boolean, env_mapping, float_in, join, mapping, sequence, show, string
+from ..validate import env_mapping, float_in, join, mapping, sequence, show, string
 
 STANDIN_MODULE = "pytest_p2p.serve.standin"
 #: headers the load client sets itself (a rig's value would make the request malformed)
@@ -122,15 +122,20 @@ class LoadDefaults:
     client_processes: int = key(0, whole(0, 4096))
     transport: str = key("raw", word("raw", "openai", "aiohttp"))  # serve/transport.py
     # None: the model directory (vLLM) or the stand-in's words
-    tokenizer: str | None = key(None, lambda v, s, p: string(v, s, p) if v else None)
-    request_rate: float = key(float("inf"), _request_rate)  # requests/s (Poisson); inf: closed loop
+    tokenizer: str | None = key(None, lambda v, s, p: string(v, s, p) if v else None,
+                                  accepts="a directory or name; null: the model's")
+    # requests/s (Poisson); inf: closed loop
+    request_rate: float = key(float("inf"), _request_rate, accepts="`inf` or requests/s 1e-06 .. 1e+06")
     burstiness: float = key(1.0, real(1e-3, 1e3))  # gamma shape of the arrival gaps, as vllm bench serve's
     # a user-supplied endpoint (serve/transport.py ClientOptions; docs/metrics.md)
-    headers: Mapping[str, str] = key_factory(dict, lambda v, s, p: _headers(v, s, p) if v else {})
+    headers: Mapping[str, str] = key_factory(dict, lambda v, s, p: _headers(v, s, p) if v else {},
+                                               accepts="a mapping of header lines")
     # merged into every request, as bench's --extra-body
-    extra_body: Mapping[str, object] = key_factory(dict, lambda v, s, p: dict(mapping(v, s, p)) if v else {})
-    ca_file: str | None = key(None, lambda v, s, p: _ca_file(v, s, p) if v else None)
-    proxy: str = key("env", _proxy)  # env | none | http://HOST:PORT
+    extra_body: Mapping[str, object] = key_factory(dict, lambda v, s, p: dict(mapping(v, s, p)) if v else {},
+                                                   accepts="a mapping")
+    ca_file: str | None = key(None, lambda v, s, p: _ca_file(v, s, p) if v else None,
+                                accepts="a PEM file")
+    proxy: str = key("env", _proxy, accepts="`env` \\| `none` \\| `http://HOST:PORT`")  # env | none | http://HOST:PORT
     connect_timeout_s: float = key(10.0, real(0.1, MAX_TIMEOUT_S))
 
     def client_options(self) -> ClientKeywords:
@@ -142,19 +147,21 @@ class LoadDefaults:
 
 @dataclass(frozen=True)
 class ServerConfig:
-    command: tuple[str, ...] = key(("vllm", "serve"), _command)
+    command: tuple[str, ...] = key(("vllm", "serve"), _command, accepts="an argv prefix (a list or one string)")
     model: str = key("", word())
     served_model_name: str | None = key(None, word(), null=True)
-    args: Mapping[str, object] = key_factory(dict, _args)  # scalars or lists, as the rig file wrote them
+    # scalars or lists, as the rig file wrote them
+    args: Mapping[str, object] = key_factory(dict, _args, accepts="`{flag: value}`")
     flags: tuple[str, ...] = key((), lambda v, s, p: tuple(string(f, s, join(p, i))
-                                                           for i, f in enumerate(sequence(v or [], s, p))))
-    env: Mapping[str, str] = key_factory(dict, env_mapping)
+                                                           for i, f in enumerate(sequence(v or [], s, p))),
+                                 accepts="a list of flags")
+    env: Mapping[str, str] = key_factory(dict, env_mapping, accepts="`{VAR: value}`")
     startup_timeout_s: float = key(900.0, real(0.001, MAX_TIMEOUT_S))
     request_timeout_s: float = key(300.0, real(0.001, MAX_TIMEOUT_S))
     teardown_timeout_s: float = key(60.0, real(0.001, MAX_TIMEOUT_S))
     idle_memory_tolerance_mib: int = key(1024, whole(0, 1 << 30))
-    simulated: bool = key(False, boolean)  # left out: whether the command runs the stand-in
-    load: LoadDefaults = key(LoadDefaults(), lambda v, s, p: parse_load(v, s, p))
+    simulated: bool = key(False, flag)  # left out: whether the command runs the stand-in
+    load: LoadDefaults = key(LoadDefaults(), lambda v, s, p: parse_load(v, s, p), accepts="see `server.load`")
 
     @property
     def model_name(self) -> str:

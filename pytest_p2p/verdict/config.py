@@ -94,18 +94,21 @@ class BaselineConfig:
     """The section, one field per key (:mod:`pytest_p2p.schema`); ``tolerance`` and ``primary``: parse_baseline."""
 
     db: str | None = key(None, word())  # None: DEFAULT_DB under the rootdir
-    name: str = key(DEFAULT_NAME, check_name)
+    name: str = key(DEFAULT_NAME, check_name, accepts="letters, digits, `.`, `_`, `-` (at most 64)")
     depth: int = key(20, bounded(1, 1000))
     rule: str = key("noise", word(*RULES))
-    alpha: float = key(0.01, _alpha)  # family-wise over the campaign's primaries
+    # family-wise over the campaign's primaries
+    alpha: float = key(0.01, _alpha, accepts="a percentage 0.0001 % .. 20 %")
     min_reps: int = key(2, bounded(1, 1000))
     min_runs: int = key(3, bounded(1, 1000))
     default_tolerance: Tolerance = Tolerance()
     tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
-    directions: Mapping[str, str] = key_factory(dict, _directions)  # metric -> "higher" | "lower"
+    # metric -> "higher" | "lower"
+    directions: Mapping[str, str] = key_factory(dict, _directions, accepts="`{metric: higher \\| lower}`")
     primary: tuple[str, ...] = ()  # empty: metrics.default_primaries(kind, point)
     # None: the primary metric's relative tolerance
-    uplift_tolerance: float | None = key(None, lambda v, s, p: _tolerance(v, s, p).rel)
+    uplift_tolerance: float | None = key(None, lambda v, s, p: _tolerance(v, s, p).rel,
+                                            accepts="a percentage 0 % .. 100 %")
 
     def tolerance(self, metric: str) -> Tolerance:
         return self.tolerances.get(metric, self.default_tolerance)
