@@ -3,8 +3,8 @@
 Each helper takes the value, the ``source`` (file name) and the field ``path`` and
 either returns a typed value or raises :class:`~pytest_p2p.errors.ConfigError` whose
 message reads ``rig.yaml: expect.pcie.gen: expected an integer 1..6, got 'four'``.
-Every stage parses its own section of the rig file with these, so the error style is
-the same everywhere.
+The rig schema (:mod:`.schema`) binds them to each key's range, so the error style is
+the same in every section.
 """
 
 from __future__ import annotations

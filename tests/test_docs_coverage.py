@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from pytest_p2p.campaign import config as campaign_config
+from pytest_p2p.schema import rig_keys
 from pytest_p2p.serve import config as serve_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,6 +58,7 @@ def test_checks_doc_names_every_builtin_check() -> None:
 
 def test_rig_file_doc_names_every_server_load_and_campaign_key() -> None:
     words = _words((DOCS / "rig-file.md").read_text(encoding="utf-8"))
-    keys = {*serve_config._KEYS, *serve_config._LOAD_KEYS, *campaign_config._KEYS}
+    keys = {*rig_keys(serve_config.ServerConfig), *rig_keys(serve_config.LoadDefaults),
+            *rig_keys(campaign_config.CampaignConfig)}
     missing = sorted(k for k in keys if k not in words)
     assert not missing, "docs/rig-file.md does not name: " + ", ".join(missing)

@@ -53,23 +53,21 @@ downtraining) and ``exclude_throttled`` whether untrustworthy reps are dropped.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
 
 from ..errors import ConfigError
 from ..jsontypes import JSONObject
 from ..options import MAX_REPS
+from ..schema import as_written, distinct, each, flag, key, load, optional, real, rig_keys, whole, word
 from ..stats.uplift_rule import RULES, UpliftRule, parse_min_uplift
 from ..util import format_size
-from ..validate import boolean, float_in, int_in, join, mapping, sequence, size, string
+from ..validate import int_in, join, sequence, size
 from .schedule import MODES
 
 KINDS = ("auto", "model", "probe")
 RESIDENCY = ("auto", "resident", "sleep", "restart")
 MAX_STARTS = 100
 MAX_WINDOWS = 1000
-T = TypeVar("T", bound=Hashable)
 DEFAULT_SIZES = (8 * 1024, 32 * 1024, 128 * 1024, 512 * 1024)
 
 
@@ -89,51 +87,62 @@ MAX_TOKENS = 1_000_000
 MAX_SIZE = 16 * 1024**3
 DAY_S = 86_400.0
 WEEK_S = 7 * DAY_S
+WINDOW_S: float | None = 15.0  # typed so that ``window_s: null`` (None) is a value of the key
 
 
-_KEYS = (
-    "kind", "arms", "concurrency", "sizes", "reps", "schedule", "seed", "smoke", "warmup",
-    "prompts_per_concurrency", "input_len", "output_len", "cooldown_s", "idle_baseline_s",
-    "vram_free_timeout_s", "vram_free_mib", "scenario_timeout_s", "telemetry_hz", "exclude_throttled",
-    "min_uplift", "uplift_rule", "uplift_metric", "uplift_direction", "request_timeout_s",
-    "rep_retries", "max_reps", "max_time_s", "residency", "starts", "windows", "window_s", "max_starts",
-)
+def _int_list(value: object, source: str, path: str) -> tuple[int, ...]:
+    """``concurrency: 8`` or ``[1, 2, 4, 8]``."""
+    items = (value,) if isinstance(value, int) and not isinstance(value, bool) else sequence(value, source, path)
+    return tuple(int_in(v, source, join(path, i), 1, MAX_CONCURRENCY) for i, v in enumerate(items))
+
+
+def _sizes(value: object, source: str, path: str) -> tuple[int, ...]:
+    sizes = tuple(size(v, source, join(path, i)) for i, v in enumerate(sequence(value, source, path)))
+    if not sizes or any(s <= 0 or s > MAX_SIZE for s in sizes):
+        raise ConfigError(source, path, f"expected a list of sizes from 1 B to {format_size(MAX_SIZE)} "
+                                        "like [8KiB, 128KiB]")
+    return sizes
 
 
 @dataclass(frozen=True)
 class CampaignConfig:
-    kind: str = "auto"
-    arms: tuple[str, ...] = ("p2p_on", "p2p_off")
-    concurrency: tuple[int, ...] = (1, 2, 4, 8)
-    sizes: tuple[int, ...] = DEFAULT_SIZES
-    reps: int = 4  # even, with abba: linear drift cancels in the uplift (docs/baselines.md)
-    schedule: str = "abba"
-    seed: int = 0
-    smoke: bool = True
-    warmup: int = 4
-    prompts_per_concurrency: int = 8
-    input_len: int | None = None
-    output_len: int | None = None
-    cooldown_s: float = 5.0
-    idle_baseline_s: float = 2.0
-    vram_free_timeout_s: float = 120.0
-    vram_free_mib: int = 2048
-    scenario_timeout_s: float = 900.0
-    telemetry_hz: float = 2.0
-    exclude_throttled: bool = True
-    min_uplift_raw: object = None  # as the rig file wrote it; parsed per kind by uplift_rule_for
-    uplift_rule: str = "point"
-    uplift_metric: str | None = None
-    uplift_direction: str | None = None
-    request_timeout_s: float | None = None
-    rep_retries: int = 2
-    max_reps: int | None = None
-    max_time_s: float | None = None
-    residency: str = "auto"
-    starts: int = 3
-    windows: int = 4
-    window_s: float | None = 15.0
-    max_starts: int | None = None
+    """The section, one field per key (:mod:`pytest_p2p.schema`); its rules across keys: :func:`parse_campaign`."""
+
+    kind: str = key("auto", word(*KINDS))
+    arms: tuple[str, ...] = key(("p2p_on", "p2p_off"), distinct(each(word()), "arm", "arm names"))
+    concurrency: tuple[int, ...] = key((1, 2, 4, 8), distinct(_int_list, "value", "values"),
+                                         accepts="integers 1 .. 4096 (a list, or one), no repeats")
+    sizes: tuple[int, ...] = key(DEFAULT_SIZES, _sizes, accepts="a list of sizes (`8KiB`), 1 B .. 16 GiB")
+    reps: int = key(4, whole(1, MAX_REPS))  # even, with abba: linear drift cancels in the uplift (docs/baselines.md)
+    schedule: str = key("abba", word(*MODES))
+    seed: int = key(0, whole(0, 2**32 - 1))
+    smoke: bool = key(True, flag)
+    warmup: int = key(4, whole(0, MAX_PROMPTS))
+    prompts_per_concurrency: int = key(8, whole(1, MAX_PROMPTS))
+    input_len: int | None = key(None, whole(1, MAX_TOKENS), null=True)
+    output_len: int | None = key(None, whole(1, MAX_TOKENS), null=True)
+    cooldown_s: float = key(5.0, real(0, DAY_S))
+    idle_baseline_s: float = key(2.0, real(0, DAY_S))
+    vram_free_timeout_s: float = key(120.0, real(0, DAY_S))
+    vram_free_mib: int = key(2048, whole(0, 10**7))
+    scenario_timeout_s: float = key(900.0, real(0.001, WEEK_S), null=True)
+    telemetry_hz: float = key(2.0, real(1, 10))
+    exclude_throttled: bool = key(True, flag)
+    # as the rig file wrote it; parsed per kind by uplift_rule_for
+    min_uplift_raw: object = key(None, as_written, name="min_uplift",
+                                  accepts="a percentage (`5%`) or `{default: 5%, <point>: 8%}`")
+    uplift_rule: str = key("point", word(*RULES))
+    uplift_metric: str | None = key(None, word(), null=True)
+    uplift_direction: str | None = key(None, word("higher", "lower"), null=True)
+    request_timeout_s: float | None = key(None, real(0.001, DAY_S), null=True)
+    rep_retries: int = key(2, whole(0, 10))
+    max_reps: int | None = key(None, whole(1, MAX_REPS), null=True)
+    max_time_s: float | None = key(None, real(0.001, WEEK_S), null=True)
+    residency: str = key("auto", word(*RESIDENCY))
+    starts: int = key(3, whole(1, MAX_STARTS))
+    windows: int = key(4, whole(1, MAX_WINDOWS))
+    window_s: float | None = key(WINDOW_S, optional(real(0.1, DAY_S)))  # null: prompts_per_concurrency
+    max_starts: int | None = key(None, whole(1, MAX_STARTS), null=True)
     source: str = "rig.yaml"
     explicit: frozenset[str] = field(default_factory=frozenset)  # keys the rig file set
 
@@ -201,116 +210,17 @@ class CampaignConfig:
 
     def to_dict(self) -> JSONObject:
         """Every rig-file key but ``min_uplift`` (run.json records the parsed rule under ``uplift.rule``)."""
-        return {k: getattr(self, k) for k in _KEYS if k != "min_uplift"}
-
-
-def _int_list(value: object, source: str, path: str, hi: int) -> tuple[int, ...]:
-    items = [value] if isinstance(value, int) and not isinstance(value, bool) else sequence(value, source, path)
-    return _distinct(tuple(int_in(v, source, join(path, i), 1, hi) for i, v in enumerate(items)), source, path,
-                     "value", "values")
-
-
-def _arms(value: object, source: str, path: str) -> tuple[str, ...]:
-    return _distinct(tuple(string(a, source, join(path, i)) for i, a in enumerate(sequence(value, source, path))),
-                     source, path, "arm", "arm names")
-
-
-def _distinct(items: tuple[T, ...], source: str, path: str, one: str, many: str) -> tuple[T, ...]:
-    """``items`` if there is at least one and none repeats; else the error naming ``path``."""
-    if not items:
-        raise ConfigError(source, path, f"expected at least one {one}")
-    if len(set(items)) != len(items):
-        raise ConfigError(source, path, f"{many} repeat: {list(items)}")
-    return items
-
-
-def _sizes(value: object, source: str, path: str) -> tuple[int, ...]:
-    sizes = tuple(size(v, source, join(path, i)) for i, v in enumerate(sequence(value, source, path)))
-    if not sizes or any(s <= 0 or s > MAX_SIZE for s in sizes):
-        raise ConfigError(source, path, f"expected a list of sizes from 1 B to {format_size(MAX_SIZE)} "
-                                        "like [8KiB, 128KiB]")
-    return sizes
+        return {k: getattr(self, f.name) for k, f in rig_keys(CampaignConfig).items() if k != "min_uplift"}
 
 
 def parse_campaign(value: object, source: str, path: str = "campaign") -> CampaignConfig:
     """Validate the ``campaign:`` section; ``None`` gives the defaults.
 
-    Keys are checked in a fixed order (the first bad one is the error); a key the rig file
+    Keys are checked in field order (the first bad one is the error); a key the rig file
     leaves out keeps its default, and so does ``null`` where the key allows it.
     """
-    m = mapping(value, source, path, allowed=_KEYS)
-    d = CampaignConfig()
-
-    def p(key: str) -> str:
-        return join(path, key)
-
-    def given(key: str) -> bool:
-        """Set, and not ``null``."""
-        return key in m and m[key] is not None
-
-    def whole(key: str, lo: int, hi: int, default: int) -> int:
-        return int_in(m[key], source, p(key), lo, hi) if key in m else default
-
-    def whole_or_null(key: str, lo: int, hi: int, default: int | None) -> int | None:
-        return int_in(m[key], source, p(key), lo, hi) if given(key) else default
-
-    def real(key: str, lo: float, hi: float, default: float) -> float:
-        return float_in(m[key], source, p(key), lo, hi) if key in m else default
-
-    def flag(key: str, default: bool) -> bool:
-        return boolean(m[key], source, p(key)) if key in m else default
-
-    def word(key: str, choices: tuple[str, ...], default: str) -> str:
-        return string(m[key], source, p(key), choices) if key in m else default
-
-    kind = word("kind", KINDS, d.kind)
-    arms = _arms(m["arms"], source, p("arms")) if "arms" in m else d.arms
-    concurrency = (_int_list(m["concurrency"], source, p("concurrency"), MAX_CONCURRENCY) if "concurrency" in m
-                   else d.concurrency)
-    sizes = _sizes(m["sizes"], source, p("sizes")) if "sizes" in m else d.sizes
-    reps = whole("reps", 1, MAX_REPS, d.reps)
-    seed = whole("seed", 0, 2**32 - 1, d.seed)
-    warmup = whole("warmup", 0, MAX_PROMPTS, d.warmup)
-    prompts_per_concurrency = whole("prompts_per_concurrency", 1, MAX_PROMPTS, d.prompts_per_concurrency)
-    vram_free_mib = whole("vram_free_mib", 0, 10**7, d.vram_free_mib)
-    rep_retries = whole("rep_retries", 0, 10, d.rep_retries)
-    input_len = whole_or_null("input_len", 1, MAX_TOKENS, d.input_len)
-    output_len = whole_or_null("output_len", 1, MAX_TOKENS, d.output_len)
-    max_reps = whole_or_null("max_reps", 1, MAX_REPS, d.max_reps)
-    cooldown_s = real("cooldown_s", 0, DAY_S, d.cooldown_s)
-    idle_baseline_s = real("idle_baseline_s", 0, DAY_S, d.idle_baseline_s)
-    vram_free_timeout_s = real("vram_free_timeout_s", 0, DAY_S, d.vram_free_timeout_s)
-    scenario_timeout_s = (float_in(m["scenario_timeout_s"], source, p("scenario_timeout_s"), 0.001, WEEK_S)
-                          if given("scenario_timeout_s") else d.scenario_timeout_s)
-    request_timeout_s = (float_in(m["request_timeout_s"], source, p("request_timeout_s"), 0.001, DAY_S)
-                         if given("request_timeout_s") else d.request_timeout_s)
-    max_time_s = (float_in(m["max_time_s"], source, p("max_time_s"), 0.001, WEEK_S) if given("max_time_s")
-                  else d.max_time_s)
-    residency = word("residency", RESIDENCY, d.residency)
-    starts = whole("starts", 1, MAX_STARTS, d.starts)
-    windows = whole("windows", 1, MAX_WINDOWS, d.windows)
-    max_starts = whole_or_null("max_starts", 1, MAX_STARTS, d.max_starts)
-    window_s = (float_in(m["window_s"], source, p("window_s"), 0.1, DAY_S) if given("window_s")
-                else (None if "window_s" in m else d.window_s))
-    telemetry_hz = real("telemetry_hz", 1, 10, d.telemetry_hz)
-    smoke = flag("smoke", d.smoke)
-    exclude_throttled = flag("exclude_throttled", d.exclude_throttled)
-    schedule = word("schedule", MODES, d.schedule)
-    uplift_rule = word("uplift_rule", RULES, d.uplift_rule)
-    uplift_metric = (string(m["uplift_metric"], source, p("uplift_metric")) if given("uplift_metric")
-                     else d.uplift_metric)
-    uplift_direction = (string(m["uplift_direction"], source, p("uplift_direction"), ("higher", "lower"))
-                        if given("uplift_direction") else d.uplift_direction)
-    cfg = CampaignConfig(
-        kind=kind, arms=arms, concurrency=concurrency, sizes=sizes, reps=reps, schedule=schedule, seed=seed,
-        smoke=smoke, warmup=warmup, prompts_per_concurrency=prompts_per_concurrency, input_len=input_len,
-        output_len=output_len, cooldown_s=cooldown_s, idle_baseline_s=idle_baseline_s,
-        vram_free_timeout_s=vram_free_timeout_s, vram_free_mib=vram_free_mib, scenario_timeout_s=scenario_timeout_s,
-        telemetry_hz=telemetry_hz, exclude_throttled=exclude_throttled,
-        min_uplift_raw=m.get("min_uplift", d.min_uplift_raw), uplift_rule=uplift_rule,
-        uplift_metric=uplift_metric, uplift_direction=uplift_direction, request_timeout_s=request_timeout_s,
-        rep_retries=rep_retries, max_reps=max_reps, max_time_s=max_time_s, residency=residency, starts=starts,
-        windows=windows, window_s=window_s, max_starts=max_starts, source=source, explicit=frozenset(m))
+    cfg, body = load(CampaignConfig, value, source, path, source=source)
+    cfg = replace(cfg, explicit=frozenset(body))
     # Validate the threshold table now (for whichever kinds it could be used with), not mid-campaign.
     kinds = ("model", "probe") if cfg.kind == "auto" else (cfg.kind,)
     errors: list[ConfigError] = []
@@ -322,14 +232,14 @@ def parse_campaign(value: object, source: str, path: str = "campaign") -> Campai
     if len(errors) == len(kinds):
         raise errors[0]
     if cfg.max_reps is not None and cfg.max_reps < cfg.reps:
-        raise ConfigError(source, p("max_reps"), f"max_reps ({cfg.max_reps}) is below reps ({cfg.reps}): adaptive "
-                                                 "repetitions only add pairs")
+        raise ConfigError(source, join(path, "max_reps"), f"max_reps ({cfg.max_reps}) is below reps ({cfg.reps}): "
+                                                          "adaptive repetitions only add pairs")
     if cfg.max_starts is not None and cfg.max_starts < cfg.starts:
-        raise ConfigError(source, p("max_starts"), f"max_starts ({cfg.max_starts}) is below starts ({cfg.starts}): "
-                                                   "adaptive starts only add server starts")
+        raise ConfigError(source, join(path, "max_starts"), f"max_starts ({cfg.max_starts}) is below starts "
+                                                            f"({cfg.starts}): adaptive starts only add server starts")
     if cfg.uplift_rule == "ci_lower" and cfg.reps < 2:
-        raise ConfigError(source, p("reps"), f"uplift_rule ci_lower needs reps >= 2 (a CI needs spread), got "
-                                             f"{cfg.reps}")
+        raise ConfigError(source, join(path, "reps"), f"uplift_rule ci_lower needs reps >= 2 (a CI needs spread), "
+                                                      f"got {cfg.reps}")
     if cfg.uplift_metric is not None and cfg.uplift_direction is None:
         cfg.direction("model")  # raises for an unknown metric without a direction
     return cfg

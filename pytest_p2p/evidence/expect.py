@@ -9,57 +9,77 @@ indices instead of selectors, which GPUs and pairs are checked, and why the othe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from ..errors import ConfigError
+from ..schema import bounded, flag, key, load, real, rig_keys, whole
 
 # names, not 'from . import validate': that form reads a stale module off the package object when
 # pytester re-imports the package in-process, and its ConfigError would be another class
-from ..validate import (
-    boolean,
-    float_in,
-    int_in,
-    integer,
-    join,
-    mapping,
-    show,
-    string,
-)
+from ..validate import integer, join, show, string
 from .model import P2P_STATUS_TEXT, Evidence, GpuEvidence, PairEvidence, topology_rank
 
 T = TypeVar("T")
 
-EXPECT_KEYS = ("peer_access", "topology", "pcie", "nvlink", "counters")
-PCIE_KEYS = ("gen", "width", "max_gen", "max_width")
-NVLINK_KEYS = ("links", "version")
-COUNTER_KEYS = ("pcie_replay", "nvlink_crc", "nvlink_crc_per_s")
+
+def parse_topology(value: object, source: str, path: str) -> str:
+    text = string(value, source, path).strip().upper()
+    if text in ("PIX", "PXB", "PHB", "NODE", "SYS", "NV"):
+        return text
+    if text.startswith("NV") and text[2:].isdigit() and 0 < int(text[2:]) <= 72:
+        return text
+    raise ConfigError(source, path,
+                      f"expected a topology class as 'nvidia-smi topo -m' names it (NV#, PIX, PXB, PHB, NODE, SYS), "
+                      f"got {show(value)}")
+
+
+def _width(value: object, source: str, path: str) -> int:
+    if isinstance(value, str) and value.lower().startswith("x") and value[1:].isdigit():
+        value = int(value[1:])
+    w = integer(value, source, path, 1, 32)
+    if w not in (1, 2, 4, 8, 12, 16, 32):
+        raise ConfigError(source, path, f"expected a PCIe width (1, 2, 4, 8, 12, 16, 32), got {w}")
+    return w
 
 
 @dataclass(frozen=True)
 class LinkExpect:
     """Minimum PCIe link: ``gen``/``width`` under load, ``max_gen``/``max_width`` as the platform allows."""
 
-    gen: int | None = None
-    width: int | None = None
-    max_gen: int | None = None
-    max_width: int | None = None
+    gen: int | None = key(None, bounded(1, 6))
+    width: int | None = key(None, _width, accepts="1, 2, 4, 8, 12, 16, 32 (or `x16`)")
+    max_gen: int | None = key(None, bounded(1, 6))
+    max_width: int | None = key(None, _width, accepts="1, 2, 4, 8, 12, 16, 32 (or `x16`)")
 
 
 @dataclass(frozen=True)
 class NvlinkExpect:
-    """``links`` active NVLinks at ``version``; ``links: 0`` means the rig has no NVLink."""
+    """``links`` active NVLinks at ``version``; ``links: 0`` (or ``nvlink: false``) means the rig has no NVLink."""
 
-    links: int | None = None
-    version: int | None = None
+    links: int | None = key(None, bounded(0, 72))
+    version: int | None = key(None, bounded(1, 9))
+
+
+@dataclass(frozen=True)
+class _Counters:
+    """The ``counters:`` block, read into :class:`Expectations`' budget fields."""
+
+    pcie_replay: int | None = key(None, whole(0, 10**9))
+    nvlink_crc: int | None = key(None, whole(0, 10**12))  # growth per link over the session
+    nvlink_crc_per_s: float | None = key(None, real(0, 1e9))  # growth per link per second
+
+
+def _nvlink(value: object, source: str, path: str) -> NvlinkExpect:
+    return NvlinkExpect(links=0) if value is False else load(NvlinkExpect, value, source, path)[0]
 
 
 @dataclass(frozen=True)
 class Expectations:
-    peer_access: bool | None = None
-    topology: str | None = None
-    pcie: LinkExpect = field(default_factory=LinkExpect)
-    nvlink: NvlinkExpect = field(default_factory=NvlinkExpect)
+    peer_access: bool | None = key(None, flag)
+    topology: str | None = key(None, parse_topology, accepts="`NV#`, `PIX`, `PXB`, `PHB`, `NODE`, `SYS`")
+    pcie: LinkExpect = key(LinkExpect(), lambda v, s, p: load(LinkExpect, v, s, p)[0], accepts="see `expect.pcie`")
+    nvlink: NvlinkExpect = key(NvlinkExpect(), _nvlink, accepts="see `expect.nvlink`; `false`: no NVLink")
     pcie_replay_budget: int | None = None
     nvlink_crc_budget: int | None = None  # growth per link over the session
     nvlink_crc_rate: float | None = None  # growth per link per second
@@ -84,62 +104,18 @@ class Expectations:
         )
 
 
-def parse_topology(value: object, source: str, path: str) -> str:
-    text = string(value, source, path).strip().upper()
-    if text in ("PIX", "PXB", "PHB", "NODE", "SYS", "NV"):
-        return text
-    if text.startswith("NV") and text[2:].isdigit() and 0 < int(text[2:]) <= 72:
-        return text
-    raise ConfigError(source, path,
-                      f"expected a topology class as 'nvidia-smi topo -m' names it (NV#, PIX, PXB, PHB, NODE, SYS), "
-                      f"got {show(value)}")
+PCIE_KEYS = tuple(rig_keys(LinkExpect))
+NVLINK_KEYS = tuple(rig_keys(NvlinkExpect))
+COUNTER_KEYS = tuple(rig_keys(_Counters))
+EXPECT_KEYS = (*rig_keys(Expectations), "counters")
 
 
 def parse_expectations(value: object, source: str, path: str, only: tuple[str, ...] = EXPECT_KEYS) -> Expectations:
-    m = mapping(value, source, path, only)
-    peer = boolean(m["peer_access"], source, join(path, "peer_access")) if "peer_access" in m else None
-    topo = parse_topology(m["topology"], source, join(path, "topology")) if "topology" in m else None
-    pp = join(path, "pcie")
-    pm = mapping(m.get("pcie"), source, pp, PCIE_KEYS)
-    pcie = LinkExpect(
-        gen=integer(pm["gen"], source, join(pp, "gen"), 1, 6) if "gen" in pm else None,
-        width=_width(pm["width"], source, join(pp, "width")) if "width" in pm else None,
-        max_gen=integer(pm["max_gen"], source, join(pp, "max_gen"), 1, 6) if "max_gen" in pm else None,
-        max_width=_width(pm["max_width"], source, join(pp, "max_width")) if "max_width" in pm else None,
-    )
-    np_ = join(path, "nvlink")
-    raw_nv = m.get("nvlink")
-    if raw_nv is False:
-        nvlink = NvlinkExpect(links=0)
-    else:
-        nm = mapping(raw_nv, source, np_, NVLINK_KEYS)
-        nvlink = NvlinkExpect(
-            links=integer(nm["links"], source, join(np_, "links"), 0, 72) if "links" in nm else None,
-            version=integer(nm["version"], source, join(np_, "version"), 1, 9) if "version" in nm else None,
-        )
-    cp = join(path, "counters")
-    cm = mapping(m.get("counters"), source, cp, COUNTER_KEYS)
-    return Expectations(
-        peer_access=peer,
-        topology=topo,
-        pcie=pcie,
-        nvlink=nvlink,
-        pcie_replay_budget=(int_in(cm["pcie_replay"], source, join(cp, "pcie_replay"), 0, 10**9)
-                            if "pcie_replay" in cm else None),
-        nvlink_crc_budget=(int_in(cm["nvlink_crc"], source, join(cp, "nvlink_crc"), 0, 10**12)
-                           if "nvlink_crc" in cm else None),
-        nvlink_crc_rate=(float_in(cm["nvlink_crc_per_s"], source, join(cp, "nvlink_crc_per_s"), 0, 1e9)
-                         if "nvlink_crc_per_s" in cm else None),
-    )
-
-
-def _width(value: object, source: str, path: str) -> int:
-    if isinstance(value, str) and value.lower().startswith("x") and value[1:].isdigit():
-        value = int(value[1:])
-    w = integer(value, source, path, 1, 32)
-    if w not in (1, 2, 4, 8, 12, 16, 32):
-        raise ConfigError(source, path, f"expected a PCIe width (1, 2, 4, 8, 12, 16, 32), got {w}")
-    return w
+    counters = ("counters",) if "counters" in only else ()
+    exp, body = load(Expectations, value, source, path, only=only, also=counters)
+    c = load(_Counters, body.get("counters"), source, join(path, "counters"))[0]
+    return replace(exp, pcie_replay_budget=c.pcie_replay, nvlink_crc_budget=c.nvlink_crc,
+                   nvlink_crc_rate=c.nvlink_crc_per_s)
 
 
 @dataclass

@@ -31,19 +31,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..schema import each, flag, key, key_factory, load, optional, real, whole, word
 from ..util import is_bus_id
-from ..validate import env_mapping, float_in, int_in, join, mapping, percent, sequence, show, string
+from ..validate import env_mapping, join, mapping, percent, sequence, show, string
 from .model import TOPOLOGY_ORDER, topology_rank
 from .nodes import NodeEvidence, normal_bdf, topology_class
 
 NODES_KEYS = ("hosts", "crossings", "stages")
-HOST_KEYS = ("address", "gpus", "nics", "nvidia_peermem", "nic_gpu_topology", "env", "sysfs")
-NIC_KEYS = ("port", "state", "rate_gbps", "link_layer", "gid_index", "gid_type", "netdev")
-CROSSING_KEYS = ("between", "nic", "transport", "busbw_min_line_rate")
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _TRANSPORT_RE = re.compile(r"^(NET|P2P|SHM|COLLNET)(/[A-Za-z0-9_ .*…-]{1,64}){0,3}$")
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
@@ -52,36 +50,69 @@ PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 @dataclass(frozen=True)
 class NicSpec:
     name: str
-    port: int = 1
-    state: str | None = None
-    rate_gbps: float | None = None
-    link_layer: str | None = None
-    gid_index: int | None = None
-    gid_type: str | None = None
-    netdev: str | None = None
+    port: int = key(1, whole(1, 64, what="a port number"))
+    state: str | None = key(None, word(), null=True)
+    rate_gbps: float | None = key(None, real(1, 10_000, what="a line rate in Gb/s"), null=True)
+    link_layer: str | None = key(None, word(), null=True)
+    gid_index: int | None = key(None, whole(0, 1023), null=True)
+    gid_type: str | None = key(None, word(), null=True)
+    netdev: str | None = key(None, word(), null=True)
+
+
+def _bus_id(value: object, source: str, path: str) -> str:
+    if not isinstance(value, str) or not is_bus_id(value):
+        raise ConfigError(source, path, f"expected a PCI bus id such as '0000:41:00.0' (a node's GPUs are named by "
+                                        f"bus id: indices differ per node), got {show(value)}")
+    return normal_bdf(value)
+
+
+def _nics(value: object, source: str, path: str) -> tuple[NicSpec, ...]:
+    return tuple(load(NicSpec, spec, source, join(path, name), name=name)[0]
+                 for name, spec in mapping(value, source, path).items())
 
 
 @dataclass(frozen=True)
 class HostSpec:
     name: str
-    address: str | None = None
-    gpus: tuple[str, ...] = ()
-    nics: tuple[NicSpec, ...] = ()
-    nvidia_peermem: bool | None = None
-    nic_gpu_topology: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    sysfs: str | None = None
+    address: str | None = key(None, word(), null=True)
+    gpus: tuple[str, ...] = key((), each(_bus_id), accepts="a list of PCI bus ids")
+    nics: tuple[NicSpec, ...] = key((), _nics, accepts="`{name: NIC}`, see `nodes.hosts.<host>.nics.<nic>`")
+    nvidia_peermem: bool | None = key(None, flag, null=True)
+    nic_gpu_topology: str | None = key(None, word(*TOPOLOGY_ORDER[1:]), null=True)
+    env: Mapping[str, str] = key_factory(dict, env_mapping, accepts="`{VAR: value}`")
+    sysfs: str | None = key(None, word(), null=True)
 
     def nic(self, name: str) -> NicSpec | None:
         return next((n for n in self.nics if n.name == name), None)
 
 
+def _transport(value: object, source: str, path: str) -> dict[str, str]:
+    """Arm name -> the transport label its crossing must show."""
+    out = {}
+    for arm, label in mapping(value, source, path).items():
+        text = string(label, source, join(path, arm))
+        if not _TRANSPORT_RE.match(text):
+            raise ConfigError(source, join(path, arm), f"expected a transport label such as NET/IB/GDRDMA, NET/IB "
+                                                       f"or NET/Socket, got {show(label)}")
+        out[arm] = text
+    return out
+
+
+def _share(value: object, source: str, path: str) -> float:
+    share = percent(value, source, path)
+    if not 0 < share <= 1:
+        raise ConfigError(source, path, f"expected a share of the line rate in (0 %, 100 %], got {show(value)}")
+    return share
+
+
 @dataclass(frozen=True)
 class Crossing:
     between: tuple[str, str]
-    nic: str | None = None
-    transport: Mapping[str, str] = field(default_factory=dict)  # arm name -> expected label
-    busbw_min_line_rate: float | None = None  # a share of the line rate, 0..1
+    nic: str | None = key(None, optional(word()))
+    # arm name -> expected label
+    transport: Mapping[str, str] = key_factory(dict, _transport, accepts="`{arm: NET/...}`")
+    # a share of the line rate, 0..1
+    busbw_min_line_rate: float | None = key(None, optional(_share), accepts="a share of the line rate (0 %, 100 %]")
 
     @property
     def key(self) -> str:
@@ -131,74 +162,18 @@ def _host(name: str, spec: object, source: str, where: str) -> HostSpec:
     if not _HOST_RE.match(name):
         raise ConfigError(source, where, "a host name uses letters, digits, '_', '.' and '-' (it names the node "
                                          "in test ids and in Ray's node list)")
-    body = mapping(spec, source, where, HOST_KEYS)
-    gpus = []
-    for i, g in enumerate(sequence(body.get("gpus", []), source, join(where, "gpus"))):
-        if not isinstance(g, str) or not is_bus_id(g):
-            raise ConfigError(source, join(join(where, "gpus"), i),
-                              f"expected a PCI bus id such as '0000:41:00.0' (a node's GPUs are named by bus id: "
-                              f"indices differ per node), got {show(g)}")
-        gpus.append(normal_bdf(g))
-    nics = tuple(_nic(n, s, source, join(join(where, "nics"), n))
-                 for n, s in mapping(body.get("nics"), source, join(where, "nics")).items())
-    peermem = body.get("nvidia_peermem")
-    if peermem is not None and not isinstance(peermem, bool):
-        raise ConfigError(source, join(where, "nvidia_peermem"), f"expected true or false, got {show(peermem)}")
-    topo = body.get("nic_gpu_topology")
-    if topo is not None:
-        topo = string(topo, source, join(where, "nic_gpu_topology"), choices=TOPOLOGY_ORDER[1:])
-    address = body.get("address")
-    if address is not None:
-        address = string(address, source, join(where, "address"))
-    sysfs = body.get("sysfs")
-    if sysfs is not None:
-        sysfs = string(sysfs, source, join(where, "sysfs"))
-    return HostSpec(name, address, tuple(gpus), nics, peermem, topo,
-                    env_mapping(body.get("env"), source, join(where, "env")), sysfs)
-
-
-def _nic(name: str, spec: object, source: str, where: str) -> NicSpec:
-    body = mapping(spec, source, where, NIC_KEYS)
-
-    def opt_str(key: str) -> str | None:
-        return None if body.get(key) is None else string(body[key], source, join(where, key))
-
-    rate = body.get("rate_gbps")
-    gid = body.get("gid_index")
-    return NicSpec(
-        name, int_in(body.get("port", 1), source, join(where, "port"), 1, 64, what="a port number"),
-        opt_str("state"), None if rate is None else float_in(rate, source, join(where, "rate_gbps"), 1, 10_000,
-                                                             what="a line rate in Gb/s"),
-        opt_str("link_layer"), None if gid is None else int_in(gid, source, join(where, "gid_index"), 0, 1023),
-        opt_str("gid_type"), opt_str("netdev"))
+    return load(HostSpec, spec, source, where, name=name)[0]
 
 
 def _crossing(item: object, hosts: list[str], source: str, where: str) -> Crossing:
-    body = mapping(item, source, where, CROSSING_KEYS)
-    between = sequence(body.get("between"), source, join(where, "between"))
+    between = sequence(mapping(item, source, where).get("between"), source, join(where, "between"))
     if len(between) != 2 or between[0] == between[1]:
         raise ConfigError(source, join(where, "between"), f"expected two different host names, got {show(between)}")
     for i, h in enumerate(between):
         if h not in hosts:
             raise ConfigError(source, join(join(where, "between"), i),
                               f"names {show(h)}, which nodes.hosts does not define (defined: {', '.join(hosts)})")
-    transport = {}
-    for arm, label in mapping(body.get("transport"), source, join(where, "transport")).items():
-        text = string(label, source, join(join(where, "transport"), arm))
-        if not _TRANSPORT_RE.match(text):
-            raise ConfigError(source, join(join(where, "transport"), arm),
-                              f"expected a transport label such as NET/IB/GDRDMA, NET/IB or NET/Socket, "
-                              f"got {show(label)}")
-        transport[arm] = text
-    share = body.get("busbw_min_line_rate")
-    min_share = None
-    if share is not None:
-        min_share = percent(share, source, join(where, "busbw_min_line_rate"))
-        if not 0 < min_share <= 1:
-            raise ConfigError(source, join(where, "busbw_min_line_rate"),
-                              f"expected a share of the line rate in (0 %, 100 %], got {show(share)}")
-    nic = None if body.get("nic") is None else string(body["nic"], source, join(where, "nic"))
-    return Crossing((str(between[0]), str(between[1])), nic, transport, min_share)
+    return load(Crossing, item, source, where, also=("between",), between=(str(between[0]), str(between[1])))[0]
 
 
 def _stage(item: object, hosts: tuple[HostSpec, ...], source: str, where: str) -> Stage:

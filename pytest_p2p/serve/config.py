@@ -16,26 +16,19 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypedDict
 
 from ..errors import ConfigError
 from ..jsontypes import JSONObject
+from ..schema import flag, key, key_factory, load, real, whole, word
 
 # names, not 'from .. import validate as v': that form reads a stale module off the package object when
 # pytester re-imports the package in-process, and its ConfigError would escape 'except P2PError'
-from ..validate import boolean, env_mapping, float_in, int_in, join, mapping, sequence, show, string
+from ..validate import env_mapping, float_in, join, mapping, sequence, show, string
 
 STANDIN_MODULE = "pytest_p2p.serve.standin"
-
-_KEYS = (
-    "command", "model", "served_model_name", "args", "flags", "env", "startup_timeout_s",
-    "request_timeout_s", "teardown_timeout_s", "idle_memory_tolerance_mib", "simulated", "load",
-)
-_LOAD_KEYS = ("input_len", "output_len", "num_prompts", "warmup", "seed", "endpoint", "client_processes", "transport",
-              "tokenizer", "request_rate", "burstiness", "headers", "extra_body", "ca_file", "proxy",
-              "connect_timeout_s")
 #: headers the load client sets itself (a rig's value would make the request malformed)
 _OWN_HEADERS = ("host", "content-length", "transfer-encoding", "x-request-id")
 #: upper bounds of the section's numbers: far beyond any real use, small enough to never hang or overflow
@@ -45,6 +38,63 @@ MAX_PROMPTS = 10_000_000
 MAX_REQUEST_RATE = 1e6  # requests/s: one client machine sends far fewer; 'inf' is the closed loop
 # Flags the launcher owns: a rig that sets them would fight the per-run values.
 _RESERVED = ("host", "port", "api-key")
+
+
+def _command(value: object, source: str, path: str) -> tuple[str, ...]:
+    words: Sequence[object]
+    if isinstance(value, str):
+        try:
+            words = shlex.split(value)
+        except ValueError as exc:
+            raise ConfigError(source, path, f"cannot split {show(value)}: {exc}") from None
+    else:
+        words = sequence(value, source, path)
+    if not words:
+        raise ConfigError(source, path, "expected a non-empty command")
+    return tuple(string(w, source, join(path, i)) if not isinstance(w, (int, float)) else str(w)
+                 for i, w in enumerate(words))
+
+
+def _args(value: object, source: str, path: str) -> dict[str, object]:
+    args = dict(mapping(value, source, path))
+    for name, val in args.items():
+        where = join(path, name)
+        if name.lstrip("-") in _RESERVED or name.lstrip("-") == "served-model-name":
+            raise ConfigError(source, where, "is set by the launcher (per-run host, free port, API key, "
+                                             "served_model_name key); remove it")
+        if isinstance(val, Mapping):
+            raise ConfigError(source, where, f"expected a scalar or list, got {show(val)}")
+    return args
+
+
+def _request_rate(value: object, source: str, path: str) -> float:
+    if value in ("inf", float("inf")):
+        return float("inf")
+    return float_in(value, source, path, 1e-6, MAX_REQUEST_RATE, what="a rate ('inf' or requests/s)")
+
+
+def _headers(value: object, source: str, path: str) -> dict[str, str]:
+    headers = env_mapping(value, source, path)
+    for name, val in headers.items():
+        if name.lower() in _OWN_HEADERS or not name or any(c in name for c in ":\r\n ") or \
+                any(c in val for c in "\r\n"):
+            raise ConfigError(source, join(path, name), f"{show(name)} cannot be sent as given (the client sets "
+                                                        f"{', '.join(_OWN_HEADERS)} itself; no line breaks)")
+    return headers
+
+
+def _ca_file(value: object, source: str, path: str) -> str:
+    ca_file = string(value, source, path)
+    if not Path(ca_file).expanduser().is_file():
+        raise ConfigError(source, path, f"{show(ca_file)} is not a file (a PEM file of CA certificates)")
+    return str(Path(ca_file).expanduser())
+
+
+def _proxy(value: object, source: str, path: str) -> str:
+    proxy = string(value, source, path)
+    if proxy not in ("env", "none") and not proxy.startswith("http://"):
+        raise ConfigError(source, path, f"expected 'env', 'none' or http://HOST:PORT, got {show(proxy)}")
+    return proxy
 
 
 class ClientKeywords(TypedDict):
@@ -62,23 +112,31 @@ class ClientKeywords(TypedDict):
 class LoadDefaults:
     """Default load shape for the ``p2p_load`` fixture and campaigns (vLLM ``random`` dataset style)."""
 
-    input_len: int = 128
-    output_len: int = 128
-    num_prompts: int = 64
-    warmup: int = 2
-    seed: int = 0
-    endpoint: str = "completions"
-    client_processes: int = 0  # 0: automatic (loadclients.ClientPlanner); n: shard over n client processes
-    transport: str = "raw"  # raw | openai | aiohttp (serve/transport.py)
-    tokenizer: str | None = None  # None: the model directory (vLLM) or the stand-in's words
-    request_rate: float = float("inf")  # requests/s (Poisson); inf: closed loop at the concurrency
-    burstiness: float = 1.0  # gamma shape of the arrival gaps, as vllm bench serve's --burstiness
+    input_len: int = key(128, whole(1, MAX_TOKENS))
+    output_len: int = key(128, whole(1, MAX_TOKENS))
+    num_prompts: int = key(64, whole(1, MAX_PROMPTS))
+    warmup: int = key(2, whole(0, MAX_PROMPTS))
+    seed: int = key(0, whole(0, 2**63 - 1))
+    endpoint: str = key("completions", word("completions", "chat"))
+    # 0: automatic (loadclients.ClientPlanner); n: shard over n client processes
+    client_processes: int = key(0, whole(0, 4096))
+    transport: str = key("raw", word("raw", "openai", "aiohttp"))  # serve/transport.py
+    # None: the model directory (vLLM) or the stand-in's words
+    tokenizer: str | None = key(None, lambda v, s, p: string(v, s, p) if v else None,
+                                  accepts="a directory or name; null: the model's")
+    # requests/s (Poisson); inf: closed loop
+    request_rate: float = key(float("inf"), _request_rate, accepts="`inf` or requests/s 1e-06 .. 1e+06")
+    burstiness: float = key(1.0, real(1e-3, 1e3))  # gamma shape of the arrival gaps, as vllm bench serve's
     # a user-supplied endpoint (serve/transport.py ClientOptions; docs/metrics.md)
-    headers: Mapping[str, str] = field(default_factory=dict)
-    extra_body: Mapping[str, object] = field(default_factory=dict)  # merged into every request, as bench's
-    ca_file: str | None = None
-    proxy: str = "env"  # env | none | http://HOST:PORT
-    connect_timeout_s: float = 10.0
+    headers: Mapping[str, str] = key_factory(dict, lambda v, s, p: _headers(v, s, p) if v else {},
+                                               accepts="a mapping of header lines")
+    # merged into every request, as bench's --extra-body
+    extra_body: Mapping[str, object] = key_factory(dict, lambda v, s, p: dict(mapping(v, s, p)) if v else {},
+                                                   accepts="a mapping")
+    ca_file: str | None = key(None, lambda v, s, p: _ca_file(v, s, p) if v else None,
+                                accepts="a PEM file")
+    proxy: str = key("env", _proxy, accepts="`env` \\| `none` \\| `http://HOST:PORT`")  # env | none | http://HOST:PORT
+    connect_timeout_s: float = key(10.0, real(0.1, MAX_TIMEOUT_S))
 
     def client_options(self) -> ClientKeywords:
         """The load generator's keywords for these keys (``make_spec(**load.client_options())``)."""
@@ -89,18 +147,21 @@ class LoadDefaults:
 
 @dataclass(frozen=True)
 class ServerConfig:
-    command: tuple[str, ...] = ("vllm", "serve")
-    model: str = ""
-    served_model_name: str | None = None
-    args: Mapping[str, object] = field(default_factory=dict)  # scalars or lists, as the rig file wrote them
-    flags: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    startup_timeout_s: float = 900.0
-    request_timeout_s: float = 300.0
-    teardown_timeout_s: float = 60.0
-    idle_memory_tolerance_mib: int = 1024
-    simulated: bool = False
-    load: LoadDefaults = field(default_factory=LoadDefaults)
+    command: tuple[str, ...] = key(("vllm", "serve"), _command, accepts="an argv prefix (a list or one string)")
+    model: str = key("", word())
+    served_model_name: str | None = key(None, word(), null=True)
+    # scalars or lists, as the rig file wrote them
+    args: Mapping[str, object] = key_factory(dict, _args, accepts="`{flag: value}`")
+    flags: tuple[str, ...] = key((), lambda v, s, p: tuple(string(f, s, join(p, i))
+                                                           for i, f in enumerate(sequence(v or [], s, p))),
+                                 accepts="a list of flags")
+    env: Mapping[str, str] = key_factory(dict, env_mapping, accepts="`{VAR: value}`")
+    startup_timeout_s: float = key(900.0, real(0.001, MAX_TIMEOUT_S))
+    request_timeout_s: float = key(300.0, real(0.001, MAX_TIMEOUT_S))
+    teardown_timeout_s: float = key(60.0, real(0.001, MAX_TIMEOUT_S))
+    idle_memory_tolerance_mib: int = key(1024, whole(0, 1 << 30))
+    simulated: bool = key(False, flag)  # left out: whether the command runs the stand-in
+    load: LoadDefaults = key(LoadDefaults(), lambda v, s, p: parse_load(v, s, p), accepts="see `server.load`")
 
     @property
     def model_name(self) -> str:
@@ -123,8 +184,8 @@ class ServerConfig:
         out = self.executable_argv()
         if self.model:
             out.append(self.model)
-        for key, value in self.args.items():
-            out.extend(_arg(key, value))
+        for name, value in self.args.items():
+            out.extend(_arg(name, value))
         out.extend(_flag(f) for f in self.flags)
         out.extend(arm_flags)
         if self.served_model_name:
@@ -167,96 +228,9 @@ def is_standin(command: tuple[str, ...] | list[str]) -> bool:
 
 def parse_server(value: object, source: str, path: str = "server") -> ServerConfig:
     """Parse the rig file's ``server`` section (``None``: vLLM defaults, model still required to launch)."""
-    data = mapping(value, source, path, allowed=_KEYS)
-    default = ServerConfig()
-    command: tuple[str, ...] = default.command
-    if "command" in data:
-        raw = data["command"]
-        words: Sequence[object]
-        if isinstance(raw, str):
-            try:
-                words = shlex.split(raw)
-            except ValueError as exc:
-                raise ConfigError(source, join(path, "command"), f"cannot split {show(raw)}: {exc}") from None
-        else:
-            words = sequence(raw, source, join(path, "command"))
-        if not words:
-            raise ConfigError(source, join(path, "command"), "expected a non-empty command")
-        command = tuple(string(w, source, join(join(path, "command"), i)) if not isinstance(w, (int, float))
-                        else str(w) for i, w in enumerate(words))
-    model = string(data["model"], source, join(path, "model")) if "model" in data else ""
-    served = (string(data["served_model_name"], source, join(path, "served_model_name"))
-              if data.get("served_model_name") is not None else None)
-    args = dict(mapping(data.get("args"), source, join(path, "args")))
-    for key, val in args.items():
-        where = join(join(path, "args"), key)
-        if key.lstrip("-") in _RESERVED or key.lstrip("-") == "served-model-name":
-            raise ConfigError(source, where, "is set by the launcher (per-run host, free port, API key, "
-                                             "served_model_name key); remove it")
-        if isinstance(val, Mapping):
-            raise ConfigError(source, where, f"expected a scalar or list, got {show(val)}")
-    flags = tuple(string(f, source, join(join(path, "flags"), i))
-                  for i, f in enumerate(sequence(data.get("flags") or [], source, join(path, "flags"))))
-    env = env_mapping(data.get("env"), source, join(path, "env"))
-
-    def num(key: str, dflt: float, lo: float = 0.001, hi: float = MAX_TIMEOUT_S) -> float:
-        return float_in(data[key], source, join(path, key), lo, hi) if key in data else dflt
-
-    simulated = (boolean(data["simulated"], source, join(path, "simulated"))
-                 if "simulated" in data else is_standin(command))
-    return ServerConfig(
-        command=command, model=model, served_model_name=served, args=args, flags=flags, env=env,
-        startup_timeout_s=num("startup_timeout_s", default.startup_timeout_s),
-        request_timeout_s=num("request_timeout_s", default.request_timeout_s),
-        teardown_timeout_s=num("teardown_timeout_s", default.teardown_timeout_s),
-        idle_memory_tolerance_mib=(int_in(data["idle_memory_tolerance_mib"], source,
-                                            join(path, "idle_memory_tolerance_mib"), 0, 1 << 30)
-                                   if "idle_memory_tolerance_mib" in data else default.idle_memory_tolerance_mib),
-        simulated=simulated,
-        load=parse_load(data.get("load"), source, join(path, "load")),
-    )
+    cfg, body = load(ServerConfig, value, source, path)
+    return cfg if "simulated" in body else replace(cfg, simulated=is_standin(cfg.command))
 
 
 def parse_load(value: object, source: str, path: str) -> LoadDefaults:
-    data = mapping(value, source, path, allowed=_LOAD_KEYS)
-    d = LoadDefaults()
-
-    def count(key: str, dflt: int, lo: int, hi: int) -> int:
-        return int_in(data[key], source, join(path, key), lo, hi) if key in data else dflt
-
-    endpoint = (string(data["endpoint"], source, join(path, "endpoint"), choices=("completions", "chat"))
-                if "endpoint" in data else d.endpoint)
-    transport = (string(data["transport"], source, join(path, "transport"), choices=("raw", "openai", "aiohttp"))
-                 if "transport" in data else d.transport)
-    tokenizer = string(data["tokenizer"], source, join(path, "tokenizer")) if data.get("tokenizer") else None
-    rate = data.get("request_rate", "inf")
-    request_rate = (float("inf") if rate in ("inf", float("inf"))
-                    else float_in(rate, source, join(path, "request_rate"), 1e-6, MAX_REQUEST_RATE,
-                                  what="a rate ('inf' or requests/s)"))
-    headers = env_mapping(data["headers"], source, join(path, "headers")) if data.get("headers") else {}
-    for key, val in headers.items():
-        if key.lower() in _OWN_HEADERS or not key or any(c in key for c in ":\r\n ") or any(c in val for c in "\r\n"):
-            raise ConfigError(source, join(join(path, "headers"), key), f"{show(key)} cannot be sent as given (the "
-                              f"client sets {', '.join(_OWN_HEADERS)} itself; no line breaks)")
-    extra_body = dict(mapping(data["extra_body"], source, join(path, "extra_body"))) if data.get("extra_body") else {}
-    ca_file = string(data["ca_file"], source, join(path, "ca_file")) if data.get("ca_file") else None
-    if ca_file is not None and not Path(ca_file).expanduser().is_file():
-        raise ConfigError(source, join(path, "ca_file"), f"{show(ca_file)} is not a file (a PEM file of CA "
-                          "certificates)")
-    proxy = string(data["proxy"], source, join(path, "proxy")) if "proxy" in data else d.proxy
-    if proxy not in ("env", "none") and not proxy.startswith("http://"):
-        raise ConfigError(source, join(path, "proxy"), f"expected 'env', 'none' or http://HOST:PORT, got {show(proxy)}")
-    return LoadDefaults(
-        burstiness=float_in(data["burstiness"], source, join(path, "burstiness"), 1e-3, 1e3)
-        if "burstiness" in data else d.burstiness,
-        headers=headers, extra_body=extra_body, ca_file=str(Path(ca_file).expanduser()) if ca_file else None,
-        proxy=proxy, connect_timeout_s=float_in(data["connect_timeout_s"], source, join(path, "connect_timeout_s"),
-                                                0.1, MAX_TIMEOUT_S) if "connect_timeout_s" in data
-        else d.connect_timeout_s,
-        input_len=count("input_len", d.input_len, 1, MAX_TOKENS),
-        output_len=count("output_len", d.output_len, 1, MAX_TOKENS),
-        num_prompts=count("num_prompts", d.num_prompts, 1, MAX_PROMPTS),
-        warmup=count("warmup", d.warmup, 0, MAX_PROMPTS), seed=count("seed", d.seed, 0, 2**63 - 1),
-        endpoint=endpoint, client_processes=count("client_processes", d.client_processes, 0, 4096),
-        transport=transport, tokenizer=tokenizer, request_rate=request_rate,
-    )
+    return load(LoadDefaults, value, source, path)[0]

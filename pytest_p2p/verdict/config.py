@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TypedDict
+from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError
 from ..metrics import default_primaries, direction
-from ..validate import integer, join, mapping, number, percent, sequence, string
+from ..schema import bounded, key, key_factory, load, word
+from ..validate import join, mapping, number, percent, sequence, string
 
 DEFAULT_DB = ".p2p/history.db"
 DEFAULT_NAME = "accepted"
@@ -54,29 +54,6 @@ class Tolerance:
 
     def threshold(self, baseline: float) -> float:
         return max(self.rel * abs(baseline), self.abs)
-
-
-@dataclass(frozen=True)
-class BaselineConfig:
-    db: str | None = None  # None: DEFAULT_DB under the rootdir
-    name: str = DEFAULT_NAME
-    depth: int = 20
-    rule: str = "noise"
-    alpha: float = 0.01  # family-wise over the campaign's primaries
-    min_reps: int = 2
-    min_runs: int = 3
-    default_tolerance: Tolerance = Tolerance()
-    tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
-    directions: Mapping[str, str] = field(default_factory=dict)  # metric -> "higher" | "lower"
-    primary: tuple[str, ...] = ()  # empty: metrics.default_primaries(kind, point)
-    uplift_tolerance: float | None = None  # None: the primary metric's relative tolerance
-
-    def tolerance(self, metric: str) -> Tolerance:
-        return self.tolerances.get(metric, self.default_tolerance)
-
-    def primaries(self, kind: str | None, point: str) -> tuple[str, ...]:
-        """The metrics of this scenario that can fail the check."""
-        return self.primary or default_primaries(kind or "model", point)
 
 
 def check_name(name: object, source: str, path: str = "") -> str:
@@ -100,67 +77,64 @@ def _tolerance(value: object, source: str, path: str) -> Tolerance:
     return tol
 
 
-class _BaselineFields(TypedDict, total=False):
-    """The :class:`BaselineConfig` fields a ``baseline:`` section sets (the others keep their defaults)."""
+def _alpha(value: object, source: str, path: str) -> float:
+    alpha = percent(value, source, path)
+    if not 1e-6 <= alpha <= 0.2:
+        raise ConfigError(source, path, f"expected 0.0001 % .. 20 %, got {alpha:.4%}")
+    return alpha
 
-    db: str
-    name: str
-    depth: int
-    rule: str
-    alpha: float
-    min_reps: int
-    min_runs: int
-    default_tolerance: Tolerance
-    tolerances: Mapping[str, Tolerance]
-    directions: Mapping[str, str]
-    primary: tuple[str, ...]
-    uplift_tolerance: float
+
+def _directions(value: object, source: str, path: str) -> dict[str, str]:
+    return {k: string(d, source, join(path, k), choices=("higher", "lower"))
+            for k, d in mapping(value, source, path).items()}
+
+
+@dataclass(frozen=True)
+class BaselineConfig:
+    """The section, one field per key (:mod:`pytest_p2p.schema`); ``tolerance`` and ``primary``: parse_baseline."""
+
+    db: str | None = key(None, word())  # None: DEFAULT_DB under the rootdir
+    name: str = key(DEFAULT_NAME, check_name, accepts="letters, digits, `.`, `_`, `-` (at most 64)")
+    depth: int = key(20, bounded(1, 1000))
+    rule: str = key("noise", word(*RULES))
+    # family-wise over the campaign's primaries
+    alpha: float = key(0.01, _alpha, accepts="a percentage 0.0001 % .. 20 %")
+    min_reps: int = key(2, bounded(1, 1000))
+    min_runs: int = key(3, bounded(1, 1000))
+    default_tolerance: Tolerance = Tolerance()
+    tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
+    # metric -> "higher" | "lower"
+    directions: Mapping[str, str] = key_factory(dict, _directions, accepts="`{metric: higher \\| lower}`")
+    primary: tuple[str, ...] = ()  # empty: metrics.default_primaries(kind, point)
+    # None: the primary metric's relative tolerance
+    uplift_tolerance: float | None = key(None, lambda v, s, p: _tolerance(v, s, p).rel,
+                                            accepts="a percentage 0 % .. 100 %")
+
+    def tolerance(self, metric: str) -> Tolerance:
+        return self.tolerances.get(metric, self.default_tolerance)
+
+    def primaries(self, kind: str | None, point: str) -> tuple[str, ...]:
+        """The metrics of this scenario that can fail the check."""
+        return self.primary or default_primaries(kind or "model", point)
 
 
 def parse_baseline(value: object, source: str, path: str) -> BaselineConfig:
     """Parse the ``baseline`` section (``None``: defaults)."""
-    m = mapping(value, source, path, allowed=(
-        "db", "name", "depth", "rule", "alpha", "min_reps", "min_runs", "tolerance", "directions", "primary",
-        "uplift_tolerance"))
-    kw: _BaselineFields = {}
-    if "db" in m:
-        kw["db"] = string(m["db"], source, join(path, "db"))
-    if "name" in m:
-        kw["name"] = check_name(m["name"], source, join(path, "name"))
-    if "depth" in m:
-        kw["depth"] = integer(m["depth"], source, join(path, "depth"), lo=1, hi=1000)
-    if "rule" in m:
-        kw["rule"] = string(m["rule"], source, join(path, "rule"), choices=RULES)
-    if "alpha" in m:
-        kw["alpha"] = percent(m["alpha"], source, join(path, "alpha"))
-        if not 1e-6 <= kw["alpha"] <= 0.2:
-            raise ConfigError(source, join(path, "alpha"), f"expected 0.0001 % .. 20 %, got {kw['alpha']:.4%}")
-    if "min_runs" in m:
-        kw["min_runs"] = integer(m["min_runs"], source, join(path, "min_runs"), lo=1, hi=1000)
-    if "uplift_tolerance" in m:
-        kw["uplift_tolerance"] = _tolerance(m["uplift_tolerance"], source, join(path, "uplift_tolerance")).rel
-    if "min_reps" in m:
-        kw["min_reps"] = integer(m["min_reps"], source, join(path, "min_reps"), lo=1, hi=1000)
+    cfg, m = load(BaselineConfig, value, source, path, also=("tolerance", "primary"))
     if "tolerance" in m:
         tpath = join(path, "tolerance")
         tols: dict[str, Tolerance] = {}
         raw = m["tolerance"]
         if not isinstance(raw, Mapping):
-            kw["default_tolerance"] = _tolerance(raw, source, tpath)
+            cfg = replace(cfg, default_tolerance=_tolerance(raw, source, tpath))
         else:
             for metric, tv in mapping(raw, source, tpath).items():
                 tol = _tolerance(tv, source, join(tpath, metric))
                 if metric == "default":
-                    kw["default_tolerance"] = tol
+                    cfg = replace(cfg, default_tolerance=tol)
                 else:
                     tols[metric] = tol
-        kw["tolerances"] = tols
-    if "directions" in m:
-        dpath = join(path, "directions")
-        kw["directions"] = {
-            k: string(d, source, join(dpath, k), choices=("higher", "lower"))
-            for k, d in mapping(m["directions"], source, dpath).items()
-        }
+        cfg = replace(cfg, tolerances=tols)
     if "primary" in m:
         ppath = join(path, "primary")
         raw_p = m["primary"]
@@ -168,9 +142,9 @@ def parse_baseline(value: object, source: str, path: str) -> BaselineConfig:
         prim = []
         for i, name in enumerate(names):
             text = string(name, source, join(ppath, str(i)))
-            if direction(text, kw.get("directions")) not in ("higher", "lower"):
+            if direction(text, cfg.directions) not in ("higher", "lower"):
                 raise ConfigError(source, ppath, f"primary metric {text!r} has no direction to judge "
                                                  "(add it under baseline.directions)")
             prim.append(text)
-        kw["primary"] = tuple(prim)
-    return BaselineConfig(**kw)
+        cfg = replace(cfg, primary=tuple(prim))
+    return cfg
