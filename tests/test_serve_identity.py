@@ -129,3 +129,23 @@ def test_gpu_usage_on_a_one_gpu_machine_skips_the_missing_index(monkeypatch: pyt
 def test_gpu_usage_without_nvml_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTEST_P2P_NVML", "off")
     assert gpu_usage((0, 1)) is None
+
+
+def test_a_chosen_port_taken_before_the_check_is_replaced_a_named_one_is_not(monkeypatch):
+    """A free port we chose was taken by an NCCL rank's bootstrap socket before the demo's start 4 could use it
+    (4x H100, probes beside the suite): the campaign failed. A port we chose is replaced; the rig's own is not."""
+    from pytest_p2p.serve import ready, server
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        busy = taken.getsockname()[1]
+        offered = iter([busy, busy])
+        monkeypatch.setattr(server, "free_port", lambda host: next(offered, 0) or ready.free_port(host))
+        got = server._port("127.0.0.1", None)
+        assert got != busy
+        with pytest.raises(ServerError, match=f"port {busy} on 127.0.0.1 is already in use"):
+            server._port("127.0.0.1", busy)
+    finally:
+        taken.close()

@@ -263,6 +263,28 @@ class RunningServer:
                 "ready_s": self.ready_s, "notes": list(self.notes)}
 
 
+#: fresh ports tried when the one chosen was taken before the server could bind it
+PORT_TRIES = 5
+
+
+def _port(host: str, port: int | None) -> int:
+    """The rig's port, checked free; or a free one. A port we chose can be taken by another process (an NCCL
+    rank's bootstrap socket, on a 4x H100 running probes beside a demo campaign) between the choice and the
+    check: then another is chosen. A port the rig named is the rig's: taken, it is an error naming the holder."""
+    if port is not None:
+        check_port_free(host, port)
+        return port
+    for attempt in range(1, PORT_TRIES + 1):
+        chosen = free_port(host)
+        try:
+            check_port_free(host, chosen)
+            return chosen
+        except ServerError:
+            if attempt == PORT_TRIES:
+                raise
+    raise AssertionError("unreachable")
+
+
 @contextlib.contextmanager
 def launch(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: Mapping[str, str] | None,
            log_path: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int | None = None,
@@ -281,8 +303,7 @@ def launch(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: M
     pair = tuple(int(g) for g in pair)
     token = uuid.uuid4().hex
     api_key = "p2p-" + secrets.token_urlsafe(18)
-    port = port or free_port(host)
-    check_port_free(host, port)
+    port = _port(host, port)
     arm_vllm_env = arm.vllm_env()  # e.g. symmetric-memory all-reduce
     # the secret travels in the environment (readable only by us and root), never in argv (/proc/PID/cmdline)
     env = subprocess_env(pair, rig_env, config.env, arm.env, arm_vllm_env, extra_env,
