@@ -4,9 +4,10 @@ Under pytest-xdist each worker takes different pairs, but pairs can share a GPU
 (gpu0-gpu1 and gpu1-gpu2), and two CI jobs can run on one host. Scheduling cannot
 promise exclusivity; a lock can. Each GPU has a lock file in a directory shared by
 every process of this user on the host; a holder takes ``fcntl.flock(LOCK_EX)`` on the
-files of its GPUs **in ascending index order** (so two holders can never wait on each
-other in a cycle). The kernel drops a flock when its process dies, so a crashed worker
-never leaves a GPU locked.
+files of all its GPUs at once or none: it never keeps one while it waits for another, so
+two holders never wait on each other in a cycle and a pair whose GPUs are free is never kept
+waiting. The kernel drops a flock when its process dies, so a crashed worker never leaves a
+GPU locked.
 
 Why the directory is private: its name (``/tmp/pytest-p2p-locks-<uid>``) is predictable,
 so on a multi-user host another user could create it first, or plant a symlink named
@@ -136,27 +137,42 @@ class GpuLease:
 
     @contextlib.contextmanager
     def hold(self, gpus: Sequence[int], what: str, timeout_s: float = 3600.0) -> Iterator[float]:
-        """Hold every GPU in ``gpus`` for the ``with`` block; yields the seconds spent waiting."""
+        """Hold every GPU in ``gpus`` for the ``with`` block; yields the seconds spent waiting.
+
+        All or none: a holder that finds one of its GPUs taken lets go of those it got and tries
+        again, instead of keeping them while it waits. Kept (hold and wait), a pair waiting for
+        GPU 2 behind another run's server would keep GPU 0 from a pair 0-1 whose GPUs are both
+        free, for as long as that server runs.
+        """
         import fcntl
 
-        fds: list[int] = []
+        wanted = sorted(set(gpus))
+        fds = [self._open(gpu) for gpu in wanted] if wanted else []
         start = time.monotonic()
+        got: list[int] = []
         try:
-            for gpu in sorted(set(gpus)):
-                fd = self._open(gpu)
-                fds.append(fd)
-                while True:
+            while True:
+                busy = None
+                for gpu, fd in zip(wanted, fds, strict=True):
                     try:
                         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        break
+                        got.append(fd)
                     except BlockingIOError:
-                        if time.monotonic() - start > timeout_s:
-                            raise LeaseTimeout(
-                                f"GPU {gpu} is still in use by {self.holder(gpu)} after {timeout_s:.0f} s "
-                                f"(lock {self._path(gpu)}); {what} did not start"
-                            ) from None
-                        time.sleep(self.poll_s)
-                note = f"pid {os.getpid()}: {what}\n".encode()
+                        busy = gpu
+                        break
+                if busy is None:
+                    break
+                for fd in reversed(got):
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                got.clear()
+                if time.monotonic() - start > timeout_s:
+                    raise LeaseTimeout(
+                        f"GPU {busy} is still in use by {self.holder(busy)} after {timeout_s:.0f} s "
+                        f"(lock {self._path(busy)}); {what} did not start"
+                    ) from None
+                time.sleep(self.poll_s)
+            note = f"pid {os.getpid()}: {what}\n".encode()
+            for gpu, fd in zip(wanted, fds, strict=True):
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, note, 0)
                 self.held.append(gpu)
@@ -166,6 +182,6 @@ class GpuLease:
                 with contextlib.suppress(OSError):
                     fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
-            for gpu in sorted(set(gpus)):
+            for gpu in wanted:
                 if gpu in self.held:
                     self.held.remove(gpu)

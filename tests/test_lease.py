@@ -151,3 +151,35 @@ def test_hard_linked_lock_file_is_refused_not_truncated(tmp_path: Path) -> None:
     with pytest.raises(P2PError, match="2 hard links"), GpuLease(locks).hold([1], "x"):
         pass
     assert victim.read_text() == "keep me\n"
+
+
+def test_a_waiting_pair_keeps_no_gpu_from_a_free_pair(tmp_path: Path) -> None:
+    """All or none: B waits for GPU 2 (A has it, e.g. another run's server) without keeping GPU 0, so C gets
+    0-1 at once instead of waiting as long as A holds GPU 2."""
+    import threading
+
+    locks = tmp_path / "locks"
+    a_holds, release = threading.Event(), threading.Event()
+
+    def a() -> None:
+        with GpuLease(lock_dir=locks).hold([2], "A"):
+            a_holds.set()
+            release.wait(30)
+
+    def b() -> None:
+        with GpuLease(lock_dir=locks, poll_s=0.01).hold([0, 2], "B", timeout_s=30):
+            pass
+
+    ta = threading.Thread(target=a)
+    ta.start()
+    assert a_holds.wait(30)
+    tb = threading.Thread(target=b)
+    tb.start()
+    time.sleep(0.3)  # B is waiting for GPU 2 now (only the old behaviour needs it: B then held GPU 0)
+    try:
+        with GpuLease(lock_dir=locks).hold([0, 1], "C", timeout_s=10):
+            pass
+    finally:
+        release.set()
+        ta.join(30)
+        tb.join(30)
