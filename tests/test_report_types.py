@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_p2p.errors import ResultsError
-from pytest_p2p.report.hooks import _load_summary, summary_lines
+from pytest_p2p.plugin.report import _load_summary, summary_lines
 from pytest_p2p.report.render import _uplift_settings, render_report
 from pytest_p2p.report.results import ResultsDir
 from pytest_p2p.report.summary_types import Scenario, is_stat, is_summary, stat_at

@@ -190,7 +190,7 @@ def test_point_label(point: str, label: str) -> None:
 
 
 SESSION_TESTS = """
-from pytest_p2p.report.hooks import record_run_dir
+from pytest_p2p.plugin.report import record_run_dir
 from pytest_p2p.report.results import ResultsDir
 
 def test_campaign(request, tmp_path_factory):
@@ -208,7 +208,7 @@ def test_campaign(request, tmp_path_factory):
 
 def test_terminal_summary_prints_each_recorded_campaign(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(SESSION_TESTS)
-    result = pytester.runpytest("-p", "pytest_p2p.report.hooks", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "pytest_p2p.plugin.report", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
         "*= p2p results at a glance =*",
@@ -229,5 +229,5 @@ def test_terminal_summary_prints_each_recorded_campaign(pytester: pytest.Pyteste
 
 def test_no_campaign_no_section(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x():\n    pass\n")
-    result = pytester.runpytest("-p", "pytest_p2p.report.hooks", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "pytest_p2p.plugin.report", "-p", "no:cacheprovider")
     assert "p2p results at a glance" not in result.stdout.str()

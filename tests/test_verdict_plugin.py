@@ -9,10 +9,15 @@ from pytest_p2p.verdict.store import Store
 
 FAKE = '''
 import os, pathlib, types, pytest
+from pytest_p2p.campaign.outcome import CampaignOutcome
+# the campaign glue's publishing (hookspec, and xdist's hand-over to the controller), not its campaigns
+from pytest_p2p.plugin.campaign import _publish, pytest_addhooks, pytest_testnodedown
 
 @pytest.fixture(scope="session")
-def p2p_campaign():
-    return types.SimpleNamespace(run_dir=pathlib.Path(os.environ["FAKE_RUN_DIR"]), pair_key="gpu1-gpu2")
+def p2p_campaign(pytestconfig):
+    run_dir = pathlib.Path(os.environ["FAKE_RUN_DIR"])
+    _publish(pytestconfig, CampaignOutcome(run_dir, "gpu1-gpu2", "complete", simulated=False))
+    return types.SimpleNamespace(run_dir=run_dir, pair_key="gpu1-gpu2")
 
 @pytest.fixture(params=["p2p_on-c8", "p2p_off-c8"])
 def p2p_scenario(request):
@@ -33,7 +38,7 @@ def run_p(pytester, monkeypatch):
     def run(run_dir, *args):
         monkeypatch.setenv("FAKE_RUN_DIR", str(run_dir))
         # the real campaign stage is blocked: its parametrisation is replaced by the fake's
-        return pytester.runpytest("-p", "no:pytest_p2p.campaign.hooks", "-p", "no:pytest_p2p.report.hooks",
+        return pytester.runpytest("-p", "no:pytest_p2p.plugin.campaign", "-p", "no:pytest_p2p.plugin.report",
                                   "-p", "fakecampaign", "--pyargs",
                                   "pytest_p2p.checks.test_baseline", "-p", "no:cacheprovider", "-rs", *args)
     return run
@@ -143,7 +148,7 @@ def test_xdist_controller_saves_and_reports(tmp_path, monkeypatch, pytester):
     def run(run_dir, *args):
         monkeypatch.setenv("FAKE_RUN_DIR", str(run_dir))
         return pytester.runpytest_subprocess("-p", "fakecampaign",
-                                             "-p", "no:pytest_p2p.campaign.hooks", "-p", "no:pytest_p2p.report.hooks",
+                                             "-p", "no:pytest_p2p.plugin.campaign", "-p", "no:pytest_p2p.plugin.report",
                                              "--pyargs", "pytest_p2p.checks.test_baseline", "-p", "no:cacheprovider",
                                              "-n", "2", *args, timeout=300)
 

@@ -9,7 +9,7 @@ Change points and trends found in each arm's series (``stats.changepoint.segment
 ``verdict.history.DISPLAY_ALPHA``, as ``baseline history`` lists them) are marked on the plot:
 a dashed line where a step starts, a dotted one where a trend starts, labelled with its size.
 :func:`write_history_plots` puts the plot of the primary metric at every point in the run's
-``plots/`` directory when the campaign finishes (report/hooks.py).
+``plots/`` directory when the campaign finishes (plugin/report.py).
 """
 
 from __future__ import annotations
