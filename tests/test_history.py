@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from store_pg import pg_fixture, store_target_fixture  # noqa: F401 - fixtures
-from verdict_rundir import write_run
+from synthetic_runs import write_run
 
 from pytest_p2p.plugin.verdict import BaselineSession
 from pytest_p2p.stats.changepoint import MAX_RUNS, MIN_RUNS_SCAN, STEP, TAIL, TAIL_P, TREND, contrasts, scan, tail_p

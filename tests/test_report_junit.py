@@ -62,9 +62,9 @@ def test_campaign_properties_name_uplift_verdict_and_throughput() -> None:
 
 def _published_run(tmp_path: Path, **meta: object) -> Path:
     """A one-point run dir (+10 % at c1), as a campaign leaves it before any render."""
-    from pytest_p2p.report.results import ResultsDir
+    from pytest_p2p.results.write import RunDir
 
-    rd = ResultsDir.create(tmp_path, "rig", "gpu0-gpu1", "model", run_id="run1")
+    rd = RunDir.create(tmp_path, "rig", "gpu0-gpu1", "model", run_id="run1")
     rd.write_run_meta({"arms": {"p2p_on": {}, "p2p_off": {}}, "points": ["c1"], "reps": 1, "status": "complete",
                        **meta})
     rd.write_rep("p2p_on", "c1", 1, {"output_throughput": 110.0})

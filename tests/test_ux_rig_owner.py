@@ -266,7 +266,7 @@ def test_baseline_diff_is_a_side_by_side_table_with_a_histogram(tmp_path: Path,
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from verdict_rundir import baseline_runs, write_run
+    from synthetic_runs import baseline_runs, write_run
 
     from pytest_p2p.verdict.baseline_cli import main
 

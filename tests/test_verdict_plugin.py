@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from verdict_rundir import baseline_runs, write_run
+from synthetic_runs import baseline_runs, write_run
 
 from pytest_p2p.verdict.store import Store
 

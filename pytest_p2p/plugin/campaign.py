@@ -300,7 +300,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 
 def _run_id(config: pytest.Config, rig_name: str, pair_key: str, root: Path) -> str | None:
-    from ..campaign.rundir import safe_component
+    from ..results.layout import safe_component
 
     run_id = f"{config.stash[STAMP_KEY]}_{safe_component(rig_name)}_{safe_component(pair_key)}"
     return None if (root / run_id).exists() else run_id
@@ -322,10 +322,11 @@ def run_campaign(config: pytest.Config, pair: tuple[int, int]) -> CampaignResult
     if p.skip_reason:
         pytest.skip(p.skip_reason)
     from ..campaign.wiring import from_session
+    from ..results.layout import Pair
     from .session import get_session
 
     session = get_session(config)
-    pair_key = f"gpu{pair[0]}-gpu{pair[1]}"
+    pair_key = Pair(int(pair[0]), int(pair[1])).key
     n_points = len(p.points) * len(p.arms) * p.config.reps
     progress = progress_for(config, f"{p.kind} campaign {pair_key}{' (SIMULATED)' if session.simulated else ''}",
                             n_points)

@@ -185,16 +185,13 @@ def _attach_trend(item: pytest.Item, allure: AllureAPI, run_dir: Path, found: di
     if not point or found.get("arm") or f"trend:{run_dir}:{point}" in attached:
         return
     attached.add(f"trend:{run_dir}:{point}")
-    from ..report.results import read_json
     from ..report.trend import history, trend_png
+    from ..results.read import run_meta
 
     target = store_target(item.config)
     if target is None:  # the verdict stage is blocked (-p no:...): no store, no trend
         return
-    raw = read_json(run_dir / "run.json")
-    if not isinstance(raw, dict):
-        return
-    meta = as_dict(raw)
+    meta = run_meta(run_dir)
     pair = str(as_dict(meta.get("pair")).get("key") or "")
     metric = "time_us" if meta.get("kind") == "probe" else "output_throughput"
     png = trend_png(history(target, str(meta.get("rig")), pair, point, metric),
@@ -413,9 +410,9 @@ def environment(config: pytest.Config) -> dict[str, str]:
             env["topology"] = ", ".join(f"{p.key}={p.topology}" for p in ev.pairs if p.topology)
     for run_dir in config.stash.get(RUN_DIRS_KEY, []):
         with contextlib.suppress(P2PError, OSError):
-            from ..report.results import read_json
+            from ..results.read import run_meta
 
-            meta = as_dict(read_json(run_dir / "run.json"))
+            meta = run_meta(run_dir)
             if meta.get("simulated") is True:
                 env["SIMULATED"] = SIMULATED_ENV
             versions = as_dict(meta.get("versions"))
@@ -432,7 +429,7 @@ def _load_summary(run_dir: Path) -> Summary:
     Never written from here: the summary is rendered once (:func:`render_pending`), and a
     check that reads its numbers mid-session (Allure's description) must not render it early.
     """
-    from ..report.results import ResultsDir, read_json
+    from ..results.read import RunReader, read_json
 
     summary_path = run_dir / "summary.json"
     if summary_path.is_file():
@@ -442,7 +439,7 @@ def _load_summary(run_dir: Path) -> Summary:
     from ..report.proof import proof_for_run
     from ..report.render import build_summary
 
-    summary = build_summary(ResultsDir.open(run_dir))
+    summary = build_summary(RunReader.open(run_dir))
     summary["proof"] = proof_for_run(run_dir, summary).to_dict()
     return summary
 
@@ -464,7 +461,7 @@ def summary_lines(run_dir: Path) -> list[str]:
         lines += text_table(headers, rows).splitlines()
     from ..report.proof import proof_for_run, proof_text
 
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, P2PError):
         lines += proof_text(proof_for_run(run_dir, summary), compact=True)
     for m in summary.get("missing") or []:
         lines.append(f"missing: {m}")

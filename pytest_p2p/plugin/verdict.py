@@ -26,6 +26,7 @@ import pytest
 from ..errors import ConfigError, P2PError
 from ..options import COMPARE, DB, FAIL_ON_CHOICES, SAVE_BASELINE, Resolved, resolve
 from ..options import FAIL_ON as FAIL_ON_OPTION
+from ..results.layout import AGGREGATE, SCENARIOS, scenario_name
 from ..verdict.config import DEFAULT_DB, BaselineConfig, check_name
 from ..verdict.store_base import redact, target_of
 from .xdist_roles import is_worker
@@ -130,7 +131,7 @@ class BaselineSession:
 
         if self.compare_name is None:
             pytest.skip("baseline comparison not requested (use --p2p-compare[=NAME])")
-        if not (Path(run_dir) / "scenarios" / f"{arm}-{point}" / "aggregate.json").exists():
+        if not (Path(run_dir) / SCENARIOS / scenario_name(arm, point) / AGGREGATE).exists():
             pytest.skip(f"scenario {arm}-{point} has no aggregate.json in {run_dir} (missing from the campaign)")
         camp = self._judged(run_dir)
         result = camp.scenarios.get((arm, point))

@@ -118,16 +118,12 @@ def write_history_plots(run_dir: Path, target: str | Path) -> list[Path]:
     shows the history it was judged against).  Nothing is written without a store, two runs or matplotlib.
     """
     from pytest_p2p.jsontypes import as_dict
+    from pytest_p2p.results.read import run_meta, scenario_dirs
 
-    from .results import read_json
-
-    raw = read_json(run_dir / "run.json")
-    if not isinstance(raw, dict):
-        return []
-    meta = as_dict(raw)
+    meta = run_meta(run_dir)
     pair = str(as_dict(meta.get("pair")).get("key") or "")
     metric = "time_us" if meta.get("kind") == "probe" else "output_throughput"
-    points = sorted({d.name.rpartition("-")[2] for d in (run_dir / "scenarios").glob("*-*") if d.is_dir()})
+    points = sorted({point for _, point, _ in scenario_dirs(run_dir)})
     written = []
     for point in points:
         png = trend_png(history(target, str(meta.get("rig")), pair, point, metric),
