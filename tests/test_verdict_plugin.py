@@ -162,3 +162,35 @@ def test_xdist_controller_saves_and_reports(tmp_path, monkeypatch, pytester):
     res = run(write_run(tmp_path, "yrun"), "--p2p-save-baseline", f"--p2p-db={bad}")
     res.stdout.fnmatch_lines(["*campaign runs NOT saved to the baseline store*"])
     assert res.ret != 0
+
+
+PUBLISH_ONLY = '''
+import os, pathlib, pytest
+from pytest_p2p.campaign.outcome import CampaignOutcome
+from pytest_p2p.plugin.campaign import _publish, pytest_addhooks
+
+def pytest_sessionstart(session):
+    for spec in os.environ["FAKE_OUTCOMES"].split(";"):
+        path, status = spec.split("=")
+        _publish(session.config, CampaignOutcome(pathlib.Path(path), "gpu1-gpu2", status, simulated=False))
+'''
+
+
+def test_the_verdict_saves_what_the_campaign_hook_publishes(tmp_path, monkeypatch, pytester):
+    """The verdict subscribes to ``pytest_p2p_campaign_finished`` (issue 25): no test reads a campaign fixture
+    here, yet the published runs are saved; an interrupted one is not, a failed one only as history."""
+    pytester.makepyfile(publishonly=PUBLISH_ONLY, test_nothing="def test_x():\n    pass\n")
+    pytester.syspathinsert()
+    monkeypatch.delenv("PYTEST_P2P_DB", raising=False)
+    runs = {status: write_run(tmp_path, f"r-{status}", seed=i) for i, status in enumerate(
+        ("complete", "failed", "interrupted"))}
+    monkeypatch.setenv("FAKE_OUTCOMES", ";".join(f"{p}={s}" for s, p in runs.items()))
+    path = tmp_path / "h.db"
+    res = pytester.runpytest("-p", "no:pytest_p2p.plugin.campaign", "-p", "no:pytest_p2p.plugin.report",
+                             "-p", "publishonly", "-p", "no:cacheprovider", "--p2p-save-baseline", f"--p2p-db={path}",
+                             "test_nothing.py")
+    res.stdout.fnmatch_lines(["*2 run(s) saved to*accepted as baseline 'accepted' (1 not: see below)*",
+                              "*run r-failed kept as history but NOT accepted*the campaign failed*"])
+    with Store(path) as st:
+        assert st.run("r-complete").baselines == ("accepted",) and st.run("r-failed").baselines == ()
+        assert [r.run_id for r in st.runs()] == ["r-complete", "r-failed"]
