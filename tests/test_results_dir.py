@@ -12,7 +12,7 @@ import pytest
 from pytest_p2p.errors import P2PError, ResultsError, WriteError
 from pytest_p2p.results import write as write_mod
 from pytest_p2p.results.layout import Pair, make_run_id
-from pytest_p2p.results.read import RunReader
+from pytest_p2p.results.read import RunReader, run_head
 from pytest_p2p.results.write import RunDir
 
 
@@ -158,3 +158,15 @@ def test_a_pair_key_is_read_from_the_key_not_the_run_id() -> None:
     assert Pair.parse("gpu2-gpu3") == Pair(2, 3) and Pair(2, 3).key == "gpu2-gpu3"
     with pytest.raises(ResultsError, match="not 'gpu<a>-gpu<b>'"):
         Pair.parse("gpu2-gpu3-2")
+
+
+def test_run_head_is_typed_and_names_a_wrong_field(tmp_path: Path) -> None:
+    rd = RunDir.create(tmp_path, "r", "gpu0-gpu1", "probe", run_id="x")
+    assert run_head(rd.path) == {"pair": {"key": "gpu0-gpu1"}, "run_id": "x", "rig": "r", "kind": "probe",
+                                 "status": "running"}
+    rd.write_run_meta({"rig": None})
+    with pytest.raises(ResultsError, match=r"run\.json: field 'rig': expected a string, got NoneType"):
+        run_head(rd.path)
+    rd.write_run_meta({"rig": "r", "pair": "gpu0-gpu1"})
+    with pytest.raises(ResultsError, match=r"run\.json: field 'pair': expected an object, got str"):
+        run_head(rd.path)

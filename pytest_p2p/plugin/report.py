@@ -186,16 +186,16 @@ def _attach_trend(item: pytest.Item, allure: AllureAPI, run_dir: Path, found: di
         return
     attached.add(f"trend:{run_dir}:{point}")
     from ..report.trend import history, trend_png
-    from ..results.read import run_meta
+    from ..results.read import run_head
 
     target = store_target(item.config)
     if target is None:  # the verdict stage is blocked (-p no:...): no store, no trend
         return
-    meta = run_meta(run_dir)
-    pair = str(as_dict(meta.get("pair")).get("key") or "")
-    metric = "time_us" if meta.get("kind") == "probe" else "output_throughput"
-    png = trend_png(history(target, str(meta.get("rig")), pair, point, metric),
-                    f"{metric} at {point}, {meta.get('rig')} {pair}: stored runs", metric)
+    head = run_head(run_dir)
+    rig, pair = head.get("rig", ""), head.get("pair", {}).get("key", "")
+    metric = "time_us" if head.get("kind") == "probe" else "output_throughput"
+    png = trend_png(history(target, rig, pair, point, metric), f"{metric} at {point}, {rig} {pair}: stored runs",
+                    metric)
     if png is not None:
         allure.attach(png, name=f"trend {metric} {point}", attachment_type=allure.attachment_type.PNG)
 

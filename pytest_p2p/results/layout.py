@@ -71,38 +71,14 @@ class PairMeta(TypedDict, total=False):
     gpus: list[JSONObject]  # index, bus_id, uuid, name
 
 
-class RunMeta(TypedDict, total=False):
-    """``run.json`` (docs/results.md lists every key); the reader checks the ones typed here."""
+class RunHead(TypedDict, total=False):
+    """What names a run in ``run.json`` (docs/results.md lists every key), typed: ``read.run_head`` checks it."""
 
     run_id: str
     rig: str
     kind: str  # one of KINDS
-    pair: PairMeta
     status: str  # running | complete | interrupted | failed
-    started_at: str
-    finished_at: str | None
-
-
-class StatFile(TypedDict, total=False):
-    """One metric of ``aggregate.json`` (``stats.summary.summarize``'s shape)."""
-
-    mean: float
-    std: float
-    median: float
-    ci95: list[float]
-    n: int
-    values: list[float]
-
-
-class AggregateFile(TypedDict, total=False):
-    """``scenarios/<arm>-<point>/aggregate.json``."""
-
-    arm: str
-    point: str
-    metrics: dict[str, StatFile]
-    energy: JSONObject
-    flags: JSONObject  # throttled_reps, downtrained_reps, ...
-    uplift_decision: JSONObject
+    pair: PairMeta
 
 
 def safe_component(text: str) -> str:

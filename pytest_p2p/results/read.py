@@ -21,6 +21,7 @@ from .layout import (
     RUN_META,
     SCENARIOS,
     TELEMETRY_RE,
+    RunHead,
     scenario_name,
     split_scenario,
 )
@@ -81,6 +82,34 @@ def run_record(run_dir: Path) -> JSONObject:
     if not isinstance(gpus, list) or len(gpus) != 2 or not all(isinstance(g, dict) for g in gpus):
         raise ResultsError(f"{where}: pair.gpus must list the pair's two GPUs")
     return run
+
+
+def run_head(run_dir: Path) -> RunHead:
+    """What names the run (``run_id``, ``rig``, ``kind``, ``status``, ``pair.key``), typed: a field present
+    with another type is a ResultsError naming it, so a label or a trend never shows ``None`` or a dict."""
+    meta = run_meta(run_dir)
+
+    def wrong(key: str, value: object, want: str) -> ResultsError:
+        return ResultsError(f"{run_dir / RUN_META}: field {key!r}: expected {want}, got {type(value).__name__}")
+
+    def text(key: str, value: object) -> str:
+        if isinstance(value, str):
+            return value
+        raise wrong(key, value, "a string")
+
+    pair = meta.get("pair", {})
+    if not isinstance(pair, dict):
+        raise wrong("pair", pair, "an object")
+    head: RunHead = {"pair": {"key": text("pair.key", as_dict(pair).get("key", ""))}}
+    if "run_id" in meta:
+        head["run_id"] = text("run_id", meta["run_id"])
+    if "rig" in meta:
+        head["rig"] = text("rig", meta["rig"])
+    if "kind" in meta:
+        head["kind"] = text("kind", meta["kind"])
+    if "status" in meta:
+        head["status"] = text("status", meta["status"])
+    return head
 
 
 def scenario_dirs(run_dir: Path) -> list[tuple[str, str, Path]]:
