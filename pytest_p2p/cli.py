@@ -123,7 +123,7 @@ def doctor_main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     ev = _evidence(a.snapshot, load=not a.no_load)
     from .evidence.doctor import CheckResult, doctor_table, judge_all
-    from .rig import auto_rig, campaign_use, load_rig, resolve
+    from .plugin.rig import auto_rig, campaign_use, load_rig, resolve
 
     results: list[CheckResult] | None = None
     rig = load_rig(a.rig, origin="--rig") if a.rig else auto_rig()
@@ -168,7 +168,7 @@ def gen_config_main(argv: list[str]) -> int:
         p.error("--name: expected a non-empty rig name")  # else it would read as a gen-config bug below
     import yaml
 
-    from .rig import parse_rig, rig_to_yaml_dict
+    from .plugin.rig import parse_rig, rig_to_yaml_dict
     from .util import atomic_write_text
 
     ev = _evidence(a.snapshot, load=not a.no_load)

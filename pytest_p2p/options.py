@@ -2,7 +2,7 @@
 
 Every ``--p2p-*`` option is one :class:`Option` row in :data:`TABLE`: its flag, its
 ``dest``, its ini key, its environment variable, its converter, its default and its help.
-:func:`declare` registers the whole table (``plugin.py`` calls it from its one
+:func:`declare` registers the whole table (``plugin/__init__.py`` calls it from its one
 ``pytest_addoption``); :func:`resolve` reads one row. Nothing else spells a flag, an ini
 key or an env variable, so they cannot drift apart (issue 15).
 

@@ -17,15 +17,14 @@ module instead of asking for a ``run.json`` the seed never wrote::
 The seed's ``std`` is the POPULATION standard deviation (ddof=0): 63.9867, 63.3248,
 53.5476 give 4.7727, not the sample 5.845. :func:`std_convention` checks which one a
 directory's numbers follow instead of assuming. Nothing here is a pytest or stage
-module: it is stage-free (errors, jsontypes only) so the report and the baseline store can
-both call it. Everything it cannot find is listed in :attr:`SeedRun.missing`, never
-filled in.
+module: it is stage-free (its files read through ``results.read``) so the report and the
+baseline store can both call it. Everything it cannot find is listed in
+:attr:`SeedRun.missing`, never filled in.
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -34,12 +33,12 @@ from pathlib import Path
 
 from .errors import ResultsError
 from .jsontypes import JSONValue, as_float
+from .results.layout import AGGREGATE, PROOF, SCENARIO_META
+from .results.read import is_run_dir, optional_object, rep_files
 
 _SCENARIO_RE = re.compile(r"^(?P<arm>[A-Za-z0-9][A-Za-z0-9_.]*)-c(?P<c>[0-9]+)$")
-_RUN_RE = re.compile(r"^run_([0-9]+)\.json$")
 _POWER_RE = re.compile(r"^power_run([0-9]+)\.json$")
 _TELEMETRY_RE = re.compile(r"^telemetry(?:_run([0-9]+))?\.csv$")
-_MAX_JSON_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -108,32 +107,12 @@ class SeedRun:
 def is_seed_layout(path: str | Path) -> bool:
     """A p2p-bench results directory: no ``run.json``, and a summary.csv or scenario aggregates."""
     p = Path(path)
-    if not p.is_dir() or (p / "run.json").is_file():
+    if not p.is_dir() or is_run_dir(p):
         return False
     if (p / "summary.csv").is_file() and (p / "scenarios").is_dir():
         return True
-    return any(_SCENARIO_RE.match(d.name) and (d / "aggregate.json").is_file()
+    return any(_SCENARIO_RE.match(d.name) and (d / AGGREGATE).is_file()
                for d in (p / "scenarios").glob("*-c*"))
-
-
-def _load(path: Path) -> JSONValue:
-    try:
-        if path.stat().st_size > _MAX_JSON_BYTES:
-            raise ResultsError(f"{path}: larger than {_MAX_JSON_BYTES // 2**20} MiB; not a p2p-bench result file")
-        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except OSError as exc:
-        raise ResultsError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except (json.JSONDecodeError, RecursionError, ValueError) as exc:
-        raise ResultsError(f"{path}: not valid JSON ({exc}); restore the file from the p2p-bench run") from None
-
-
-def _object(path: Path) -> dict[str, JSONValue] | None:
-    if not path.is_file():
-        return None
-    data = _load(path)
-    if not isinstance(data, dict):
-        raise ResultsError(f"{path}: expected a JSON object, found {type(data).__name__}")
-    return data
 
 
 def _stats(path: Path, metrics: JSONValue) -> dict[str, SeedStat]:
@@ -159,17 +138,17 @@ def _numbered(d: Path, pattern: re.Pattern[str]) -> dict[int, Path]:
 
 
 def _scenario(d: Path, arm: str, conc: int, missing: list[str]) -> SeedScenario:
-    agg = _object(d / "aggregate.json")
-    metrics = _stats(d / "aggregate.json", (agg or {}).get("metrics"))
+    agg = optional_object(d / AGGREGATE)
+    metrics = _stats(d / AGGREGATE, (agg or {}).get("metrics"))
     energy = (agg or {}).get("energy")
     watts = as_float(energy.get("mean_watts")) if isinstance(energy, dict) else None
     runs: dict[int, dict[str, float]] = {}
-    for k, f in _numbered(d, _RUN_RE).items():
-        data = _object(f) or {}
+    for k, f in rep_files(d).items():
+        data = optional_object(f) or {}
         runs[k] = {str(key): v for key, raw in data.items() if (v := as_float(raw)) is not None}
     power: dict[int, float] = {}
     for k, f in _numbered(d, _POWER_RE).items():
-        w = as_float((_object(f) or {}).get("avg_watts"))
+        w = as_float((optional_object(f) or {}).get("avg_watts"))
         if w is not None:
             power[k] = w
     name = d.name
@@ -182,14 +161,14 @@ def _scenario(d: Path, arm: str, conc: int, missing: list[str]) -> SeedScenario:
         watts = sum(power.values()) / len(power)
     if watts is None:
         missing.append(f"{name}: no power reading (energy.mean_watts / power_run<k>.json): no tok/J")
-    transport = _object(d / "transport_proof.json")
+    transport = optional_object(d / PROOF)
     if transport is None:
         missing.append(f"{name}: no transport_proof.json: the transport of this scenario is unproven")
     telemetry = _numbered(d, _TELEMETRY_RE)
     if not telemetry:
         missing.append(f"{name}: no telemetry CSV")
     return SeedScenario(arm=arm, concurrency=conc, path=d, metrics=metrics, mean_watts=watts, runs=runs,
-                        power_watts=power, transport=transport, server=_object(d / "scenario.json"),
+                        power_watts=power, transport=transport, server=optional_object(d / SCENARIO_META),
                         telemetry=telemetry, declared_runs=_declared(agg))
 
 
@@ -232,7 +211,7 @@ def read_seed_run(path: str | Path) -> SeedRun:
         missing.append("summary.csv absent: the table comes from the scenario aggregates alone")
     if not scenarios:
         missing.append("no scenarios/<arm>-c<N>/ directory: only summary.csv is shown")
-    evidence = _object(p / "env" / "p2p_evidence.json")
+    evidence = optional_object(p / "env" / "p2p_evidence.json")
     if evidence is None:
         missing.append("env/p2p_evidence.json absent: no P2P latency/bandwidth matrix, no driver version")
     return SeedRun(path=p, scenarios=tuple(scenarios), summary_rows=tuple(rows), evidence=evidence,

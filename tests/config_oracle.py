@@ -143,7 +143,7 @@ def decode(value: object) -> object:
 
 def record() -> None:  # pragma: no cover - run by hand on the code whose answers are recorded
     from pytest_p2p.campaign.config import parse_campaign
-    from pytest_p2p.rig import load_rig, parse_rig
+    from pytest_p2p.plugin.rig import load_rig, parse_rig
 
     DATA.mkdir(parents=True, exist_ok=True)
     files = sorted((ROOT / "fixtures" / "rigs").glob("*.yaml")) + [ROOT / "pytest_p2p" / "demo" / "rig.yaml"]

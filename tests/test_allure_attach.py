@@ -123,7 +123,7 @@ def test_hooks_label_p2p_tests_in_real_allure_results(pytester: pytest.Pytester)
     pytest.importorskip("allure_pytest")
     pytester.makepyfile(P2P_TESTS)
     out_dir = pytester.path / "allure-results"
-    result = pytester.runpytest_subprocess("-p", "pytest_p2p.report.hooks", f"--alluredir={out_dir}",
+    result = pytester.runpytest_subprocess("-p", "pytest_p2p.plugin.report", f"--alluredir={out_dir}",
                                            "-p", "no:cacheprovider")
     result.assert_outcomes(passed=4)
     results = [json.loads(p.read_text()) for p in out_dir.glob("*-result.json")]
@@ -150,7 +150,7 @@ def test_tests_pass_without_allure_installed(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(P2P_TESTS.replace("assert allure_attach.attach_file(p)",
                                           "assert not allure_attach.attach_file(p)"))
     pytester.makeconftest("import sys\nsys.modules['allure'] = None\n")
-    result = pytester.runpytest_subprocess("-p", "pytest_p2p.report.hooks", "-p", "no:allure_pytest",
+    result = pytester.runpytest_subprocess("-p", "pytest_p2p.plugin.report", "-p", "no:allure_pytest",
                                            "-p", "no:cacheprovider")
     result.assert_outcomes(passed=4)
 

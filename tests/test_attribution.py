@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from verdict_rundir import baseline_runs, write_run
+from synthetic_runs import baseline_runs, write_run
 
 from pytest_p2p.verdict.attribution import explain, fingerprint_changes
 from pytest_p2p.verdict.campaign_judge import compare_scenario

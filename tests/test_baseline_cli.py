@@ -5,7 +5,7 @@ import re
 
 import pytest
 from store_pg import PASSWORD, pg_fixture, store_target_fixture  # noqa: F401 - fixtures
-from verdict_rundir import baseline_runs, write_run
+from synthetic_runs import baseline_runs, write_run
 
 from pytest_p2p.verdict.baseline_cli import main
 

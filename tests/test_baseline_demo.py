@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_p2p.session import demo_path
+from pytest_p2p.plugin.session import demo_path
 
 CHECKS = ("--pyargs", "pytest_p2p.checks.test_campaign", "pytest_p2p.checks.test_baseline")
 

@@ -208,7 +208,7 @@ campaign:
   min_uplift: -50%
 """
 
-PLUGINS = ("-p", "pytest_p2p.campaign.hooks", "-p", "pytest_p2p.report.hooks", "-p", "no:cacheprovider")
+PLUGINS = ("-p", "pytest_p2p.plugin.campaign", "-p", "pytest_p2p.plugin.report", "-p", "no:cacheprovider")
 
 
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -377,7 +377,7 @@ def test_probe_campaign_with_a_fake_nccl_worker(tmp_path: Path) -> None:
 
 
 def test_pair_scope_groups_by_the_pair_in_the_test_id():
-    from pytest_p2p.campaign.hooks import pair_scope
+    from pytest_p2p.plugin.campaign import pair_scope
 
     assert pair_scope("checks/test_campaign.py::test_uplift[gpu0-gpu1-c8]") == "gpu0-gpu1"
     assert pair_scope("checks/test_probes.py::test_transport[gpu2-gpu3-p2p_on]") == "gpu2-gpu3"

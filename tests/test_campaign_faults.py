@@ -343,16 +343,16 @@ def test_any_load_error_of_a_dead_server_is_a_failed_rep_not_a_traceback(tmp_pat
 
 
 def test_campaign_writer_output_reads_back_through_the_report_reader(tmp_path: Path) -> None:
-    """The results directory is the contract: what campaign.rundir writes, report.results reads."""
-    from pytest_p2p.campaign.rundir import RunDir
-    from pytest_p2p.report.results import ResultsDir
+    """The results directory is the contract: what results.write writes, results.read reads."""
+    from pytest_p2p.results.read import RunReader
+    from pytest_p2p.results.write import RunDir
 
     rd = RunDir.create(tmp_path, "rig x", "gpu0-gpu1", "model")
     rd.write_rep("p2p_on", "c8", 1, {"output_throughput": 1.5})
     rd.write_aggregate("p2p_on", "c8", {"metrics": {}})
     rd.write_env("versions.json", {"nccl": "2.28.9"})
     rd.write_run_meta({"status": "complete"})
-    back = ResultsDir.open(rd.path)
+    back = RunReader.open(rd.path)
     assert rd.path.name.endswith("_rig-x_gpu0-gpu1")
     assert list(back.scenarios()) == [("p2p_on", "c8")] and back.reps("p2p_on", "c8") == {1: {"output_throughput": 1.5}}
     assert back.read_run_meta()["status"] == "complete" and back.read_scenario_file("p2p_on", "c8", "aggregate.json")

@@ -59,7 +59,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def test_campaign_checks_skip_with_the_reason_when_there_is_no_pair(
         pytester: pytest.Pytester, clean_env: None, tmp_path: Path, make: object) -> None:
     snap = make(pytester.path / "snap.json")  # type: ignore[operator]
-    r = pytester.runpytest_subprocess("-p", "pytest_p2p.campaign.hooks", "-p", "no:cacheprovider", "-m", "p2p",
+    r = pytester.runpytest_subprocess("-p", "pytest_p2p.plugin.campaign", "-p", "no:cacheprovider", "-m", "p2p",
                                       "--pyargs", "pytest_p2p.checks.test_campaign", "--p2p-snapshot", str(snap),
                                       "--p2p-results", str(tmp_path / "res"), "-rs", timeout=120)
     out = r.stdout.str() + r.stderr.str()

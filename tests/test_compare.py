@@ -3,7 +3,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from verdict_rundir import baseline_runs, write_run
+from synthetic_runs import baseline_runs, write_run
 
 from pytest_p2p.errors import ConfigError
 from pytest_p2p.stats.tdist import t_cdf, t_quantile

@@ -20,7 +20,7 @@ from rig_reference import current, generated
 
 from pytest_p2p.campaign.config import CampaignConfig, parse_campaign
 from pytest_p2p.errors import ConfigError
-from pytest_p2p.rig import load_rig, parse_rig
+from pytest_p2p.plugin.rig import load_rig, parse_rig
 from pytest_p2p.schema import rig_keys
 
 BUNDLED: dict[str, Any] = json.loads((DATA / "bundled_rigs.json").read_text())

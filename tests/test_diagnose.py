@@ -7,7 +7,7 @@ import copy
 from pytest_p2p.evidence.diagnose import judge_counters, judge_nvlink, judge_pcie, judge_peer_access, judge_topology
 from pytest_p2p.evidence.model import PcieReading
 from pytest_p2p.evidence.snapshot import load_snapshot
-from pytest_p2p.rig import Expectations, LinkExpect, NvlinkExpect
+from pytest_p2p.plugin.rig import Expectations, LinkExpect, NvlinkExpect
 
 
 def test_pcie_gen4_expected_on_gen3_link_is_the_issue_diagnosis(snapshot_5060ti):

@@ -14,8 +14,8 @@ import pytest
 
 from pytest_p2p.campaign.config import parse_campaign
 from pytest_p2p.errors import ConfigError, P2PError
+from pytest_p2p.plugin.rig import load_rig
 from pytest_p2p.probes.config import parse_probe
-from pytest_p2p.rig import load_rig
 from pytest_p2p.serve.config import parse_server
 
 ABSURD: list[Any] = [1e8, 1e29, 1e308, 10**5000, -1, math.nan, math.inf, "1e8", True]

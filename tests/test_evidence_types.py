@@ -57,7 +57,7 @@ def test_a_bool_index_and_a_reversed_pair_are_still_refused():
 
 @dataclass
 class PlainRig:
-    """Not ``pytest_p2p.rig.Rig``: resolution reads a rig only through the RigSpec protocol."""
+    """Not ``pytest_p2p.plugin.rig.Rig``: resolution reads a rig only through the RigSpec protocol."""
 
     name: str = "plain"
     source: str = "<plain>"
@@ -70,8 +70,8 @@ class PlainRig:
 
 
 def test_resolve_takes_any_rig_spec_and_rig_re_exports_it():
-    from pytest_p2p import rig
     from pytest_p2p.evidence.resolve import resolve
+    from pytest_p2p.plugin import rig
 
     assert rig.resolve is resolve
     ev = load_snapshot(SNAPS / "5060ti-2x-gen3x4.snapshot.json")

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from verdict_rundir import write_run
+from synthetic_runs import write_run
 
 from pytest_p2p.verdict.fingerprint import ResultsError, build_fingerprint, comparability, flatten
 
@@ -35,11 +35,11 @@ def test_comparability_is_per_arm_and_ignores_env(tmp_path):
 
 
 def test_missing_and_bad_files_are_named(tmp_path):
-    with pytest.raises(ResultsError, match="run.json is missing"):
+    with pytest.raises(ResultsError, match="run.json: file not found"):
         build_fingerprint(tmp_path)
     run = write_run(tmp_path, "r")
     (run / "run.json").write_text("{nope")
-    with pytest.raises(ResultsError, match="run.json is not readable JSON"):
+    with pytest.raises(ResultsError, match="run.json: corrupt JSON at line 1"):
         build_fingerprint(run)
 
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 from store_pg import pg_fixture, store_target_fixture  # noqa: F401 - fixtures
-from verdict_rundir import write_run
+from synthetic_runs import write_run
 
+from pytest_p2p.plugin.verdict import BaselineSession
 from pytest_p2p.stats.changepoint import MAX_RUNS, MIN_RUNS_SCAN, STEP, TAIL, TAIL_P, TREND, contrasts, scan, tail_p
 from pytest_p2p.verdict.baseline_cli import main as baseline_main
 from pytest_p2p.verdict.campaign_judge import compare_campaign
 from pytest_p2p.verdict.compare import REGRESSION
 from pytest_p2p.verdict.config import BaselineConfig
 from pytest_p2p.verdict.history import AUTO_NOTE, HISTORY_ALPHA, Night, health, judge_series
-from pytest_p2p.verdict.hooks import BaselineSession
 from pytest_p2p.verdict.store import Store
 
 

@@ -128,7 +128,7 @@ def test_a_p2p_run_activates_every_stage(project: pytest.Pytester, monkeypatch: 
     elif how == "ini":
         project.makeini(f"[pytest]\np2p_results = {results}\n")
     elif how == "opt-in plugin":
-        args += ["-p", "pytest_p2p.active"]
+        args += ["-p", "pytest_p2p.plugin.active"]
     else:
         project.makeini("[pytest]\np2p_enable = true\n")
     r = project.runpytest_subprocess(*args)

@@ -7,8 +7,8 @@ and the session-end save, where a URL used to be folded into a file path by ``Pa
 from __future__ import annotations
 
 from store_pg import PASSWORD, PgServer, pg_fixture  # noqa: F401 - fixture
+from synthetic_runs import write_run
 from test_verdict_plugin import run_p  # noqa: F401,F811 - the verdict plugin tests' fake-campaign runner (fixture)
-from verdict_rundir import write_run
 
 from pytest_p2p.verdict.store import Store
 

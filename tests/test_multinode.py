@@ -12,6 +12,7 @@ import yaml
 from pytest_p2p.errors import ConfigError
 from pytest_p2p.evidence.nodes import PciPlace, read_node, record_tree, topology_class
 from pytest_p2p.evidence.nodespec import FAIL, PASS, judge_node, line_rate_gbps, parse_nodes
+from pytest_p2p.plugin.rig import load_rig, parse_rig
 from pytest_p2p.probes.arms import PRESETS
 from pytest_p2p.probes.netproof import (
     ProcessLog,
@@ -21,7 +22,6 @@ from pytest_p2p.probes.netproof import (
     prove_crossing,
     split_by_process,
 )
-from pytest_p2p.rig import load_rig, parse_rig
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSFS = ROOT / "fixtures" / "sysfs"
@@ -235,7 +235,7 @@ def test_host_staged_busbw_fails_the_line_rate_threshold() -> None:
 
 def test_multinode_modules_do_not_import_ray() -> None:
     code = ("import sys, pytest_p2p.plugin, pytest_p2p.probes.multinode, pytest_p2p.probes.netproof; "
-            "from pytest_p2p.rig import load_rig; load_rig(sys.argv[1]); "
+            "from pytest_p2p.plugin.rig import load_rig; load_rig(sys.argv[1]); "
             "assert 'ray' not in sys.modules, 'ray imported'")
     subprocess.run([sys.executable, "-c", code, str(RIG)], check=True)
 

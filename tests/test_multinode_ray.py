@@ -16,8 +16,8 @@ import pytest
 from pytest_p2p import signals
 from pytest_p2p.errors import ProbeError
 from pytest_p2p.evidence.nodespec import FAIL, PASS, NodesSpec, judge_node
+from pytest_p2p.plugin.rig import load_rig
 from pytest_p2p.probes.arms import PRESETS
-from pytest_p2p.rig import load_rig
 
 ray = pytest.importorskip("ray", reason="Ray is the [multinode] extra: pip install 'pytest-p2p[multinode]'")
 pytestmark = pytest.mark.multinode

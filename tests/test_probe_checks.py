@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pytest_p2p.plugin.probes import judge_busbw, judge_latency, judge_uplift, replay_index
 from pytest_p2p.probes.allreduce import AllReduceResult, Row
 from pytest_p2p.probes.config import Thresholds
-from pytest_p2p.probes.hooks import judge_busbw, judge_latency, judge_uplift, replay_index
 from pytest_p2p.stats.decide import Outcome
 
 pytest.importorskip("pytest_p2p.probes.transport")
-pytest.importorskip("pytest_p2p.session")
+pytest.importorskip("pytest_p2p.plugin.session")
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLAY = Path(__file__).resolve().parent / "data" / "probes"
@@ -40,7 +40,7 @@ def run(pytester: pytest.Pytester, *args: str, busbw: int = 200, replay: Path | 
             "probe": yaml.safe_load(PROBE % {"busbw": busbw})["probe"]}
     data.pop("campaign", None)
     rig = pytester.makefile(".yaml", rig=yaml.safe_dump(data))
-    argv = ["-p", "pytest_p2p.probes.hooks", "--pyargs", "pytest_p2p.checks.test_probes", "-p", "no:cacheprovider",
+    argv = ["-p", "pytest_p2p.plugin.probes", "--pyargs", "pytest_p2p.checks.test_probes", "-p", "no:cacheprovider",
             "-rs", "--p2p-rig", str(rig), "--p2p-snapshot", str(SNAPSHOT), "-p", "no:randomly", *args]
     if replay is not None:
         argv += ["--p2p-probe-replay", str(replay)]
@@ -117,12 +117,12 @@ def test_recordings_without_trials_are_judged_by_the_point_rule_and_say_so():
 
 
 def test_demo_session_replays_the_embedded_probe_recording(pytester, monkeypatch):
-    import pytest_p2p.session as session_mod
+    import pytest_p2p.plugin.session as session_mod
 
     real = session_mod.demo_path
     monkeypatch.setattr(session_mod, "demo_path", lambda name: REPLAY if name == "probes" else real(name))
     monkeypatch.delenv("PYTEST_P2P_PROBE_REPLAY", raising=False)
-    argv = ["-p", "pytest_p2p.probes.hooks", "--pyargs", "pytest_p2p.checks.test_probes", "-p", "no:cacheprovider",
+    argv = ["-p", "pytest_p2p.plugin.probes", "--pyargs", "pytest_p2p.checks.test_probes", "-p", "no:cacheprovider",
             "--p2p-snapshot", str(real(session_mod.DEMO_SNAPSHOT)), "-k", "transport or correct"]
     result = pytester.runpytest(*argv)
     result.assert_outcomes(passed=4)
@@ -133,8 +133,8 @@ def test_xdist_group_of_probe_checks_is_the_pair_group_of_the_campaign_stage():
     """test_transport[gpu0-gpu1-p2p_on] and test_uplift[gpu0-gpu1] (grouped by the campaign hook) share a group."""
     from types import SimpleNamespace
 
-    from pytest_p2p.campaign import hooks as campaign_hooks
-    from pytest_p2p.probes import hooks as probe_hooks
+    from pytest_p2p.plugin import campaign as campaign_hooks
+    from pytest_p2p.plugin import probes as probe_hooks
     from pytest_p2p.probes.arms import PRESETS
 
     class Item:

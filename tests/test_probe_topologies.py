@@ -21,7 +21,7 @@ REPLAY = Path(__file__).resolve().parent / "data" / "probes"
 
 
 def run(pytester: pytest.Pytester, snapshot: str, *args: str, replay: Path = REPLAY) -> pytest.RunResult:
-    argv = ["-p", "pytest_p2p.probes.hooks", "--pyargs", "pytest_p2p.checks.test_probes", "-p", "no:cacheprovider",
+    argv = ["-p", "pytest_p2p.plugin.probes", "--pyargs", "pytest_p2p.checks.test_probes", "-p", "no:cacheprovider",
             "-rs", "-p", "no:randomly", "--p2p-snapshot", str(SNAPSHOTS / snapshot),
             "--p2p-probe-replay", str(replay), *args]
     return pytester.runpytest(*argv)

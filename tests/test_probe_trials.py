@@ -243,7 +243,7 @@ def _checks(pytester: pytest.Pytester, replay: Path, *args: str):
            "probe": {"sizes": ["8KiB", "128KiB"], "decode_sizes": ["8KiB", "128KiB"]}}
     rig.pop("campaign", None)
     path = pytester.makefile(".yaml", rig=yaml.safe_dump(rig))
-    return pytester.runpytest("-p", "pytest_p2p.probes.hooks", "--pyargs", "pytest_p2p.checks.test_probes",
+    return pytester.runpytest("-p", "pytest_p2p.plugin.probes", "--pyargs", "pytest_p2p.checks.test_probes",
                               "-p", "no:cacheprovider", "-p", "no:randomly", "-rs", "--p2p-rig", str(path),
                               "--p2p-snapshot", str(SNAPSHOT), "--p2p-probe-replay", str(replay), "-k", "uplift",
                               *args)

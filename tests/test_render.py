@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from pytest_p2p.errors import ResultsError
 from pytest_p2p.report.render import render_report
-from pytest_p2p.report.results import ResultsDir, ResultsError
+from pytest_p2p.results.write import RunDir
 
 ON = [100.0, 104.0, 98.0]
 OFF = [90.0, 92.0, 89.0]
@@ -26,8 +27,8 @@ def _rep(value: float, *, throttled: bool = False) -> dict[str, Any]:
             "flags": {"throttled": throttled, "downtrained": False}}
 
 
-def _campaign(tmp_path: Path, *, reps_done: int = 3, simulated: bool = False, status: str = "complete") -> ResultsDir:
-    rd = ResultsDir.create(tmp_path, "demo-h200", "gpu0-gpu1", "model", run_id="run")
+def _campaign(tmp_path: Path, *, reps_done: int = 3, simulated: bool = False, status: str = "complete") -> RunDir:
+    rd = RunDir.create(tmp_path, "demo-h200", "gpu0-gpu1", "model", run_id="run")
     rd.write_run_meta({
         "arms": {"p2p_on": {"expect_transport": "P2P/CUMEM"}, "p2p_off": {"expect_transport": "SHM"}},
         "points": ["c1", "c4"], "reps": 3, "schedule": "interleaved", "simulated": simulated, "status": status,
@@ -107,7 +108,7 @@ def test_corrupt_rep_file_is_named(tmp_path: Path) -> None:
 
 
 def test_aggregate_only_scenario_is_used(tmp_path: Path) -> None:
-    rd = ResultsDir.create(tmp_path, "r", "gpu0-gpu1", "model", run_id="agg")
+    rd = RunDir.create(tmp_path, "r", "gpu0-gpu1", "model", run_id="agg")
     rd.write_run_meta({"arms": {"a": {}, "b": {}}, "points": ["c2"], "reps": 2, "status": "complete"})
     for arm, vals in (("a", [11.0, 13.0]), ("b", [10.0, 10.0])):
         rd.write_aggregate(arm, "c2", {"metrics": {"output_throughput": {"mean": sum(vals) / 2, "std": 1.0,
@@ -133,15 +134,7 @@ def test_throttled_rep_excluded_but_flagged(tmp_path: Path) -> None:
     assert "p2p_on-c1: throttled in run 2" in (rd.path / "summary.md").read_text()
 
 
-def test_verdicts_are_copied(tmp_path: Path) -> None:
-    rd = _campaign(tmp_path)
-    (rd.path / "verdicts.json").write_text(json.dumps({"verdicts": [{"name": "uplift c1", "status": "passed"}]}))
-    r = render_report(rd.path, plots=False)
-    assert r.summary["verdicts"] == {"verdicts": [{"name": "uplift c1", "status": "passed"}]}
-    assert "- uplift c1: passed" in r.summary_md.read_text()
-
-
-def _telemetry(rd: ResultsDir, arm: str, point: str) -> None:
+def _telemetry(rd: RunDir, arm: str, point: str) -> None:
     cols = ["wall_epoch", "index", "pcie.link.gen.current", "pcie.link.width.current", "temperature.gpu",
             "utilization.gpu", "utilization.memory", "memory.used", "power.draw", "clocks.current.sm",
             "clocks.current.memory", "throttle_reasons", "energy_mj", "simulated"]
@@ -195,7 +188,7 @@ def test_simulated_label_is_drawn_into_every_plot(tmp_path: Path, monkeypatch: p
 
 def test_probe_plots(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    rd = ResultsDir.create(tmp_path, "r", "gpu0-gpu1", "probe", run_id="p")
+    rd = RunDir.create(tmp_path, "r", "gpu0-gpu1", "probe", run_id="p")
     rd.write_run_meta({"arms": {"p2p": {}, "shm": {}}, "points": ["s8KiB", "s1MiB"], "reps": 2})
     for arm, t in (("p2p", 10.0), ("shm", 25.0)):
         for point in ("s8KiB", "s1MiB"):

@@ -7,7 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from pytest_p2p.report.allure_item import multiline_message, readable, stable_identity
+from pytest_p2p.plugin.allure_item import multiline_message, readable, stable_identity
 from pytest_p2p.report.allure_meta import executor_from_env, markdown_to_html, properties_text, write_allure_meta
 
 GITHUB = {"GITHUB_ACTIONS": "true", "GITHUB_RUN_ID": "123", "GITHUB_RUN_NUMBER": "7", "GITHUB_REPOSITORY": "o/r",

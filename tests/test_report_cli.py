@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from pytest_p2p.errors import ResultsError
 from pytest_p2p.report.report_cli import main
-from pytest_p2p.report.results import ResultsDir, ResultsError
+from pytest_p2p.results.write import RunDir
 
 
-def _run_dir(root: Path, run_id: str = "r1", *, reps: int = 2, simulated: bool = True) -> ResultsDir:
-    rd = ResultsDir.create(root, "demo-h200", "gpu0-gpu1", "model", run_id=run_id)
+def _run_dir(root: Path, run_id: str = "r1", *, reps: int = 2, simulated: bool = True) -> RunDir:
+    rd = RunDir.create(root, "demo-h200", "gpu0-gpu1", "model", run_id=run_id)
     rd.write_run_meta({"arms": {"p2p_on": {"expect_transport": "P2P/CUMEM"}, "p2p_off": {"expect_transport": "SHM"}},
                        "points": ["c1"], "reps": 3, "simulated": simulated, "status": "interrupted"})
     for k in range(1, reps + 1):

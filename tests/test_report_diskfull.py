@@ -2,8 +2,9 @@
 
 A fake filesystem fault: from the N-th write on, every atomic write raises ENOSPC (or
 EROFS) until the run directory's reserve file is deleted, as a real full disk would
-after a few KiB are freed. What must hold: one ResultsError paragraph naming the file
-(no raw OSError), run.json never left at ``running``, completed reps intact.
+after a few KiB are freed. What must hold: one WriteError paragraph naming the file
+(no raw OSError), run.json never left at ``running``, completed reps intact. The writer is
+the production one (results/write.py), the reads go through the one reader.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from typing import Any
 
 import pytest
 
-from pytest_p2p.errors import P2PError, ResultsError
-from pytest_p2p.report import results as results_mod
-from pytest_p2p.report.results import RESERVE, ResultsDir
+from pytest_p2p.errors import P2PError, ResultsError, WriteError
+from pytest_p2p.results import write as write_mod
+from pytest_p2p.results.layout import RESERVE
+from pytest_p2p.results.read import RunReader
+from pytest_p2p.results.write import RunDir
 from pytest_p2p.util import atomic_write_json
 
 
@@ -39,11 +42,11 @@ class FullDisk:
         return atomic_write_json(p, obj)
 
 
-def _campaign(tmp_path: Path, disk: FullDisk, monkeypatch: pytest.MonkeyPatch) -> tuple[ResultsDir, str]:
-    rd = ResultsDir.create(tmp_path, "rig", "gpu0-gpu1", "model", run_id="r1")
+def _campaign(tmp_path: Path, disk: FullDisk, monkeypatch: pytest.MonkeyPatch) -> tuple[RunDir, str]:
+    rd = RunDir.create(tmp_path, "rig", "gpu0-gpu1", "model", run_id="r1")
     disk.reserve = rd.path / RESERVE
     assert disk.reserve.is_file()
-    monkeypatch.setattr(results_mod, "atomic_write_json", disk.write_json)
+    monkeypatch.setattr(write_mod, "atomic_write_json", disk.write_json)
     message = ""
     try:
         for rep in (1, 2, 3):
@@ -60,7 +63,7 @@ def test_enospc_is_one_paragraph_and_run_json_says_failed(tmp_path: Path, monkey
     target = rd.path / "scenarios" / "p2p_off-c1" / "run_2.json"
     assert str(target) in message and "No space left on device" in message
     assert "\n" not in message and "Traceback" not in message
-    assert "3 rep file(s) already written are intact" in message
+    assert "Files already written are intact" in message
     meta = json.loads((rd.path / "run.json").read_text())
     assert meta["status"] == "failed"
     assert any("run_2.json" in e for e in meta["errors"])
@@ -68,42 +71,42 @@ def test_enospc_is_one_paragraph_and_run_json_says_failed(tmp_path: Path, monkey
     assert not (rd.path / RESERVE).exists()
     # completed reps are whole
     assert json.loads((rd.path / "scenarios" / "p2p_on-c1" / "run_1.json").read_text()) == {"output_throughput": 101.0}
-    assert sorted(rd.reps("p2p_on", "c1")) == [1, 2]
+    assert sorted(RunReader.open(rd.path).reps("p2p_on", "c1")) == [1, 2]
     assert not list(rd.path.rglob("*.tmp"))
 
 
 def test_a_later_complete_cannot_hide_a_lost_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    rd = ResultsDir.create(tmp_path, "rig", "gpu0-gpu1", "model", run_id="r1")
+    rd = RunDir.create(tmp_path, "rig", "gpu0-gpu1", "model", run_id="r1")
     disk = FullDisk(full_after=0)
     disk.reserve = rd.path / RESERVE
-    monkeypatch.setattr(results_mod, "atomic_write_json", disk.write_json)
-    with pytest.raises(ResultsError, match="result of rep 1"):
+    monkeypatch.setattr(write_mod, "atomic_write_json", disk.write_json)
+    with pytest.raises(WriteError, match=r"p2p_on-c1/run_1\.json"):
         rd.write_rep("p2p_on", "c1", 1, {"x": 1.0})
     rd.write_run_meta({"status": "complete", "errors": []})  # space freed: the caller says complete
-    meta = rd.read_run_meta()
-    assert meta["status"] == "failed" and rd.write_errors and meta["errors"] == list(rd.write_errors)
+    meta = RunReader.open(rd.path).read_run_meta()
+    assert meta["status"] == "failed" and len(meta["errors"]) == 1 and "run_1.json" in meta["errors"][0]
 
 
 def test_read_only_filesystem_names_the_path_and_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rd, message = _campaign(tmp_path, FullDisk(full_after=1, err=errno.EROFS), monkeypatch)
-    assert "Read-only file system" in message and "--p2p-results on a writable one" in message
+    assert "Read-only file system" in message and "point --p2p-results at a writable directory" in message
     assert str(rd.path / "scenarios" / "p2p_off-c1" / "run_1.json") in message
     assert (rd.path / "scenarios" / "p2p_on-c1" / "run_1.json").is_file()
 
 
 def test_a_finished_run_releases_its_reserve(tmp_path: Path) -> None:
-    rd = ResultsDir.create(tmp_path, "rig", "gpu0-gpu1", "model", run_id="r1")
+    rd = RunDir.create(tmp_path, "rig", "gpu0-gpu1", "model", run_id="r1")
     assert (rd.path / RESERVE).is_file()
     rd.write_run_meta({"status": "complete"})
     assert not (rd.path / RESERVE).exists()
-    assert rd.read_run_meta()["status"] == "complete"
+    assert RunReader.open(rd.path).read_run_meta()["status"] == "complete"
 
 
 def test_report_command_on_a_full_disk_is_one_paragraph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_p2p.report import render as render_mod
     from pytest_p2p.report.report_cli import main
 
-    rd = ResultsDir.create(tmp_path, "rig", "gpu0-gpu1", "model", run_id="r1")
+    rd = RunDir.create(tmp_path, "rig", "gpu0-gpu1", "model", run_id="r1")
     rd.write_run_meta({"arms": {"a": {}, "b": {}}, "points": ["c1"], "reps": 1, "status": "complete"})
     rd.write_rep("a", "c1", 1, {"output_throughput": 2.0})
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_p2p.report.junit_props import campaign_properties
+from pytest_p2p.plugin.junit_props import campaign_properties
 
 TESTS = """
 import pytest
@@ -25,7 +25,7 @@ def test_other(record_testsuite_property):
 def _run(pytester: pytest.Pytester, *args: str) -> ET.Element:
     pytester.makepyfile(TESTS)
     xml = pytester.path / "junit.xml"
-    result = pytester.runpytest("-p", "pytest_p2p.report.hooks", f"--junitxml={xml}", "-p", "no:cacheprovider",
+    result = pytester.runpytest("-p", "pytest_p2p.plugin.report", f"--junitxml={xml}", "-p", "no:cacheprovider",
                                 "-W", "error:record_property:pytest.PytestWarning", *args)
     result.assert_outcomes(passed=2)
     assert "PytestWarning" not in result.stdout.str()
@@ -62,9 +62,9 @@ def test_campaign_properties_name_uplift_verdict_and_throughput() -> None:
 
 def _published_run(tmp_path: Path, **meta: object) -> Path:
     """A one-point run dir (+10 % at c1), as a campaign leaves it before any render."""
-    from pytest_p2p.report.results import ResultsDir
+    from pytest_p2p.results.write import RunDir
 
-    rd = ResultsDir.create(tmp_path, "rig", "gpu0-gpu1", "model", run_id="run1")
+    rd = RunDir.create(tmp_path, "rig", "gpu0-gpu1", "model", run_id="run1")
     rd.write_run_meta({"arms": {"p2p_on": {}, "p2p_off": {}}, "points": ["c1"], "reps": 1, "status": "complete",
                        **meta})
     rd.write_rep("p2p_on", "c1", 1, {"output_throughput": 110.0})
@@ -77,7 +77,7 @@ def _publishing_conftest(run_dir: Path, prelude: str = "") -> str:
     return f"""
 import pytest
 from pathlib import Path
-from pytest_p2p.campaign import hookspecs
+from pytest_p2p.plugin import hookspecs
 from pytest_p2p.campaign.outcome import CampaignOutcome
 {prelude}
 def pytest_addhooks(pluginmanager):
@@ -98,7 +98,7 @@ def test_campaign_finished_renders_and_records(pytester: pytest.Pytester, tmp_pa
     pytester.makeconftest(_publishing_conftest(run_dir))
     pytester.makepyfile("def test_x(published):\n    pass\n")
     xml = pytester.path / "j.xml"
-    result = pytester.runpytest("-p", "pytest_p2p.report.hooks", f"--junitxml={xml}", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "pytest_p2p.plugin.report", f"--junitxml={xml}", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*= p2p results at a glance =*", "c1 *| p2p_on / p2p_off |  +10.0 % |*INCONCLUSIVE"])
     assert (run_dir / "summary.md").is_file()
@@ -126,7 +126,7 @@ render.render_report = counting
 """))
     pytester.makepyfile(f"""
 from pathlib import Path
-from pytest_p2p.report.hooks import judged_numbers
+from pytest_p2p.plugin.report import judged_numbers
 
 def test_campaign(published):
     assert "+10.0 %" in judged_numbers(Path({str(run_dir)!r}), "c1")  # read mid-session, not rendered
@@ -136,7 +136,7 @@ def test_probes_after():
     (Path({str(probes)!r}) / "allreduce.json").write_text("{{}}")
 """)
     # a subprocess: the counting wrapper must be the render_report of a fresh interpreter
-    result = pytester.runpytest_subprocess("-p", "pytest_p2p.report.hooks", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "pytest_p2p.plugin.report", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*= p2p results at a glance =*", "c1 *| p2p_on / p2p_off |  +10.0 % |*"])
     assert (tmp_path / "renders.txt").read_text() == "True "  # once, after the probe result existed

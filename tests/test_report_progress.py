@@ -12,11 +12,11 @@ import pytest
 
 CONFTEST = """
 import pytest
-from pytest_p2p.campaign.progress import Progress
+from pytest_p2p.plugin.campaign import progress_for
 
 @pytest.fixture
 def campaign(request):
-    p = Progress.for_config(request.config, "demo gpu0-gpu1", 2)
+    p = progress_for(request.config, "demo gpu0-gpu1", 2)
     if request.config.getoption("--no-suspend", default=False):
         p.capture = None
     p.update("p2p_on-c1", 1, 1)

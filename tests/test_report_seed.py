@@ -99,7 +99,7 @@ def test_summary_csv_alone_still_gives_the_table(tmp_path: Path, capsys: pytest.
 def test_corrupt_seed_file_is_named(seed_copy: Path) -> None:
     bad = seed_copy / "scenarios" / "p2p_on-c4" / "aggregate.json"
     bad.write_text("{not json")
-    with pytest.raises(ResultsError, match="p2p_on-c4/aggregate.json: not valid JSON"):
+    with pytest.raises(ResultsError, match="p2p_on-c4/aggregate.json: corrupt JSON"):
         read_seed_run(seed_copy)
 
 

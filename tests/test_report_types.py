@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from pytest_p2p.errors import ResultsError
-from pytest_p2p.report.hooks import _load_summary, summary_lines
+from pytest_p2p.plugin.report import _load_summary, summary_lines
 from pytest_p2p.report.render import _uplift_settings, render_report
-from pytest_p2p.report.results import ResultsDir
 from pytest_p2p.report.summary_types import Scenario, is_stat, is_summary, stat_at
+from pytest_p2p.results.write import RunDir
 
 
 def test_is_stat_accepts_what_summarize_gives_and_rejects_other_shapes() -> None:
@@ -43,8 +43,8 @@ def test_is_summary_checks_the_containers_the_readers_iterate() -> None:
     assert not is_summary({"missing": "rep 3"})
 
 
-def _run(tmp_path: Path) -> ResultsDir:
-    rd = ResultsDir.create(tmp_path, "r", "gpu0-gpu1", "model", run_id="run")
+def _run(tmp_path: Path) -> RunDir:
+    rd = RunDir.create(tmp_path, "r", "gpu0-gpu1", "model", run_id="run")
     rd.write_run_meta({"arms": {"a": {}, "b": {}}, "points": ["c1"], "reps": 2, "status": "complete"})
     for arm, vals in (("a", [11.0, 13.0]), ("b", [10.0, 10.0])):
         for k, v in enumerate(vals, 1):
@@ -65,7 +65,7 @@ def test_a_summary_json_of_a_wrong_shape_is_rendered_again(tmp_path: Path) -> No
 
 
 def test_aggregate_entries_of_a_wrong_shape_are_left_out(tmp_path: Path) -> None:
-    rd = ResultsDir.create(tmp_path, "r", "gpu0-gpu1", "model", run_id="agg")
+    rd = RunDir.create(tmp_path, "r", "gpu0-gpu1", "model", run_id="agg")
     rd.write_run_meta({"arms": {"a": {}, "b": {}}, "points": ["c2"], "reps": 2, "status": "complete"})
     good = {"mean": 12.0, "std": 1.0, "median": 12.0, "ci95": [3.0, 21.0], "n": 2, "values": [11.0, 13.0]}
     rd.write_aggregate("a", "c2", {

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pytest_p2p.errors import ConfigError
 from pytest_p2p.evidence.snapshot import load_snapshot
-from pytest_p2p.rig import auto_rig, load_rig, parse_rig, resolve
+from pytest_p2p.plugin.rig import auto_rig, load_rig, parse_rig, resolve
 
 
 def err(data, source="rig.yaml") -> str:
@@ -142,7 +142,7 @@ def test_arbitrary_text_never_crashes_the_loader(tmp_path_factory, text):
 
 
 def test_yaml_dump_of_gen_config_round_trips(snapshot_5060ti):
-    from pytest_p2p.rig import rig_to_yaml_dict
+    from pytest_p2p.plugin.rig import rig_to_yaml_dict
 
     data = rig_to_yaml_dict(load_snapshot(snapshot_5060ti), "x")
     rig = parse_rig(yaml.safe_load(yaml.safe_dump(data)))

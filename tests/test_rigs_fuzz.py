@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from pytest_p2p.errors import ConfigError, SnapshotError
 from pytest_p2p.evidence.snapshot import evidence_from_envelope, parse_json
-from pytest_p2p.rig import parse_rig, resolve
+from pytest_p2p.plugin.rig import parse_rig, resolve
 from pytest_p2p.validate import yaml_document
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,7 +170,7 @@ def _test_snapshot_structure_fuzz(data):
         ev = evidence_from_envelope(data, "fuzz.json")
     except SnapshotError:
         return
-    from pytest_p2p.rig import auto_rig
+    from pytest_p2p.plugin.rig import auto_rig
 
     with contextlib.suppress(ConfigError):
         resolve(auto_rig(), ev, use_env=False)

@@ -15,7 +15,7 @@ import yaml
 from pytest_p2p import validate as v
 from pytest_p2p.errors import ConfigError, SnapshotError
 from pytest_p2p.evidence.snapshot import bundled_demo, load_snapshot
-from pytest_p2p.rig import auto_rig, load_rig, parse_rig, resolve, rig_to_yaml_dict
+from pytest_p2p.plugin.rig import auto_rig, load_rig, parse_rig, resolve, rig_to_yaml_dict
 
 SNAPS = Path(__file__).resolve().parent.parent / "fixtures" / "snapshots"
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from pytest_p2p.probes.arms import PRESETS
 from pytest_p2p.serve.config import parse_server
-from pytest_p2p.serve.hooks import ServerPlan, set_server_plan
+from pytest_p2p.plugin.serve import ServerPlan, set_server_plan
 
-pytest_plugins = ["pytest_p2p.serve.hooks"]
+pytest_plugins = ["pytest_p2p.plugin.serve"]
 
 def pytest_configure(config):
     server = parse_server({{"command": ["python", "-m", "pytest_p2p.serve.standin"], "model": "tiny",

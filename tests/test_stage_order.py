@@ -1,4 +1,4 @@
-"""Every import in pytest_p2p follows the stage order (issue 15), lazy ones included.
+"""Every import in pytest_p2p follows the stage order (issues 15 and 25), lazy ones included.
 
 The stages, in data-flow order: evidence -> probes -> serve -> campaign -> verdict -> report.
 A module may import an earlier stage, its own stage and the stage-free modules; never a
@@ -7,25 +7,19 @@ later stage. The walk sees every ``import`` / ``from ... import`` anywhere in a 
 module of the package in full (``"pytest_p2p.x.y"`` or ``"pytest_p2p.x.y:function"``, as
 ``pytest_plugins``, ``import_plugin`` and cli.py's lazy dispatch use them).
 
-Four kinds of module, and what each may import:
+Three kinds of module, and what each may import:
 
 * **stage code** (``<stage>/*.py``): stage-free modules, its own stage and earlier stages.
-* **stage-free** (errors, util, validate, envs, options, lease, metrics, stats/*, and any other
-  top-level module not named below): other stage-free modules only. Every stage may import
-  them, so a stage import inside one would be an edge from that stage's importers to it.
-* **stage integration** (the pytest glue of one stage): ``<stage>/hooks.py`` and
-  ``<stage>/hookspecs.py`` sit at their stage's level: they may import stage code and other
-  stages' hooks of their own or an earlier stage (``campaign/hooks.py`` importing
-  ``report/hooks.py`` is an edge against the order), plus anything stage-free or shared.
-* **shared integration**: ``rig.py`` (the rig file composes every stage's section, so it
-  imports each stage's config) and ``session.py`` (the per-session view of rig and
-  evidence). Any integration module may import them; they may import stage code and
-  stage-free modules but no hooks and no entry point.
-* **entry points**: ``plugin.py``, ``active.py``, ``cli.py``, ``__main__.py`` and the built-in
-  checks ``checks/*`` (test modules that consume every stage): they may import anything.
+* **stage-free** (errors, util, validate, envs, options, lease, metrics, signals, stats/*, and
+  any other top-level module not named below): other stage-free modules only. Every stage may
+  import them, so a stage import inside one would be an edge from that stage's importers to it.
+* **glue** (entry points, above every stage): the pytest glue ``plugin/`` (every stage's hooks,
+  the hookspecs, session, rig, the opt-in, xdist roles), ``cli.py``, ``__main__.py`` and the
+  built-in checks ``checks/*``. They may import anything; nothing below imports them, so data
+  flows from the stages up into the glue, never back.
 
-Stage code and stage-free code never import integration code (hooks, rig, session, entry
-points): the data flows from the stages up into the glue, never back.
+The stage packages (and ``stats/``) import no pytest at all: a stage that needs a skip raises
+its own P2PError subclass, which the glue turns into one (``probes.replay.NoRecording``).
 
 Each failure lists every offending edge as ``file:line -> target (why)``.
 """
@@ -43,21 +37,18 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pytest_p2p"
 STAGES = ("evidence", "probes", "serve", "campaign", "verdict", "report")
 TOP = len(STAGES)  # above every stage
 FREE = -1  # below every stage
-SHARED = {"rig", "session"}
-ENTRY_POINTS = {"plugin", "active", "cli", "__main__", "checks"}
+GLUE = {"plugin", "cli", "__main__", "checks"}
+PYTEST_FREE = (*STAGES, "stats")  # packages that never import pytest (nor its private parts, pluggy, xdist)
 _MODULE_STRING = re.compile(r"pytest_p2p(?:\.\w+)+(?::\w+)?")
 
 
 @dataclass(frozen=True)
 class Kind:
     level: int  # FREE, a stage index, or TOP
-    role: str  # "stage" | "free" | "integration" | "shared" | "entry"
+    role: str  # "stage" | "free" | "glue"
 
     def name(self) -> str:
-        if self.role in ("free", "shared", "entry"):
-            return {"free": "stage-free", "shared": "shared integration", "entry": "entry point"}[self.role]
-        stage = STAGES[self.level]
-        return f"{stage} integration" if self.role == "integration" else stage
+        return {"free": "stage-free", "glue": "glue"}.get(self.role) or STAGES[self.level]
 
 
 def kind(module: str) -> Kind:
@@ -65,14 +56,10 @@ def kind(module: str) -> Kind:
     parts = module.split(".")[1:]
     if not parts:
         return Kind(FREE, "free")  # the package's __init__
-    head, rest = parts[0], parts[1:]
-    if head in STAGES:
-        glue = bool(rest) and rest[0] in ("hooks", "hookspecs")
-        return Kind(STAGES.index(head), "integration" if glue else "stage")
-    if head in SHARED:
-        return Kind(TOP, "shared")
-    if head in ENTRY_POINTS:
-        return Kind(TOP, "entry")
+    if parts[0] in STAGES:
+        return Kind(STAGES.index(parts[0]), "stage")
+    if parts[0] in GLUE:
+        return Kind(TOP, "glue")
     return Kind(FREE, "free")
 
 
@@ -126,7 +113,7 @@ def executed_imports_in(source: str, module: str, *, is_package: bool = False) -
 
     Left out: imports under ``if TYPE_CHECKING:`` (they never run, so they cannot leave a module
     half-initialised; they name a type, and the stage-order walk above still checks them) and
-    module names written as strings (``plugin.py`` names ``pytest_p2p.active`` to ask the plugin
+    module names written as strings (``plugin.py`` names ``pytest_p2p.plugin.active`` to ask the plugin
     manager whether it is registered, which loads nothing).
     """
     package = module if is_package else module.rpartition(".")[0]
@@ -148,19 +135,13 @@ def executed_imports_in(source: str, module: str, *, is_package: bool = False) -
 
 def violation(src: Kind, dst: Kind) -> str | None:
     """Why ``src`` may not import ``dst`` (None: it may)."""
-    if src.role == "entry" or dst.role == "free":
+    if src.role == "glue" or dst.role == "free":
         return None
-    if src.role in ("stage", "free") and dst.role != "stage":
-        return f"{src.name()} code imports {dst.name()} code"
+    if dst.role == "glue":
+        return f"{src.name()} code imports the pytest glue"
     if src.role == "free":
         return f"stage-free code imports the {dst.name()} stage"
-    if src.role == "shared":
-        return None if dst.role in ("stage", "shared") else f"shared integration imports {dst.name()} code"
-    if dst.role == "entry":
-        return f"{src.name()} imports an entry point"
-    if dst.role == "shared" or dst.level <= src.level:
-        return None
-    return f"{src.name()} imports the later {dst.name()}"
+    return None if dst.level <= src.level else f"{src.name()} imports the later {dst.name()}"
 
 
 def edges() -> list[str]:
@@ -239,16 +220,16 @@ def _describe(component: list[str], g: dict[str, dict[str, str]]) -> str:
 
 
 def reaches_later_stage(g: dict[str, dict[str, str]]) -> list[str]:
-    """Stage code and stage glue that reach a later stage through any chain of imports.
+    """Stage code that reaches a later stage through any chain of imports.
 
-    The direct walk lets ``<stage>/hooks.py`` import ``session``/``rig`` (shared integration);
-    but ``rig`` composes every stage's section, so an early stage's hooks that import it load
-    the later stages' code too: an import running back up the stage order, one hop removed.
+    Each direct edge may be allowed and the chain still run back up: before issue 25 every
+    ``<stage>/hooks.py`` imported ``session``, which imported ``rig``, which imports every
+    stage's section parser, so an early stage loaded the later stages' code one hop removed.
     """
     found = []
     for src in sorted(g):
         k = kind(src)
-        if k.role not in ("stage", "integration"):
+        if k.role != "stage":
             continue
         seen, parent, todo = {src}, {src: src}, [src]
         while todo:
@@ -259,16 +240,29 @@ def reaches_later_stage(g: dict[str, dict[str, str]]) -> list[str]:
                 seen.add(nxt)
                 parent[nxt] = cur
                 todo.append(nxt)
-                dst = kind(nxt)
-                if dst.role in ("stage", "integration") and dst.level > k.level:
+                if kind(nxt).level > k.level:  # a later stage, or the glue above them all
                     chain = [nxt]
                     while chain[-1] != src:
                         chain.append(parent[chain[-1]])
                     hops = list(reversed(chain))
-                    found.append(f"{g[src][hops[1]]}: " + " -> ".join(hops) + f" ({STAGES[dst.level]} is later)")
+                    found.append(f"{g[src][hops[1]]}: " + " -> ".join(hops) + f" ({kind(nxt).name()} is later)")
                     todo = []
                     break
     return found
+
+
+_PYTEST_MODULES = {"pytest", "_pytest", "pluggy", "xdist"}
+
+
+def pytest_imports(source: str, name: str = "<source>") -> list[tuple[int, str]]:
+    """(line, module) for every import of pytest, its private parts, pluggy or xdist, wherever it is."""
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source, name)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] in _PYTEST_MODULES]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            out += [(node.lineno, node.module or "")] if (node.module or "").split(".")[0] in _PYTEST_MODULES else []
+    return out
 
 
 def test_no_import_cycle() -> None:
@@ -278,20 +272,25 @@ def test_no_import_cycle() -> None:
     assert not found, f"{len(found)} import cycle(s):\n" + "\n".join(_describe(c, g) for c in found)
 
 
-#: what still reaches a later stage, each through ``session``/``rig`` (which compose every stage's
-#: section): the early stages' pytest glue. Issue 25 removes them by moving the glue above the
-#: stages (a ``plugin/`` package); until then the list may only shrink.
-STILL_UPWARD = {"pytest_p2p.campaign.hooks", "pytest_p2p.evidence.hooks", "pytest_p2p.probes.hooks",
-                "pytest_p2p.serve.hooks"}
-
-
 def test_no_stage_reaches_a_later_one() -> None:
-    """0 imports running back up the stage order, counted through any chain (issue 25): none
-    beyond :data:`STILL_UPWARD`, and each one fixed is taken off that list."""
+    """0 imports running back up the stage order, counted through any chain (issue 25: 5 before it)."""
     found = reaches_later_stage(graph(executed_only=False))
-    modules = {line.split(": ", 1)[1].split(" -> ", 1)[0] for line in found}
-    assert modules == STILL_UPWARD, (f"{len(found)} module(s) reach a later stage (known: {len(STILL_UPWARD)}):\n"
-                                     + "\n".join(found))
+    assert not found, f"{len(found)} module(s) reach a later stage:\n" + "\n".join(found)
+
+
+def test_stage_packages_import_no_pytest() -> None:
+    """The stages are pytest-free (issue 25): every pytest API is used from ``plugin/``, the glue."""
+    found = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {mod}"
+             for package in PYTEST_FREE for path in sorted((PACKAGE / package).rglob("*.py"))
+             for line, mod in pytest_imports(path.read_text(), str(path))]
+    assert not found, f"{len(found)} pytest import(s) in the stage packages:\n" + "\n".join(found)
+
+
+def test_the_pytest_import_finder_finds_them() -> None:
+    """The detector itself: module level, inside a function, under TYPE_CHECKING, ``from _pytest...``."""
+    code = ("from typing import TYPE_CHECKING\nimport pytest_p2p.util\nif TYPE_CHECKING:\n    import pytest\n"
+            "def f():\n    from _pytest.junitxml import xml_key\n    import pluggy, json\nfrom .pytest import x\n")
+    assert pytest_imports(code) == [(4, "pytest"), (6, "_pytest.junitxml"), (7, "pluggy")]
 
 
 def test_the_cycle_finder_finds_cycles_and_chains() -> None:
@@ -300,10 +299,12 @@ def test_the_cycle_finder_finds_cycles_and_chains() -> None:
          "pytest_p2p.serve.c": {"pytest_p2p.serve.a": "c:1"}, "pytest_p2p.util": {}}
     assert cycles(g) == [["pytest_p2p.serve.a", "pytest_p2p.serve.b", "pytest_p2p.serve.c"]]
     assert cycles({"pytest_p2p.serve.a": {"pytest_p2p.serve.b": "a:1"}, "pytest_p2p.serve.b": {}}) == []
-    up = {"pytest_p2p.evidence.hooks": {"pytest_p2p.session": "h:3"}, "pytest_p2p.session": {"pytest_p2p.rig": "s:1"},
-          "pytest_p2p.rig": {"pytest_p2p.verdict.config": "r:9"}, "pytest_p2p.verdict.config": {}}
-    assert reaches_later_stage(up) == ["h:3: pytest_p2p.evidence.hooks -> pytest_p2p.session -> pytest_p2p.rig"
+    up = {"pytest_p2p.evidence.a": {"pytest_p2p.util": "h:3"}, "pytest_p2p.util": {"pytest_p2p.stats.x": "u:1"},
+          "pytest_p2p.stats.x": {"pytest_p2p.verdict.config": "s:9"}, "pytest_p2p.verdict.config": {}}
+    assert reaches_later_stage(up) == ["h:3: pytest_p2p.evidence.a -> pytest_p2p.util -> pytest_p2p.stats.x"
                                        " -> pytest_p2p.verdict.config (verdict is later)"]
+    assert reaches_later_stage({"pytest_p2p.serve.a": {"pytest_p2p.plugin.rig": "a:2"}}) == [
+        "a:2: pytest_p2p.serve.a -> pytest_p2p.plugin.rig (glue is later)"]
     code = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import server\n"
             "def f():\n    from .ready import x\n    return 'pytest_p2p.serve.logs'\n")
     assert [t for _, t in executed_imports_in(code, "pytest_p2p.serve.y")] == ["pytest_p2p.serve.ready"]
@@ -316,9 +317,9 @@ def test_no_import_against_the_stage_order() -> None:
 
 @pytest.mark.parametrize(("module", "expected"), [
     ("pytest_p2p.evidence.live", "evidence"), ("pytest_p2p.report.render", "report"),
-    ("pytest_p2p.campaign.hooks", "campaign integration"), ("pytest_p2p.checks.test_baseline", "entry point"),
-    ("pytest_p2p.session", "shared integration"), ("pytest_p2p.rig", "shared integration"),
-    ("pytest_p2p.cli", "entry point"), ("pytest_p2p.stats.decide", "stage-free"), ("pytest_p2p", "stage-free"),
+    ("pytest_p2p.plugin.campaign", "glue"), ("pytest_p2p.checks.test_baseline", "glue"),
+    ("pytest_p2p.plugin.session", "glue"), ("pytest_p2p.plugin", "glue"), ("pytest_p2p.signals", "stage-free"),
+    ("pytest_p2p.cli", "glue"), ("pytest_p2p.stats.decide", "stage-free"), ("pytest_p2p", "stage-free"),
 ])
 def test_every_module_has_a_place(module: str, expected: str) -> None:
     assert kind(module).name() == expected
@@ -327,13 +328,12 @@ def test_every_module_has_a_place(module: str, expected: str) -> None:
 def test_the_walk_sees_lazy_and_type_checking_imports() -> None:
     """The detector itself: a function-level import, one under TYPE_CHECKING and a module string are edges."""
     assert violation(kind("pytest_p2p.evidence.live"), kind("pytest_p2p.report.render"))
-    assert violation(kind("pytest_p2p.campaign.runner"), kind("pytest_p2p.session"))  # stage -> integration
+    assert violation(kind("pytest_p2p.campaign.runner"), kind("pytest_p2p.plugin.session"))  # stage -> glue
     assert violation(kind("pytest_p2p.util"), kind("pytest_p2p.probes.arms"))  # stage-free -> stage
-    assert violation(kind("pytest_p2p.rig"), kind("pytest_p2p.verdict.config")) is None  # the composition root
-    assert violation(kind("pytest_p2p.evidence.hooks"), kind("pytest_p2p.session")) is None
-    assert violation(kind("pytest_p2p.session"), kind("pytest_p2p.evidence.hooks"))
-    assert violation(kind("pytest_p2p.report.hooks"), kind("pytest_p2p.campaign.hooks")) is None
-    assert violation(kind("pytest_p2p.campaign.hooks"), kind("pytest_p2p.report.hooks"))
+    assert violation(kind("pytest_p2p.util"), kind("pytest_p2p.plugin"))  # stage-free -> glue
+    assert violation(kind("pytest_p2p.plugin.rig"), kind("pytest_p2p.verdict.config")) is None  # glue: anything
+    assert violation(kind("pytest_p2p.plugin.evidence"), kind("pytest_p2p.plugin.report")) is None
+    assert violation(kind("pytest_p2p.report.render"), kind("pytest_p2p.evidence.model")) is None
     code = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..report import render\n"
             "from .model import Evidence\n"
             "def f():\n    import pytest_p2p.verdict.compare\n    return 'pytest_p2p.serve.server:main'\n")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from store_pg import pg_fixture, store_target_fixture  # noqa: F401 - fixtures
-from verdict_rundir import write_run
+from synthetic_runs import write_run
 
 from pytest_p2p.errors import StoreError
 from pytest_p2p.verdict.store import (
@@ -195,7 +195,7 @@ WRITER = """
 import sys
 sys.path.insert(0, {tests!r})
 from pathlib import Path
-from verdict_rundir import write_run
+from synthetic_runs import write_run
 from pytest_p2p.verdict.store import Store
 k = sys.argv[1]
 root = Path({root!r}) / k

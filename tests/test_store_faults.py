@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from verdict_rundir import write_run
+from synthetic_runs import write_run
 
 from pytest_p2p.errors import StoreError
 from pytest_p2p.verdict import store_sqlite

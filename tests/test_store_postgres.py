@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from store_pg import PASSWORD, PgServer, pg_fixture  # noqa: F401 - fixture
-from verdict_rundir import write_run
+from synthetic_runs import write_run
 
 from pytest_p2p.errors import StoreError
 from pytest_p2p.verdict import store_postgres

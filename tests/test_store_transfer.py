@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from store_pg import PASSWORD, PgServer, pg_fixture  # noqa: F401 - fixture
-from verdict_rundir import baseline_runs, write_run
+from synthetic_runs import baseline_runs, write_run
 
 from pytest_p2p.errors import P2PError
 from pytest_p2p.verdict.baseline_cli import main

@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 
 from pytest_p2p.report.render import render_report
-from pytest_p2p.report.results import ResultsDir
 from pytest_p2p.report.terminal import glance_rows, glance_table, uplift_line
+from pytest_p2p.results.read import RunReader
+from pytest_p2p.results.write import RunDir
 
 SEED_ON_C1 = [63.9867, 63.3248, 53.5476]
 # concurrency -> arm -> (output mean, output std (population), total tok/s, mean TTFT, mean TPOT,
@@ -50,9 +51,9 @@ def _pattern() -> list[float]:
     return [(v - m) / s for v in SEED_ON_C1]
 
 
-def build_seed_run(root: Path, *, simulated: bool = False, reps: int = 3) -> ResultsDir:
-    """A results dir holding the seed's campaign, written through the ResultsDir API."""
-    rd = ResultsDir.create(root, "5060ti-gen3x4", "gpu1-gpu2", "model", run_id="seed-000")
+def build_seed_run(root: Path, *, simulated: bool = False, reps: int = 3) -> RunDir:
+    """A results dir holding the seed's campaign, written through the production writer (results/write.py)."""
+    rd = RunDir.create(root, "5060ti-gen3x4", "gpu1-gpu2", "model", run_id="seed-000")
     rd.write_run_meta({
         "arms": {"p2p_on": {"env": {"NCCL_P2P_DISABLE": "0"}, "expect_transport": "P2P/CUMEM",
                             "custom_all_reduce": False},
@@ -82,7 +83,7 @@ def build_seed_run(root: Path, *, simulated: bool = False, reps: int = 3) -> Res
 
 def test_seed_per_rep_values_are_kept_exactly(tmp_path: Path) -> None:
     rd = build_seed_run(tmp_path)
-    assert [r["output_throughput"] for r in rd.reps("p2p_on", "c1").values()] == SEED_ON_C1
+    assert [r["output_throughput"] for r in RunReader.open(rd.path).reps("p2p_on", "c1").values()] == SEED_ON_C1
     on, std = SEED[1]["p2p_on"][:2]
     assert [round(on + std * x, 3) for x in _pattern()] == [round(v, 3) for v in SEED_ON_C1]
 
@@ -158,7 +159,7 @@ def test_ci_lower_rule_with_one_pair_is_not_a_pass(tmp_path: Path) -> None:
 
 
 def test_probe_table_and_latency_line(tmp_path: Path) -> None:
-    rd = ResultsDir.create(tmp_path, "h200", "gpu0-gpu1", "probe", run_id="probe-run")
+    rd = RunDir.create(tmp_path, "h200", "gpu0-gpu1", "probe", run_id="probe-run")
     rd.write_run_meta({"arms": {"p2p": {"expect_transport": "P2P"}, "shm": {"expect_transport": "SHM"}},
                        "points": ["s8KiB", "s1MiB"], "reps": 2, "status": "complete"})
     times = {("p2p", "s8KiB"): [10.0, 12.0], ("shm", "s8KiB"): [20.0, 24.0],
@@ -190,12 +191,12 @@ def test_point_label(point: str, label: str) -> None:
 
 
 SESSION_TESTS = """
-from pytest_p2p.report.hooks import record_run_dir
-from pytest_p2p.report.results import ResultsDir
+from pytest_p2p.plugin.report import record_run_dir
+from pytest_p2p.results.write import RunDir
 
 def test_campaign(request, tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
-    rd = ResultsDir.create(root, "demo-h200", "gpu0-gpu1", "model", run_id="sim-run")
+    rd = RunDir.create(root, "demo-h200", "gpu0-gpu1", "model", run_id="sim-run")
     rd.write_run_meta({"arms": {"p2p_on": {"expect_transport": "P2P/CUMEM"}, "p2p_off": {"expect_transport": "SHM"}},
                        "points": ["c4"], "reps": 2, "simulated": True, "status": "interrupted"})
     rd.write_rep("p2p_on", "c4", 1, {"output_throughput": 110.0})
@@ -208,7 +209,7 @@ def test_campaign(request, tmp_path_factory):
 
 def test_terminal_summary_prints_each_recorded_campaign(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(SESSION_TESTS)
-    result = pytester.runpytest("-p", "pytest_p2p.report.hooks", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "pytest_p2p.plugin.report", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
         "*= p2p results at a glance =*",
@@ -229,5 +230,5 @@ def test_terminal_summary_prints_each_recorded_campaign(pytester: pytest.Pyteste
 
 def test_no_campaign_no_section(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x():\n    pass\n")
-    result = pytester.runpytest("-p", "pytest_p2p.report.hooks", "-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "pytest_p2p.plugin.report", "-p", "no:cacheprovider")
     assert "p2p results at a glance" not in result.stdout.str()

@@ -15,7 +15,7 @@ import pytest
 
 from pytest_p2p import cli
 from pytest_p2p.errors import ConfigError
-from pytest_p2p.rig import load_rig, parse_rig
+from pytest_p2p.plugin.rig import load_rig, parse_rig
 from pytest_p2p.util import parse_size
 from pytest_p2p.validate import yaml_document
 

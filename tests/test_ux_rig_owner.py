@@ -12,7 +12,7 @@ def test_trend_reads_the_store_the_verdict_resolved(pytester: pytest.Pytester) -
     url = "postgresql://u:pw@db.example/p2p"
     pytester.makepyfile(f"""
         def test_target(pytestconfig):
-            from pytest_p2p.report.hooks import store_target
+            from pytest_p2p.plugin.report import store_target
             assert store_target(pytestconfig) == {url!r}
     """)
     result = pytester.runpytest_subprocess("--p2p-db", url, "-p", "no:cacheprovider")
@@ -23,13 +23,13 @@ def test_trend_follows_the_rigs_baseline_db(pytester: pytest.Pytester) -> None:
     """The rig's ``baseline.db`` is the store (the old code fell back to .p2p/history.db)."""
     pytester.makepyfile("""
         def test_target(pytestconfig):
-            from pytest_p2p.report.hooks import store_target
+            from pytest_p2p.plugin.report import store_target
             from pytest_p2p.verdict.config import BaselineConfig
-            from pytest_p2p.verdict.hooks import BASELINE_CONFIG_KEY
+            from pytest_p2p.plugin.verdict import BASELINE_CONFIG_KEY
             pytestconfig.stash[BASELINE_CONFIG_KEY] = BaselineConfig(db="fleet/rig.db")
             assert str(store_target(pytestconfig)).endswith("fleet/rig.db")
     """)
-    result = pytester.runpytest_subprocess("-p", "pytest_p2p.active", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "pytest_p2p.plugin.active", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
 
 
@@ -44,7 +44,7 @@ def test_the_summary_finds_the_probes_of_a_suffixed_run_id(tmp_path: Path) -> No
     import json
     import shutil
 
-    from pytest_p2p.report.hooks import _load_summary
+    from pytest_p2p.plugin.report import _load_summary
 
     run_dir = tmp_path / "20261122-122102_h200x2-vllm_gpu0-gpu1-2"
     shutil.copytree(FIXTURE_RUN, run_dir)
@@ -127,7 +127,7 @@ def test_an_error_after_the_tests_makes_the_last_line_red(pytester: pytest.Pytes
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # what a failed baseline save does
     """)
     pytester.makepyfile("def test_ok():\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "pytest_p2p.active", "-p", "no:cacheprovider", "--color=yes")
+    result = pytester.runpytest_subprocess("-p", "pytest_p2p.plugin.active", "-p", "no:cacheprovider", "--color=yes")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     last = [line for line in result.stdout.lines if line.strip()][-1]
     assert "1 passed" in last and "1 error" in last and "\x1b[31m" in last  # red
@@ -206,7 +206,7 @@ def test_allure_environment_of_a_demo_run_says_simulated(tmp_path: Path) -> None
     import json
     import types
 
-    from pytest_p2p.report.hooks import RUN_DIRS_KEY, environment
+    from pytest_p2p.plugin.report import RUN_DIRS_KEY, environment
 
     run = tmp_path / "run"
     run.mkdir()
@@ -240,7 +240,7 @@ def test_not_requested_skips_are_one_line(pytester: pytest.Pytester) -> None:
         def test_c():
             pytest.skip("no GPU pair")
     """)
-    result = pytester.runpytest_subprocess("-p", "pytest_p2p.active", "-p", "no:cacheprovider", "-rs")
+    result = pytester.runpytest_subprocess("-p", "pytest_p2p.plugin.active", "-p", "no:cacheprovider", "-rs")
     result.stdout.fnmatch_lines(["SKIPPED [[]2[]] pytest-p2p: baseline comparison not requested*",
                                  "SKIPPED [[]1[]] *:*: no GPU pair"])
 
@@ -266,7 +266,7 @@ def test_baseline_diff_is_a_side_by_side_table_with_a_histogram(tmp_path: Path,
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from verdict_rundir import baseline_runs, write_run
+    from synthetic_runs import baseline_runs, write_run
 
     from pytest_p2p.verdict.baseline_cli import main
 
@@ -292,7 +292,7 @@ def test_serving_table_has_vllm_bench_serves_keys(tmp_path: Path) -> None:
     """requests, failed, duration and mean / median / p99 of TTFT, TPOT and ITL: in summary.md and the terminal."""
     import shutil
 
-    from pytest_p2p.report.hooks import summary_lines
+    from pytest_p2p.plugin.report import summary_lines
     from pytest_p2p.report.render import render_report
     from pytest_p2p.report.terminal import serving_rows
 
@@ -313,7 +313,7 @@ def test_nccl_tests_table_per_size(tmp_path: Path) -> None:
     """The all-reduce per size with nccl-tests' columns in summary.md, and two arms side by side in the terminal."""
     import shutil
 
-    from pytest_p2p.report.hooks import summary_lines
+    from pytest_p2p.plugin.report import summary_lines
     from pytest_p2p.report.render import render_report
 
     run = shutil.copytree(FIXTURE_RUN, tmp_path / "results" / FIXTURE_RUN.name)
@@ -349,7 +349,7 @@ def test_allure_titles_are_unique_and_a_passed_uplift_has_its_number(pytester: p
             pass
     """)
     out_dir = pytester.path / "allure-results"
-    result = pytester.runpytest_subprocess("-p", "pytest_p2p.report.hooks", f"--alluredir={out_dir}",
+    result = pytester.runpytest_subprocess("-p", "pytest_p2p.plugin.report", f"--alluredir={out_dir}",
                                            "-p", "no:cacheprovider")
     result.assert_outcomes(passed=4)
     names = sorted(json.loads(p.read_text())["name"] for p in out_dir.glob("*-result.json"))
@@ -360,7 +360,7 @@ def test_allure_titles_are_unique_and_a_passed_uplift_has_its_number(pytester: p
 def test_judged_numbers_for_allure(tmp_path: Path) -> None:
     import shutil
 
-    from pytest_p2p.report.hooks import judged_numbers
+    from pytest_p2p.plugin.report import judged_numbers
     from pytest_p2p.report.render import render_report
 
     run = shutil.copytree(FIXTURE_RUN, tmp_path / "run")

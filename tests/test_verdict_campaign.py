@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from verdict_rundir import baseline_runs, write_run
+from synthetic_runs import baseline_runs, write_run
 
 from pytest_p2p.verdict.campaign_judge import compare_campaign, screen_run
 from pytest_p2p.verdict.compare import INCONCLUSIVE, NO_BASELINE, REGRESSION, UNCHANGED

@@ -3,16 +3,21 @@ from __future__ import annotations
 import os
 
 import pytest
-from verdict_rundir import baseline_runs, write_run
+from synthetic_runs import baseline_runs, write_run
 
 from pytest_p2p.verdict.store import Store
 
 FAKE = '''
 import os, pathlib, types, pytest
+from pytest_p2p.campaign.outcome import CampaignOutcome
+# the campaign glue's publishing (hookspec, and xdist's hand-over to the controller), not its campaigns
+from pytest_p2p.plugin.campaign import _publish, pytest_addhooks, pytest_testnodedown
 
 @pytest.fixture(scope="session")
-def p2p_campaign():
-    return types.SimpleNamespace(run_dir=pathlib.Path(os.environ["FAKE_RUN_DIR"]), pair_key="gpu1-gpu2")
+def p2p_campaign(pytestconfig):
+    run_dir = pathlib.Path(os.environ["FAKE_RUN_DIR"])
+    _publish(pytestconfig, CampaignOutcome(run_dir, "gpu1-gpu2", "complete", simulated=False))
+    return types.SimpleNamespace(run_dir=run_dir, pair_key="gpu1-gpu2")
 
 @pytest.fixture(params=["p2p_on-c8", "p2p_off-c8"])
 def p2p_scenario(request):
@@ -33,7 +38,7 @@ def run_p(pytester, monkeypatch):
     def run(run_dir, *args):
         monkeypatch.setenv("FAKE_RUN_DIR", str(run_dir))
         # the real campaign stage is blocked: its parametrisation is replaced by the fake's
-        return pytester.runpytest("-p", "no:pytest_p2p.campaign.hooks", "-p", "no:pytest_p2p.report.hooks",
+        return pytester.runpytest("-p", "no:pytest_p2p.plugin.campaign", "-p", "no:pytest_p2p.plugin.report",
                                   "-p", "fakecampaign", "--pyargs",
                                   "pytest_p2p.checks.test_baseline", "-p", "no:cacheprovider", "-rs", *args)
     return run
@@ -143,7 +148,7 @@ def test_xdist_controller_saves_and_reports(tmp_path, monkeypatch, pytester):
     def run(run_dir, *args):
         monkeypatch.setenv("FAKE_RUN_DIR", str(run_dir))
         return pytester.runpytest_subprocess("-p", "fakecampaign",
-                                             "-p", "no:pytest_p2p.campaign.hooks", "-p", "no:pytest_p2p.report.hooks",
+                                             "-p", "no:pytest_p2p.plugin.campaign", "-p", "no:pytest_p2p.plugin.report",
                                              "--pyargs", "pytest_p2p.checks.test_baseline", "-p", "no:cacheprovider",
                                              "-n", "2", *args, timeout=300)
 
@@ -157,3 +162,35 @@ def test_xdist_controller_saves_and_reports(tmp_path, monkeypatch, pytester):
     res = run(write_run(tmp_path, "yrun"), "--p2p-save-baseline", f"--p2p-db={bad}")
     res.stdout.fnmatch_lines(["*campaign runs NOT saved to the baseline store*"])
     assert res.ret != 0
+
+
+PUBLISH_ONLY = '''
+import os, pathlib, pytest
+from pytest_p2p.campaign.outcome import CampaignOutcome
+from pytest_p2p.plugin.campaign import _publish, pytest_addhooks
+
+def pytest_sessionstart(session):
+    for spec in os.environ["FAKE_OUTCOMES"].split(";"):
+        path, status = spec.split("=")
+        _publish(session.config, CampaignOutcome(pathlib.Path(path), "gpu1-gpu2", status, simulated=False))
+'''
+
+
+def test_the_verdict_saves_what_the_campaign_hook_publishes(tmp_path, monkeypatch, pytester):
+    """The verdict subscribes to ``pytest_p2p_campaign_finished`` (issue 25): no test reads a campaign fixture
+    here, yet the published runs are saved; an interrupted one is not, a failed one only as history."""
+    pytester.makepyfile(publishonly=PUBLISH_ONLY, test_nothing="def test_x():\n    pass\n")
+    pytester.syspathinsert()
+    monkeypatch.delenv("PYTEST_P2P_DB", raising=False)
+    runs = {status: write_run(tmp_path, f"r-{status}", seed=i) for i, status in enumerate(
+        ("complete", "failed", "interrupted"))}
+    monkeypatch.setenv("FAKE_OUTCOMES", ";".join(f"{p}={s}" for s, p in runs.items()))
+    path = tmp_path / "h.db"
+    res = pytester.runpytest("-p", "no:pytest_p2p.plugin.campaign", "-p", "no:pytest_p2p.plugin.report",
+                             "-p", "publishonly", "-p", "no:cacheprovider", "--p2p-save-baseline", f"--p2p-db={path}",
+                             "test_nothing.py")
+    res.stdout.fnmatch_lines(["*2 run(s) saved to*accepted as baseline 'accepted' (1 not: see below)*",
+                              "*run r-failed kept as history but NOT accepted*the campaign failed*"])
+    with Store(path) as st:
+        assert st.run("r-complete").baselines == ("accepted",) and st.run("r-failed").baselines == ()
+        assert [r.run_id for r in st.runs()] == ["r-complete", "r-failed"]

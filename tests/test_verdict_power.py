@@ -14,7 +14,7 @@ import random
 from pathlib import Path
 
 import pytest
-from verdict_rundir import baseline_runs, write_run
+from synthetic_runs import baseline_runs, write_run
 
 from pytest_p2p.stats import RunStats, decide_change
 from pytest_p2p.stats.baseline import GOAL_POWER, detection_power

@@ -6,12 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from verdict_rundir import write_run
+from synthetic_runs import write_run
 
 from pytest_p2p.checks.test_campaign import _messages, _requests_failed
 from pytest_p2p.errors import ResultsError, StoreError
+from pytest_p2p.results.read import run_record
 from pytest_p2p.verdict.compare import IMPROVEMENT, REGRESSION, compare_links
-from pytest_p2p.verdict.fingerprint import Fingerprint, build_fingerprint, load_run, pair_ident
+from pytest_p2p.verdict.fingerprint import Fingerprint, build_fingerprint, pair_ident
 from pytest_p2p.verdict.store import Store
 from pytest_p2p.verdict.store_seed import SeedFingerprint, seed_record
 from pytest_p2p.verdict.store_transfer import StoreExport
@@ -40,7 +41,7 @@ def test_a_gpu_that_is_not_an_object_is_a_results_error(tmp_path):
     doc["pair"]["gpus"][1] = "0000:0A:00.0"
     (run / "run.json").write_text(json.dumps(doc))
     with pytest.raises(ResultsError, match="pair.gpus must list the pair's two GPUs"):
-        load_run(run)
+        run_record(run)
     with pytest.raises(ResultsError, match="pair.gpus must list the pair's GPUs as objects"):
         pair_ident(doc)
     with pytest.raises(ResultsError, match="is not a PCI bus id"):

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 from types import SimpleNamespace
 
-from pytest_p2p import xdist_roles as roles
+from pytest_p2p.plugin import xdist_roles as roles
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_p2p"
 
@@ -43,7 +43,7 @@ def test_a_worker_node_seen_from_the_controller() -> None:
 def test_only_xdist_roles_asks_which_process_this_is() -> None:
     """``hasattr``/``getattr`` of ``workerinput``/``workeroutput`` anywhere else is a second answer."""
     # plugin.activation is the gate of every run, inert ones too, and imports nothing of the package
-    allowed = {"pytest_p2p/plugin.py": 1}
+    allowed = {"pytest_p2p/plugin/__init__.py": 1}
     found: list[str] = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.name == "xdist_roles.py":

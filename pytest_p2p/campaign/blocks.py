@@ -54,8 +54,8 @@ from .gpu import wait_vram_free
 from .telemetry import Row, _Reader
 
 if TYPE_CHECKING:
+    from ..results.write import RunWriter
     from .result import CampaignResult
-    from .rundir import RunWriter
     from .runner import CampaignRunner
 
 Json = dict[str, object]

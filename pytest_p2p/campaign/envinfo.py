@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..results.write import RunWriter
 from ..stats.summary import CI_KIND, STD_KIND, UPLIFT_KIND
 from .config import CampaignConfig
-from .rundir import RunWriter
 
 if TYPE_CHECKING:
     from ..evidence.model import Evidence

@@ -10,11 +10,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from ..results.write import RunWriter
 from .aggregate import aggregate, uplift_at
 from .config import CampaignConfig
 from .envinfo import versions
 from .result import CampaignResult
-from .rundir import RunWriter
 
 if TYPE_CHECKING:
     from ..evidence.model import Evidence

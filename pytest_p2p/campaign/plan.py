@@ -1,6 +1,6 @@
 """What a p2p session's campaigns will run, and how a scenario is named.
 
-Kept apart from :mod:`.hooks` (the pytest glue) because tests and fixtures read a
+Kept apart from :mod:`pytest_p2p.plugin.campaign` (the pytest glue) because tests and fixtures read a
 :class:`Plan` and build :class:`Scenario` ids without needing the hook module's logic.
 """
 

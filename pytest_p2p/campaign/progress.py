@@ -27,12 +27,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
-
-from ..xdist_roles import is_worker
-
-if TYPE_CHECKING:
-    import pytest
+from typing import Protocol
 
 
 class _Reporter(Protocol):
@@ -104,13 +99,6 @@ class Progress:
     lines: list[str] = field(default_factory=list)  # everything shown, for tests and the log
     _rewrote: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)  # a heartbeat writes from its thread
-
-    @classmethod
-    def for_config(cls, config: pytest.Config, label: str, total: int) -> Progress:
-        quiet = is_worker(config) or int(config.getoption("verbose", 0) or 0) < 0
-        reporter = None if quiet else config.pluginmanager.getplugin("terminalreporter")
-        capture = None if quiet else config.pluginmanager.getplugin("capturemanager")
-        return cls(label=label, total=total, reporter=reporter, capture=capture)
 
     @contextlib.contextmanager
     def _uncaptured(self) -> Iterator[None]:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from .. import signals
 from ..errors import CampaignError, P2PError, RepFailed
 from ..lease import GpuLease
+from ..results.write import RunWriter, create_run_dir
 from ..util import atomic_write_json
 from . import adaptive
 from .aggregate import not_measured
@@ -45,10 +46,8 @@ from .finish import write_final
 from .gpu import call_with_timeout, expected_links, wait_vram_free
 from .outcome import CampaignOutcome
 from .progress import Progress
-from .result import CampaignResult
-from .rundir import RunWriter, create_run_dir
+from .result import CampaignResult, RepAttempt
 from .schedule import Slot, build_schedule, describe
-from .setaside import set_aside
 from .telemetry import Row, Sampler, _Reader, assess, make_reader
 
 if TYPE_CHECKING:
@@ -275,7 +274,9 @@ class CampaignRunner(Generic[H]):
 
     def _set_aside(self, rd: RunWriter, result: CampaignResult, arm: str, rep: int, points: list[str],
                    data: Mapping[str, Json], cause: str, kind: str = "failed") -> None:
-        result.set_aside.append(set_aside(rd, arm, rep, self._attempts.get((arm, rep), 1), points, data, cause, kind))
+        attempt = self._attempts.get((arm, rep), 1)
+        files = rd.set_aside(arm, rep, f"try{attempt}.{kind}", points, data, {"set_aside": kind, "cause": cause})
+        result.set_aside.append(RepAttempt(arm, rep, attempt, tuple(points), cause, kind, files))
         with contextlib.suppress(OSError, P2PError):
             rd.write_run_meta({"rep_failures": [a.to_dict() for a in result.set_aside]})
 

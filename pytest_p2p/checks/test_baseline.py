@@ -18,7 +18,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_p2p.campaign.result import CampaignResult
-    from pytest_p2p.verdict.hooks import BaselineSession
+    from pytest_p2p.plugin.verdict import BaselineSession
 
 
 def scenario_parts(scenario: object) -> tuple[str, str]:

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_p2p.jsontypes import as_float
+from pytest_p2p.plugin.policy import inconclusive
 from pytest_p2p.stats.uplift_rule import TooFewRepsError
-from pytest_p2p.verdict.policy import inconclusive
 
 if TYPE_CHECKING:
     from pytest_p2p.campaign.result import CampaignResult

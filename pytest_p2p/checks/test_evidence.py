@@ -21,7 +21,7 @@ from pytest_p2p.evidence.diagnose import (
 
 if TYPE_CHECKING:
     from pytest_p2p.evidence.model import Evidence
-    from pytest_p2p.session import P2PSession
+    from pytest_p2p.plugin.session import P2PSession
 
 Pair = tuple[int, int]
 

@@ -23,8 +23,8 @@ from pytest_p2p.options import RAY_ADDRESS, RESULTS, path_of, resolve
 from pytest_p2p.probes.netproof import judge_line_rate
 
 if TYPE_CHECKING:
+    from pytest_p2p.plugin.session import P2PSession
     from pytest_p2p.probes.multinode import MultiNodeResult
-    from pytest_p2p.session import P2PSession
 
 pytestmark = pytest.mark.p2p
 SIZES = (1 << 20, 1 << 28)  # the seed's bus bandwidth is judged on large messages (256 MiB and above)

@@ -17,14 +17,14 @@ from types import ModuleType
 import pytest
 
 from pytest_p2p.lease import GpuLease
+from pytest_p2p.plugin.policy import inconclusive
+from pytest_p2p.plugin.probes import ProbeCase, ProbeState, cuda_indices
+from pytest_p2p.plugin.session import P2PSession
 from pytest_p2p.probes.allreduce import AllReduceResult, Row, busbw_factor
-from pytest_p2p.probes.hooks import ProbeCase, ProbeState, cuda_indices
 from pytest_p2p.probes.judge import Judgement, judge_busbw, judge_copy, judge_latency, judge_uplift, overall
 from pytest_p2p.probes.p2pcopy import P2PCopyResult
 from pytest_p2p.report.allure_attach import describe_judged
-from pytest_p2p.session import P2PSession
 from pytest_p2p.stats.decide import Outcome
-from pytest_p2p.verdict.policy import inconclusive
 
 pytestmark = pytest.mark.p2p
 
@@ -61,7 +61,7 @@ def test_allreduce_correct(p2p_probe_case: ProbeCase, p2p_allreduce: AllReduceRe
 def _decide(config: pytest.Config, what: str, judgements: Sequence[Judgement]) -> None:
     """Fail on a failed bound, skip (strict: fail) on an inconclusive one, pass otherwise; every line shown.
 
-    As the campaign's checks do (:mod:`pytest_p2p.verdict.policy`): an interval that straddles
+    As the campaign's checks do (:mod:`pytest_p2p.plugin.policy`): an interval that straddles
     the threshold is "we could not tell", never a green pass and never a red failure.
     """
     outcome = overall(judgements)

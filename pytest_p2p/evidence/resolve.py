@@ -1,6 +1,6 @@
 """A rig applied to one machine's evidence: NVML indices for the rig's selectors, the pairs to check.
 
-The rig file (``pytest_p2p.rig``) names GPUs by selector (NVML index, PCI bus id or UUID) and
+The rig file (``pytest_p2p.plugin.rig``) names GPUs by selector (NVML index, PCI bus id or UUID) and
 layers expectations rig-wide < per GPU < per pair; here they meet the evidence of one machine
 and become a :class:`~.expect.ResolvedRig`: the GPUs and pairs that are checked, those left out
 and why, and the rig GPUs this machine does not show. The evidence stage reads a rig only
@@ -23,7 +23,7 @@ Selector = int | str  # NVML index, canonical bus id, or UUID
 
 
 class RigSpec(Protocol):
-    """What resolution reads of a rig (:class:`pytest_p2p.rig.Rig`)."""
+    """What resolution reads of a rig (:class:`pytest_p2p.plugin.rig.Rig`)."""
 
     @property
     def name(self) -> str: ...

@@ -13,14 +13,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pytest
-
 from ..errors import ProbeError
 from .allreduce import AllReduceResult, proof_from_log
 from .p2pcopy import P2PCopyResult
 
 if TYPE_CHECKING:
     from ..evidence.model import Evidence
+
+
+class NoRecording(ProbeError):
+    """Nothing recorded for this case, or a recording of other GPUs: the check skips with this reason
+    (the pytest glue turns it into a skip; the probe stage itself knows no pytest)."""
 
 
 def probes_dir(replay: Path) -> Path:
@@ -67,14 +70,14 @@ def load_allreduce(replay: Path, pair: tuple[int, int], arm: str, label: str,
     where = probes_dir(replay) / f"gpu{pair[0]}-gpu{pair[1]}" / arm
     path = where / "allreduce.json"
     if not path.is_file():
-        pytest.skip(f"{label}: no all-reduce recording for gpu{pair[0]}-gpu{pair[1]} arm {arm} ({path})")
+        raise NoRecording(f"{label}: no all-reduce recording for gpu{pair[0]}-gpu{pair[1]} arm {arm} ({path})")
     data = _read_recording(path)
     if not isinstance(data, dict):
         raise ProbeError(f"{path}: not an all-reduce recording (a JSON {type(data).__name__})")
     meta = data.get("meta")
     mismatch = recording_mismatch(meta.get("device_names") if isinstance(meta, Mapping) else None, evidence, pair)
     if mismatch:
-        pytest.skip(f"{label}: {path}: {mismatch}")
+        raise NoRecording(f"{label}: {path}: {mismatch}")
     log = where / str(data.get("log") or "nccl.log")
     result = AllReduceResult.from_dict(data, log if log.is_file() else None, str(path))
     if (result.pair, result.arm) != (tuple(pair), arm):
@@ -90,7 +93,7 @@ def load_copy(replay: Path, pair: tuple[int, int], label: str) -> P2PCopyResult:
     """A recorded P2P copy result."""
     path = probes_dir(replay) / f"gpu{pair[0]}-gpu{pair[1]}" / "p2pcopy.json"
     if not path.is_file():
-        pytest.skip(f"{label}: no P2P copy recording for gpu{pair[0]}-gpu{pair[1]} ({path})")
+        raise NoRecording(f"{label}: no P2P copy recording for gpu{pair[0]}-gpu{pair[1]} ({path})")
     data = _read_recording(path)
     if not isinstance(data, dict):
         raise ProbeError(f"{path}: unreadable P2P copy probe result (a JSON {type(data).__name__}, not an object)")

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from pytest_p2p.results.layout import AGGREGATE, PROOF
+
 LABEL_KEYS = ("rig", "pair", "arm", "concurrency", "point", "size")
 
 # file suffix -> allure AttachmentType member name
@@ -132,7 +134,7 @@ def attach_scenario(run_dir: str | Path, arm: str, point: str) -> int:
     d = Path(run_dir) / "scenarios" / f"{arm}-{point}"
     if not d.is_dir():
         return 0
-    files = [d / "transport_proof.json", d / "aggregate.json", *sorted(d.glob("telemetry_run*.csv"))]
+    files = [d / PROOF, d / AGGREGATE, *sorted(d.glob("telemetry_run*.csv"))]
     return sum(attach_file(f, f"{arm}-{point}/{f.name}") for f in files)
 
 

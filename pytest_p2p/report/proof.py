@@ -13,15 +13,16 @@ the PCIe generation/width seen across every sample). :func:`proof_for_run` and
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_p2p.jsontypes import JSONObject, as_dict
+from pytest_p2p.jsontypes import as_dict
 from pytest_p2p.report import terminal
+from pytest_p2p.results.layout import PROOF
+from pytest_p2p.results.read import optional_object, read_object, rep_files, run_meta
 from pytest_p2p.seedlayout import SeedRun
 
 MAX_QUOTED = 3
@@ -123,15 +124,6 @@ def telemetry_row(name: str, files: Iterable[Path]) -> list[str] | None:
             f"{sum(avg_card) / len(avg_card):.0f}" if avg_card else "-", fmt(mems, "max"), fmt(sms, "max"), str(n)]
 
 
-def _read(path: Path) -> JSONObject | None:
-    """A JSON object file, or None if absent/unreadable (the sections then say it is missing)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    return as_dict(data) if isinstance(data, dict) else None
-
-
 def _quote_claims(proof: Mapping[str, object], observed: str | None, source: str) -> list[str]:
     claims = proof.get("claims")
     if not isinstance(claims, dict) or not observed:
@@ -185,7 +177,7 @@ def _probe_rows(results_root: Path, pair_key: str) -> tuple[list[str], list[list
     notes: list[str] = []
     base = results_root / "probes" / pair_key
     for f in sorted(base.glob("*/allreduce.json")):
-        data = _read(f) or {}
+        data = optional_object(f) or {}
         raw = data.get("rows")
         table = [r for r in raw if isinstance(r, dict)] if isinstance(raw, list) else []
         if not table:
@@ -197,7 +189,7 @@ def _probe_rows(results_root: Path, pair_key: str) -> tuple[list[str], list[list
                      f"{bw:.1f}" if bw is not None else "-",
                      f"latency at {small.get('size', small.get('bytes'))}, "
                      f"busbw at {big.get('size', big.get('bytes'))}"])
-    copy = _read(base / "p2pcopy.json")
+    copy = optional_object(base / "p2pcopy.json")
     modes = copy.get("modes") if copy else None
     if isinstance(modes, dict):
         for mode, label in (("host_staged", "P2P off (host-staged)"), ("peer", "P2P on (peer)")):
@@ -227,7 +219,7 @@ def nccl_rows(results_root: Path, pair_key: str) -> dict[str, list[tuple[int, fl
     """Per arm, the all-reduce probe's rows as nccl-tests prints them: (bytes, time us, algbw, busbw)."""
     out: dict[str, list[tuple[int, float | None, float | None, float | None]]] = {}
     for f in sorted((results_root / "probes" / pair_key).glob("*/allreduce.json")):
-        raw = (_read(f) or {}).get("rows")
+        raw = (optional_object(f) or {}).get("rows")
         rows = []
         for r in raw if isinstance(raw, list) else []:
             size = cell_number(r.get("bytes")) if isinstance(r, dict) else None
@@ -272,7 +264,7 @@ def nccl_side_by_side(per_arm: Mapping[str, list[tuple[int, float | None, float 
 def proof_for_run(run_dir: Path, summary: Mapping[str, object]) -> Proof:
     """The proof sections of one of our run directories (its files, its results root's probes)."""
     proof = Proof()
-    meta = _read(run_dir / "run.json") or {}
+    meta = run_meta(run_dir)
     proof.header = _versions_header(meta)
     arms = summary.get("arms") if isinstance(summary.get("arms"), dict) else {}
     assert isinstance(arms, dict)
@@ -280,9 +272,9 @@ def proof_for_run(run_dir: Path, summary: Mapping[str, object]) -> Proof:
     for arm in arms:
         expected = (arms.get(arm) or {}).get("expect_transport") if isinstance(arms.get(arm), dict) else None
         t = Transport(arm=str(arm), expected=str(expected) if expected else None, observed=None)
-        for f in sorted(scen.glob(f"{arm}-*/transport_proof.json"), key=lambda p: terminal.point_sort_key(
+        for f in sorted(scen.glob(f"{arm}-*/{PROOF}"), key=lambda p: terminal.point_sort_key(
                 p.parent.name.rsplit("-", 1)[-1])):
-            data = _read(f) or {}
+            data = optional_object(f) or {}
             observed = data.get("transport")
             if isinstance(observed, str) and observed and t.observed is None:
                 t.observed = observed
@@ -390,7 +382,7 @@ def proof_for_seed(run: SeedRun) -> Proof:
 
 
 def _run_texts(d: Path) -> list[dict[str, object]]:
-    return [r for f in sorted(d.glob("run_*.json")) if (r := _read(f))]
+    return [r for f in rep_files(d).values() if (r := read_object(f))]
 
 
 def _cuda_samples_rows(text: str) -> tuple[list[list[str]], list[str]]:

@@ -18,9 +18,10 @@ from pytest_p2p.errors import ResultsError
 from pytest_p2p.jsontypes import JSONObject, as_dict, as_float, as_int, as_list
 from pytest_p2p.report import terminal
 from pytest_p2p.report.proof import proof_for_run
-from pytest_p2p.report.results import PLOTS, ResultsDir, read_json
 from pytest_p2p.report.summary_files import csv_text, md_text
 from pytest_p2p.report.summary_types import EnergyGroup, Scenario, Stat, Summary, TransportEntry, UpliftEntry, is_stat
+from pytest_p2p.results.layout import AGGREGATE, PLOTS, PROOF
+from pytest_p2p.results.read import RunReader, optional_object
 from pytest_p2p.util import atomic_write_json, atomic_write_text
 
 SUMMARY_SCHEMA = 1
@@ -294,7 +295,7 @@ def _take_decision(entry: UpliftEntry, decision: Mapping[str, object]) -> None:
         entry["message"] = str(decision["reason"])
 
 
-def build_summary(rd: ResultsDir) -> Summary:
+def build_summary(rd: RunReader) -> Summary:
     """The ``summary.json`` dict of a run directory (reads files only, writes nothing)."""
     meta = rd.read_run_meta()
     kind = str(meta["kind"]) if meta.get("kind") in UPLIFT_METRIC else "model"
@@ -317,8 +318,8 @@ def build_summary(rd: ResultsDir) -> Summary:
         for point in points:
             name = f"{arm}-{point}"
             reps = rd.reps(arm, point) if (arm, point) in on_disk else {}
-            aggregate = rd.read_scenario_file(arm, point, "aggregate.json") if (arm, point) in on_disk else None
-            proof = rd.read_scenario_file(arm, point, "transport_proof.json") if (arm, point) in on_disk else None
+            aggregate = rd.read_scenario_file(arm, point, AGGREGATE) if (arm, point) in on_disk else None
+            proof = rd.read_scenario_file(arm, point, PROOF) if (arm, point) in on_disk else None
             excluded: list[int] = [k for k, d in reps.items() if excl and _untrustworthy(d)]
             used = {k: d for k, d in reps.items() if k not in excluded}
             rep_data[(arm, point)] = used
@@ -337,7 +338,7 @@ def build_summary(rd: ResultsDir) -> Summary:
                 source = "run files"
             elif aggregate:
                 metrics, energy, flags = _aggregate_file(aggregate)
-                source = "aggregate.json"
+                source = AGGREGATE
                 agg_values[(arm, point)] = {k: list(v.get("values") or []) for k, v in metrics.items()}
             else:
                 if n_reps is None:
@@ -386,9 +387,6 @@ def build_summary(rd: ResultsDir) -> Summary:
         "uplift": _uplift(meta, kind, arm_names, rep_data, agg_values, points),
         "verdicts": None,
     }
-    verdicts = rd.path / "verdicts.json"
-    if verdicts.is_file():
-        summary["verdicts"] = read_json(verdicts)
     return summary
 
 
@@ -398,7 +396,7 @@ def render_report(run_dir: str | Path, *, plots: bool = True) -> Rendered:
     Safe to call at any time, including on a run dir whose campaign died mid-way: the
     summary's ``missing`` list says which reps and scenarios are absent.
     """
-    rd = ResultsDir.open(run_dir)
+    rd = RunReader.open(run_dir)
     summary = build_summary(rd)
     plot_paths: list[Path] = []
     notes: list[str] = []
@@ -407,10 +405,8 @@ def render_report(run_dir: str | Path, *, plots: bool = True) -> Rendered:
     if plots:
         from pytest_p2p.report.plots import render_plots
 
-        copy = base.parent / "probes" / pair_key / "p2pcopy.json"
-        copy_result = read_json(copy) if pair_key and copy.is_file() else None
-        plot_paths, notes = render_plots(summary, base / PLOTS, rd.telemetry_files,
-                                         copy_result=as_dict(copy_result) if isinstance(copy_result, dict) else None)
+        copy_result = optional_object(base.parent / "probes" / pair_key / "p2pcopy.json") if pair_key else None
+        plot_paths, notes = render_plots(summary, base / PLOTS, rd.telemetry_files, copy_result=copy_result)
     proof = proof_for_run(base, summary)
     summary["proof"] = proof.to_dict()
     rendered = Rendered(

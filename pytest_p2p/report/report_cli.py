@@ -18,17 +18,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ResultsError
-from .results import RUN_META
+from ..results.layout import RUN_META
+from ..results.read import is_run_dir
 
 if TYPE_CHECKING:
     from .summary_types import Summary
 
 
 def _run_dirs(path: Path) -> list[Path]:
-    if (path / RUN_META).is_file():
+    if is_run_dir(path):
         return [path]
     if path.is_dir():
-        found = sorted(d for d in path.iterdir() if d.is_dir() and (d / RUN_META).is_file())
+        found = sorted(d for d in path.iterdir() if d.is_dir() and is_run_dir(d))
         if found:
             return found
     if not path.exists():
@@ -96,7 +97,7 @@ def _seed_set(path: Path) -> list[Path]:
     """The p2p-bench runs directly inside ``path`` (a folder the seed's scripts fill one run at a time)."""
     from pytest_p2p.seedlayout import is_seed_layout
 
-    if not path.is_dir() or (path / RUN_META).is_file():
+    if not path.is_dir() or is_run_dir(path):
         return []
     return sorted(d for d in path.iterdir() if d.is_dir() and is_seed_layout(d))
 

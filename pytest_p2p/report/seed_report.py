@@ -21,6 +21,7 @@ from pathlib import Path
 from pytest_p2p.report import terminal
 from pytest_p2p.report.proof import proof_for_seed, proof_markdown
 from pytest_p2p.report.summary_types import EnergyGroup, Scenario, Stat, Summary, UpliftEntry
+from pytest_p2p.results.layout import AGGREGATE
 from pytest_p2p.seedlayout import SeedRun, read_seed_run
 from pytest_p2p.util import atomic_write_json, atomic_write_text
 
@@ -89,7 +90,7 @@ def seed_summary(run: SeedRun) -> Summary:
             p2p, shm = s.transport.get("nccl_used_p2p"), s.transport.get("nccl_used_shm")
             transport = "P2P" if p2p is True else "SHM" if shm is True else None
         scenarios.append({"arm": s.arm, "point": s.point, "reps": sorted(s.runs), "excluded_reps": [],
-                          "expected_reps": s.n_runs, "source": "aggregate.json", "metrics": metrics,
+                          "expected_reps": s.n_runs, "source": AGGREGATE, "metrics": metrics,
                           "energy": energy, "flags": {"throttled_reps": [], "downtrained_reps": []},
                           "transport": transport})
         seen.add((s.arm, s.point))

@@ -131,15 +131,6 @@ def md_text(summary: Summary, plot_paths: list[Path], notes: list[str], run_dir:
         lines.append("- none (no rep throttled, no link downtrained)")
     lines += ["", "## Missing", ""]
     lines += [f"- {m}" for m in summary["missing"]] or ["- nothing: every expected rep is on disk"]
-    if summary.get("verdicts") is not None:
-        lines += ["", "## Verdicts", "", "See `verdicts.json`."]
-        v = summary["verdicts"]
-        items = v.get("verdicts") if isinstance(v, dict) else v
-        if isinstance(items, list):
-            for item in items:
-                if isinstance(item, dict):
-                    lines.append(f"- {item.get('name', item.get('check', '?'))}: "
-                                 f"{item.get('status', item.get('passed', '?'))} {item.get('message', '')}".rstrip())
     if plot_paths or notes:
         lines += ["", "## Plots", ""]
         lines += [f"![{p.stem}]({p.relative_to(run_dir).as_posix()})" for p in plot_paths]

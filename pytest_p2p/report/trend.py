@@ -9,7 +9,7 @@ Change points and trends found in each arm's series (``stats.changepoint.segment
 ``verdict.history.DISPLAY_ALPHA``, as ``baseline history`` lists them) are marked on the plot:
 a dashed line where a step starts, a dotted one where a trend starts, labelled with its size.
 :func:`write_history_plots` puts the plot of the primary metric at every point in the run's
-``plots/`` directory when the campaign finishes (report/hooks.py).
+``plots/`` directory when the campaign finishes (plugin/report.py).
 """
 
 from __future__ import annotations
@@ -117,21 +117,16 @@ def write_history_plots(run_dir: Path, target: str | Path) -> list[Path]:
     The stored history (this run included once it is saved: a run judged before the session's save
     shows the history it was judged against).  Nothing is written without a store, two runs or matplotlib.
     """
-    from pytest_p2p.jsontypes import as_dict
+    from pytest_p2p.results.read import run_head, scenario_dirs
 
-    from .results import read_json
-
-    raw = read_json(run_dir / "run.json")
-    if not isinstance(raw, dict):
-        return []
-    meta = as_dict(raw)
-    pair = str(as_dict(meta.get("pair")).get("key") or "")
-    metric = "time_us" if meta.get("kind") == "probe" else "output_throughput"
-    points = sorted({d.name.rpartition("-")[2] for d in (run_dir / "scenarios").glob("*-*") if d.is_dir()})
+    head = run_head(run_dir)
+    rig, pair = head.get("rig", ""), head.get("pair", {}).get("key", "")
+    metric = "time_us" if head.get("kind") == "probe" else "output_throughput"
+    points = sorted({point for _, point, _ in scenario_dirs(run_dir)})
     written = []
     for point in points:
-        png = trend_png(history(target, str(meta.get("rig")), pair, point, metric),
-                        f"{metric} at {point}, {meta.get('rig')} {pair}: stored runs, change points marked", metric)
+        png = trend_png(history(target, rig, pair, point, metric),
+                        f"{metric} at {point}, {rig} {pair}: stored runs, change points marked", metric)
         if png is not None:
             path = run_dir / "plots" / f"history_{metric}_{point}.png"
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..jsontypes import dig
+from ..results.layout import AGGREGATE
+from ..results.read import read_json, run_meta, scenario_dirs
 from ..stats import (
     MODERATE_MIN_REPS,
     MODERATE_MIN_RUNS,
@@ -89,20 +91,13 @@ class CampaignComparison:
 
 
 def _scenarios(run_dir: Path) -> list[tuple[Scenario, Path]]:
-    out = []
-    for agg in sorted((run_dir / "scenarios").glob("*/aggregate.json")):
-        arm, sep, point = agg.parent.name.rpartition("-")
-        if sep:
-            out.append(((arm, point), agg))
-    return out
+    return [((arm, point), d / AGGREGATE) for arm, point, d in scenario_dirs(run_dir) if (d / AGGREGATE).is_file()]
 
 
 def _uplift_arms(run_dir: Path, arms: Sequence[str]) -> tuple[str, str] | None:
-    from .fingerprint import read_json
-
     run: object
     try:
-        run = read_json(run_dir / "run.json", "run.json")
+        run = run_meta(run_dir)
     except Exception:  # noqa: BLE001 - run.json is optional here: fall back to the usual arm names
         run = {}
     up = run.get("uplift") if isinstance(run, Mapping) else None
@@ -130,7 +125,7 @@ def _ratio_stats(on: Sample, off: Sample, higher: bool) -> RunStats | None:
 def compare_campaign(store: Store, run_dir: Path, cfg: BaselineConfig, name: str | None = None) -> CampaignComparison:
     """Judge every scenario of ``run_dir`` and its uplift history against baseline ``name``."""
     from .attribution import explain
-    from .fingerprint import build_fingerprint, comparability, read_json
+    from .fingerprint import build_fingerprint, comparability
     from .store import aggregate_rows
 
     run_dir = Path(run_dir)
@@ -163,7 +158,7 @@ def compare_campaign(store: Store, run_dir: Path, cfg: BaselineConfig, name: str
 
     current: dict[Scenario, dict[str, Sample]] = {}
     for (arm, point), agg_path in scen:
-        rows = aggregate_rows(read_json(agg_path, "scenario aggregate"), f"{arm}-{point}", agg_path)
+        rows = aggregate_rows(read_json(agg_path), f"{arm}-{point}", agg_path)
         current[(arm, point)] = {r.metric: Sample.of(r.values, r.mean, r.std, r.n) for r in rows}
         sc = ScenarioComparison(arm, point, name, primaries=cfg.primaries(kind, point))
         sc.excluded = list(excluded_by_arm.get(arm, []))
@@ -331,10 +326,8 @@ def _multiplicity(out: CampaignComparison, cfg: BaselineConfig) -> None:
 
 def _design(run_dir: Path) -> tuple[str, int, int]:
     """``(design, starts, reps)`` of the current run from its ``run.json`` (``restart`` when unknown)."""
-    from .fingerprint import read_json
-
     try:
-        run = read_json(run_dir / "run.json", "run.json")
+        run = run_meta(run_dir)
     except Exception:  # noqa: BLE001 - run.json is optional here: the rep counts still say enough
         return "restart", 0, 0
     if not isinstance(run, Mapping):
@@ -423,17 +416,15 @@ def screen_run(run_dir: Path, cfg: BaselineConfig | None = None) -> list[str]:
     outlying rep that nobody re-ran would widen (or shift) it.  Such a run is still stored
     as history, but not accepted, and the session says so.
     """
-    from .fingerprint import read_json
-
     cfg = cfg or BaselineConfig()
     problems: list[str] = []
     try:
-        kind = dig(read_json(run_dir / "run.json", "run.json"), "kind")
+        kind = dig(run_meta(run_dir), "kind")
     except Exception:  # noqa: BLE001 - the store's own save reports an unreadable run dir
         kind = None
     for (arm, point), agg_path in _scenarios(run_dir):
         try:
-            agg = read_json(agg_path, "scenario aggregate")
+            agg = read_json(agg_path)
         except Exception as exc:  # noqa: BLE001 - reported as a screen problem, the save decides
             problems.append(f"{arm}-{point}: unreadable aggregate ({exc})")
             continue

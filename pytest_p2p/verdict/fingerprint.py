@@ -11,13 +11,14 @@ from the results directory (the contract with the campaign stage), never from li
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from ..errors import ResultsError
 from ..jsontypes import JSONObject, JSONValue, as_dict, as_list
+from ..results.layout import AGGREGATE, PROOF
+from ..results.read import optional_object, run_record, scenario_dirs
 
 if TYPE_CHECKING:
     from ..evidence.model import Evidence, PcieReading
@@ -92,29 +93,6 @@ class Fingerprint(TypedDict):
     pair_facts: PairFacts
     throttled: dict[str, list[JSONValue]]  # scenario -> flagged reps
     downtrained: dict[str, list[JSONValue]]
-
-
-def read_json(path: Path, what: str) -> JSONValue:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ResultsError(f"{path}: {what} is missing (is this a pytest-p2p results directory?)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"{path}: {what} is not readable JSON: {exc}") from None
-
-
-def load_run(run_dir: Path) -> JSONObject:
-    """``run.json`` with the fields the verdict relies on checked."""
-    run = read_json(run_dir / "run.json", "run.json")
-    if not isinstance(run, dict):
-        raise ResultsError(f"{run_dir / 'run.json'}: expected a JSON object")
-    for key in ("run_id", "rig", "pair"):
-        if key not in run:
-            raise ResultsError(f"{run_dir / 'run.json'}: field {key!r} is missing")
-    gpus = run["pair"].get("gpus") if isinstance(run["pair"], dict) else None
-    if not isinstance(gpus, list) or len(gpus) != 2 or not all(isinstance(g, dict) for g in gpus):
-        raise ResultsError(f"{run_dir / 'run.json'}: pair.gpus must list the pair's two GPUs")
-    return run
 
 
 def load_evidence(run_dir: Path) -> Evidence | None:
@@ -212,11 +190,6 @@ def _pair_facts(evidence: Evidence | None, run: Mapping[str, object]) -> PairFac
     return {}
 
 
-def _scenario_files(run_dir: Path) -> list[Path]:
-    root = run_dir / "scenarios"
-    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
-
-
 def _text(value: object) -> str | None:
     """A run.json field stored as text (``None`` stays ``None``), as the store's text columns keep it."""
     return None if value is None else str(value)
@@ -225,7 +198,7 @@ def _text(value: object) -> str | None:
 def build_fingerprint(run_dir: str | Path) -> Fingerprint:
     """Read a results directory into a JSON-serialisable fingerprint (see module doc)."""
     run_dir = Path(run_dir)
-    run = load_run(run_dir)
+    run = run_record(run_dir)
     evidence = load_evidence(run_dir)
     cmdline_path = run_dir / "env" / "kernel_cmdline.txt"
     cmdline = cmdline_path.read_text(encoding="utf-8", errors="replace").strip() if cmdline_path.exists() else None
@@ -233,18 +206,13 @@ def build_fingerprint(run_dir: str | Path) -> Fingerprint:
     transport: dict[str, TransportFacts] = {}
     throttled: dict[str, list[JSONValue]] = {}
     downtrained: dict[str, list[JSONValue]] = {}
-    for sdir in _scenario_files(run_dir):
-        proof_path = sdir / "transport_proof.json"
-        agg_path = sdir / "aggregate.json"
-        if proof_path.exists():
-            proof = read_json(proof_path, "transport proof")
-            arm = sdir.name.rsplit("-", 1)[0]
-            if isinstance(proof, dict):
-                transport.setdefault(arm, {"transport": proof.get("transport"),
-                                           "nccl_version": proof.get("nccl_version")})
-        if agg_path.exists():
-            agg = read_json(agg_path, "scenario aggregate")
-            flags = as_dict(agg.get("flags")) if isinstance(agg, dict) else {}
+    for arm, _, sdir in scenario_dirs(run_dir):
+        proof = optional_object(sdir / PROOF)
+        if proof is not None:
+            transport.setdefault(arm, {"transport": proof.get("transport"), "nccl_version": proof.get("nccl_version")})
+        agg = optional_object(sdir / AGGREGATE)
+        if agg is not None:
+            flags = as_dict(agg.get("flags"))
             if flags.get("throttled_reps"):
                 throttled[sdir.name] = list(as_list(flags["throttled_reps"]))
             if flags.get("downtrained_reps"):

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, TypeGuard
 
 from ..errors import P2PError, StoreError
 from ..jsontypes import JSONObject, as_dict, as_floats
-from .fingerprint import build_fingerprint, load_run, pair_ident, read_json
+from ..results.read import aggregates, run_record
+from .fingerprint import build_fingerprint, pair_ident
 from .store_base import (
     ANY_URL,
     SCHEMA_VERSION,
@@ -138,15 +139,11 @@ class Store:
         Idempotent: a run id already stored is kept as is (and only accepted).
         """
         run_dir = Path(run_dir)
-        run = load_run(run_dir)
+        run = run_record(run_dir)
         fp = build_fingerprint(run_dir)
         rows: list[MetricRow] = []
-        root = run_dir / "scenarios"
-        for sdir in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
-            agg_path = sdir / "aggregate.json"
-            if not agg_path.exists():
-                continue
-            rows.extend(aggregate_rows(read_json(agg_path, "scenario aggregate"), sdir.name, agg_path))
+        for _, _, agg_path, agg in aggregates(run_dir):
+            rows.extend(aggregate_rows(agg, agg_path.parent.name, agg_path))
         return self.save(run, fp, rows, source_dir=str(run_dir.resolve()), accept=accept, note=note)
 
     def save(self, run: Mapping[str, object], fingerprint: Mapping[str, object], rows: Sequence[MetricRow],

@@ -9,32 +9,33 @@
 * ``--p2p-fail-on=regression|never``: ``never`` reports regressions without failing.
 * ``--p2p-db PATH`` (ini ``p2p_db``, env ``PYTEST_P2P_DB``): the SQLite store.
 
-Campaign runs are found through the ``p2p_campaign`` fixture of the tests that ran.
-Every process that ran a campaign (xdist workers included) writes its own runs to the
-shared SQLite store, which serialises writers; nothing else shared is written.
+Campaign runs come through the campaign's ``pytest_p2p_campaign_finished`` hook (the verdict
+reads no fixture of another stage). Under xdist the hook fires again on the controller for
+each worker's campaign, and only the controller saves: a failed save is reported on the
+terminal the user reads, never only in a worker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ..errors import ConfigError, P2PError
-from ..jsontypes import as_list
 from ..options import COMPARE, DB, FAIL_ON_CHOICES, SAVE_BASELINE, Resolved, resolve
 from ..options import FAIL_ON as FAIL_ON_OPTION
-from ..xdist_roles import node_output, worker_output
-from .config import DEFAULT_DB, BaselineConfig, check_name
-from .store_base import redact, target_of
+from ..results.layout import AGGREGATE, SCENARIOS, scenario_name
+from ..verdict.config import DEFAULT_DB, BaselineConfig, check_name
+from ..verdict.store_base import redact, target_of
+from .xdist_roles import is_worker
 
 if TYPE_CHECKING:
-    from .campaign_judge import CampaignComparison
-    from .compare import ScenarioComparison
-    from .store import Store
+    from ..campaign.outcome import CampaignOutcome
+    from ..verdict.campaign_judge import CampaignComparison
+    from ..verdict.compare import ScenarioComparison
+    from ..verdict.store import Store
 
 #: The rig loader may put the rig file's ``baseline:`` section (a BaselineConfig) here.
 BASELINE_CONFIG_KEY = pytest.StashKey[BaselineConfig]()
@@ -50,7 +51,8 @@ class BaselineSession:
     compare_name: str | None
     save_name: str | None
     fail_on: str
-    run_dirs: dict[str, Path] = field(default_factory=dict)  # run dirs this process saw
+    run_dirs: dict[str, Path] = field(default_factory=dict)  # the session's finished campaigns
+    unfinished: dict[str, str] = field(default_factory=dict)  # run dir -> status, for those that failed
     _store: Store | None = None
     verdict_lines: list[str] = field(default_factory=list)  # for the terminal summary
     _config: BaselineConfig | None = None
@@ -77,7 +79,7 @@ class BaselineSession:
         return self.save_name is not None or self.compare_name is not None or self.db_path.origin != "default"
 
     def store(self, create: bool = True) -> Store:
-        from .store import Store
+        from ..verdict.store import Store
 
         if self._store is None:
             self._store = Store(self.db_path.value, create=create)
@@ -90,7 +92,7 @@ class BaselineSession:
 
     def campaign(self, run_dir: Path) -> CampaignComparison:
         """The whole campaign judged once (Holm needs every primary), cached per run directory."""
-        from .campaign_judge import compare_campaign
+        from ..verdict.campaign_judge import compare_campaign
 
         key = str(Path(run_dir).resolve())
         if key not in self._campaigns:
@@ -117,12 +119,19 @@ class BaselineSession:
     def check_scenario(self, run_dir: Path, arm: str, point: str,
                        node: pytest.Item | None = None) -> ScenarioComparison:
         """The body of ``test_no_regression``: skip, pass, inconclusive (skip / strict fail) or regression."""
-        from .compare import IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, NOT_COMPARABLE, REGRESSION, PerformanceRegression
+        from ..verdict.compare import (
+            IMPROVEMENT,
+            INCONCLUSIVE,
+            NO_BASELINE,
+            NOT_COMPARABLE,
+            REGRESSION,
+            PerformanceRegression,
+        )
         from .policy import inconclusive
 
         if self.compare_name is None:
             pytest.skip("baseline comparison not requested (use --p2p-compare[=NAME])")
-        if not (Path(run_dir) / "scenarios" / f"{arm}-{point}" / "aggregate.json").exists():
+        if not (Path(run_dir) / SCENARIOS / scenario_name(arm, point) / AGGREGATE).exists():
             pytest.skip(f"scenario {arm}-{point} has no aggregate.json in {run_dir} (missing from the campaign)")
         camp = self._judged(run_dir)
         result = camp.scenarios.get((arm, point))
@@ -145,7 +154,7 @@ class BaselineSession:
 
     def check_uplift_history(self, run_dir: Path, point: str, node: pytest.Item | None = None) -> str:
         """The body of ``test_uplift_unchanged``: the on/off uplift at ``point`` against its own history."""
-        from .compare import INCONCLUSIVE, NO_BASELINE, NOT_COMPARABLE, REGRESSION, PerformanceRegression
+        from ..verdict.compare import INCONCLUSIVE, NO_BASELINE, NOT_COMPARABLE, REGRESSION, PerformanceRegression
         from .policy import inconclusive
 
         camp = self._judged(run_dir)
@@ -162,8 +171,8 @@ class BaselineSession:
 
     def check_links(self, run_dir: Path) -> list[tuple[str, str, str]]:
         """Link facts against the newest comparable baseline run; a drop is a regression."""
-        from .compare import REGRESSION, PerformanceRegression, compare_links
-        from .fingerprint import build_fingerprint
+        from ..verdict.compare import REGRESSION, PerformanceRegression, compare_links
+        from ..verdict.fingerprint import build_fingerprint
 
         if self.compare_name is None:
             pytest.skip("baseline comparison not requested (use --p2p-compare[=NAME])")
@@ -201,14 +210,16 @@ class BaselineSession:
         Every run is kept as history; one that is not accepted is listed in ``save_notes``
         with the reason and the command a person runs to accept it after review.
         """
-        from .history import AUTO_NOTE
+        from ..verdict.history import AUTO_NOTE
 
         saved: list[str] = []
         if not self.run_dirs or not self.saving:
             return saved
         store = self.store()
-        for run_dir in self.run_dirs.values():
-            decision = self.acceptance(store, run_dir) if self.save_name is not None else None
+        for key, run_dir in self.run_dirs.items():
+            decision = None if self.save_name is None else (
+                (False, f"the campaign {self.unfinished[key]}") if key in self.unfinished
+                else self.acceptance(store, run_dir))
             run_id = store.save_run_dir(run_dir)
             if self.save_name is not None and decision is not None:
                 ok, why = decision
@@ -231,8 +242,8 @@ class BaselineSession:
         to start it.  Anything else -- a regression, an improvement beyond the tolerance, an
         inconclusive or not comparable verdict, a screened rep -- waits for a person.
         """
-        from .campaign_judge import compare_campaign, screen_run
-        from .compare import IMPROVEMENT, NO_BASELINE, NOT_COMPARABLE, REGRESSION, UNCHANGED
+        from ..verdict.campaign_judge import compare_campaign, screen_run
+        from ..verdict.compare import IMPROVEMENT, NO_BASELINE, NOT_COMPARABLE, REGRESSION, UNCHANGED
 
         assert self.save_name is not None
         problems = screen_run(run_dir, self.config)
@@ -291,7 +302,7 @@ def _rig_config(config: pytest.Config) -> BaselineConfig:
     if BASELINE_CONFIG_KEY in config.stash:
         return config.stash[BASELINE_CONFIG_KEY]
     try:
-        from ..session import SESSION_KEY as P2P_SESSION_KEY
+        from .session import SESSION_KEY as P2P_SESSION_KEY
 
         p2p = config.stash.get(P2P_SESSION_KEY, None)
         got = getattr(getattr(p2p, "rig", None), "baseline", None)
@@ -332,45 +343,27 @@ def p2p_baseline(pytestconfig: pytest.Config) -> BaselineSession:
     return _session(pytestconfig)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
-    result = yield
-    campaign = getattr(item, "funcargs", {}).get("p2p_campaign")
-    run_dir = getattr(campaign, "run_dir", None)
-    if run_dir is not None:
-        sess = _session(item.config)
-        sess.run_dirs[str(Path(run_dir).resolve())] = Path(run_dir)
-    return result
+@pytest.hookimpl(optionalhook=True)  # the spec comes with the campaign's glue (pytest_addhooks)
+def pytest_p2p_campaign_finished(config: pytest.Config, outcome: CampaignOutcome) -> None:
+    """A campaign's run directory is final: keep it for the save at the end of the session.
 
-
-_WORKER_KEY = "p2p_verdict_run_dirs"
-
-
-class _WorkerNode(Protocol):
-    """What the controller reads of an xdist ``WorkerController`` (its ``workeroutput`` once it is down)."""
-
-    config: pytest.Config
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node: _WorkerNode, error: object) -> None:
-    """xdist controller: take over the run directories a worker saw; the controller saves them all,
-    so a failed save is reported on the terminal the user reads (never only in a worker)."""
-    sess = node.config.stash.get(SESSION_KEY, None)
-    dirs = as_list(node_output(node).get(_WORKER_KEY))  # str paths (sessionfinish)
-    if sess is not None:
-        for d in dirs:
-            if isinstance(d, str):
-                sess.run_dirs[str(Path(d).resolve())] = Path(d)
+    Only where the terminal summary is printed (an xdist worker's campaign comes again on the
+    controller); an interrupted campaign is not saved, a failed one only as history.
+    """
+    if is_worker(config) or outcome.status == "interrupted":
+        return
+    sess = _session(config)
+    key = str(Path(outcome.run_dir).resolve())
+    sess.run_dirs[key] = Path(outcome.run_dir)
+    if outcome.status != "complete":
+        sess.unfinished[key] = outcome.status
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     sess = session.config.stash.get(SESSION_KEY, None)
     if sess is None:
         return
-    workeroutput = worker_output(session.config)
-    if workeroutput is not None:  # an xdist worker: the controller saves (pytest_testnodedown)
-        workeroutput[_WORKER_KEY] = [str(p) for p in sess.run_dirs.values()]
+    if is_worker(session.config):  # the controller saves (its pytest_p2p_campaign_finished)
         sess.close()
         return
     try:
@@ -413,6 +406,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
 
 def store_exists(target: str | Path) -> bool:
     """Whether the store is already there (asked of the server for a URL; imported only when needed)."""
-    from .store import exists
+    from ..verdict.store import exists
 
     return exists(target)

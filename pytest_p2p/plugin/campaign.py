@@ -33,16 +33,17 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import pytest
 
 from .. import signals
+from ..campaign.plan import Plan, Scenario
 from ..errors import P2PError
 from ..jsontypes import as_list
 from ..options import ARMS, CAMPAIGN, CAMPAIGN_MODES, REPS, Option, resolve
-from ..xdist_roles import is_worker, node_output, node_worker_id, worker_input, worker_output
-from .plan import Plan, Scenario
+from .xdist_roles import is_worker, node_output, node_worker_id, worker_input, worker_output
 
 if TYPE_CHECKING:
-    from ..session import P2PSession
-    from .outcome import CampaignOutcome
-    from .result import CampaignResult
+    from ..campaign.outcome import CampaignOutcome
+    from ..campaign.progress import Progress
+    from ..campaign.result import CampaignResult
+    from .session import P2PSession
 
 T = TypeVar("T")
 
@@ -138,7 +139,7 @@ def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> G
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: _Node, error: object) -> None:
     """xdist worker -> controller: the campaigns it finished, published again on the controller."""
-    from .outcome import CampaignOutcome
+    from ..campaign.outcome import CampaignOutcome
 
     got = as_list(node_output(node).get(WORKER_OUTCOMES))
     worker = node_worker_id(node)
@@ -162,8 +163,8 @@ def plan(config: pytest.Config) -> Plan:
     got = config.stash.get(PLAN_KEY, None)
     if got is not None:
         return got
-    from ..rig import campaign_use
-    from ..session import get_session
+    from .rig import campaign_use
+    from .session import get_session
 
     mode, mode_origin = _resolved(config, CAMPAIGN)
     reps, reps_origin = _resolved(config, REPS)
@@ -222,7 +223,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         raise pytest.UsageError(f"pytest-p2p: {exc}") from None
     if "p2p_pair" in names and not any("p2p_pair" in c.params for c in getattr(metafunc, "_calls", [])):
         # normally the evidence stage parametrises p2p_pair; this covers a plugin set without it
-        from ..session import get_session
+        from .session import get_session
 
         pairs = get_session(metafunc.config).pairs
         metafunc.parametrize("p2p_pair", pairs, ids=[f"gpu{a}-gpu{b}" for a, b in pairs], scope="session")
@@ -259,7 +260,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.xdist_group(name=f"gpu{pair[0]}-gpu{pair[1]}"))
         elif _CAMPAIGN_FIXTURES & set(getattr(item, "fixturenames", ())):
             if reason is None:
-                from ..session import get_session
+                from .session import get_session
 
                 try:
                     reason = _no_pairs_reason(get_session(config)) or "no GPU pair to compare arms on"
@@ -299,7 +300,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 
 def _run_id(config: pytest.Config, rig_name: str, pair_key: str, root: Path) -> str | None:
-    from .rundir import safe_component
+    from ..results.layout import safe_component
 
     run_id = f"{config.stash[STAMP_KEY]}_{safe_component(rig_name)}_{safe_component(pair_key)}"
     return None if (root / run_id).exists() else run_id
@@ -320,15 +321,15 @@ def run_campaign(config: pytest.Config, pair: tuple[int, int]) -> CampaignResult
     p = plan(config)
     if p.skip_reason:
         pytest.skip(p.skip_reason)
-    from ..session import get_session
-    from .progress import Progress
-    from .wiring import from_session
+    from ..campaign.wiring import from_session
+    from ..results.layout import Pair
+    from .session import get_session
 
     session = get_session(config)
-    pair_key = f"gpu{pair[0]}-gpu{pair[1]}"
+    pair_key = Pair(int(pair[0]), int(pair[1])).key
     n_points = len(p.points) * len(p.arms) * p.config.reps
-    progress = Progress.for_config(config, f"{p.kind} campaign {pair_key}"
-                                           f"{' (SIMULATED)' if session.simulated else ''}", n_points)
+    progress = progress_for(config, f"{p.kind} campaign {pair_key}{' (SIMULATED)' if session.simulated else ''}",
+                            n_points)
     try:
         runner = from_session(session, (int(pair[0]), int(pair[1])), p.config, p.kind, progress=progress,
                               run_id=_run_id(config, session.rig.name, pair_key, session.results_root),
@@ -339,6 +340,16 @@ def run_campaign(config: pytest.Config, pair: tuple[int, int]) -> CampaignResult
         raise
     cache[pair] = result
     return result
+
+
+def progress_for(config: pytest.Config, label: str, total: int) -> Progress:
+    """The live progress line through pytest's terminal reporter; silent in xdist workers and under ``-q -q``."""
+    from ..campaign.progress import Progress
+
+    quiet = is_worker(config) or int(config.getoption("verbose", 0) or 0) < 0
+    reporter = None if quiet else config.pluginmanager.getplugin("terminalreporter")
+    capture = None if quiet else config.pluginmanager.getplugin("capturemanager")
+    return Progress(label=label, total=total, reporter=reporter, capture=capture)
 
 
 @pytest.fixture(scope="session")

@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from openai import OpenAI
 
     from ..probes.arms import ServerArm
-    from .config import ServerConfig
-    from .result import LoadResult
-    from .server import RunningServer
+    from ..serve.config import ServerConfig
+    from ..serve.result import LoadResult
+    from ..serve.server import RunningServer
 
 PLAN_KEY = pytest.StashKey["ServerPlan"]()
 
@@ -53,10 +53,10 @@ def set_server_plan(config: pytest.Config, plan: ServerPlan) -> None:
 
 
 def server_plan(config: pytest.Config) -> ServerPlan:
-    """The installed plan, or one built from the rig session (``pytest_p2p.session``)."""
+    """The installed plan, or one built from the rig session (``pytest_p2p.plugin.session``)."""
     plan = config.stash.get(PLAN_KEY, None)
     if plan is None:
-        from ..session import get_session
+        from .session import get_session
 
         session = get_session(config)
         rig = session.rig
@@ -107,7 +107,7 @@ def _sigterm_as_interrupt() -> None:
 @pytest.fixture(scope="session")
 def p2p_vllm_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
     """A ready server (vLLM or the SIMULATED stand-in) for one (pair, arm); torn down and verified at the end."""
-    from .server import launch
+    from ..serve.server import launch
 
     param = getattr(request, "param", None)
     if param is None:
@@ -134,7 +134,7 @@ def p2p_openai_client(p2p_vllm_server: RunningServer) -> Iterator[OpenAI]:
     """A synchronous ``openai.OpenAI`` bound to the server: no retries, no proxy, explicit timeouts."""
     import openai
 
-    from .transport import http_module
+    from ..serve.transport import http_module
 
     httpx = http_module()
     timeout = httpx.Timeout(p2p_vllm_server.config.request_timeout_s, connect=10.0)
@@ -165,7 +165,7 @@ class LoadRunner:
     def __call__(self, concurrency: int, *, num_prompts: int | None = None, input_len: int | None = None,
                  output_len: int | None = None, warmup: int | None = None, seed: int | None = None,
                  endpoint: str | None = None, client_processes: int | None = None) -> dict[str, object]:
-        from .loadgen import generate_load, make_spec
+        from ..serve.loadgen import generate_load, make_spec
 
         srv = self.server
         d = srv.config.load

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from .errors import EvidenceError
-from .evidence.model import Evidence
-from .jsontypes import JSONObject
-from .options import LIVE, RESULTS, RIG, SNAPSHOT, Resolved, path_of, resolve
+from ..errors import EvidenceError
+from ..evidence.model import Evidence
+from ..jsontypes import JSONObject
+from ..options import LIVE, RESULTS, RIG, SNAPSHOT, Resolved, path_of, resolve
 from .rig import ResolvedRig, Rig, auto_rig, load_rig
 from .rig import resolve as resolve_rig
 
@@ -77,7 +77,7 @@ class P2PSession:
     def evidence_at_end(self) -> Evidence:
         """A second live NVML reading, taken once, when the first end-of-session check asks for it."""
         if self._end is None:
-            from .evidence.live import gather_live
+            from ..evidence.live import gather_live
 
             self._end = gather_live(load=False)
         return self._end
@@ -86,7 +86,7 @@ class P2PSession:
         """Evidence with PCIe read under load and CUDA peer access (live: runs the load once)."""
         ev = self.evidence
         if ev.source == "live" and not self._loaded:
-            from .evidence.live import read_under_load
+            from ..evidence.live import read_under_load
 
             read_under_load(ev)
         self._loaded = True
@@ -94,7 +94,7 @@ class P2PSession:
 
     def _gather(self) -> Evidence:
         """Idle evidence; :meth:`evidence_under_load` adds the load readings once, when a check needs them."""
-        from .evidence.snapshot import load_snapshot
+        from ..evidence.snapshot import load_snapshot
 
         if self.snapshot.value is not None:
             return load_snapshot(self.snapshot.value, origin=self.snapshot.origin)
@@ -102,7 +102,7 @@ class P2PSession:
             ev = load_snapshot(demo_path(DEMO_SNAPSHOT))
             ev.notes.insert(0, f"demo rig: replaying the embedded snapshot because {self.demo_reason}")
             return ev
-        from .evidence.live import gather_live
+        from ..evidence.live import gather_live
 
         return gather_live(load=False)
 
@@ -129,7 +129,7 @@ class P2PSession:
         return text
 
     def snapshot_dict(self) -> JSONObject:
-        from .evidence.snapshot import envelope
+        from ..evidence.snapshot import envelope
 
         return envelope(self.evidence)
 
@@ -143,7 +143,7 @@ def _from_config(config: pytest.Config) -> P2PSession:
         raise pytest.UsageError(f"--p2p-live demands live NVML but {snap.where()} asks for a replay")
     demo_reason: str | None = None
     if snap.value is None:
-        from .evidence.live import nvml_available
+        from ..evidence.live import nvml_available
 
         ok, why = nvml_available()
         if not ok:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from ..errors import P2PError
-from ..session import P2PSession, get_session
-from ..xdist_roles import is_worker
-from .model import Evidence
+from ..evidence.model import Evidence
+from .session import P2PSession, get_session
+from .xdist_roles import is_worker
 
 
 def session_or_usage_error(config: pytest.Config) -> P2PSession:
@@ -28,7 +28,7 @@ def session_or_usage_error(config: pytest.Config) -> P2PSession:
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """This module is registered only for a p2p run (plugin.py): a bad rig is a usage error before collection."""
+    """This module is registered only for a p2p run (the gate): a bad rig is a usage error before collection."""
     if not is_worker(config):
         session_or_usage_error(config)
 

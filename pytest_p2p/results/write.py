@@ -1,14 +1,7 @@
-"""The campaign's writer of the results directory (the data contract with verdict and report).
+"""The one writer of the results directory (names: :mod:`.layout`; the one reader: :mod:`.read`).
 
-One campaign (one GPU pair) is one run directory (layout in docs/results.md)::
-
-    <root>/<run-id>/run.json, env/<name>,
-                   scenarios/<arm>-<point>/scenario.json, run_<k>.json, aggregate.json,
-                                           transport_proof.json, telemetry_run<k>.csv, server_run<k>.log
-
-Why the campaign owns the writing side: data flows one way (campaign -> verdict -> report),
-so the campaign cannot import the report stage; the report stage reads the directory back
-(``report.results.ResultsDir``) and may build on this class. Every file goes through
+The campaign writes through it, and so do the tests that need a run directory: a fixture
+written any other way could drift from what production writes. Every file goes through
 ``util.atomic_write_*``: a campaign cut off at rep 3 leaves reps 1-2 whole. A write that
 fails (disk full, read-only, permission) is one paragraph naming the file; from then on
 ``run.json`` says ``failed`` with the error, and a small reserve file created with the
@@ -20,25 +13,33 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
 from ..errors import ResultsError, WriteError
 from ..util import atomic_write_bytes, atomic_write_json, atomic_write_text, write_error
+from .layout import (
+    AGGREGATE,
+    ENV,
+    KINDS,
+    PROOF,
+    RESERVE,
+    RUN_META,
+    SCENARIO_META,
+    SCENARIOS,
+    check_rep,
+    make_run_id,
+    rep_file,
+    safe_component,
+    scenario_name,
+)
 
-RUN_META = "run.json"
-SCENARIOS = "scenarios"
-ENV = "env"
-KINDS = ("model", "probe")
-RESERVE = ".p2p-space-reserve"  # the same name the report's reader ignores
 _RESERVE_BYTES = 64 * 1024
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
-_SAFE_RE = re.compile(r"[^A-Za-z0-9._-]+")
-ARM_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
-POINT_RE = re.compile(r"^(?:c[0-9]+|s[0-9A-Za-z.]+)$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 Json = dict[str, object]
 
@@ -67,34 +68,8 @@ class RunWriter(Protocol):
 
     def server_log_path(self, arm: str, point: str, rep: int) -> Path: ...
 
-
-def safe_component(text: str) -> str:
-    """Squash ``text`` to the characters a run id allows (letters, digits, ``._-``)."""
-    cleaned = _SAFE_RE.sub("-", str(text)).strip("-.")
-    return cleaned or "unnamed"
-
-
-def make_run_id(rig: str, pair_key: str, now: datetime | None = None) -> str:
-    """``<UTC yyyymmdd-HHMMSS>_<rig>_<pair>``: sorts by time, says what was measured."""
-    stamp = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}_{safe_component(rig)}_{safe_component(pair_key)}"
-
-
-def scenario_name(arm: str, point: str) -> str:
-    """``<arm>-<point>``; names that would make the directory ambiguous are refused."""
-    if not isinstance(arm, str) or not ARM_RE.match(arm):
-        raise ResultsError(f"arm name {arm!r} cannot name a scenario directory: use letters, digits, '_' and '.' "
-                           "(no '-', which separates arm and point in '<arm>-<point>')")
-    if not isinstance(point, str) or not POINT_RE.match(point):
-        raise ResultsError(f"point {point!r} is not a campaign point: expected 'c<N>' (model concurrency) or "
-                           "'s<size>' (probe message size, e.g. 's8KiB')")
-    return f"{arm}-{point}"
-
-
-def check_rep(rep: int) -> int:
-    if isinstance(rep, bool) or not isinstance(rep, int) or rep < 1:
-        raise ResultsError(f"rep number must be an integer >= 1 (reps count from 1), got {rep!r}")
-    return rep
+    def set_aside(self, arm: str, rep: int, tag: str, points: list[str], data: Mapping[str, Json],
+                  fields: Json) -> tuple[str, ...]: ...
 
 
 class RunDir:
@@ -213,22 +188,49 @@ class RunDir:
         return self._write(target, lambda: atomic_write_json(target, data))
 
     def write_scenario(self, arm: str, point: str, data: Json) -> Path:
-        return self._json(self.scenario_dir(arm, point) / "scenario.json", {"arm": arm, "point": point, **data})
+        return self._json(self.scenario_dir(arm, point) / SCENARIO_META, {"arm": arm, "point": point, **data})
 
     def write_rep(self, arm: str, point: str, rep: int, data: Json) -> Path:
-        return self._json(self.scenario_dir(arm, point) / f"run_{check_rep(rep)}.json", data)
+        return self._json(self.scenario_dir(arm, point) / rep_file(rep), data)
 
     def write_aggregate(self, arm: str, point: str, data: Json) -> Path:
-        return self._json(self.scenario_dir(arm, point) / "aggregate.json", {"arm": arm, "point": point, **data})
+        return self._json(self.scenario_dir(arm, point) / AGGREGATE, {"arm": arm, "point": point, **data})
 
     def write_proof(self, arm: str, point: str, data: Json) -> Path:
-        return self._json(self.scenario_dir(arm, point) / "transport_proof.json", data)
+        return self._json(self.scenario_dir(arm, point) / PROOF, data)
 
     def telemetry_path(self, arm: str, point: str, rep: int) -> Path:
         return self.scenario_dir(arm, point) / f"telemetry_run{check_rep(rep)}.csv"
 
     def server_log_path(self, arm: str, point: str, rep: int) -> Path:
         return self.scenario_dir(arm, point) / f"server_run{check_rep(rep)}.log"
+
+    def set_aside(self, arm: str, rep: int, tag: str, points: list[str], data: Mapping[str, Json],
+                  fields: Json) -> tuple[str, ...]:
+        """Keep a rep that is not a measurement under names no reader takes for a rep; the files kept.
+
+        Why keep it: a dead server's partial numbers or a screened outlier are evidence of what
+        happened, but ``run_<k>.json``, ``telemetry_run<k>.csv`` and ``server_run<k>.log`` must
+        belong to the rep that counts. So the attempt's files become ``run_<k>.<tag>.json`` (what
+        was measured, with ``fields`` -- the why and the cause -- beside it, never over it),
+        ``telemetry_run<k>.<tag>.csv`` and ``server_run<k>.<tag>.log``.
+        """
+        files: list[str] = []
+        for point in points:
+            base = self.scenario_dir(arm, point)
+            if point in data:
+                self._json(base / rep_file(rep, tag), {**data[point], **fields})
+                files.append(f"{arm}-{point}/{rep_file(rep, tag)}")
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(base / rep_file(rep))  # a screened rep's file: its copy with the cause is kept above
+            for src in (self.telemetry_path(arm, point, rep), self.server_log_path(arm, point, rep)):
+                if src.is_file():
+                    stem, dot, ext = src.name.partition(".")
+                    dst = src.with_name(f"{stem}.{tag}{dot}{ext}")
+                    with contextlib.suppress(OSError):
+                        os.replace(src, dst)
+                        files.append(f"{arm}-{point}/{dst.name}")
+        return tuple(files)
 
 
 def create_run_dir(root: Path, rig: str, pair_key: str, kind: str, run_id: str | None) -> RunWriter:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_p2p.jsontypes import JSONObject, as_dict, as_dicts
+from pytest_p2p.results.layout import AGGREGATE, PROOF
 
 if TYPE_CHECKING:
     from pytest_p2p.report.allure_attach import AllureAPI
@@ -179,14 +180,14 @@ def attach_campaign(allure: AllureAPI, run_dir: Path, found: Mapping[str, str], 
     scen = run_dir / "scenarios"
     if arm and point:
         d = scen / f"{arm}-{point}"
-        for f in (d / "transport_proof.json", d / "aggregate.json"):
+        for f in (d / PROOF, d / AGGREGATE):
             attach_file(f, f"{arm}-{point}/{f.name}")
         for f in sorted(d.glob("telemetry_run*.csv")):
             if str(f) not in attached:  # a CSV is large: once per session, on its first check
                 attached.add(str(f))
                 attach_file(f, f"{arm}-{point}/{f.name}")
     elif arm:
-        for proof in sorted(scen.glob(f"{arm}-*/transport_proof.json")):
+        for proof in sorted(scen.glob(f"{arm}-*/{PROOF}")):
             attach_file(proof, f"{proof.parent.name}/{proof.name}")
     summary_md = run_dir / "summary.md"
     if summary_md.is_file():

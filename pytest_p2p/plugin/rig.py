@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import ConfigError
-from .evidence.expect import (
+from ..errors import ConfigError
+from ..evidence.expect import (
     COUNTER_KEYS,
     EXPECT_KEYS,
     NVLINK_KEYS,
@@ -37,15 +37,15 @@ from .evidence.expect import (
     parse_topology,
     topology_supports_p2p,
 )
-from .evidence.genconfig import rig_to_yaml_dict
-from .evidence.nodespec import NodesSpec, parse_nodes
-from .evidence.resolve import Selector, resolve
-from .evidence.visible import visible_gpus
-from .util import is_bus_id, normalize_bus_id
+from ..evidence.genconfig import rig_to_yaml_dict
+from ..evidence.nodespec import NodesSpec, parse_nodes
+from ..evidence.resolve import Selector, resolve
+from ..evidence.visible import visible_gpus
+from ..util import is_bus_id, normalize_bus_id
 
 # names, not 'from . import validate': that form reads a stale module off the package object when
 # pytester re-imports the package in-process, and its ConfigError would be another class
-from .validate import (
+from ..validate import (
     MAX_TEXT_CHARS,
     check_bounded,
     env_mapping,
@@ -58,11 +58,11 @@ from .validate import (
 )
 
 if TYPE_CHECKING:  # the stages' section types; their modules are imported when a rig is parsed
-    from .campaign.config import CampaignConfig
-    from .probes.arms import Arm
-    from .probes.config import ProbeConfig
-    from .serve.config import ServerConfig
-    from .verdict.config import BaselineConfig
+    from ..campaign.config import CampaignConfig
+    from ..probes.arms import Arm
+    from ..probes.config import ProbeConfig
+    from ..serve.config import ServerConfig
+    from ..verdict.config import BaselineConfig
 
 TOP_KEYS = ("rig", "description", "gpus", "pairs", "env", "expect", "gpu", "pair",
             "arms", "probe", "server", "campaign", "baseline", "nodes")
@@ -91,11 +91,11 @@ class RigSections:
 
 def parse_sections(top: Mapping[str, object], source: str) -> RigSections:
     """Each stage validates its own section (``None``: the section is absent, defaults apply)."""
-    from .campaign.config import parse_campaign
-    from .probes.arms import parse_arms
-    from .probes.config import parse_probe
-    from .serve.config import parse_server
-    from .verdict.config import parse_baseline
+    from ..campaign.config import parse_campaign
+    from ..probes.arms import parse_arms
+    from ..probes.config import parse_probe
+    from ..serve.config import parse_server
+    from ..verdict.config import parse_baseline
 
     return RigSections(
         arms=parse_arms(top.get("arms"), source, "arms"),

@@ -28,18 +28,18 @@ import pytest
 
 from ..errors import P2PError
 from ..options import PROBE_REPLAY, resolve
+from ..probes.allreduce import AllReduceResult
+from ..probes.arms import Arm
+from ..probes.config import ProbeConfig
+from ..probes.judge import Judgement, judge_busbw, judge_copy, judge_latency, judge_uplift, overall
+from ..probes.p2pcopy import P2PCopyResult
+from ..probes.replay import NoRecording, load_allreduce, load_copy, probes_dir, replay_index
 from ..util import format_size
-from ..xdist_roles import is_controller, is_worker
-from .allreduce import AllReduceResult
-from .arms import Arm
-from .config import ProbeConfig
-from .judge import Judgement, judge_busbw, judge_copy, judge_latency, judge_uplift, overall
-from .p2pcopy import P2PCopyResult
-from .replay import load_allreduce, load_copy, probes_dir, replay_index
+from .xdist_roles import is_controller, is_worker
 
 if TYPE_CHECKING:
     from ..evidence.model import Evidence
-    from ..session import P2PSession
+    from .session import P2PSession
 
 __all__ = ["Judgement", "ProbeCase", "ProbeState", "cuda_indices", "judge_busbw", "judge_copy", "judge_latency",
            "judge_uplift", "load_allreduce", "load_copy", "overall", "probe_state", "probes_dir", "replay_index"]
@@ -170,17 +170,20 @@ class ProbeState:
     def _allreduce(self, pair: tuple[int, int], arm: Arm) -> AllReduceResult:
         key = f"gpu{pair[0]}-gpu{pair[1]}/{arm.name}"
         if self.replay is not None:
-            result = load_allreduce(self.replay, pair, arm.name, self.label, self.evidence())
+            try:
+                result = load_allreduce(self.replay, pair, arm.name, self.label, self.evidence())
+            except NoRecording as exc:
+                pytest.skip(str(exc))
             self._keep_replayed(pair, f"{arm.name}/allreduce.json")
             return result
         self._need_live(f"the all-reduce probe ({key})", pair)
-        from .allreduce import run_allreduce, write_result
+        from ..probes.allreduce import run_allreduce, write_result
 
         out = self.out_dir(pair, arm.name)
         with _lease(pair, f"all-reduce probe {key}", self.cfg.timeout_s):
             result = run_allreduce(pair, arm, self.cfg, self.session.rig.env, out)
             if self.cfg.nccl_tests:
-                from .nccltests_runner import run_nccl_tests
+                from ..probes.nccltests_runner import run_nccl_tests
 
                 try:  # a second opinion: its failure must not discard our measurement
                     result.nccl_tests = run_nccl_tests(pair, arm, self.session.rig.env, out, self.cfg.timeout_s)
@@ -191,11 +194,14 @@ class ProbeState:
 
     def _copy(self, pair: tuple[int, int]) -> P2PCopyResult:
         if self.replay is not None:
-            copy_result = load_copy(self.replay, pair, self.label)
+            try:
+                copy_result = load_copy(self.replay, pair, self.label)
+            except NoRecording as exc:
+                pytest.skip(str(exc))
             self._keep_replayed(pair, "p2pcopy.json")
             return copy_result
         self._need_live(f"the P2P copy probe (gpu{pair[0]}-gpu{pair[1]})", pair)
-        from .p2pcopy import run_p2p_copy
+        from ..probes.p2pcopy import run_p2p_copy
 
         with _lease(pair, f"P2P copy probe gpu{pair[0]}-gpu{pair[1]}", self.cfg.timeout_s):
             return run_p2p_copy(pair, self.cfg, self.out_dir(pair), self.session.rig.env)
@@ -220,7 +226,7 @@ _STATE = pytest.StashKey[ProbeState]()
 
 
 def _get_session(config: pytest.Config) -> P2PSession:
-    from ..evidence.hooks import session_or_usage_error
+    from .evidence import session_or_usage_error
 
     return session_or_usage_error(config)
 
@@ -232,7 +238,7 @@ def _on_demo_snapshot(session: P2PSession) -> bool:
     snap = session.snapshot.value
     if snap is None:
         return False
-    from ..session import DEMO_SNAPSHOT, demo_path
+    from .session import DEMO_SNAPSHOT, demo_path
 
     try:
         return Path(str(snap)).resolve() == demo_path(DEMO_SNAPSHOT).resolve()
@@ -255,7 +261,7 @@ def probe_state(config: pytest.Config) -> ProbeState:
                 raise pytest.UsageError(f"pytest-p2p: {opt.where()}: no such directory")
             origin = opt.origin
         elif _on_demo_snapshot(session):
-            from ..session import demo_path
+            from .session import demo_path
 
             demo = demo_path(DEMO_PROBES)
             if demo.is_dir():
@@ -384,7 +390,7 @@ def cuda_indices(evidence: Evidence, pair: tuple[int, int]) -> tuple[int, int]:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    from ..session import SESSION_KEY
+    from .session import SESSION_KEY
 
     if config.stash.get(SESSION_KEY, None) is None:  # not a p2p run: touch nothing
         return None

@@ -24,14 +24,14 @@ import pytest
 
 from ..errors import P2PError
 from ..jsontypes import as_dict
-from ..xdist_roles import is_worker
-from .summary_types import Summary, is_summary
+from ..report.summary_types import Summary, is_summary
+from .xdist_roles import is_worker
 
 if TYPE_CHECKING:
     import pluggy
 
     from ..campaign.outcome import CampaignOutcome
-    from .allure_attach import AllureAPI
+    from ..report.allure_attach import AllureAPI
 
 
 class _AllureTestResult(Protocol):
@@ -116,7 +116,7 @@ def labels_for_item(item: pytest.Item) -> dict[str, str]:
     elif point[:1] == "s" and len(point) > 1:
         out.setdefault("size", point[1:])
     if "rig" not in out:
-        from ..session import SESSION_KEY
+        from .session import SESSION_KEY
 
         session = item.config.stash.get(SESSION_KEY, None)
         rig = getattr(getattr(session, "rig", None), "name", None)
@@ -168,7 +168,7 @@ def judged_numbers(run_dir: Path, point: str) -> str:
     estimate, the decision's interval at its level, the threshold and the verdict are the same
     words as in the terminal and summary.md.
     """
-    from .terminal import verdict_rows
+    from ..report.terminal import verdict_rows
 
     try:
         summary = _load_summary(run_dir)
@@ -185,20 +185,17 @@ def _attach_trend(item: pytest.Item, allure: AllureAPI, run_dir: Path, found: di
     if not point or found.get("arm") or f"trend:{run_dir}:{point}" in attached:
         return
     attached.add(f"trend:{run_dir}:{point}")
-    from .results import read_json
-    from .trend import history, trend_png
+    from ..report.trend import history, trend_png
+    from ..results.read import run_head
 
     target = store_target(item.config)
     if target is None:  # the verdict stage is blocked (-p no:...): no store, no trend
         return
-    raw = read_json(run_dir / "run.json")
-    if not isinstance(raw, dict):
-        return
-    meta = as_dict(raw)
-    pair = str(as_dict(meta.get("pair")).get("key") or "")
-    metric = "time_us" if meta.get("kind") == "probe" else "output_throughput"
-    png = trend_png(history(target, str(meta.get("rig")), pair, point, metric),
-                    f"{metric} at {point}, {meta.get('rig')} {pair}: stored runs", metric)
+    head = run_head(run_dir)
+    rig, pair = head.get("rig", ""), head.get("pair", {}).get("key", "")
+    metric = "time_us" if head.get("kind") == "probe" else "output_throughput"
+    png = trend_png(history(target, rig, pair, point, metric), f"{metric} at {point}, {rig} {pair}: stored runs",
+                    metric)
     if png is not None:
         allure.attach(png, name=f"trend {metric} {point}", attachment_type=allure.attachment_type.PNG)
 
@@ -209,7 +206,7 @@ def store_target(config: pytest.Config) -> str | Path | None:
     Why not resolve the option here: a second reading once turned ``postgresql://...`` into a file
     path and ignored the rig's ``baseline.db`` (issue 25), so a fleet silently got no trend plot.
     """
-    from ..verdict.hooks import SESSION_KEY as VERDICT_KEY
+    from .verdict import SESSION_KEY as VERDICT_KEY
 
     verdict = config.stash.get(VERDICT_KEY, None)
     return None if verdict is None else verdict.db_path.value
@@ -219,7 +216,7 @@ def store_target(config: pytest.Config) -> str | Path | None:
 def pytest_runtest_call(item: pytest.Item) -> None:
     if item.get_closest_marker("p2p") is None:
         return
-    from .allure_attach import _allure
+    from ..report.allure_attach import _allure
 
     allure = _allure()
     if allure is None:
@@ -347,13 +344,13 @@ def render_pending(config: pytest.Config) -> None:
     while pending:
         run_dir = pending.pop(0)
         summary: Summary | None = None
-        from .render import render_report
+        from ..report.render import render_report
 
         try:
             summary = render_report(run_dir).summary
         except (P2PError, OSError) as exc:  # disk full while rendering: said once, the reps stay on disk
             config.stash.setdefault(NOTES_KEY, []).append(f"{run_dir}: report not rendered: {exc}")
-        from .trend import write_history_plots
+        from ..report.trend import write_history_plots
 
         target = store_target(config)  # the verdict stage's resolution of --p2p-db: one reader (issue 25)
         if target is not None:
@@ -383,7 +380,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     alluredir = _alluredir(config)
     if alluredir is None or is_worker(config):
         return
-    from .allure_meta import write_allure_meta
+    from ..report.allure_meta import write_allure_meta
 
     with contextlib.suppress(OSError, P2PError):
         write_allure_meta(alluredir, environment(config))
@@ -396,7 +393,7 @@ def environment(config: pytest.Config) -> dict[str, str]:
     """environment.properties: the stack and hardware of this session (rig, host, driver, GPUs, ...)."""
     import platform
 
-    from ..session import SESSION_KEY
+    from .session import SESSION_KEY
 
     env: dict[str, str] = {"host": platform.node(), "python": platform.python_version()}
     session = config.stash.get(SESSION_KEY, None)
@@ -413,9 +410,9 @@ def environment(config: pytest.Config) -> dict[str, str]:
             env["topology"] = ", ".join(f"{p.key}={p.topology}" for p in ev.pairs if p.topology)
     for run_dir in config.stash.get(RUN_DIRS_KEY, []):
         with contextlib.suppress(P2PError, OSError):
-            from .results import read_json
+            from ..results.read import run_meta
 
-            meta = as_dict(read_json(run_dir / "run.json"))
+            meta = run_meta(run_dir)
             if meta.get("simulated") is True:
                 env["SIMULATED"] = SIMULATED_ENV
             versions = as_dict(meta.get("versions"))
@@ -432,24 +429,24 @@ def _load_summary(run_dir: Path) -> Summary:
     Never written from here: the summary is rendered once (:func:`render_pending`), and a
     check that reads its numbers mid-session (Allure's description) must not render it early.
     """
-    from .results import ResultsDir, read_json
+    from ..results.read import RunReader, read_json
 
     summary_path = run_dir / "summary.json"
     if summary_path.is_file():
         data = read_json(summary_path)
         if is_summary(data):
             return data
-    from .proof import proof_for_run
-    from .render import build_summary
+    from ..report.proof import proof_for_run
+    from ..report.render import build_summary
 
-    summary = build_summary(ResultsDir.open(run_dir))
+    summary = build_summary(RunReader.open(run_dir))
     summary["proof"] = proof_for_run(run_dir, summary).to_dict()
     return summary
 
 
 def summary_lines(run_dir: Path) -> list[str]:
     """The lines printed for one run dir: table, verdict table, proof, missing reps, the verdict line last."""
-    from .terminal import glance_table, serving_rows, text_table, verdict_line, verdict_rows
+    from ..report.terminal import glance_table, serving_rows, text_table, verdict_line, verdict_rows
 
     try:
         summary = _load_summary(run_dir)
@@ -462,9 +459,9 @@ def summary_lines(run_dir: Path) -> list[str]:
     headers, rows = verdict_rows(summary)
     if rows:
         lines += text_table(headers, rows).splitlines()
-    from .proof import proof_for_run, proof_text
+    from ..report.proof import proof_for_run, proof_text
 
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, P2PError):
         lines += proof_text(proof_for_run(run_dir, summary), compact=True)
     for m in summary.get("missing") or []:
         lines.append(f"missing: {m}")

@@ -8,15 +8,15 @@ have nothing to do with GPU interconnects. So, in the manner of pytest-xdist (wh
   ``pytest --help`` lists them and a ``--p2p-*`` flag is never "unrecognized";
 * registers the ``p2p`` and ``gpu`` markers (a ``--strict-markers`` project may use them);
 * decides once, at configure time, whether this is a **p2p run**, and only then registers
-  the stage hook modules (``<stage>/hooks.py``) with ``import_plugin``. pytest calls the
+  the stage hook modules (``plugin/<stage>.py``) with ``import_plugin``. pytest calls the
   historic ``pytest_configure`` of a plugin registered late, and the fixture manager
   picks up its fixtures, so the stages behave as if they had been listed statically.
 
 A p2p run is one where the user asked for it (see :func:`activation`): ``-m`` naming p2p
 (``-m "not p2p"`` does not), any ``--p2p-*`` option, a ``PYTEST_P2P_*`` variable or
 ``p2p_*`` ini key of the option table, test paths inside this package (``--pyargs
-pytest_p2p``), ini ``p2p_enable = true``, or ``-p pytest_p2p.active`` / ``pytest_plugins =
-["pytest_p2p.active"]``. Otherwise nothing is printed, probed, reordered or scheduled,
+pytest_p2p``), ini ``p2p_enable = true``, or ``-p pytest_p2p.plugin.active`` / ``pytest_plugins =
+["pytest_p2p.plugin.active"]``. Otherwise nothing is printed, probed, reordered or scheduled,
 and no module of the package beyond ``pytest_p2p``, ``pytest_p2p.plugin`` and
 ``pytest_p2p.options`` is imported.
 
@@ -33,21 +33,21 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .options import ENABLE, TABLE, declare, given, resolve
+from ..options import ENABLE, TABLE, declare, given, resolve
 
 if TYPE_CHECKING:
     from _pytest.mark.expression import Expression
 
 #: The stage hook modules, in stage order (a later stage may rely on an earlier one's hooks).
 STAGES = (
-    "pytest_p2p.evidence.hooks",  # header, p2p_session / p2p_evidence, p2p_gpu / p2p_pair parametrisation
-    "pytest_p2p.probes.hooks",  # all-reduce / P2P-copy probes, replay, probe checks
-    "pytest_p2p.serve.hooks",  # p2p_vllm_server, p2p_openai_client, p2p_load
-    "pytest_p2p.campaign.hooks",  # p2p_campaign, scenarios, GPU lease, xdist hand-off
-    "pytest_p2p.verdict.hooks",  # baselines: --p2p-compare, --p2p-save-baseline, --p2p-fail-on
-    "pytest_p2p.report.hooks",  # terminal glance table, allure labels
+    "pytest_p2p.plugin.evidence",  # header, p2p_session / p2p_evidence, p2p_gpu / p2p_pair parametrisation
+    "pytest_p2p.plugin.probes",  # all-reduce / P2P-copy probes, replay, probe checks
+    "pytest_p2p.plugin.serve",  # p2p_vllm_server, p2p_openai_client, p2p_load
+    "pytest_p2p.plugin.campaign",  # p2p_campaign, scenarios, GPU lease, xdist hand-off
+    "pytest_p2p.plugin.verdict",  # baselines: --p2p-compare, --p2p-save-baseline, --p2p-fail-on
+    "pytest_p2p.plugin.report",  # terminal glance table, allure labels
 )
-OPT_IN_PLUGIN = "pytest_p2p.active"
+OPT_IN_PLUGIN = "pytest_p2p.plugin.active"
 WORKER_KEY = "p2p_active"  # workerinput: the controller's reason, "" when inactive
 ACTIVE_KEY = pytest.StashKey[str]()  # why this run is a p2p run; absent: not (yet) decided to be one
 
@@ -55,7 +55,7 @@ MARKERS = (
     "p2p: GPU-interconnect check (peer access, links, NCCL transport, P2P uplift); select with -m p2p",
     "gpu: needs a real GPU and driver; skipped with a reason when none is present",
 )
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
 _IDENT = re.compile(r"(?:\w|:|\+|-|\.|\[|\]|\\|/)+")  # pytest's -m identifier characters
 _KEYWORDS = {"and", "or", "not", "True", "False", "None"}
 _MAX_NAMES = 10  # names besides p2p searched exhaustively (2**10 evaluations at most)
@@ -71,7 +71,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """Markers always; the stages only for a p2p run (after other plugins configured, like a static plugin)."""
     for line in MARKERS:
         config.addinivalue_line("markers", line)
-    if ACTIVE_KEY in config.stash:  # activated already (by pytest_p2p.active)
+    if ACTIVE_KEY in config.stash:  # activated already (by pytest_p2p.plugin.active)
         return
     reason = activation(config)
     if reason:
@@ -161,9 +161,9 @@ def check_paths(config: pytest.Config) -> None:
     Why here: a store that cannot be created was found only after the whole campaign had run, with
     a diagnosis (an I/O error, check dmesg) that sent the user to the wrong place (issue 26).
     """
-    from .errors import ConfigError, P2PError
-    from .options import DB, RESULTS, path_of, unwritable
-    from .verdict.store_base import is_url, target_of
+    from ..errors import ConfigError, P2PError
+    from ..options import DB, RESULTS, path_of, unwritable
+    from ..verdict.store_base import is_url, target_of
 
     results = resolve(config, RESULTS)
     checks: list[tuple[str, Path]] = [(results.where(), path_of(config, results))]

@@ -1,10 +1,10 @@
-"""Test helper (not a test module): write a synthetic campaign results directory.
+"""Test helper (not a test module): a synthetic campaign results directory, written by the production writer.
 
-Follows the results-directory contract of docs/architecture.md exactly, with seeded
-per-rep noise, so store/compare/attribution tests can inject a cable downtrain (a
-lower link in the snapshot), a slower server, a changed arm or model. Synthetic data,
-labelled ``simulated`` nowhere because the tests need it to look like a real run; it
-never leaves tmp_path.
+Seeded per-rep noise, so store/compare/attribution tests can inject a cable downtrain (a
+lower link in the snapshot), a slower server, a changed arm or model. The files go through
+``results.write.RunDir``, the one writer: a fixture written any other way could drift from
+what a campaign writes. Synthetic data, labelled ``simulated`` nowhere because the tests need
+it to look like a real run; it never leaves tmp_path.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pytest_p2p.evidence.model import (
     PcieLink,
     PcieReading,
 )
-from pytest_p2p.evidence.snapshot import save_snapshot
-from pytest_p2p.util import atomic_write_json, atomic_write_text
+from pytest_p2p.evidence.snapshot import envelope
+from pytest_p2p.results.write import RunDir
 
 BUS = ("0000:09:00.0", "0000:0A:00.0")
 UUIDS = ("GPU-aaaaaaaa-0000-0000-0000-000000000001", "GPU-aaaaaaaa-0000-0000-0000-000000000002")
@@ -55,7 +55,7 @@ def write_run(
     throttled: Mapping[str, list[int]] | None = None,
 ) -> Path:
     rng = random.Random(seed)
-    run_dir = root / run_id
+    rd = RunDir.create(root, "demo-rig", "gpu1-gpu2", kind, run_id=run_id)
     arms = dict(arms or ARMS)
     gpus = []
     for i in range(2):
@@ -68,12 +68,11 @@ def write_run(
     ev = Evidence(source="live", origin="testhost", recorded_at=started_at, host="testhost",
                   driver_version=driver, nvml_version="13." + driver, cuda_driver_version=13000, gpus=gpus,
                   pairs=[PairEvidence(a=1, b=2, topology="PHB", p2p_read="OK", p2p_write="OK")])
-    save_snapshot(ev, run_dir / "env" / "snapshot.json")
-    atomic_write_text(run_dir / "env" / "kernel_cmdline.txt", "BOOT_IMAGE=/vmlinuz iommu=pt\n")
+    rd.write_env("snapshot.json", dict(envelope(ev)))
+    rd.write_env("kernel_cmdline.txt", "BOOT_IMAGE=/vmlinuz iommu=pt\n")
     metric_means = MODEL_METRICS if kind == "model" else {"busbw_gbs": 24.0, "time_us": 350.0}
     for arm in arms:
         for point in points:
-            sdir = run_dir / "scenarios" / f"{arm}-{point}"
             metrics = {}
             for name, mean in metric_means.items():
                 mu = mean * (scale or {}).get(name, 1.0) * (0.8 if arm == "p2p_off" else 1.0)
@@ -83,11 +82,10 @@ def write_run(
                 metrics[name] = {"mean": m, "std": sd, "median": sorted(vals)[len(vals) // 2],
                                  "ci95": [m - 2 * sd, m + 2 * sd], "n": len(vals), "values": vals}
             flags = {"throttled_reps": list((throttled or {}).get(f"{arm}-{point}", [])), "downtrained_reps": []}
-            atomic_write_json(sdir / "aggregate.json", {"arm": arm, "point": point, "metrics": metrics,
-                                                        "flags": flags})
+            rd.write_aggregate(arm, point, {"metrics": metrics, "flags": flags})
             t = (transport or {}).get(arm) or str(arms[arm].get("expect_transport"))
-            atomic_write_json(sdir / "transport_proof.json", {"nccl_version": nccl, "transport": t})
-    atomic_write_json(run_dir / "run.json", {
+            rd.write_proof(arm, point, {"nccl_version": nccl, "transport": t})
+    rd.write_run_meta({
         "run_id": run_id, "rig": "demo-rig", "rig_digest": "sha256:abc", "kind": kind,
         "pair": {"key": "gpu1-gpu2", "gpus": [{"index": i + 1, "bus_id": BUS[i], "uuid": UUIDS[i],
                                                 "name": "NVIDIA GeForce RTX 5060 Ti"} for i in range(2)]},
@@ -99,7 +97,7 @@ def write_run(
                      "vllm": "0.24.0", "plugin": "0.1.0", "python": "3.12.3", "kernel": "6.8.0-60-generic",
                      "git_commit": "deadbeef"},
     })
-    return run_dir
+    return rd.path
 
 
 def baseline_runs(root: Path, count: int = 10, **kw: Any) -> list[Path]:

@@ -1,8 +1,9 @@
-"""Hooks the campaign stage publishes (registered by ``campaign/hooks.py`` in ``pytest_addhooks``).
+"""Hooks the campaign stage publishes (registered by ``plugin/campaign.py`` in ``pytest_addhooks``).
 
-Later stages subscribe by implementing them in their own ``hooks.py``; the campaign never
-imports them. Implementations must be cheap and must not raise for a campaign that failed
-or was interrupted: the outcome says so, and the run directory holds what was measured.
+Later stages subscribe by implementing them in their glue module (``plugin/report.py``,
+``plugin/verdict.py``); the campaign never imports them. Implementations must be cheap and
+must not raise for a campaign that failed or was interrupted: the outcome says so, and the
+run directory holds what was measured.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from .outcome import CampaignOutcome
+    from ..campaign.outcome import CampaignOutcome
 
 
 @pytest.hookspec
