@@ -190,7 +190,7 @@ def health_table(rng: np.random.Generator, trials: int, tau: float = 0.008, cv: 
             improve += imp
             silent += imp and h.ok
             reg = _runs(rng, np.full(1, np.log1p(-0.08)), tau, cv, 4)[0]
-            # the safe recipe (verdict.hooks): accepted only when it passes AND the baseline is healthy
+            # the safe recipe (plugin.verdict): accepted only when it passes AND the baseline is healthy
             auto += decide_change(base, reg, tolerance=0.03, alpha=0.01).outcome.value == "pass" and h.ok
         print(f"| {label} | {pct(flagged / trials)} | {pct(improve / trials)} | {pct(silent / trials)} | "
               f"{pct(auto / trials)} |", flush=True)
