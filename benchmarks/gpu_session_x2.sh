@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The GPU runs still owed on a 2-GPU machine (issues 30, 24, 27), as one detached queue of chosen steps.
+#
+#   bash benchmarks/gpu_session_x2.sh stage K        # calls 1..8, each carrying .vwK: vLLM 0.24 (../shared/vllm);
+#                                                    # the first also carries .whl (project + deps): it installs them
+#   bash benchmarks/gpu_session_x2.sh launch STEP... # the queue, detached (steps below, in the order given)
+#   bash benchmarks/gpu_session_x2.sh status         # where it is (a call every < 30 s keeps the machine)
+#   bash benchmarks/gpu_session_x2.sh collect        # results under $OUT
+#
+# Steps (minutes on 2x H100, estimated from the 4x H100 session of 2026-11-26):
+#   faults    benchmarks/gpu_faults.py --vllm --trials 3: six faults x 3, one line each (issue 30)      ~12
+#   repeat    the probe checks 20 times on GPUs 0-1 (issue 24 goal: 0 failures in 20)                    ~9
+#   nccltests our all-reduce against all_reduce_perf, both arms, 4 rounds (issue 24: <= 10 %)            ~3
+#   ray       two Ray nodes on one host, the all-reduce probe across them (issue 27; needs .rw1/.rw2)   ~1
+#   windows   a resident 7B-shape campaign, 2 starts x 6 window pairs at c16/c64, then
+#             benchmarks/window_noise.py: the window-pair spread of both throughput metrics (issue 24) ~18
+#   heartbeat benchmarks/heartbeat_gpu.py: the evidence and probe phases' progress lines (issue 26)      ~1
+set -uo pipefail
+cd "$(dirname "$0")/.."
+W=/tmp/g2
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1
+
+say() { echo "[$(date -u +%T)] $*" | tee -a "$W/queue.log"; }
+
+windows_rig() {  # the 7B rig of fixtures/rigs, resident, a fixed design of 2 starts x 6 window pairs
+  python3 - "$W" <<'EOF'
+import sys, yaml
+w = sys.argv[1]
+rig = yaml.safe_load(open(f"{w}/proj/fixtures/rigs/nvlink-pair-vllm-7b.yaml"))
+rig["rig"] = "window-noise"
+rig["campaign"].update({"residency": "resident", "starts": 2, "windows": 6, "window_s": 12, "max_starts": None,
+                        "max_time_s": None})
+rig["server"].setdefault("env", {})["VLLM_CACHE_ROOT"] = f"{w}/vllm-cache"
+yaml.safe_dump(rig, open(f"{w}/rig_windows.yaml", "w"), sort_keys=False)
+EOF
+}
+
+step() {
+  local P=$W/proj
+  case "$1" in
+    faults) (cd $P && OUT=$W/faults timeout 1500 python3 benchmarks/gpu_faults.py --vllm --trials 3 > $W/faults.txt 2>&1);;
+    repeat) (cd $W && timeout 1200 python3 $P/benchmarks/probe_uplift_repeat.py --runs 20 --pair 0,1 --max-s 1000 \
+               --out $W/repeat > $W/repeat.txt 2>&1);;
+    nccltests) (cd $P && timeout 900 python3 benchmarks/probe_vs_nccl_tests.py --nccl-tests-src $W/nccltests \
+               --rounds 4 --out $W/pvn > $W/pvn.txt 2>&1);;
+    ray) (cd $P && timeout 300 python3 benchmarks/multinode_gpu.py --out $W/multinode > $W/multinode.txt 2>&1);;
+    windows)
+      [ -f /tmp/m7b/config.json ] || python3 -m pytest_p2p.serve.tinymodel /tmp/m7b --hidden 4096 --layers 32 \
+        --heads 32 --kv-heads 8 > $W/model.log 2>&1
+      windows_rig
+      (cd $W && timeout 1800 python3 -m pytest -m p2p --pyargs pytest_p2p.checks.test_campaign --p2p-live \
+         --p2p-rig $W/rig_windows.yaml --p2p-results $W/res_windows -rs -q -p no:cacheprovider > $W/windows.txt 2>&1)
+      python3 $P/benchmarks/window_noise.py $W/res_windows/*/ >> $W/windows.txt 2>&1;;
+    heartbeat) (cd $P && timeout 300 python3 benchmarks/heartbeat_gpu.py > $W/heartbeat.txt 2>&1);;
+    *) say "unknown step $1";;
+  esac
+}
+
+case "${1:-status}" in
+  stage)
+    mkdir -p /tmp/vwstage $W && cp .vw"$2"/* /tmp/vwstage/
+    if [ -d .whl ] && [ ! -f $W/whl.done ]; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && touch $W/whl.done
+    fi
+    if [ "$2" = 8 ]; then bash .vw8/install.sh 2>&1 | tail -1; fi
+    if [ -d .rw1 ] || [ -d .rw2 ]; then mkdir -p /tmp/rwstage && cp .rw*/* /tmp/rwstage/ 2>/dev/null
+      [ -f /tmp/rwstage/ray_wheels.sh ] && ls /tmp/rwstage/*.part-ab > /dev/null 2>&1 && bash /tmp/rwstage/ray_wheels.sh install 2>&1 | tail -1
+    fi;;
+  launch)
+    shift
+    mkdir -p $W/proj && tar --exclude='./.vw*' --exclude='./.rw*' --exclude='./.git' --exclude='./.whl' \
+      --exclude='./.nccltests' -cf - . | tar -C $W/proj -xf -
+    [ -d .nccltests ] && rm -rf $W/nccltests && cp -r .nccltests $W/nccltests
+    echo "$*" > $W/steps
+    setsid nohup bash $W/proj/benchmarks/gpu_session_x2.sh _queue > $W/queue.out 2>&1 < /dev/null & disown
+    echo "queue launched: $*";;
+  _queue)
+    for s in $(cat $W/steps); do say "step $s starts"; step "$s"; say "step $s done"; done
+    say "queue done";;
+  status)
+    tail -n 6 $W/queue.log 2>/dev/null
+    for f in faults.txt repeat.txt pvn.txt multinode.txt windows.txt heartbeat.txt; do
+      [ -f "$W/$f" ] && echo "-- $f: $(tail -c 300 $W/$f | tr '\r' '\n' | grep -v '^$' | tail -1)"
+    done
+    nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader;;
+  collect)
+    mkdir -p "$OUT"
+    tar -C $W -czf "$OUT/x2_logs.tgz" --exclude='proj' --exclude='nccltests' --exclude='vllm-cache' \
+      --exclude='*/scenarios/*/run_*.json' queue.log faults.txt faults repeat.txt repeat/runs.json pvn.txt \
+      multinode.txt multinode windows.txt rig_windows.yaml res_windows heartbeat.txt 2>/dev/null
+    ls -la "$OUT";;
+esac
