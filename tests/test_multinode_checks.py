@@ -10,9 +10,18 @@ ROOT = Path(__file__).resolve().parents[1]
 RIG = ROOT / "fixtures" / "rigs" / "seed004-trinity-2node.yaml"
 
 
-def _run(pytester: pytest.Pytester, tree_b: str) -> pytest.RunResult:
+STANDIN = """
+server:
+  command: [python, -m, pytest_p2p.serve.standin]
+  model: tiny-simulated
+  env: {PYTEST_P2P_STANDIN_RAY_HOSTS: "trinity-a,trinity-a,trinity-b"%s}
+  startup_timeout_s: 60
+"""
+
+
+def _run(pytester: pytest.Pytester, tree_b: str, server: str = "") -> pytest.RunResult:
     text = RIG.read_text().replace("../sysfs/", f"{ROOT / 'fixtures' / 'sysfs'}/")
-    text = text.replace("sysfs/trinity-b\n", f"sysfs/{tree_b}\n")
+    text = text.replace("sysfs/trinity-b\n", f"sysfs/{tree_b}\n") + server
     rig = pytester.path / "rig.yaml"
     rig.write_text(text)
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "pytest_p2p", "-m", "p2p",
@@ -23,7 +32,7 @@ def test_healthy_recorded_nodes_pass_and_probes_skip_without_a_cluster(pytester:
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     r = _run(pytester, "trinity-b")
-    r.assert_outcomes(passed=1, skipped=2)
+    r.assert_outcomes(passed=1, skipped=3)
     assert "replay: node evidence read from the rig's recorded sysfs trees" in r.stdout.str()
 
 
@@ -33,5 +42,29 @@ def test_broken_node_fails_the_evidence_check(pytester: pytest.Pytester, monkeyp
                                               tree: str, text: str) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     r = _run(pytester, tree)
-    r.assert_outcomes(failed=1, skipped=2)
+    r.assert_outcomes(failed=1, skipped=3)
     assert text in r.stdout.str() and "Traceback" not in r.stdout.str()
+
+
+def test_the_server_across_the_nodes_proves_every_arm_from_every_worker(pytester: pytest.Pytester,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27 item 4 in CI: the stand-in as `vllm serve --distributed-executor-backend ray` over the rig's
+    three stages (SIMULATED Ray workers on trinity-a, trinity-a, trinity-b), one request per arm, and each arm's
+    crossing transport proved from every worker's lines in the server log."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    r = _run(pytester, "trinity-b", STANDIN % "")
+    out = r.stdout.str()
+    r.assert_outcomes(passed=2, skipped=2)
+    for arm, proof in (("gdr", "NET/IB/…/GDRDMA"), ("no_gdr", "NET/IB "), ("socket", "NET/Socket")):
+        assert f"server arm {arm}: pass: every crossing connection of 3 rank(s) is {proof}" in out
+    assert "[SIMULATED: stand-in server]" in out
+
+
+def test_a_node_without_peermem_fails_the_server_naming_its_worker(pytester: pytest.Pytester,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    r = _run(pytester, "trinity-b", STANDIN % ', PYTEST_P2P_STANDIN_RAY_NO_PEERMEM: "trinity-b"')
+    out = r.stdout.str()
+    r.assert_outcomes(passed=1, failed=1, skipped=2)
+    assert "server arm gdr" in out and "rank 2 on trinity-b fell back" in out
+    assert "GPU Direct RDMA Disabled for HCA 0 'mlx5_0'" in out and "Traceback" not in out

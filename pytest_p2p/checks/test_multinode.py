@@ -10,6 +10,7 @@ trees here (a replay: the output says so) and skips the probes.
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -141,3 +142,49 @@ def test_busbw_line_rate(p2p_multinode: MultiNode, p2p_session: P2PSession) -> N
             failed.append(msg)
     if failed:
         pytest.fail("\n".join(failed), pytrace=False)
+
+
+def test_server_across_nodes(p2p_multinode: MultiNode, p2p_session: P2PSession) -> None:
+    """The rig's server under Ray's executor across its ``stages``, per arm a crossing names: up, one request
+    served, and every Ray worker's NCCL lines prove the crossing transport, or name the worker that fell back."""
+    mn, rig = p2p_multinode, p2p_session.rig
+    if not mn.spec.stages:
+        pytest.skip("the rig's nodes: section places no stages (nodes.stages: host:bus id, in pipeline order)")
+    if not rig.server.model:
+        pytest.skip("the rig has no server section (server.model): no server to place across the nodes")
+    if mn.replay and not rig.server.simulated:
+        pytest.skip("replay of recorded node trees: no cluster to start vLLM on (--p2p-ray-address)")
+    expects = {arm: t for c in mn.spec.crossings for arm, t in c.transport.items()}
+    if not expects:
+        pytest.skip("no crossing names a transport per arm")
+    from pytest_p2p.serve.loadgen import run_load
+    from pytest_p2p.serve.multinode import ray_server_config, ray_server_env, worker_proof
+    from pytest_p2p.serve.server import launch
+
+    config = ray_server_config(rig.server, mn.spec.stages)
+    here = socket.gethostname().split(".")[0]
+    by_bus = {g.bus_id.lower(): g.index for g in p2p_session.evidence.gpus} if p2p_session.evidence else {}
+    local = [by_bus[s.gpu.lower()] for s in mn.spec.stages if s.host == here and s.gpu.lower() in by_bus]
+    failed, unknown = [], []
+    for arm_name, expect in expects.items():
+        arm = rig.arms[arm_name]
+        log = mn.results / "server" / f"{arm_name}.log"
+        env = {**ray_server_env(mn.address, arm.env), "CUDA_VISIBLE_DEVICES": ",".join(map(str, local))}
+        try:
+            with launch(config, arm, (), rig.env, log, extra_env=env) as srv:
+                run_load(srv.base_url, srv.api_key, srv.model, concurrency=1, num_prompts=1, input_len=16,
+                         output_len=8, warmup=0)
+        except P2PError as exc:
+            pytest.fail(f"arm {arm_name}: {exc}", pytrace=False)
+        proof = worker_proof(log.read_text(errors="replace"), expect, str(log), world_size=len(mn.spec.stages))
+        label = " [SIMULATED: stand-in server]" if rig.server.simulated else ""
+        print(f"server arm {arm_name}: {proof.outcome}: {proof.message}{label}")
+        line = f"server arm {arm_name}{label}: {proof.message}"
+        if proof.outcome == FAIL:
+            failed.append(line)
+        elif proof.outcome == INCONCLUSIVE:
+            unknown.append(line)
+    if failed:
+        pytest.fail("\n".join(failed), pytrace=False)
+    if unknown:
+        pytest.skip("inconclusive: " + "; ".join(unknown))

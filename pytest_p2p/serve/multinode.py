@@ -13,10 +13,12 @@ the hosts' GPU count per stage is not checked here (vLLM refuses it with its own
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from ..errors import ConfigError
 from ..evidence.nodespec import Stage
 from ..probes.netproof import CrossingProof, prove_crossing, split_by_process
+from .config import ServerConfig
 
 
 def ray_executor_args(stages: Sequence[Stage], tensor_parallel: int = 1) -> list[str]:
@@ -32,6 +34,14 @@ def ray_executor_args(stages: Sequence[Stage], tensor_parallel: int = 1) -> list
                                                  f"{tensor_parallel} (tensor-parallel size)")
     return ["--distributed-executor-backend", "ray", "--pipeline-parallel-size", str(len(stages) // tensor_parallel),
             "--tensor-parallel-size", str(tensor_parallel)]
+
+
+def ray_server_config(server: ServerConfig, stages: Sequence[Stage]) -> ServerConfig:
+    """The rig's server section with Ray's executor over the rig's stages (its own tensor-parallel size, else 1)."""
+    tp = server.args.get("tensor-parallel-size", 1)
+    flags = ray_executor_args(stages, tp if isinstance(tp, int) and not isinstance(tp, bool) and tp > 0 else 1)
+    placed = {flag.lstrip("-"): value for flag, value in zip(flags[::2], flags[1::2], strict=True)}
+    return replace(server, args={**server.args, **placed})
 
 
 def ray_server_env(address: str | None, arm_env: Mapping[str, str]) -> dict[str, str]:

@@ -48,6 +48,7 @@ import sys
 import threading
 import time
 
+from .standin_ray import print_ray_worker_lines
 from .standin_server import Model, Server, State, _log
 
 NCCL_VERSION = "2.28.9"
@@ -128,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"))
     p.add_argument("--served-model-name", nargs="+")
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
+    p.add_argument("--distributed-executor-backend", default=None, help="ray: print every Ray worker's NCCL "
+                   "lines across the hosts of $PYTEST_P2P_STANDIN_RAY_HOSTS (serve/standin_ray.py)")
     p.add_argument("--disable-custom-all-reduce", action="store_true")
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--ttft-ms", type=float, default=_env_float("TTFT_MS", 20.0))
@@ -210,7 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     _log("EngineCore", f"Initializing a V1 LLM engine (vSIMULATED) with config: model={name!r}, "
                        f"tensor_parallel_size={max(1, args.tensor_parallel_size)}, "
                        f"disable_custom_all_reduce={bool(args.disable_custom_all_reduce)}")
-    print_nccl_lines(max(1, args.tensor_parallel_size), transport, not args.disable_custom_all_reduce)
+    if args.distributed_executor_backend == "ray":
+        print_ray_worker_lines(max(1, args.tensor_parallel_size) * max(1, args.pipeline_parallel_size), NCCL_VERSION)
+    else:
+        print_nccl_lines(max(1, args.tensor_parallel_size), transport, not args.disable_custom_all_reduce)
     state = State(model=model, api_key=args.api_key, engine_pid=None if engine is None else engine[0].pid)
     try:
         asyncio.run(_serve(args.host, args.port, state))
