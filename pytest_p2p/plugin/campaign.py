@@ -63,6 +63,9 @@ STAMP_KEY = pytest.StashKey[str]()
 PLAN_KEY = pytest.StashKey["Plan"]()
 RESULTS_KEY = pytest.StashKey["dict[tuple[int, int], CampaignResult | P2PError]"]()
 SIGNALS_KEY = pytest.StashKey["list[tuple[int, object]]"]()
+CRASHES_KEY = pytest.StashKey["list[str]"]()
+T0_KEY = pytest.StashKey[str]()
+ABANDONED_KEY = pytest.StashKey["list[str]"]()
 WORKER_STAMP = "p2p_run_stamp"
 WORKER_OUTCOMES = "p2p_campaign_outcomes"
 
@@ -87,6 +90,8 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         config.stash[STAMP_KEY] = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     config.stash[RESULTS_KEY] = {}
+    config.stash[CRASHES_KEY] = []
+    config.stash[T0_KEY] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     # Every usage error (option values, and what the rig cannot run: a model campaign without a
     # model, --p2p-reps past its bound, arms the rig lacks) is refused now, before collection: one
     # "ERROR: pytest-p2p: ..." paragraph, never a collection error full of pluggy frames (issue 30).
@@ -111,10 +116,61 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """A session ended by SIGTERM/SIGHUP exits ``128 + signal``, as a cancelled job does (SIGINT keeps pytest's 2)."""
+    """A session ended by SIGTERM/SIGHUP exits ``128 + signal``, as a cancelled job does (SIGINT keeps pytest's 2).
+
+    On the xdist controller, after a worker died: this session's runs still ``running`` lost their writer
+    with it (every worker has ended by now), so they are marked ``abandoned`` naming the crash."""
     code = signals.exit_status()
     if code is not None:
         session.exitstatus = code
+    crashes = session.config.stash.get(CRASHES_KEY, [])
+    if crashes and not is_worker(session.config):
+        session.config.stash[ABANDONED_KEY] = _mark_abandoned(session.config, crashes)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: object) -> None:
+    """xdist controller: a worker died while running ``crashitem`` (SIGKILL, OOM killer)."""
+    config = getattr(sched, "config", None)
+    if isinstance(config, pytest.Config) and CRASHES_KEY in config.stash:
+        config.stash[CRASHES_KEY].append(f"worker crashed while running {crashitem}")
+
+
+def _mark_abandoned(config: pytest.Config, crashes: list[str]) -> list[str]:
+    from ..options import RESULTS, path_of
+    from ..results.read import is_run_dir, run_meta
+    from ..results.write import mark_abandoned
+
+    root = path_of(config, resolve(config, RESULTS))
+    t0 = config.stash.get(T0_KEY, "")
+    why = "abandoned: its process ended before the run did (" + "; ".join(crashes[:3]) + "); partial results kept"
+    out = []
+    for run_dir in sorted(root.iterdir()) if root.is_dir() else []:
+        if not is_run_dir(run_dir):
+            continue
+        try:
+            meta = run_meta(run_dir)
+            started = str(meta.get("started_at") or "")
+            if started >= t0 and mark_abandoned(run_dir, why):
+                out.append(run_dir.name)
+        except (P2PError, OSError):
+            continue  # a run that cannot be read or written is another run's business; never fail the session
+    return out
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
+    """What a worker's death did to the p2p runs: named once, after pytest's own failure for the crash."""
+    crashes, abandoned = config.stash.get(CRASHES_KEY, []), config.stash.get(ABANDONED_KEY, [])
+    if not crashes:
+        return
+    terminalreporter.section("p2p workers", sep="-", red=True)
+    for line in crashes:
+        terminalreporter.write_line(f"xdist {line}; xdist replaced the worker and ran its remaining tests")
+    for name in abandoned:
+        terminalreporter.write_line(f"run {name}: abandoned mid-campaign (run.json status 'abandoned', partial "
+                                    "results kept); a new worker that ran tests of its pair ran the campaign again "
+                                    "under a new run id")
 
 
 @pytest.hookimpl(tryfirst=True)
