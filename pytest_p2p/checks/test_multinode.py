@@ -26,6 +26,7 @@ from pytest_p2p.probes.netproof import judge_line_rate
 if TYPE_CHECKING:
     from pytest_p2p.plugin.session import P2PSession
     from pytest_p2p.probes.multinode import MultiNodeResult
+    from pytest_p2p.probes.netproof import CrossingProof
 
 pytestmark = pytest.mark.p2p
 SIZES = (1 << 20, 1 << 28)  # the seed's bus bandwidth is judged on large messages (256 MiB and above)
@@ -105,17 +106,20 @@ def test_crossing_transport(p2p_multinode: MultiNode, p2p_session: P2PSession) -
     pairs = [(c, arm) for c in mn.spec.crossings for arm in c.transport]
     if not pairs:
         pytest.skip("no crossing names a transport per arm")
-    failed: list[str] = []
-    unknown: list[str] = []
+    judged = []
     for crossing, arm in pairs:
         proof = _run(mn, crossing, arm, p2p_session).proof
         assert proof is not None
-        print(f"{crossing.key} {arm}: {proof.outcome}: {proof.message}")
-        line = f"{crossing.key} arm {arm}: {proof.message}"
-        if proof.outcome == FAIL:
-            failed.append(line)
-        elif proof.outcome == INCONCLUSIVE:
-            unknown.append(line)
+        judged.append((f"{crossing.key} arm {arm}", proof))
+    _conclude(judged)
+
+
+def _conclude(judged: list[tuple[str, CrossingProof]]) -> None:
+    """Print every proof; fail naming each that failed, else skip naming each that could not decide."""
+    for what, proof in judged:
+        print(f"{what}: {proof.outcome}: {proof.message}")
+    failed = [f"{what}: {p.message}" for what, p in judged if p.outcome == FAIL]
+    unknown = [f"{what}: {p.message}" for what, p in judged if p.outcome == INCONCLUSIVE]
     if failed:
         pytest.fail("\n".join(failed), pytrace=False)
     if unknown:
@@ -165,7 +169,7 @@ def test_server_across_nodes(p2p_multinode: MultiNode, p2p_session: P2PSession) 
     here = socket.gethostname().split(".")[0]
     by_bus = {g.bus_id.lower(): g.index for g in p2p_session.evidence.gpus} if p2p_session.evidence else {}
     local = [by_bus[s.gpu.lower()] for s in mn.spec.stages if s.host == here and s.gpu.lower() in by_bus]
-    failed, unknown = [], []
+    judged = []
     for arm_name, expect in expects.items():
         arm = rig.arms[arm_name]
         log = mn.results / "server" / f"{arm_name}.log"
@@ -178,13 +182,5 @@ def test_server_across_nodes(p2p_multinode: MultiNode, p2p_session: P2PSession) 
             pytest.fail(f"arm {arm_name}: {exc}", pytrace=False)
         proof = worker_proof(log.read_text(errors="replace"), expect, str(log), world_size=len(mn.spec.stages))
         label = " [SIMULATED: stand-in server]" if rig.server.simulated else ""
-        print(f"server arm {arm_name}: {proof.outcome}: {proof.message}{label}")
-        line = f"server arm {arm_name}{label}: {proof.message}"
-        if proof.outcome == FAIL:
-            failed.append(line)
-        elif proof.outcome == INCONCLUSIVE:
-            unknown.append(line)
-    if failed:
-        pytest.fail("\n".join(failed), pytrace=False)
-    if unknown:
-        pytest.skip("inconclusive: " + "; ".join(unknown))
+        judged.append((f"server arm {arm_name}{label}", proof))
+    _conclude(judged)
