@@ -222,6 +222,7 @@ def test_signal_landing_inside_popen_still_kills_the_child(tmp_path, monkeypatch
     """SIGTERM while Popen starts a rank or nccl-tests: the interrupt surfaces and the child is killed."""
     import signal
     import subprocess
+    import threading
 
     from pytest_p2p import signals
     from pytest_p2p.probes.allreduce import run_ranks
@@ -234,7 +235,7 @@ def test_signal_landing_inside_popen_still_kills_the_child(tmp_path, monkeypatch
         proc = real(*args, **kwargs)
         if str(sleeper) in args[0]:  # the child under test, not another one started meanwhile
             started.append(proc)
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
         return proc
 
     sleeper = tmp_path / "sleeper"

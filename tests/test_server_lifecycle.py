@@ -304,7 +304,7 @@ def test_gpu_not_released_is_server_error(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 SIGNAL_IN_POPEN = r"""
-import json, os, signal, subprocess, sys
+import json, os, signal, subprocess, sys, threading
 from pathlib import Path
 from pytest_p2p import signals
 from pytest_p2p.probes.arms import PRESETS
@@ -322,7 +322,7 @@ def popen_then_signal(*args, **kwargs):
     proc = real(*args, **kwargs)
     if TOKEN_ENV in (kwargs.get("env") or {}):  # the server, not another child started meanwhile
         started.append((proc, kwargs["env"][TOKEN_ENV]))
-        os.kill(os.getpid(), signal.SIGTERM)  # lands before Popen returns to launch
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)  # lands before Popen returns to launch
     return proc
 
 subprocess.Popen = popen_then_signal

@@ -7,7 +7,6 @@ for teardown, and a stand-in outlived the cancelled pytest.
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -32,7 +31,7 @@ def test_an_interrupt_inside_the_block_is_raised_when_it_ends(sig: signal.Signal
     reached: list[str] = []
     with signals.terminate_as_interrupt(), pytest.raises(KeyboardInterrupt, match=f"{sig.name} received"):
         with signals.held():
-            os.kill(os.getpid(), sig)
+            signal.pthread_kill(threading.main_thread().ident, sig)
             reached.append("after the signal")  # a handler runs at the next bytecode: it must not raise here
         reached.append("after the block")
     assert reached == ["after the signal"]
@@ -44,7 +43,7 @@ def test_nested_blocks_raise_once_at_the_outermost_end() -> None:
     with signals.terminate_as_interrupt(), pytest.raises(KeyboardInterrupt):
         with signals.held():
             with signals.held():
-                os.kill(os.getpid(), signal.SIGTERM)
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
             reached.append("inner ended")
         reached.append("outer ended")
     assert reached == ["inner ended"]
@@ -52,7 +51,7 @@ def test_nested_blocks_raise_once_at_the_outermost_end() -> None:
 
 def test_an_error_in_the_block_gives_way_to_the_interrupt_and_is_kept_as_context() -> None:
     with signals.terminate_as_interrupt(), pytest.raises(KeyboardInterrupt) as info, signals.held():
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
         raise OSError("exec failed")
     assert isinstance(info.value.__context__, OSError)
 
@@ -81,7 +80,7 @@ def test_off_the_main_thread_it_holds_nothing() -> None:
     try:
         assert inside.wait(10)
         with signals.terminate_as_interrupt(), pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
             for _ in range(1000):  # the handler runs at a bytecode boundary of this (main) thread
                 pass
     finally:
