@@ -4,7 +4,8 @@ A campaign runs inside a fixture's setup for minutes to hours; without a line th
 moves, a user cannot tell a slow server start from a hang. The line goes through
 pytest's terminal reporter (rewritten in place on a terminal, one line per scenario
 otherwise) and is silent in xdist workers, whose output the controller would only
-garble.
+garble, and at ``-qq`` (:func:`pytest_p2p.heartbeat.quiet`: the rule the evidence and probe
+phases' heartbeat follows too; ``-q`` keeps it, as it keeps pytest's own progress).
 
 Some phases are long and silent: a server start (model load, CUDA graphs: 20-60 s), a
 wait for a previous server's VRAM. The issue-26 user saw the line stop for 27 s without a
@@ -29,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from .. import heartbeat
 from ..xdist_roles import is_worker
 
 if TYPE_CHECKING:
@@ -107,7 +109,7 @@ class Progress:
 
     @classmethod
     def for_config(cls, config: pytest.Config, label: str, total: int) -> Progress:
-        quiet = is_worker(config) or int(config.getoption("verbose", 0) or 0) < 0
+        quiet = heartbeat.quiet(int(config.getoption("verbose", 0) or 0), is_worker(config))  # one rule for both
         reporter = None if quiet else config.pluginmanager.getplugin("terminalreporter")
         capture = None if quiet else config.pluginmanager.getplugin("capturemanager")
         return cls(label=label, total=total, reporter=reporter, capture=capture)
