@@ -124,7 +124,7 @@ def test_a_probe_that_takes_30_s_says_what_it_waits_on(tmp_path: Path) -> None:
     worker.write_text(FAKE_RANK)
     sink = ListSink(release=tmp_path / "out" / "release")
     with installed(Heartbeat(sink, clock=FakeClock(), ticker_s=None)):  # ticked by the launcher's poll loop
-        res = run_allreduce((0, 1), PRESETS["p2p_on"], ProbeConfig(sizes=(4,), timeout_s=300), None,
+        res = run_allreduce((0, 1), PRESETS["p2p_on"], ProbeConfig(sizes=(4,), timeout_s=120), None,
                             tmp_path / "out", worker=[sys.executable, str(worker)])
     assert res.rows[0].time_us == 10.0
     waiting = "[p2p] probe all-reduce p2p_on gpu0-gpu1: last said: rank 0: NCCL init ... "
