@@ -83,5 +83,6 @@ def test_the_demo_summary_fits_30_lines_at_100_columns(pytester: pytest.Pytester
     assert section[0].startswith("SIMULATED — p2p results at a glance: demo-h200x2-nvlink gpu0-gpu1")
     assert section[-1].startswith("SIMULATED — verdict: ")
     assert any(ln.startswith("Point | Uplift of") for ln in section)
+    assert any(ln.startswith("note: probe rows are a replay of pytest_p2p/demo/probes/gpu0-gpu1 ") for ln in section)
     skipped = [ln for ln in out[end:] if "not requested" in ln]
     assert len(skipped) == 1 and skipped[0].startswith("SKIPPED [13] pytest-p2p: baseline comparison not requested")

@@ -69,7 +69,8 @@ def _proof_short(proof: Proof) -> list[str]:
         out += table.splitlines()
     if proof.telemetry_rows:  # where the table is, the line below says
         out.append(telemetry_line(proof.telemetry_rows).removesuffix(" (table in summary.md)"))
-    out += [f"note: {n}" for n in proof.notes]
+    package = str(Path(__file__).resolve().parents[2]) + os.sep  # where pytest_p2p is installed
+    out += [f"note: {n.replace(package, '')}" for n in proof.notes]  # the bundled demo: pytest_p2p/demo/...
     return out
 
 
