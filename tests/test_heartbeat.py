@@ -236,3 +236,16 @@ def test_a_p2p_run_shows_the_heartbeat_through_capture(pytester: pytest.Pytester
     out = result.stdout.str()
     beat = "[p2p] probe all-reduce p2p_on gpu0-gpu1: NCCL init ... 30 s"
     assert (beat in out) == (not args), out[-2000:]
+
+
+def test_the_ranks_last_word_even_under_nccls_output(tmp_path: Path) -> None:
+    from pytest_p2p.probes.allreduce import last_probe_line
+
+    rank0, rank1 = tmp_path / "rank0.log", tmp_path / "rank1.log"
+    assert last_probe_line([rank0, rank1]) == "starting the ranks"
+    rank1.write_text("[p2p-probe] rank 1: init torch fake\n")
+    rank0.write_text("[p2p-probe] rank 0: init torch fake\nhost:1:2 [0] NCCL INFO Bootstrap\n"
+                     "[p2p-probe] rank 0: size 65536 B time 12.00 us\nhost:1:2 [0] NCCL INFO more\n")
+    assert last_probe_line([rank0, rank1]) == "rank 0: size 65536 B time 12.00 us"  # rank 0 speaks for the pair
+    rank0.write_text("[p2p-probe] rank 0: init torch fake\n" + "host:1:2 [0] NCCL INFO Channel 00 via P2P\n" * 4000)
+    assert last_probe_line([rank0, rank1]) == "rank 1: init torch fake"  # buried in rank 0: the next rank's word

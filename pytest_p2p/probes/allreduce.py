@@ -192,21 +192,27 @@ PROBE_TAG = "[p2p-probe] "  # the workers' progress lines (``_allreduce_worker.s
 def last_probe_line(paths: Sequence[Path]) -> str:
     """What a probe's ranks say they are doing: the last ``[p2p-probe]`` line of the logs, for the heartbeat.
 
-    Why the log: the workers already write one line per step (init, NCCL init, each size), so the
-    heartbeat says "rank 0: size 64 MiB" without a second channel from the ranks.
+    Why the log: the workers already write one line per step (init, each size, each check), so the
+    heartbeat says "rank 0: size 65536 B ..." without a second channel from the ranks. Where NCCL's
+    own output has buried that line (its init is many INFO lines), the log's last line says more
+    than nothing ("starting the ranks" only while no rank has written anything).
     """
+    fallback = ""
     for p in paths:  # rank 0 first: it speaks for the pair
         try:
             with open(p, "rb") as fh:
                 fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - 8192))  # the tail: a log of NCCL INFO lines grows large
+                fh.seek(max(0, fh.tell() - 65536))  # the tail: a log of NCCL INFO lines grows large
                 tail = fh.read().decode(errors="replace")
         except OSError:
             continue
-        said = [ln[ln.index(PROBE_TAG) + len(PROBE_TAG):].strip() for ln in tail.splitlines() if PROBE_TAG in ln]
+        lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+        said = [ln[ln.index(PROBE_TAG) + len(PROBE_TAG):] for ln in lines if PROBE_TAG in ln]
         if said:
             return said[-1]
-    return "starting the ranks"
+        if lines and not fallback:
+            fallback = f"{p.name}: {lines[-1]}"
+    return fallback or "starting the ranks"
 
 
 def kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
