@@ -8,6 +8,7 @@ lines and how wide, never the numbers, which vary from run to run of the stand-i
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -85,4 +86,25 @@ def test_the_demo_summary_fits_30_lines_at_100_columns(pytester: pytest.Pytester
     assert any(ln.startswith("Point | Uplift of") for ln in section)
     assert any(ln.startswith("note: probe rows are a replay of pytest_p2p/demo/probes/gpu0-gpu1 ") for ln in section)
     skipped = [ln for ln in out[end:] if "not requested" in ln]
-    assert len(skipped) == 1 and skipped[0].startswith("SKIPPED [13] pytest-p2p: baseline comparison not requested")
+    assert len(skipped) == 1 and re.match(r"SKIPPED \[\d+\] pytest-p2p: baseline comparison not requested", skipped[0])
+
+
+def test_missing_reps_fold_into_a_few_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A campaign cut short at start 3 of 4 (as a saturated client on a busy box left it): 20 reps, not 20 lines."""
+    import json
+
+    from pytest_p2p.report.hooks import summary_lines
+
+    run = _recorded_run(tmp_path)
+    missing = [f"{arm}-c{c} rep {r}" for arm in ("p2p_off", "p2p_on") for c in (1, 2, 4, 8) for r in (7, 8)]
+    missing += ["p2p_off-c8 rep 5", "p2p_on-c8 rep 5", "a scenario never started"]
+    summary = json.loads((run / "summary.json").read_text())
+    summary["missing"] = missing
+    (run / "summary.json").write_text(json.dumps(summary))
+    monkeypatch.chdir(tmp_path)
+    lines = summary_lines(run)
+    folded = [ln for ln in lines if ln.startswith(("missing", "  "))]
+    assert folded[0].startswith("missing (19): p2p_off-c1 reps 7, 8 · p2p_off-c2 reps 7, 8 · ")
+    assert "p2p_on-c8 reps 5, 7, 8 · " in " ".join(folded) and folded[-1].endswith("· a scenario never started")
+    assert len(folded) <= 3
+    assert len(lines) <= LINES + 1 and max(map(len, lines)) <= WIDTH  # the recorded run's 26 lines + 3 folded

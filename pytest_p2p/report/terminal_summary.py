@@ -11,7 +11,7 @@ import os
 import textwrap
 from pathlib import Path
 
-from pytest_p2p.report.proof import WIDTH, Proof, proof_for_run, proof_text, telemetry_line
+from pytest_p2p.report.proof import WIDTH, Proof, _wrapped, proof_for_run, proof_text, telemetry_line
 from pytest_p2p.report.summary_types import Summary
 from pytest_p2p.report.terminal import (
     glance_rows,
@@ -47,7 +47,7 @@ def summary_lines(summary: Summary, run_dir: Path, *, verbose: bool = False) -> 
     with contextlib.suppress(OSError):
         proof = proof_for_run(run_dir, summary)
         lines += proof_text(proof, compact=True) if verbose else _proof_short(proof)
-    lines += [f"missing: {m}" for m in summary.get("missing") or []]
+    lines += _missing(summary.get("missing") or [])
     if not verbose:
         lines.append(MORE)
     lines.append(f"results: {_shown_path(run_dir / 'summary.md')}")
@@ -72,6 +72,27 @@ def _proof_short(proof: Proof) -> list[str]:
     package = str(Path(__file__).resolve().parents[2]) + os.sep  # where pytest_p2p is installed
     out += [f"note: {n.replace(package, '')}" for n in proof.notes]  # the bundled demo: pytest_p2p/demo/...
     return out
+
+
+def _missing(missing: list[str]) -> list[str]:
+    """``p2p_on-c1 rep 7``, ``p2p_on-c1 rep 8`` ... as ``missing (20): p2p_on-c1 reps 7, 8 · ...``.
+
+    Why folded: a campaign cut short at start 3 listed 20 lines, one per rep, and pushed the
+    verdict off the screen; summary.md and run.json keep the list as it is.
+    """
+    if not missing:
+        return []
+    reps: dict[str, list[str]] = {}
+    for m in missing:
+        scenario, sep, rep = m.rpartition(" rep ")
+        reps.setdefault(scenario if sep else m, []).append(rep if sep else "")
+    parts = [f"{sc} rep{'s' if len(r) > 1 else ''} {', '.join(sorted(r, key=_number))}" if any(r) else sc
+             for sc, r in reps.items()]
+    return _wrapped(f"missing ({len(missing)}): ", parts)  # a part is never split across lines
+
+
+def _number(text: str) -> tuple[int, str]:
+    return (int(text), text) if text.isdigit() else (1 << 30, text)
 
 
 def _terse(cell: str) -> str:
