@@ -20,6 +20,15 @@ DEMO_PROBES = ROOT / "pytest_p2p" / "demo" / "probes" / "gpu0-gpu1"
 WIDTH, LINES = 100, 30
 
 
+def _lines(run: Path, verbose: bool = False) -> list[str]:
+    """The summary as the session prints it, from the run's summary.json (the glue only reads it)."""
+    import json
+
+    from pytest_p2p.report.terminal_summary import summary_lines
+
+    return summary_lines(json.loads((run / "summary.json").read_text()), run, verbose=verbose)
+
+
 def _recorded_run(tmp_path: Path) -> Path:
     """A recorded H200 run with the demo's probes beside it, as a session's results directory holds them."""
     from pytest_p2p.report.render import render_report
@@ -31,11 +40,9 @@ def _recorded_run(tmp_path: Path) -> Path:
 
 
 def test_the_default_summary_is_short_and_narrow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_p2p.report.hooks import summary_lines
-
     run = _recorded_run(tmp_path)
     monkeypatch.chdir(tmp_path)  # the results path is shown relative to where pytest runs
-    lines = summary_lines(run)
+    lines = _lines(run)
     assert len(lines) <= LINES and max(map(len, lines)) <= WIDTH, "\n".join(lines)
     assert lines[-1].startswith("verdict: INCONCLUSIVE") and lines[-2] == f"results: results/{run.name}/summary.md"
     assert any(ln.startswith("Point | Uplift of") and ln.endswith("Verdict") for ln in lines)  # the verdict table
@@ -46,9 +53,7 @@ def test_the_default_summary_is_short_and_narrow(tmp_path: Path, monkeypatch: py
 
 
 def test_verbose_prints_the_rest(tmp_path: Path) -> None:
-    from pytest_p2p.report.hooks import summary_lines
-
-    lines = summary_lines(_recorded_run(tmp_path), verbose=True)
+    lines = _lines(_recorded_run(tmp_path), verbose=True)
     for start in ("serving (vllm bench serve's keys", "size (B)", "setup: ", "transport p2p_on: expected"):
         assert any(ln.startswith(start) for ln in lines), start
     assert any("| socket " in ln for ln in lines) and lines[-1].startswith("verdict: ")
@@ -93,8 +98,6 @@ def test_missing_reps_fold_into_a_few_lines(tmp_path: Path, monkeypatch: pytest.
     """A campaign cut short at start 3 of 4 (as a saturated client on a busy box left it): 20 reps, not 20 lines."""
     import json
 
-    from pytest_p2p.report.hooks import summary_lines
-
     run = _recorded_run(tmp_path)
     missing = [f"{arm}-c{c} rep {r}" for arm in ("p2p_off", "p2p_on") for c in (1, 2, 4, 8) for r in (7, 8)]
     missing += ["p2p_off-c8 rep 5", "p2p_on-c8 rep 5", "a scenario never started"]
@@ -102,7 +105,7 @@ def test_missing_reps_fold_into_a_few_lines(tmp_path: Path, monkeypatch: pytest.
     summary["missing"] = missing
     (run / "summary.json").write_text(json.dumps(summary))
     monkeypatch.chdir(tmp_path)
-    lines = summary_lines(run)
+    lines = _lines(run)
     folded = [ln for ln in lines if ln.startswith(("missing", "  "))]
     assert folded[0].startswith("missing (19): p2p_off-c1 reps 7, 8 · p2p_off-c2 reps 7, 8 · ")
     assert "p2p_on-c8 reps 5, 7, 8 · " in " ".join(folded) and folded[-1].endswith("· a scenario never started")
