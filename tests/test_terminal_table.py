@@ -218,8 +218,7 @@ def test_terminal_summary_prints_each_recorded_campaign(pytester: pytest.Pyteste
         "4    | p2p_on  |        110.0 |           - |   - |*",
         "Point | Uplift of        | Estimate |*| Threshold | *Verdict",
         "c4    | p2p_on / p2p_off |  +10.0 % |*| >= +5.0 % | INCONCLUSIVE",
-        "missing: p2p_on-c4: run 2 of 2 missing",
-        "missing: p2p_off-c4: run 2 of 2 missing",
+        "missing (2): p2p_on-c4: run 2 of 2 missing · p2p_off-c4: run 2 of 2 missing",  # folded: one line
         "results: */sim-run/summary.md",
         "SIMULATED — verdict: INCONCLUSIVE — P2P uplift, 1 points: 1 inconclusive*",
         "",

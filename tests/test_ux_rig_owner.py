@@ -303,7 +303,7 @@ def test_serving_table_has_vllm_bench_serves_keys(tmp_path: Path) -> None:
     assert [h for h in headers if "TTFT" in h] == ["Mean TTFT (ms)", "Median TTFT (ms)", "P99 TTFT (ms)"]
     assert any(h == "P99 ITL (ms)" for h in headers) and len(rows) == len(summary["scenarios"])
     assert "| Concurrency | Arm | Successful requests | Failed requests |" in (run / "summary.md").read_text()
-    lines = summary_lines(run)
+    lines = summary_lines(run, verbose=True)  # -v: the default summary leaves it to summary.md (test_summary_size)
     assert any(line.startswith("Conc | Arm") and "TTFT ms mean/med/p99" in line for line in lines)
     tables = [line for line in lines if " | " in line]
     assert max(len(line) for line in tables) <= 100, max(tables, key=len)
@@ -323,7 +323,7 @@ def test_nccl_tests_table_per_size(tmp_path: Path) -> None:
     md = (run / "summary.md").read_text()
     assert "| size (B) | count | type | redop | time (us) | algbw (GB/s) | busbw (GB/s) |" in md
     assert "| 268435456 | 67108864 | float | sum |" in md
-    lines = summary_lines(run)
+    lines = summary_lines(run, verbose=True)  # -v: the default summary leaves it to summary.md (test_summary_size)
     header = next(line for line in lines if line.startswith("size (B)"))
     assert "p2p_on us" in header and "p2p_off busbw" in header
     assert any(line.startswith("268435456 | 67108864 | float") for line in lines)

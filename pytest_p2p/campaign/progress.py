@@ -4,7 +4,8 @@ A campaign runs inside a fixture's setup for minutes to hours; without a line th
 moves, a user cannot tell a slow server start from a hang. The line goes through
 pytest's terminal reporter (rewritten in place on a terminal, one line per scenario
 otherwise) and is silent in xdist workers, whose output the controller would only
-garble.
+garble, and at ``-qq`` (:func:`pytest_p2p.heartbeat.quiet`: the rule the evidence and probe
+phases' heartbeat follows too; ``-q`` keeps it, as it keeps pytest's own progress).
 
 Some phases are long and silent: a server start (model load, CUDA graphs: 20-60 s), a
 wait for a previous server's VRAM. The issue-26 user saw the line stop for 27 s without a

@@ -30,7 +30,7 @@ import threading
 import time
 from typing import SupportsIndex, SupportsInt, TypedDict
 
-from .. import signals
+from .. import heartbeat, signals
 from ..children import die_with_parent
 from ..envs import subprocess_env
 from ..errors import EvidenceError
@@ -82,7 +82,7 @@ def clock_event_reasons(nv: Pynvml, h: object) -> int | None:
 
 def gather_live(*, load: bool = True, load_seconds: float = 2.0) -> Evidence:
     """Everything NVML says, plus readings under load and CUDA peer access when ``load``."""
-    with nvml_session() as session:
+    with heartbeat.phase("evidence: reading the GPUs through NVML"), nvml_session() as session:
         evidence = _gather(session)
     if load:
         read_under_load(evidence, seconds=load_seconds)
@@ -91,9 +91,13 @@ def gather_live(*, load: bool = True, load_seconds: float = 2.0) -> Evidence:
 
 def _gather(session: Nvml) -> Evidence:
     handles = session.gpus()
-    gpus = [_gpu(h) for h in handles]
+    gpus = []
+    for h in handles:
+        heartbeat.step(f"GPU {h.index} of {len(handles)}")
+        gpus.append(_gpu(h))
     pairs = []
     for i in range(len(handles)):
+        heartbeat.step(f"pairs of GPU {i}")
         for j in range(i + 1, len(handles)):
             pairs.append(_pair(session.module, gpus[i], gpus[j], handles[i].handle, handles[j].handle))
     return Evidence(
@@ -270,8 +274,10 @@ def read_under_load(evidence: Evidence, *, seconds: float = 2.0, python: str | N
     from ..lease import GpuLease, LeaseTimeout
 
     try:
-        with GpuLease().hold([g.index for g in evidence.gpus], "PCIe read under a CUDA load", LOAD_LEASE_WAIT_S):
-            _read_under_load(evidence, seconds, python)
+        with heartbeat.phase("evidence: PCIe links under a CUDA load", "waiting for the GPUs' leases"), \
+                GpuLease().hold([g.index for g in evidence.gpus], "PCIe read under a CUDA load", LOAD_LEASE_WAIT_S):
+            heartbeat.step("starting the load process (CUDA init)")
+            _read_under_load(evidence, seconds=seconds, python=python)
     except LeaseTimeout as exc:
         _no_load(evidence, f"another run holds a GPU, and a load now would disturb its measurements ({exc})")
 
@@ -280,7 +286,8 @@ def read_under_load(evidence: Evidence, *, seconds: float = 2.0, python: str | N
 LOAD_LEASE_WAIT_S = 30.0
 
 
-def _read_under_load(evidence: Evidence, seconds: float, python: str | None) -> None:
+def _read_under_load(evidence: Evidence, *, seconds: float, python: str | None) -> None:
+    """The body of :func:`read_under_load`, under its heartbeat (a CUDA init alone can take many seconds)."""
     env = subprocess_env(None, nccl_debug=None)
     limit = seconds + 120
     samples: dict[int, list[PcieReading]] = {g.index: [] for g in evidence.gpus}
@@ -315,7 +322,9 @@ def _read_under_load(evidence: Evidence, seconds: float, python: str | None) -> 
                     assert proc.stdout is not None
                     first = proc.stdout.readline()
                     if first.strip() == "LOADING":
+                        heartbeat.step(f"sampling the links for {seconds:g} s")
                         _sample(evidence, samples, seconds)
+                        heartbeat.step("waiting for the load's peer-access result")
                         for line in proc.stdout:
                             if line.startswith("RESULT "):
                                 with contextlib.suppress(ValueError):
@@ -363,6 +372,7 @@ def _sample(evidence: Evidence, samples: dict[int, list[PcieReading]], seconds: 
             while time.monotonic() < deadline:
                 for idx, h in handles.items():
                     samples[idx].append(read_pcie(h))
+                heartbeat.tick()
                 time.sleep(0.1)
     except EvidenceError as exc:
         raise EvidenceError(f"NVML failed while sampling the PCIe links under load ({exc})") from None

@@ -399,10 +399,12 @@ def run_campaign(config: pytest.Config, pair: tuple[int, int]) -> CampaignResult
 
 
 def progress_for(config: pytest.Config, label: str, total: int) -> Progress:
-    """The live progress line through pytest's terminal reporter; silent in xdist workers and under ``-q -q``."""
+    """The live progress line through pytest's terminal reporter; silent in xdist workers and under ``-q -q``
+    (the heartbeat's rule: one for both)."""
+    from .. import heartbeat
     from ..campaign.progress import Progress
 
-    quiet = is_worker(config) or int(config.getoption("verbose", 0) or 0) < 0
+    quiet = heartbeat.quiet(int(config.getoption("verbose", 0) or 0), is_worker(config))
     reporter = None if quiet else config.pluginmanager.getplugin("terminalreporter")
     capture = None if quiet else config.pluginmanager.getplugin("capturemanager")
     return Progress(label=label, total=total, reporter=reporter, capture=capture)

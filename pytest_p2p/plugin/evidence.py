@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from .. import heartbeat
 from ..errors import P2PError
 from ..evidence.model import Evidence
 from .session import P2PSession, get_session
@@ -29,6 +30,10 @@ def session_or_usage_error(config: pytest.Config) -> P2PSession:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     """This module is registered only for a p2p run (the gate): a bad rig is a usage error before collection."""
+    hb = heartbeat.for_terminal(config.pluginmanager.getplugin,  # the evidence and probe phases' heartbeat
+                                verbosity=int(config.getoption("verbose", 0) or 0), worker=is_worker(config))
+    if hb is not None:
+        config.add_cleanup(heartbeat.install(hb))
     if not is_worker(config):
         session_or_usage_error(config)
 

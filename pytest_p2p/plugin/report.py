@@ -444,30 +444,14 @@ def _load_summary(run_dir: Path) -> Summary:
     return summary
 
 
-def summary_lines(run_dir: Path) -> list[str]:
-    """The lines printed for one run dir: table, verdict table, proof, missing reps, the verdict line last."""
-    from ..report.terminal import glance_table, serving_rows, text_table, verdict_line, verdict_rows
+def summary_lines(run_dir: Path, verbose: bool = False) -> list[str]:
+    """The lines printed for one run dir (``report/terminal_summary.py``), the verdict line last."""
+    from ..report.terminal_summary import summary_lines as lines
 
     try:
-        summary = _load_summary(run_dir)
+        return lines(_load_summary(run_dir), run_dir, verbose=verbose)
     except P2PError as exc:
         return [f"{run_dir}: no summary: {exc}"]
-    lines = glance_table(summary).splitlines()
-    headers, rows = serving_rows(summary, short=True)
-    if rows:
-        lines += ["serving (vllm bench serve's keys, means over the reps):", *text_table(headers, rows).splitlines()]
-    headers, rows = verdict_rows(summary)
-    if rows:
-        lines += text_table(headers, rows).splitlines()
-    from ..report.proof import proof_for_run, proof_text
-
-    with contextlib.suppress(OSError, P2PError):
-        lines += proof_text(proof_for_run(run_dir, summary), compact=True)
-    for m in summary.get("missing") or []:
-        lines.append(f"missing: {m}")
-    lines.append(f"results: {run_dir / 'summary.md'}")
-    lines.append(verdict_line(summary))
-    return lines
 
 
 def after_tests_error(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
@@ -500,7 +484,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     for i, run_dir in enumerate(dirs):
         if i:
             terminalreporter.write_line("")
-        for line in summary_lines(run_dir):
+        for line in summary_lines(run_dir, verbose=int(config.getoption("verbose", 0) or 0) > 0):
             simulated = line.startswith("SIMULATED")
             verdict = line.split("verdict: ", 1)[1][:4] if "verdict: " in line[:40] else ""
             terminalreporter.write_line(line, yellow=simulated or verdict in ("INCO", "NOT "),

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import signals
+from .. import heartbeat, signals
 from ..children import die_with_parent
 from ..envs import subprocess_env
 from ..errors import ProbeError
@@ -186,6 +186,35 @@ def last_line(paths: Sequence[Path]) -> str:
     return best[1]
 
 
+PROBE_TAG = "[p2p-probe] "  # the workers' progress lines (``_allreduce_worker.say``)
+
+
+def last_probe_line(paths: Sequence[Path]) -> str:
+    """What a probe's ranks say they are doing: the last ``[p2p-probe]`` line of the logs, for the heartbeat.
+
+    Why the log: the workers already write one line per step (init, each size, each check), so the
+    heartbeat says "rank 0: size 65536 B ..." without a second channel from the ranks. Where NCCL's
+    own output has buried that line (its init is many INFO lines), the log's last line says more
+    than nothing ("starting the ranks" only while no rank has written anything).
+    """
+    fallback = ""
+    for p in paths:  # rank 0 first: it speaks for the pair
+        try:
+            with open(p, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - 65536))  # the tail: a log of NCCL INFO lines grows large
+                tail = fh.read().decode(errors="replace")
+        except OSError:
+            continue
+        lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+        said = [ln[ln.index(PROBE_TAG) + len(PROBE_TAG):] for ln in lines if PROBE_TAG in ln]
+        if said:
+            return said[-1]
+        if lines and not fallback:
+            fallback = f"{p.name}: {lines[-1]}"
+    return fallback or "starting the ranks"
+
+
 def kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
     """SIGTERM the process group of ``proc`` (it leads its own session), then SIGKILL what is left."""
     if proc.poll() is not None:
@@ -233,7 +262,9 @@ def run_ranks(
                                               stdin=subprocess.DEVNULL, start_new_session=True,
                                               preexec_fn=die_with_parent()))
         deadline = time.monotonic() + timeout_s
+        heartbeat.step(lambda: f"last said: {last_probe_line(logs)}")  # read only when the line is drawn
         while True:
+            heartbeat.tick()
             codes = [p.poll() for p in procs]
             failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
             if failed:
@@ -290,7 +321,8 @@ def run_allreduce(
         logs.append(out / f"rank{rank}.log")
     cmd = [*(worker or [python, "-m", WORKER_MODULE]), str(spec_path)]
     try:
-        run_ranks([cmd, cmd], envs, logs, cfg.timeout_s, what)
+        with heartbeat.phase(f"probe all-reduce {arm.name} gpu{pair[0]}-gpu{pair[1]}"):
+            run_ranks([cmd, cmd], envs, logs, cfg.timeout_s, what)
     finally:
         log_path = merge_logs(logs, out / "nccl.log")
     try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
+from .. import heartbeat
 from ..envs import subprocess_env
 from ..errors import ProbeError
 from ..jsontypes import JSONObject
@@ -138,7 +139,8 @@ def run_p2p_copy(
                                   "latency_reps": 100, "trials": cfg.trials, "out": str(raw_path)})
     env = subprocess_env(pair, rig_env, nccl_debug=None)
     cmd = [*(worker or [python, "-m", WORKER_MODULE]), str(spec_path)]
-    run_ranks([cmd], [env], [log], cfg.timeout_s, what)
+    with heartbeat.phase(f"probe P2P copy gpu{pair[0]}-gpu{pair[1]}"):
+        run_ranks([cmd], [env], [log], cfg.timeout_s, what)
     try:
         raw = json.loads(raw_path.read_text())
         if not isinstance(raw, dict):

@@ -135,13 +135,18 @@ def serving_rows(summary: Summary, *, short: bool = False) -> tuple[list[str], l
     return headers, rows
 
 
-def title(summary: Summary) -> str:
-    """One line naming the run; starts with SIMULATED for demo data so nobody quotes it."""
+def title(summary: Summary, *, run_id: bool = True) -> str:
+    """One line naming the run; starts with SIMULATED for demo data so nobody quotes it.
+
+    ``run_id=False``: without the run id, which the results path names anyway (the terminal drops
+    it where the line would pass 100 columns).
+    """
     sim = f"{SIMULATED_TAG} — " if summary.get("simulated") else ""
     pair = as_dict(summary.get("pair")).get("key", "?")
     status = summary.get("status", "?")
     status_note = "" if status == "complete" else f" [{status}]"
-    return f"{sim}p2p results at a glance: {summary.get('rig', '?')} {pair} ({summary.get('run_id', '?')}){status_note}"
+    rid = f" ({summary.get('run_id', '?')})" if run_id else ""
+    return f"{sim}p2p results at a glance: {summary.get('rig', '?')} {pair}{rid}{status_note}"
 
 
 def _text_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -287,3 +292,4 @@ def uplift_line(summary: Summary) -> str:
     if summary.get("simulated"):
         lines = [f"{SIMULATED_TAG} — {line}" for line in lines]
     return "\n".join(lines)
+
