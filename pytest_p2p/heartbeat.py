@@ -78,7 +78,7 @@ class TerminalSink:
     each write suspends capture for that one line, as pytest's live logging does. The
     reporter is looked up at each write (``plugin``: the plugin manager's ``getplugin``): the
     glue installs the heartbeat in ``pytest_configure``, which can run before pytest's terminal
-    plugin has registered its reporter (``-p pytest_p2p.active``); without one
+    plugin has registered its reporter (``-p pytest_p2p.plugin.active``); without one
     (``-p no:terminal``) nothing is written.
     """
 

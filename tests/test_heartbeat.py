@@ -231,7 +231,7 @@ def test_a_p2p_run_shows_the_heartbeat_through_capture(pytester: pytest.Pytester
     """The glue installs it for a p2p run; it reaches the terminal from a fixture without ``-s``."""
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_hb="def test_it(slow_probe):\n    assert slow_probe\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "pytest_p2p.active", *args)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "pytest_p2p.plugin.active", *args)
     assert result.ret == 0, result.stdout.str()[-2000:]
     out = result.stdout.str()
     beat = "[p2p] probe all-reduce p2p_on gpu0-gpu1: NCCL init ... 30 s"
