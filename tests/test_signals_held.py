@@ -18,11 +18,15 @@ from pytest_p2p import signals
 
 @pytest.fixture(autouse=True)
 def _fresh() -> Iterator[None]:
-    """Python's own Ctrl-C handling for the test (an xdist worker ignores SIGINT), put back afterwards."""
+    """Python's own Ctrl-C handling for the test (an xdist worker ignores SIGINT), and SIGHUP at its default:
+    under ``nohup`` it is ignored, and ``signals.install`` rightly leaves an ignored SIGHUP alone (a run
+    started with nohup asked not to end on a hangup). Both put back afterwards."""
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    hup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
     signals.reset()
     yield
     signals.reset()
+    signal.signal(signal.SIGHUP, hup)
     signal.signal(signal.SIGINT, before)
 
 
