@@ -13,45 +13,16 @@ import http.client
 import json
 import secrets
 import socket
-import subprocess
 import time
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from ..errors import ServerError
 from .logs import likely_cause, pair_key, tail
 from .procs import cmdline, port_owners
 
-
-class Launched(Protocol):
-    """What readiness reads of a ``server.RunningServer``: where it listens, who it is, where its log is.
-
-    Why a Protocol: ``server.launch`` calls this module to prove the server it started, so naming
-    the class here made the launcher and its readiness checks an import cycle (issue 25).
-    """
-
-    base_url: str
-    api_key: str
-    model: str
-    log_path: Path
-    pid: int
-    simulated: bool
-    arm: str
-    argv: list[str]
-    notes: list[str]  # how identity was proven, when /proc could not tell
-
-    @property
-    def pair(self) -> Sequence[int]: ...
-
-    @property
-    def process(self) -> subprocess.Popen[bytes]: ...
-
-    @property
-    def port(self) -> int: ...
-
-    def ours(self, pid: int) -> bool: ...
-
+if TYPE_CHECKING:
+    from .server import RunningServer
 
 #: vLLM reads its API key from this variable, so the per-launch secret never appears in argv
 API_KEY_ENV = "VLLM_API_KEY"
@@ -80,7 +51,7 @@ def http_call(method: str, url: str, api_key: str, body: Mapping[str, object] | 
         return int(exc.code), exc.read()
 
 
-def wait_ready(srv: Launched, deadline: float, request_timeout_s: float) -> None:
+def wait_ready(srv: RunningServer, deadline: float, request_timeout_s: float) -> None:
     where = f"server for arm {srv.arm} on {pair_key(srv.pair)}"
     stage = "waiting for /health"
     last = ""
@@ -136,7 +107,7 @@ def wait_ready(srv: Launched, deadline: float, request_timeout_s: float) -> None
         time.sleep(0.1 if srv.simulated else 1.0)
 
 
-def prove_identity(srv: Launched) -> None:
+def prove_identity(srv: RunningServer) -> None:
     """The server that answered is the one we started: our process owns the port, or it holds our secret.
 
     An unauthenticated server already listening on the port answers /health, /v1/models and
