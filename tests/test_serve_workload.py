@@ -10,7 +10,8 @@ import pytest
 
 from pytest_p2p.errors import ConfigError, ServerError
 from pytest_p2p.serve.config import parse_server
-from pytest_p2p.serve.loadgen import ClientPlanner, LoadSpec, make_spec, process_cap
+from pytest_p2p.serve.loadgen import ClientPlanner, make_spec, process_cap
+from pytest_p2p.serve.loadspec import LoadSpec
 from pytest_p2p.serve.metrics import RequestRecord, goodput, peaks
 from pytest_p2p.serve.result import SATURATED_CPU, ClientStats, LoadResult, bench_keys
 from pytest_p2p.serve.workload import WordTokenizer, arrival_offsets, load_tokenizer, token_prompts

@@ -21,6 +21,9 @@ Three kinds of module, and what each may import:
 The stage packages (and ``stats/``) import no pytest at all: a stage that needs a skip raises
 its own P2PError subclass, which the glue turns into one (``probes.replay.NoRecording``).
 
+Import cycles are counted on every import statement too, ``TYPE_CHECKING`` and function-level
+ones included: a cycle that a type-only import closes still ties two modules together (issue 25).
+
 Each failure lists every offending edge as ``file:line -> target (why)``.
 """
 
@@ -81,13 +84,20 @@ def imports(path: Path) -> list[tuple[int, str]]:
     return imports_in(path.read_text(), module_of(path), is_package=path.name == "__init__.py")
 
 
-def imports_in(source: str, module: str, *, is_package: bool = False) -> list[tuple[int, str]]:
+def imports_in(source: str, module: str, *, is_package: bool = False,
+               strings: bool = True) -> list[tuple[int, str]]:
+    """(line, module) for every import statement of a pytest_p2p module, wherever it is.
+
+    ``strings``: also module names written as strings (``"pytest_p2p.x.y:main"``), which the
+    stage-order walk checks because they are loaded by name later.
+    """
     package = module if is_package else module.rpartition(".")[0]
     out: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(source, module)):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             out += [(node.lineno, t) for t in _targets(node, package)]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_STRING.fullmatch(node.value):
+        elif (strings and isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and _MODULE_STRING.fullmatch(node.value)):
             out.append((node.lineno, node.value.split(":")[0]))
     return out
 
@@ -106,31 +116,6 @@ def _targets(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
         return []
     subs = [f"{target}.{a.name}" for a in node.names if _exists(f"{target}.{a.name}")]
     return subs + ([target] if len(subs) < len(node.names) else [])  # names that are attributes of ``target``
-
-
-def executed_imports_in(source: str, module: str, *, is_package: bool = False) -> list[tuple[int, str]]:
-    """(line, module) for every import statement that can run: module level and inside functions.
-
-    Left out: imports under ``if TYPE_CHECKING:`` (they never run, so they cannot leave a module
-    half-initialised; they name a type, and the stage-order walk above still checks them) and
-    module names written as strings (``plugin.py`` names ``pytest_p2p.plugin.active`` to ask the plugin
-    manager whether it is registered, which loads nothing).
-    """
-    package = module if is_package else module.rpartition(".")[0]
-    out: list[tuple[int, str]] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            out.extend((node.lineno, t) for t in _targets(node, package))
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(ast.parse(source, module))
-    return out
 
 
 def violation(src: Kind, dst: Kind) -> str | None:
@@ -161,21 +146,32 @@ def _sources() -> list[Path]:
     return [p for p in sorted(PACKAGE.rglob("*.py")) if "demo" not in p.relative_to(PACKAGE).parts]
 
 
-def graph(*, executed_only: bool) -> dict[str, dict[str, str]]:
-    """module -> {imported module: "file:line" of the first such import}.
+def graph(*, strings: bool) -> dict[str, dict[str, str]]:
+    """module -> {imported module: "file:line" of the first such import}, for the whole package.
 
-    ``executed_only``: the imports that can run (for cycles); otherwise every edge the stage-order
-    walk sees (for what a module reaches).
+    ``strings``: with the module names written as strings, every edge the stage-order walk
+    sees (for what a module reaches); without them, the import statements only (for cycles).
+    """
+    return graph_of([(module_of(p), str(p.relative_to(PACKAGE.parent)), p.read_text(), p.name == "__init__.py")
+                     for p in _sources()], strings=strings)
+
+
+def graph_of(files: list[tuple[str, str, str, bool]], *, strings: bool) -> dict[str, dict[str, str]]:
+    """:func:`graph` of ``(module, path, source, is_package)`` files (the self-tests pass made-up ones).
+
+    Every import statement is an edge: module level, inside a function and under
+    ``if TYPE_CHECKING:`` alike. A type-only import is a dependency all the same: the importer
+    cannot be type-checked, read or moved without the module it names, so a cycle that only a
+    ``TYPE_CHECKING`` import closes is a cycle (issue 25 counted 6 such). A module name written
+    as a string is not an import: ``plugin/__init__.py`` names its opt-in ``plugin.active`` to ask
+    the plugin manager whether it is registered, which loads nothing.
     """
     out: dict[str, dict[str, str]] = {}
-    for path in _sources():
-        src = module_of(path)
-        found = (executed_imports_in(path.read_text(), src, is_package=path.name == "__init__.py")
-                 if executed_only else imports(path))
+    for src, path, source, is_package in files:
         edges_of = out.setdefault(src, {})
-        for line, target in found:
+        for line, target in imports_in(source, src, is_package=is_package, strings=strings):
             if target != src:
-                edges_of.setdefault(target, f"{path.relative_to(PACKAGE.parent)}:{line}")
+                edges_of.setdefault(target, f"{path}:{line}")
     return out
 
 
@@ -266,15 +262,15 @@ def pytest_imports(source: str, name: str = "<source>") -> list[tuple[int, str]]
 
 
 def test_no_import_cycle() -> None:
-    """0 cycles among the imports that run (issue 25: 6 on main before it)."""
-    g = graph(executed_only=True)
+    """0 cycles among every import, type-only ones included (issue 25: 6 before it, each closed by TYPE_CHECKING)."""
+    g = graph(strings=False)
     found = cycles(g)
     assert not found, f"{len(found)} import cycle(s):\n" + "\n".join(_describe(c, g) for c in found)
 
 
 def test_no_stage_reaches_a_later_one() -> None:
     """0 imports running back up the stage order, counted through any chain (issue 25: 5 before it)."""
-    found = reaches_later_stage(graph(executed_only=False))
+    found = reaches_later_stage(graph(strings=True))
     assert not found, f"{len(found)} module(s) reach a later stage:\n" + "\n".join(found)
 
 
@@ -305,9 +301,26 @@ def test_the_cycle_finder_finds_cycles_and_chains() -> None:
                                        " -> pytest_p2p.verdict.config (verdict is later)"]
     assert reaches_later_stage({"pytest_p2p.serve.a": {"pytest_p2p.plugin.rig": "a:2"}}) == [
         "a:2: pytest_p2p.serve.a -> pytest_p2p.plugin.rig (glue is later)"]
-    code = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import server\n"
-            "def f():\n    from .ready import x\n    return 'pytest_p2p.serve.logs'\n")
-    assert [t for _, t in executed_imports_in(code, "pytest_p2p.serve.y")] == ["pytest_p2p.serve.ready"]
+
+
+def test_a_type_only_cycle_is_a_cycle() -> None:
+    """The cycle check itself, on made-up files: a cycle closed under TYPE_CHECKING or by a lazy import fails.
+
+    ``a`` imports ``b`` only to name a type, ``b`` imports ``a`` inside a function (the shape of all
+    six cycles issue 25 found); a module name in a string closes none.
+    """
+    a = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .cyc_b import Spec\n"
+         "def run(spec: 'Spec') -> None: ...\n")
+    b = "def plan():\n    from .cyc_a import run\n    return run\n"
+    files = [("pytest_p2p.serve.cyc_a", "serve/cyc_a.py", a, False), ("pytest_p2p.serve.cyc_b", "serve/cyc_b.py", b,
+                                                                      False)]
+    g = graph_of(files, strings=False)
+    assert cycles(g) == [["pytest_p2p.serve.cyc_a", "pytest_p2p.serve.cyc_b"]]
+    assert _describe(cycles(g)[0], g) == ("pytest_p2p.serve.cyc_a -> pytest_p2p.serve.cyc_b (serve/cyc_a.py:3)  "
+                                          "pytest_p2p.serve.cyc_b -> pytest_p2p.serve.cyc_a (serve/cyc_b.py:2)")
+    named = [files[0], ("pytest_p2p.serve.cyc_b", "serve/cyc_b.py", "OPT_IN = 'pytest_p2p.serve.cyc_a'\n", False)]
+    assert cycles(graph_of(named, strings=False)) == []
+    assert cycles(graph_of(named, strings=True))  # the stage-order walk's graph does follow the string
 
 
 def test_no_import_against_the_stage_order() -> None:

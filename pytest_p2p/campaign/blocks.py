@@ -40,9 +40,10 @@ import contextlib
 import dataclasses
 import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .. import signals
 from ..errors import P2PError, RepFailed
@@ -54,11 +55,52 @@ from .gpu import wait_vram_free
 from .telemetry import Row, _Reader
 
 if TYPE_CHECKING:
+    from ..lease import GpuLease
+    from ..probes.arms import Arm
     from ..results.write import RunWriter
+    from .backends import Backend
+    from .config import CampaignConfig
+    from .progress import Progress
     from .result import CampaignResult
-    from .runner import CampaignRunner
 
 Json = dict[str, object]
+
+
+class ResidentRunner(Protocol):
+    """What the blocks take from ``runner.CampaignRunner``: only these members, so this module need not import it.
+
+    Why a Protocol: the runner calls :func:`run_blocks` for resident arms, and blocks calls back into the
+    runner's per-rep helpers; naming the class here made the two modules a cycle (issue 25).
+    """
+
+    config: CampaignConfig  # replaced when ``residency: auto`` falls back to sleep mode
+    kind: str
+    pair: tuple[int, int]
+    arms: Mapping[str, Arm]
+    backend: Backend[ServerSlot]
+    live: bool
+    lease: GpuLease
+    progress: Progress | None
+    sleep: Callable[[float], None]
+    _attempts: dict[tuple[str, int], int]
+
+    @property
+    def pair_key(self) -> str: ...
+
+    def _reader(self) -> _Reader: ...
+
+    def _idle_rows(self, reader: _Reader) -> list[Row]: ...
+
+    def _arm_reps(self, result: CampaignResult, point: str) -> tuple[dict[int, Json], dict[int, Json]]: ...
+
+    def _set_aside(self, rd: RunWriter, result: CampaignResult, arm: str, rep: int, points: list[str],
+                   data: Mapping[str, Json], cause: str, kind: str = "failed") -> None: ...
+
+    def _record_proof(self, rd: RunWriter, result: CampaignResult, handle: ServerSlot, arm: Arm,
+                      points: list[str]) -> None: ...
+
+    def _measure_point(self, rd: RunWriter, handle: ServerSlot, reader: _Reader, arm: str, point: str, rep: int,
+                       idle_rows: list[Row], *, warm: bool = True) -> Json: ...
 
 
 def rep_of(start: int, window: int, windows: int) -> int:
@@ -79,7 +121,7 @@ PLAN_START_SD = 0.005
 PLAN_TARGET = 0.02  # the half-width a nightly verdict should reach (issue 24)
 
 
-def plan_line(runner: CampaignRunner[ServerSlot], points: list[str]) -> str:
+def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     """What the campaign is about to do, in one line, with the time it expects and the precision that buys
     (before any server starts), and what a +-2 % decision would take under the same assumptions."""
     cfg = runner.config
@@ -122,7 +164,7 @@ def _warm_s(warmup: int) -> float:
     return 2.0 if warmup > 0 else 0.0
 
 
-def _start_estimate(runner: CampaignRunner[ServerSlot]) -> float:
+def _start_estimate(runner: ResidentRunner) -> float:
     """Seconds one server start is expected to take: the stand-in starts in about a second, vLLM in a minute
     or two (model load, torch.compile, CUDA graphs); measured starts replace the guess in the run's notes."""
     backend = runner.backend
@@ -131,7 +173,7 @@ def _start_estimate(runner: CampaignRunner[ServerSlot]) -> float:
     return 120.0  # measured: 115-130 s a vLLM start, 7B-shape TP=2 on H100 with the compile cache warm
 
 
-def run_blocks(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: CampaignResult, points: list[str],
+def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, points: list[str],
                pending: set[tuple[str, str, int]], started: float) -> None:
     """Starts until the planned number, then adaptive starts while an uplift is undecided (see module doc)."""
     cfg = runner.config
@@ -181,7 +223,7 @@ def run_blocks(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: Campai
         result.notes.append(f"uplift inconclusive at {start} start(s): adding start {start + 1}")
 
 
-def _start_with_retries(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: CampaignResult, start: int,
+def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, start: int,
                         points: list[str], pending: set[tuple[str, str, int]]) -> None:
     """One start; a start whose server died (or measured nothing) is set aside whole and run again."""
     cfg = runner.config
@@ -210,7 +252,7 @@ def _start_with_retries(runner: CampaignRunner[ServerSlot], rd: RunWriter, resul
             return
 
 
-def _fall_back_to_sleep(runner: CampaignRunner[ServerSlot], result: CampaignResult, exc: P2PError) -> bool:
+def _fall_back_to_sleep(runner: ResidentRunner, result: CampaignResult, exc: P2PError) -> bool:
     """``residency: auto``: the arms' servers did not fit on the pair together (a server ran out of GPU memory
     at start), so the campaign goes on in sleep mode, each server with the rig's whole memory share; says so.
     An explicit ``resident`` is the rig's choice and fails instead."""
@@ -231,7 +273,7 @@ def start_log(rd: RunWriter, arm: str, point: str, start: int) -> Path:
     return rd.scenario_dir(arm, point) / f"server_start{start}.log"
 
 
-def _set_aside_start(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: CampaignResult, start: int,
+def _set_aside_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, start: int,
                      points: list[str], cause: str, *, kind: str) -> None:
     """Every window of ``start`` (both arms, every point) out of the data, its files kept aside with the cause."""
     w_n = runner.config.windows
@@ -248,7 +290,7 @@ def _set_aside_start(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: 
                 os.replace(log, log.with_name(f"server_start{start}.try{attempt}.{kind}.log"))
 
 
-def _run_start(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: CampaignResult, start: int,
+def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, start: int,
                points: list[str], attempt: int, pending: set[tuple[str, str, int]]) -> None:
     assert runner.progress is not None  # set by run()
     backend = runner.backend
@@ -290,7 +332,7 @@ def _run_start(runner: CampaignRunner[ServerSlot], rd: RunWriter, result: Campai
             reader.close()
 
 
-def _same_transport(runner: CampaignRunner[ServerSlot], result: CampaignResult, slot: ServerSlot, arm: str,
+def _same_transport(runner: ResidentRunner, result: CampaignResult, slot: ServerSlot, arm: str,
                     start: int) -> None:
     """Every start's server proves its transport from its own log: a later start that came up on another
     transport than the first (a changed environment, a fallback) fails the campaign, naming both."""
@@ -306,7 +348,7 @@ def _same_transport(runner: CampaignRunner[ServerSlot], result: CampaignResult, 
 class _Start:
     """One start's servers and what every window of it shares."""
 
-    runner: CampaignRunner[ServerSlot]
+    runner: ResidentRunner
     rd: RunWriter
     result: CampaignResult
     slots: dict[str, ServerSlot]

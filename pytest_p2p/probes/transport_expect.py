@@ -14,15 +14,61 @@ NET/COLLNET label matches by *family*: ``NET/IB`` covers ``NET/IBext`` and ``NET
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .transport_model import Connection, TransportProof
+from typing import Protocol
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 _VERSIONED = re.compile(r"_v\d{1,4}$")
 _HINT_PREFIXES = ("NCCL_P2P", "NCCL_SHM", "NCCL_NET", "NCCL_IB", "NCCL_CUMEM", "NCCL_COLLNET")
+
+
+class ShownConnection(Protocol):
+    """What a judgement cites of a ``transport_model.Connection``: its line and its label."""
+
+    @property
+    def line(self) -> int: ...
+
+    @property
+    def label(self) -> str: ...
+
+
+class JudgedProof(Protocol):
+    """What :func:`check_expectation` reads of a ``transport_model.TransportProof``, and nothing else.
+
+    Why a Protocol: ``TransportProof.check`` calls this module, so naming the class here made the
+    model and its judgement an import cycle (issue 25); the proof matches these members as it is.
+    """
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def has_info(self) -> bool: ...
+
+    @property
+    def problem(self) -> str | None: ...
+
+    @property
+    def complete(self) -> bool: ...
+
+    @property
+    def completeness(self) -> str: ...
+
+    @property
+    def collnet_state(self) -> str | None: ...
+
+    @property
+    def env_overrides(self) -> Mapping[str, str]: ...
+
+    @property
+    def transport(self) -> str: ...
+
+    @property
+    def effective_labels(self) -> Mapping[str, int]: ...
+
+    @property
+    def effective_connections(self) -> Sequence[ShownConnection]: ...
 
 
 @dataclass(frozen=True)
@@ -62,17 +108,17 @@ def label_matches(label: str, expect: str) -> bool:
     return True
 
 
-def _hint(proof: TransportProof) -> str:
+def _hint(proof: JudgedProof) -> str:
     hints = [f"{k}={v}" for k, v in proof.env_overrides.items() if k.startswith(_HINT_PREFIXES)]
     return f"; NCCL echoed {', '.join(hints)}" if hints else ""
 
 
-def _shown(conns: list[Connection], total: int) -> str:
+def _shown(conns: Sequence[ShownConnection], total: int) -> str:
     shown = "; ".join(f"line {c.line}: {c.label}" for c in conns[:3])
     return shown + (f" (and {total - 3} more)" if total > 3 else "")
 
 
-def check_expectation(proof: TransportProof, expect: str) -> ExpectResult:
+def check_expectation(proof: JudgedProof, expect: str) -> ExpectResult:
     """Judge ``proof`` against ``expect``; see the module docstring for the three outcomes."""
     src = proof.source
     parts = [p.strip() for p in expect.split("+") if p.strip()]

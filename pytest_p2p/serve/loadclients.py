@@ -1,6 +1,6 @@
 """The load generator's client side: one event loop per client process, sharded over spawned processes.
 
-:mod:`.loadgen` says what to run (:class:`~.loadgen.LoadSpec`) and turns the records into a
+:mod:`.loadgen` says what to run (:class:`~.loadspec.LoadSpec`) and turns the records into a
 :class:`~.result.LoadResult`; this module runs it. Each client process (:class:`Job`) warms up,
 meets the others at one barrier, then sends its share of the measured requests with its own
 connections (:mod:`.transport`), recording every request -- success or counted failure with
@@ -19,15 +19,13 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..errors import ServerError
+from .loadspec import LoadSpec
 from .metrics import RequestRecord, percentile
 from .result import ClientStats
 from .transport import ConnectTimeout, StreamError, StreamParser, Transport, make_transport
-
-if TYPE_CHECKING:
-    from .loadgen import LoadSpec
 
 __all__ = ["PLANNER", "ClientPlanner", "Job", "Shard", "drive", "free_cores", "process_cap", "run_coroutine",
            "run_sharded"]

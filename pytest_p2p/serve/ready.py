@@ -22,7 +22,7 @@ from .logs import likely_cause, pair_key, tail
 from .procs import cmdline, port_owners
 
 if TYPE_CHECKING:
-    from .server import RunningServer
+    from .running import RunningServer
 
 #: vLLM reads its API key from this variable, so the per-launch secret never appears in argv
 API_KEY_ENV = "VLLM_API_KEY"

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     from .compare import Judgement
-    from .store import MetricRow, RunRecord, Store
+    from .store import Store
+    from .store_base import MetricRow, RunRecord
 
 HEADERS = ("Metric", "Point", "Arm", "A", "B", "Change", "Interval", "Verdict")
 PLOTTED = ("output_throughput", "time_us")  # the metric that decides a campaign, model or probe

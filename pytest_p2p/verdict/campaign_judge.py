@@ -56,7 +56,8 @@ from .compare import (
 from .config import BaselineConfig
 
 if TYPE_CHECKING:
-    from .store import RunRecord, Store
+    from .store import Store
+    from .store_base import RunRecord
 
 Scenario = tuple[str, str]
 #: a baseline run's samples of one scenario: (run_id, arm, point) -> metric -> Sample

@@ -26,16 +26,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .. import metrics as registry
 from ..jsontypes import as_dict, as_float
 from ..stats import MODERATE_MIN_RUNS, Decision, Outcome, RunStats, SpreadPrior, StatsError, decide_change
 from ..stats.baseline import GOAL_DROP, GOAL_POWER, run_spread
 from .config import BaselineConfig, Tolerance
-
-if TYPE_CHECKING:
-    from .history import SeriesReport
 
 REGRESSION, IMPROVEMENT, UNCHANGED = "regression", "improvement", "unchanged"
 INCONCLUSIVE, NOT_COMPARABLE, NO_BASELINE, UNJUDGED = "inconclusive", "not comparable", "no baseline", "unjudged"
@@ -48,6 +45,19 @@ def direction(metric: str, overrides: Mapping[str, str] | None = None) -> str | 
 
 def unit(metric: str) -> str:
     return registry.unit(metric)
+
+
+class HistoryReport(Protocol):
+    """What a scenario's comparison reads of a metric's stored history (``history.SeriesReport``).
+
+    Why a Protocol: the history is built from this module's :class:`Sample`, so naming its report
+    class here made compare and history an import cycle (issue 25).
+    """
+
+    @property
+    def failing(self) -> bool: ...
+
+    def failure_text(self) -> str: ...
 
 
 class PerformanceRegression(AssertionError):
@@ -241,7 +251,7 @@ class ScenarioComparison:
     verdict: str = UNCHANGED
     message: str = ""
     primaries: tuple[str, ...] = ()
-    history: dict[str, SeriesReport] = field(default_factory=dict)  # primary metric -> its stored history
+    history: dict[str, HistoryReport] = field(default_factory=dict)  # primary metric -> its stored history
     health: list[str] = field(default_factory=list)  # what is wrong with the accepted baseline (history.health)
     #: probability that a -10 % drop of this scenario's primary would fail the campaign (stats.detection_power)
     power: float | None = None

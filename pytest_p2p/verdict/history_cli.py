@@ -17,7 +17,8 @@ from .compare import direction
 from .history import HISTORY_ALPHA, SeriesReport, judge_series, load_nights
 
 if TYPE_CHECKING:
-    from .store import RunRecord, Store
+    from .store import Store
+    from .store_base import RunRecord
 
 
 def series_keys(store: Store, rig: str | None, metric: str | None) -> Iterator[tuple[RunRecord, str, str, str]]:

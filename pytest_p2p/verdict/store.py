@@ -21,19 +21,20 @@ import math
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TypeGuard
 
 from ..errors import P2PError, StoreError
-from ..jsontypes import JSONObject, as_dict, as_floats
+from ..jsontypes import as_dict, as_floats
 from ..results.read import aggregates, run_record
 from .fingerprint import build_fingerprint, pair_ident
 from .store_base import (
     ANY_URL,
     SCHEMA_VERSION,
     Backend,
+    MetricRow,
+    RunRecord,
     StoreMissing,
     StoreSaveError,
     is_url,
@@ -41,41 +42,11 @@ from .store_base import (
     target_of,
 )
 from .store_sqlite import APPLICATION_ID, BUSY_TIMEOUT_MS, MIGRATIONS, SqliteBackend, _v1, _v2
+from .store_transfer import StoreExport, export_store, import_store
 
-if TYPE_CHECKING:
-    from .store_transfer import StoreExport
-
-__all__ = ["APPLICATION_ID", "BUSY_TIMEOUT_MS", "MIGRATIONS", "SCHEMA_VERSION", "MetricRow", "RunRecord", "Store",
+__all__ = ["APPLICATION_ID", "BUSY_TIMEOUT_MS", "MIGRATIONS", "SCHEMA_VERSION", "Store",
            "StoreMissing", "StoreSaveError", "_v1", "_v2", "aggregate_rows", "exists", "is_url", "redact",
            "save_campaign_runs", "target_of"]
-
-
-@dataclass(frozen=True)
-class MetricRow:
-    arm: str
-    point: str
-    metric: str
-    n: int
-    mean: float | None
-    std: float | None
-    median: float | None
-    values: list[float]
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    run_id: str
-    rig: str
-    pair_key: str | None
-    pair_ident: str
-    kind: str | None
-    started_at: str | None
-    saved_at: str
-    simulated: bool
-    status: str | None
-    source_dir: str | None
-    fingerprint: JSONObject  # as saved (see fingerprint.Fingerprint), read back as JSON
-    baselines: tuple[str, ...] = ()
 
 
 def _now() -> str:
@@ -335,14 +306,11 @@ class Store:
 
     def export(self, *, rig: str | None = None) -> StoreExport:
         """Everything (or one rig's history), as JSON-able data: ``baseline export`` / ``import``."""
-        from .store_transfer import export_store
 
         return export_store(self, rig=rig)
 
     def import_data(self, data: object, *, source: str = "export") -> tuple[int, int, int]:
         """Add an :meth:`export` (of either backend) in one transaction: (runs added, already there, acceptances)."""
-        from .store_transfer import import_store
-
         return import_store(self, data, source=source)
 
 

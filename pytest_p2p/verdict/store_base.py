@@ -17,11 +17,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote
 
 from ..errors import StoreError
+from ..jsontypes import JSONObject
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 #: URL query parameters whose value is a secret (libpq's ``password`` and ``sslpassword``).
@@ -196,6 +198,36 @@ def store_error(where: str, action: str, kind: str, detail: str, hint: str = "")
     advice = ADVICE.get(kind, ADVICE["other"])
     return StoreError(f"baseline database {where}: {action} failed ({detail}): {advice}"
                       + (f" ({hint})" if hint else ""))
+
+
+#: The rows a store reads back (``Store.runs``, ``Store.metrics``), whichever backend holds them; here, below
+#: the facade, because an export (``store_transfer``) reads them too without importing the facade.
+@dataclass(frozen=True)
+class MetricRow:
+    arm: str
+    point: str
+    metric: str
+    n: int
+    mean: float | None
+    std: float | None
+    median: float | None
+    values: list[float]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    rig: str
+    pair_key: str | None
+    pair_ident: str
+    kind: str | None
+    started_at: str | None
+    saved_at: str
+    simulated: bool
+    status: str | None
+    source_dir: str | None
+    fingerprint: JSONObject  # as saved (see fingerprint.Fingerprint), read back as JSON
+    baselines: tuple[str, ...] = ()
 
 
 class Backend(Protocol):

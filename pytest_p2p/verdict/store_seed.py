@@ -23,7 +23,7 @@ from pathlib import Path
 from ..jsontypes import JSONObject, as_dict
 from ..seedlayout import SeedRun, read_seed_run, seed_metrics
 from .fingerprint import FINGERPRINT_VERSION, VERSION_KEYS, ArmFacts, Fingerprint, TransportFacts
-from .store import MetricRow
+from .store_base import MetricRow
 
 SEED_RIG = "p2p-bench"
 _DATE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})")

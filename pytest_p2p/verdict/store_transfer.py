@@ -17,15 +17,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, TypedDict
+from typing import Protocol, TypedDict
 
 from ..errors import StoreError
 from ..jsontypes import JSONObject
-from .store_base import SCHEMA_VERSION
-
-if TYPE_CHECKING:
-    from .store import Store
+from .store_base import SCHEMA_VERSION, Backend, MetricRow, RunRecord
 
 FORMAT = "pytest-p2p-baseline-export"
 
@@ -33,6 +31,22 @@ FORMAT = "pytest-p2p-baseline-export"
 RunRow = tuple[str, str, str | None, str, str | None, str | None, str, int, str | None, str | None, str]
 ResultRow = tuple[str, str, str, str, int, float | None, float | None, float | None, str]
 AcceptanceRow = tuple[str, str, str, str | None]
+
+
+class Transferable(Protocol):
+    """What an export reads of a ``store.Store`` and an import writes through, and nothing else.
+
+    Why a Protocol: ``Store.export`` and ``Store.import_data`` call this module, so naming the
+    facade here made the store and its transfer an import cycle (issue 25).
+    """
+
+    def runs(self, *, name: str | None = None, rig: str | None = None) -> list[RunRecord]: ...
+
+    def baseline_entries(self) -> list[tuple[str, str, str, str | None]]: ...
+
+    def metrics(self, run_id: str, arm: str | None = None, point: str | None = None) -> list[MetricRow]: ...
+
+    def write(self, action: str = "writing") -> AbstractContextManager[Backend]: ...
 
 
 class Acceptance(TypedDict):
@@ -54,7 +68,7 @@ class StoreExport(TypedDict):
     acceptances: list[Acceptance]
 
 
-def export_store(store: Store, *, rig: str | None = None) -> StoreExport:
+def export_store(store: Transferable, *, rig: str | None = None) -> StoreExport:
     runs = store.runs(rig=rig)
     ids = {r.run_id for r in runs}
     entries = [e for e in store.baseline_entries() if e[1] in ids]
@@ -177,7 +191,7 @@ def _rows(data: object, source: str) -> tuple[list[RunRow], list[ResultRow], lis
     return runs, results, accepted
 
 
-def import_store(store: Store, data: object, *, source: str) -> tuple[int, int, int]:
+def import_store(store: Transferable, data: object, *, source: str) -> tuple[int, int, int]:
     """Add an export to ``store`` in one transaction; (runs added, runs already there, acceptances added)."""
     from .config import check_name
 
