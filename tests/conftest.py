@@ -15,6 +15,7 @@ import contextlib
 import os
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,11 @@ REAL_GPU_ENV = "P2P_TEST_REAL_GPU"
 REAL_GPU = os.environ.get(REAL_GPU_ENV) == "1"
 if not REAL_GPU:
     os.environ["PYTEST_P2P_NVML"] = "off"
+# GPU leases of this test process (and the runs it starts) in a directory of its own: with the host-wide
+# default, an evidence test of one xdist worker waited 30 s for a lease that another worker's demo campaign
+# held, then read its links without a load (README test command under two CPU hogs). Tests of the lease
+# itself name their own directory.
+os.environ["PYTEST_P2P_LOCK_DIR"] = tempfile.mkdtemp(prefix="pytest-p2p-test-locks-")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
