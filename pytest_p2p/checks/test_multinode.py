@@ -22,6 +22,7 @@ from pytest_p2p.evidence.nodes import NodeEvidence, read_node
 from pytest_p2p.evidence.nodespec import FAIL, INCONCLUSIVE, Crossing, NodesSpec, judge_node, line_rate_gbps, sysfs_root
 from pytest_p2p.options import RAY_ADDRESS, RESULTS, path_of, resolve
 from pytest_p2p.probes.netproof import judge_line_rate
+from pytest_p2p.util import normalize_bus_id
 
 if TYPE_CHECKING:
     from pytest_p2p.plugin.session import P2PSession
@@ -167,8 +168,8 @@ def test_server_across_nodes(p2p_multinode: MultiNode, p2p_session: P2PSession) 
 
     config = ray_server_config(rig.server, mn.spec.stages)
     here = socket.gethostname().split(".")[0]
-    by_bus = {g.bus_id.lower(): g.index for g in p2p_session.evidence.gpus} if p2p_session.evidence else {}
-    local = [by_bus[s.gpu.lower()] for s in mn.spec.stages if s.host == here and s.gpu.lower() in by_bus]
+    by_bus = {normalize_bus_id(g.bus_id): g.index for g in p2p_session.evidence.gpus} if p2p_session.evidence else {}
+    local = [by_bus[bus] for s in mn.spec.stages if s.host == here and (bus := normalize_bus_id(s.gpu)) in by_bus]
     judged = []
     for arm_name, expect in expects.items():
         arm = rig.arms[arm_name]

@@ -139,7 +139,7 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: obj
 def _mark_abandoned(config: pytest.Config, crashes: list[str]) -> list[str]:
     from ..options import RESULTS, path_of
     from ..results.read import is_run_dir, run_meta
-    from ..results.write import mark_abandoned
+    from ..results.write import RunDir
 
     root = path_of(config, resolve(config, RESULTS))
     t0 = config.stash.get(T0_KEY, "")
@@ -151,7 +151,7 @@ def _mark_abandoned(config: pytest.Config, crashes: list[str]) -> list[str]:
         try:
             meta = run_meta(run_dir)
             started = str(meta.get("started_at") or "")
-            if started >= t0 and mark_abandoned(run_dir, why):
+            if started >= t0 and RunDir(run_dir).mark_abandoned(why):
                 out.append(run_dir.name)
         except (P2PError, OSError):
             continue  # a run that cannot be read or written is another run's business; never fail the session

@@ -165,6 +165,19 @@ class RunDir:
                 (self._path / RESERVE).unlink()
         return self._write(target, lambda: atomic_write_json(target, current))
 
+    def mark_abandoned(self, why: str) -> bool:
+        """``running`` becomes ``abandoned`` with the cause: the run's process died mid-campaign (an xdist worker
+        killed), so no reader takes it for a run still going. Its files stay as they are. False when the run is
+        not ``running`` (finished, failed or interrupted runs say so themselves)."""
+        current = self._meta()
+        if current.get("status") != "running":
+            return False
+        old = current.get("errors")
+        errors = [e for e in old if isinstance(e, str)] if isinstance(old, list) else []
+        self.write_run_meta({"status": "abandoned", "errors": [*errors, why],
+                             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        return True
+
     def write_env(self, name: str, content: str | Json | list[object]) -> Path:
         """``env/<name>``: a dict or list as JSON, a string as text."""
         if not _ENV_NAME_RE.match(name or ""):
@@ -236,18 +249,3 @@ class RunDir:
 def create_run_dir(root: Path, rig: str, pair_key: str, kind: str, run_id: str | None) -> RunWriter:
     """``<root>/<run-id>/`` with a first ``run.json`` (status ``running``)."""
     return RunDir.create(root, rig, pair_key, kind, run_id)
-
-
-def mark_abandoned(run_dir: Path, why: str) -> bool:
-    """``run.json`` of a run whose process died mid-campaign (an xdist worker killed): ``running`` becomes
-    ``abandoned`` with the cause, so no reader takes it for a run still going. Its files are kept as they are.
-    False when the run is not ``running`` (finished, failed or interrupted runs say so themselves)."""
-    rd = RunDir(Path(run_dir))
-    current = rd._meta()
-    if current.get("status") != "running":
-        return False
-    old = current.get("errors")
-    errors = [e for e in old if isinstance(e, str)] if isinstance(old, list) else []
-    rd.write_run_meta({"status": "abandoned", "errors": [*errors, why],
-                       "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-    return True

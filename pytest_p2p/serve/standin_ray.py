@@ -35,7 +35,7 @@ def _net(env: Mapping[str, str], host: str, no_peermem: set[str]) -> tuple[str, 
 def ray_worker_lines(stages: int, env: Mapping[str, str], pid: int, version: str) -> list[str]:
     """The NCCL lines of ``stages`` workers (one GPU each) in one pipeline ring, merged as the driver prints them."""
     hosts = [h.strip() for h in env.get(HOSTS_ENV, "").split(",") if h.strip()]
-    hosts = (hosts or ["node-a", "node-b"])
+    hosts = hosts or ["node-a", "node-b"]
     hosts = [hosts[min(r, len(hosts) - 1)] for r in range(stages)]
     no_peermem = {h.strip() for h in env.get(NO_PEERMEM_ENV, "").split(",") if h.strip()}
     nodes = list(dict.fromkeys(hosts))
