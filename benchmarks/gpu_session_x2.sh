@@ -4,6 +4,8 @@
 #   bash benchmarks/gpu_session_x2.sh stage K        # calls 1..8, each carrying .vwK: vLLM 0.24 (../shared/vllm);
 #                                                    # the first also carries .whl (project + deps): it installs them
 #   bash benchmarks/gpu_session_x2.sh launch STEP... # the queue, detached (steps below, in the order given)
+#   bash benchmarks/gpu_session_x2.sh lane NAME A,B STEP...  # a queue of its own on GPUs A,B (4-GPU machines:
+#                                                    # one lane per pair, e.g. lane a 0,1 ... and lane b 2,3 ...)
 #   bash benchmarks/gpu_session_x2.sh status         # where it is (a call every < 30 s keeps the machine)
 #   bash benchmarks/gpu_session_x2.sh collect        # results under $OUT
 #
@@ -15,6 +17,10 @@
 #   windows   a resident 7B-shape campaign, 2 starts x 6 window pairs at c16/c64, then
 #             benchmarks/window_noise.py: the window-pair spread of both throughput metrics (issue 24) ~18
 #   heartbeat benchmarks/heartbeat_gpu.py: the evidence and probe phases' progress lines (issue 26)      ~1
+#   waitvllm  waits (<= 15 min) until vLLM imports: lets a lane start before the last stage call
+#   campaign2 the resident 7B campaign with parallel starts (rig-set KV cache), 3 starts x 3 window pairs of
+#             10 s at c16/c64, then window_noise.py and campaign_compact.py (issue 24)                    ~15
+# Steps run on the lane's pair ($PAIR, default 0,1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 W=/tmp/g2
@@ -23,35 +29,52 @@ export PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_
 
 say() { echo "[$(date -u +%T)] $*" | tee -a "$W/queue.log"; }
 
-windows_rig() {  # the 7B rig of fixtures/rigs, resident, a fixed design of 2 starts x 6 window pairs
-  python3 - "$W" <<'EOF'
+windows_rig() {  # the 7B rig of fixtures/rigs on $PAIR; $1: the design (windows: 2 x 6 of 12 s; campaign2: parallel)
+  python3 - "$W" "${PAIR:-0,1}" "${1:-windows}" <<'EOF'
 import sys, yaml
-w = sys.argv[1]
+w, pair, design = sys.argv[1], [int(g) for g in sys.argv[2].split(",")], sys.argv[3]
 rig = yaml.safe_load(open(f"{w}/proj/fixtures/rigs/nvlink-pair-vllm-7b.yaml"))
-rig["rig"] = "window-noise"
-rig["campaign"].update({"residency": "resident", "starts": 2, "windows": 6, "window_s": 12, "max_starts": None,
-                        "max_time_s": None})
+rig["rig"] = "window-noise" if design == "windows" else "nvlink-pair-vllm-7b-parallel"
+rig["pairs"] = [pair]
+if design == "windows":
+    rig["campaign"].update({"residency": "resident", "starts": 2, "windows": 6, "window_s": 12, "max_starts": None,
+                            "max_time_s": None})
+else:  # both arms' servers start at once; the KV cache is set by the rig, so every start is parallel
+    rig["campaign"].update({"residency": "resident", "start_mode": "parallel", "starts": 3, "windows": 3,
+                            "window_s": 10, "max_starts": None, "max_time_s": None})
+    rig["server"]["args"]["kv-cache-memory-bytes"] = 16 * 2**30
 rig["server"].setdefault("env", {})["VLLM_CACHE_ROOT"] = f"{w}/vllm-cache"
-yaml.safe_dump(rig, open(f"{w}/rig_windows.yaml", "w"), sort_keys=False)
+yaml.safe_dump(rig, open(f"{w}/rig_{design}.yaml", "w"), sort_keys=False)
 EOF
 }
 
 step() {
   local P=$W/proj
   case "$1" in
-    faults) (cd $P && OUT=$W/faults timeout 1500 python3 benchmarks/gpu_faults.py --vllm --trials 3 > $W/faults.txt 2>&1);;
-    repeat) (cd $W && timeout 1200 python3 $P/benchmarks/probe_uplift_repeat.py --runs 20 --pair 0,1 --max-s 1000 \
-               --out $W/repeat > $W/repeat.txt 2>&1);;
+    faults) (cd $P && OUT=$W/faults GPU_FAULTS_PAIR=${PAIR:-0,1} timeout 1500 python3 benchmarks/gpu_faults.py --vllm \
+               --trials 3 > $W/faults.txt 2>&1);;
+    repeat) local r=repeat_$(date +%s)  # a lane may repeat this step (REPEAT_MAX_S caps each)
+            (cd $W && timeout 1200 python3 $P/benchmarks/probe_uplift_repeat.py --runs 20 --pair ${PAIR:-0,1} \
+               --max-s ${REPEAT_MAX_S:-1000} --out $W/$r > $W/$r.txt 2>&1; cat $W/$r.txt >> $W/repeat.txt);;
     nccltests) (cd $P && timeout 900 python3 benchmarks/probe_vs_nccl_tests.py --nccl-tests-src $W/nccltests \
                --rounds 4 --out $W/pvn > $W/pvn.txt 2>&1);;
-    ray) (cd $P && timeout 300 python3 benchmarks/multinode_gpu.py --out $W/multinode > $W/multinode.txt 2>&1);;
+    ray) (cd $P && MULTINODE_GPUS=${PAIR:-0,1} timeout 300 python3 benchmarks/multinode_gpu.py --out $W/multinode > $W/multinode.txt 2>&1);;
     windows)
       [ -f /tmp/m7b/config.json ] || python3 -m pytest_p2p.serve.tinymodel /tmp/m7b --hidden 4096 --layers 32 \
         --heads 32 --kv-heads 8 > $W/model.log 2>&1
-      windows_rig
+      windows_rig windows
       (cd $W && timeout 1800 python3 -m pytest -m p2p --pyargs pytest_p2p.checks.test_campaign --p2p-live \
          --p2p-rig $W/rig_windows.yaml --p2p-results $W/res_windows -rs -q -p no:cacheprovider > $W/windows.txt 2>&1)
       python3 $P/benchmarks/window_noise.py $W/res_windows/*/ >> $W/windows.txt 2>&1;;
+    waitvllm) for _ in $(seq 180); do python3 -c "import vllm" 2>/dev/null && break; sleep 5; done;;
+    campaign2)
+      [ -f /tmp/m7b/config.json ] || python3 -m pytest_p2p.serve.tinymodel /tmp/m7b --hidden 4096 --layers 32 \
+        --heads 32 --kv-heads 8 > $W/model.log 2>&1
+      windows_rig campaign2
+      (cd $W && timeout 1500 python3 -m pytest -m p2p --pyargs pytest_p2p.checks.test_campaign --p2p-live \
+         --p2p-rig $W/rig_campaign2.yaml --p2p-results $W/res_campaign2 -rs -q -p no:cacheprovider > $W/campaign2.txt 2>&1)
+      python3 $P/benchmarks/window_noise.py $W/res_campaign2/*/ >> $W/campaign2.txt 2>&1
+      python3 $P/benchmarks/campaign_compact.py $W/res_campaign2/*/ --out $W/campaign2_compact.json >> $W/campaign2.txt 2>&1;;
     heartbeat) (cd $P && timeout 300 python3 benchmarks/heartbeat_gpu.py > $W/heartbeat.txt 2>&1);;
     *) say "unknown step $1";;
   esac
@@ -75,19 +98,29 @@ case "${1:-status}" in
     echo "$*" > $W/steps
     setsid nohup bash $W/proj/benchmarks/gpu_session_x2.sh _queue > $W/queue.out 2>&1 < /dev/null & disown
     echo "queue launched: $*";;
+  lane)  # lane NAME A,B STEP...: a queue of its own on one pair (the copy of the project is shared)
+    name=$2 pair=$3; shift 3
+    mkdir -p $W/proj && [ -f $W/proj/pyproject.toml ] || tar --exclude='./.vw*' --exclude='./.rw*' --exclude='./.git' \
+      --exclude='./.whl' --exclude='./.nccltests' -cf - . | tar -C $W/proj -xf -
+    [ -d .nccltests ] && [ ! -d $W/nccltests ] && cp -r .nccltests $W/nccltests
+    echo "$*" > $W/steps_$name
+    PAIR=$pair setsid nohup bash $W/proj/benchmarks/gpu_session_x2.sh _queue $name > $W/queue_$name.out 2>&1 \
+      < /dev/null & disown
+    echo "lane $name on GPUs $pair launched: $*";;
   _queue)
-    for s in $(cat $W/steps); do say "step $s starts"; step "$s"; say "step $s done"; done
-    say "queue done";;
+    for s in $(cat $W/steps${2:+_$2}); do say "${2:+[$2] }step $s starts"; step "$s"; say "${2:+[$2] }step $s done"; done
+    say "${2:+[$2] }queue done";;
   status)
     tail -n 6 $W/queue.log 2>/dev/null
-    for f in faults.txt repeat.txt pvn.txt multinode.txt windows.txt heartbeat.txt; do
+    for f in faults.txt repeat.txt pvn.txt multinode.txt windows.txt campaign2.txt heartbeat.txt; do
       [ -f "$W/$f" ] && echo "-- $f: $(tail -c 300 $W/$f | tr '\r' '\n' | grep -v '^$' | tail -1)"
     done
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader;;
   collect)
     mkdir -p "$OUT"
     tar -C $W -czf "$OUT/x2_logs.tgz" --exclude='proj' --exclude='nccltests' --exclude='vllm-cache' \
-      --exclude='*/scenarios/*/run_*.json' queue.log faults.txt faults repeat.txt repeat/runs.json pvn.txt \
-      multinode.txt multinode windows.txt rig_windows.yaml res_windows heartbeat.txt 2>/dev/null
+      --exclude='*/scenarios/*/run_*.json' queue.log faults.txt faults repeat.txt repeat_* pvn.txt \
+      multinode.txt multinode windows.txt rig_windows.yaml res_windows heartbeat.txt campaign2.txt rig_campaign2.yaml \
+      campaign2_compact.json res_campaign2 queue_*.out 2>/dev/null
     ls -la "$OUT";;
 esac
