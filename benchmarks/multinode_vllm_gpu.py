@@ -182,7 +182,7 @@ DIAGNOSES: tuple[tuple[str, str], ...] = (
     (r"ActorDiedError|The actor died|RayWorkerProc failed|RayActorError",
      "a Ray worker died: its own lines, prefixed (RayWorkerProc pid=...), are in the server log"),
     (r"Address already in use", "a port is taken (a leftover server or Ray process?)"),
-    (r"not ready (?:in|after)|timed out|did not become ready",
+    (r"not ready (?:in|after|within)|timed out|did not become ready",
      "the server was not ready in time: see the last lines of its log"),
 )
 
