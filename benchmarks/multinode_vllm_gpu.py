@@ -6,8 +6,11 @@
 Per arm (``socket``: NCCL forced onto ``NET/Socket`` over ``lo``; ``p2p_on``: ``P2P`` between the GPUs):
 
 1. a local Ray cluster of two nodes (``ray.cluster_utils.Cluster``: a head and one more raylet), each started
-   with ``CUDA_VISIBLE_DEVICES=<its one GPU>``, ``--num-gpus 1``, the resource ``p2p_host:node-a|b`` and the
-   arm's NCCL variables (``serve.multinode.ray_server_env``'s advice: a raylet's environment is its workers');
+   with ``--num-gpus 1``, the resource ``p2p_host:node-a|b``, the arm's NCCL variables
+   (``serve.multinode.ray_server_env``'s advice: a raylet's environment is its workers') and
+   ``CUDA_VISIBLE_DEVICES``: ``socket`` its one GPU (as on separate machines); ``p2p_on`` its GPU first, then the
+   other's (``--visible``): a process that cannot see the peer GPU cannot open a P2P path to it, so NCCL would
+   fall back (SHM) and the arm would only prove the isolation;
 2. ``vllm serve`` through the plugin's own path (``ray_server_config``, ``ray_server_env``, ``serve.server.launch``):
    ``--distributed-executor-backend ray``, TP 2, ``--load-format dummy``, ``--enforce-eager``,
    ``--disable-custom-all-reduce``, FLASH_ATTN, a tiny Llama (``python3 -m pytest_p2p.serve.tinymodel``);
@@ -93,10 +96,12 @@ MARK = "MULTINODE_VLLM"
 HOSTS = ("node-a", "node-b")
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 VLLM_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
-# per arm: the preset, what the crossing must show, the variables added on top of the preset (raylets and driver)
-ARMS: dict[str, tuple[str, str, dict[str, str]]] = {
-    "socket": ("socket", "NET/Socket", {"NCCL_SOCKET_IFNAME": "lo"}),
-    "p2p_on": ("p2p_on", "P2P", {}),
+# per arm: the preset, what the crossing must show, the variables added on top of the preset (raylets and driver),
+# and what each raylet's CUDA_VISIBLE_DEVICES shows: "own" (its GPU only, as on separate machines) or "peer" (its
+# GPU first, then the other's: Ray still takes only the first, and NCCL can reach the peer for P2P)
+ARMS: dict[str, tuple[str, str, dict[str, str], str]] = {
+    "socket": ("socket", "NET/Socket", {"NCCL_SOCKET_IFNAME": "lo"}, "own"),
+    "p2p_on": ("p2p_on", "P2P", {}, "peer"),
 }
 WORKER_CLASSES = ("RayWorkerProc", "RayWorkerWrapper")  # vLLM 0.24's V2 and V1 executors' actor classes
 
@@ -111,6 +116,7 @@ class Args:
     arms: tuple[str, ...]
     standin: bool
     executor: str
+    visible: str
     model_dir: Path | None
     concurrency: int
     num_prompts: int
@@ -129,6 +135,9 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     ap.add_argument("--standin", action="store_true", help="the SIMULATED stand-in server instead of vLLM (no GPU): "
                     "its Ray executor prints every worker's NCCL lines; the Ray cluster is real")
     ap.add_argument("--executor", choices=("v2", "v1"), default="v2", help="vLLM's Ray executor (v2: 0.24's default)")
+    ap.add_argument("--visible", choices=("auto", "own", "peer"), default="auto",
+                    help="each raylet's CUDA_VISIBLE_DEVICES: its GPU only (own), its GPU then the other's (peer), "
+                    "or per arm (auto: socket own, p2p_on peer)")
     ap.add_argument("--model-dir", default=None, help="a tiny Llama (default: made under --out)")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--num-prompts", type=int, default=16)
@@ -147,7 +156,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
             ap.error(f"{name}: at least 1, got {value}")
     if a.startup_timeout <= 0 or a.budget <= a.startup_timeout:
         ap.error(f"--budget ({a.budget} s) must exceed --startup-timeout ({a.startup_timeout} s), both positive")
-    return Args(Path(a.out), (int(gpus[0]), int(gpus[1])), arms, a.standin, a.executor,
+    return Args(Path(a.out), (int(gpus[0]), int(gpus[1])), arms, a.standin, a.executor, a.visible,
                 Path(a.model_dir) if a.model_dir else None, a.concurrency, a.num_prompts, a.startup_timeout, a.budget)
 
 
@@ -269,6 +278,7 @@ def proof_lines(proof: CrossingProof) -> list[str]:
 class ArmResult:
     arm: str
     expect: str
+    visible: str = "own"
     ready_s: float | None = None
     load: dict[str, object] = field(default_factory=dict)
     placement: list[str] = field(default_factory=list)
@@ -410,16 +420,21 @@ class RayNodes:
         self.cluster: Cluster | None = None
         self.address = ""
 
-    def start(self, env: Mapping[str, str], per_node_env: Sequence[Mapping[str, str]]) -> None:
-        """Head and second raylet, each with its one GPU and ``env``; registered first, so the watchdog can kill."""
+    def start(self, env: Mapping[str, str], per_node_env: Sequence[Mapping[str, str]], visible: str = "own") -> None:
+        """Head and second raylet, each with its one GPU and ``env``; registered first, so the watchdog can kill.
+
+        ``visible="peer"``: raylet A sees ``a,b`` and B ``b,a`` with ``--num-gpus 1``; Ray takes the first id
+        of each list (checked with Ray 2.60), so the workers still own one GPU each, and see the other one.
+        """
         from ray.cluster_utils import Cluster
 
         saved = dict(os.environ)
         try:
             for i, gpu in enumerate(self.gpus):
+                shown = [gpu] if visible == "own" else [gpu, self.gpus[1 - i]]
                 os.environ.clear()
-                os.environ.update({**saved, **env, "CUDA_VISIBLE_DEVICES": str(gpu), "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                                   **per_node_env[i]})
+                os.environ.update({**saved, **env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, shown)),
+                                   "CUDA_DEVICE_ORDER": "PCI_BUS_ID", **per_node_env[i]})
                 args = {"num_cpus": 2, "num_gpus": 1, "resources": {f"p2p_host:{HOSTS[i]}": 1}}
                 if i == 0:
                     self.cluster = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
@@ -462,9 +477,16 @@ class RayNodes:
 
         names = self.node_names()
         out = {}
-        for info in state.actors().values():
-            if info.get("ActorClassName") in WORKER_CLASSES and info.get("State") == "ALIVE":
-                out[int(info["Pid"])] = names.get(info["Address"]["NodeID"], info["Address"]["NodeID"][:12])
+        try:
+            table = state.actors()
+        except Exception as exc:  # noqa: BLE001 - a private API: placement then falls back to the GPUs used
+            print(f"  Ray's actor table unreadable ({type(exc).__name__}: {exc}): workers placed by their GPU")
+            return {}
+        for info in table.values():
+            cls = str(info.get("ActorClassName", "")).rsplit(".", 1)[-1]
+            if cls in WORKER_CLASSES and info.get("State") == "ALIVE":
+                node = str(info.get("Address", {}).get("NodeID", "?"))
+                out[int(info["Pid"])] = names.get(node, node[:12])
         self.seen |= set(out)
         self._record()
         return out
@@ -541,9 +563,10 @@ def run_arm(args: Args, arm_name: str, model_dir: Path, steps: Steps, state: dic
     from pytest_p2p.serve.server import gpu_usage, launch
     from pytest_p2p.serve.standin_ray import HOSTS_ENV
 
-    preset, expect, extra = ARMS[arm_name]
+    preset, expect, extra, arm_visible = ARMS[arm_name]
+    visible = arm_visible if args.visible == "auto" else args.visible
     arm = PRESETS[preset]
-    res = ArmResult(arm_name, expect)
+    res = ArmResult(arm_name, expect, visible=visible)
     t0 = time.monotonic()
     out = args.out / arm_name
     out.mkdir(parents=True, exist_ok=True)
@@ -557,11 +580,12 @@ def run_arm(args: Args, arm_name: str, model_dir: Path, steps: Steps, state: dic
     try:
         with steps.step(f"{arm_name}: start two Ray nodes", 90):
             nodes = state["nodes"] = RayNodes(args.gpus)
-            nodes.start({**arm_env, **executor, **({} if args.standin else VLLM_ENV)}, nodes_env)
+            nodes.start({**arm_env, **executor, **({} if args.standin else VLLM_ENV)}, nodes_env, visible)
             print(f"  ray {nodes.ray.__version__} at {nodes.address}: "
                   + ", ".join(f"{h} = {nid[:12]}" for nid, h in sorted(nodes.node_names().items(), key=lambda x: x[1]))
-                  + f"; raylet {HOSTS[0]} CUDA_VISIBLE_DEVICES={args.gpus[0]}, {HOSTS[1]} "
-                  f"CUDA_VISIBLE_DEVICES={args.gpus[1]}", flush=True)
+                  + f"; CUDA_VISIBLE_DEVICES ({visible}): " + ", ".join(
+                      f"{h}={g}" + (f",{args.gpus[1 - i]}" if visible == "peer" else "")
+                      for i, (h, g) in enumerate(zip(HOSTS, args.gpus, strict=True))), flush=True)
         config = server_config(args, model_dir)
         env = {**ray_server_env(nodes.address, arm_env), **executor, **nodes_env[0],
                **({HOSTS_ENV: ",".join(HOSTS) if expect.startswith("NET") else f"{socket.gethostname()}," * 2}

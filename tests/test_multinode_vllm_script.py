@@ -48,6 +48,7 @@ def test_gpus_come_from_multinode_gpus_and_out_from_OUT(mv: ModuleType, tmp_path
     b = mv.parse_args(["--gpus", "0,1", "--arms", "socket", "--out", "x", "--executor", "v1"],
                       {"MULTINODE_GPUS": "2,3"})
     assert (b.gpus, b.arms, b.out, b.executor) == ((0, 1), ("socket",), Path("x"), "v1")
+    assert a.visible == "auto" and mv.parse_args(["--visible", "peer"], {}).visible == "peer"
 
 
 @pytest.mark.parametrize(("argv", "env", "named"), [
@@ -227,3 +228,39 @@ def test_a_server_that_never_gets_ready_fails_with_a_diagnosis_and_leaves_nothin
     assert "not ready in time" in last
     (arm,) = s["arms"]  # type: ignore[misc]
     assert arm["leftovers"] == [] and "leftovers: none" in out
+
+
+@pytest.mark.multinode
+@pytest.mark.parametrize(("visible", "envs"), [("own", ["2", "3"]), ("peer", ["2,3", "3,2"])])
+def test_each_raylet_gives_its_worker_its_own_gpu_and_the_actor_table_places_it(
+        mv: ModuleType, visible: str, envs: list[str]) -> None:
+    # vLLM's workers: num_gpus=1 in a PACK placement group, Ray leaving CUDA_VISIBLE_DEVICES as the raylet's
+    ray = pytest.importorskip("ray", reason="Ray is the [multinode] extra")
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from pytest_p2p import signals
+
+    @ray.remote(num_gpus=1, num_cpus=0, runtime_env={"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}})
+    class RayWorkerProc:
+        def info(self) -> tuple[int, list[str], str | None]:
+            return os.getpid(), ray.get_runtime_context().get_accelerator_ids()["GPU"], \
+                os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    with signals.kept():
+        nodes = mv.RayNodes((2, 3))
+        try:
+            nodes.start({}, [{}, {}], visible)
+            pg = ray.util.placement_group([{"GPU": 1}, {"GPU": 1}], strategy="PACK")
+            ray.get(pg.ready(), timeout=60)
+            workers = [RayWorkerProc.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=pg, placement_group_bundle_index=i)).remote() for i in range(2)]
+            infos = ray.get([w.info.remote() for w in workers], timeout=60)
+            placed = nodes.workers()
+        finally:
+            nodes.shutdown()
+    by_gpu = {ids[0]: (pid, env) for pid, ids, env in infos}
+    assert sorted(by_gpu) == ["2", "3"]  # one GPU each, never both on one
+    assert [by_gpu["2"][1], by_gpu["3"][1]] == envs
+    assert {placed[by_gpu["2"][0]], placed[by_gpu["3"][0]]} == {"node-a", "node-b"}
+    assert placed[by_gpu["2"][0]] == "node-a"  # GPU 2's raylet is node-a
+    assert mv.leftovers(nodes.seen, [], set()) == []
