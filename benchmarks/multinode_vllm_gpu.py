@@ -458,7 +458,7 @@ class RayNodes:
                 continue
             for infos in node.all_processes.values():
                 for info in infos:
-                    if info.process is not None:
+                    if info.process is not None and info.process.pid not in self.roots:
                         self.roots.append(info.process.pid)
         self.seen |= set(self.roots) | children_of(self.roots)
 
