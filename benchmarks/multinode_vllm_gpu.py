@@ -91,6 +91,7 @@ if str(ROOT) not in sys.path:
 from pytest_p2p.errors import P2PError  # noqa: E402
 from pytest_p2p.probes.arms import PRESETS  # noqa: E402
 from pytest_p2p.probes.netproof import CrossingProof, ProcessLog, prove_crossing, split_by_process  # noqa: E402
+from pytest_p2p.serve.procs import cmdline, proc_state, stat_fields  # noqa: E402
 
 MARK = "MULTINODE_VLLM"
 HOSTS = ("node-a", "node-b")
@@ -332,10 +333,9 @@ def children_of(pids: Sequence[int]) -> set[int]:
     """Every live descendant of ``pids`` (a /proc scan of parent pids)."""
     parent: dict[int, int] = {}
     for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                stat = (d / "stat").read_text()
-                parent[int(d.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+        fields = stat_fields(int(d.name)) if d.name.isdigit() else None
+        if fields is not None and len(fields) > 1:
+            parent[int(d.name)] = int(fields[1])
     found: set[int] = set()
     frontier = set(pids)
     while frontier:
@@ -345,18 +345,12 @@ def children_of(pids: Sequence[int]) -> set[int]:
 
 
 def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    st = proc_state(pid)
+    return st is not None and st[0] not in ("Z", "X")
 
 
 def cmd_of(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:90].strip()
-    except OSError:
-        return "?"
+    return cmdline(pid, 90)
 
 
 class StepTimeout(Exception):

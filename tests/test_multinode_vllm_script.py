@@ -3,15 +3,15 @@ the SIMULATED stand-in on a real two-node Ray cluster of this host (marked ``mul
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
+import runpy
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
+from types import SimpleNamespace
 
 import pytest
 
@@ -24,13 +24,9 @@ SCRIPT = ROOT / "benchmarks" / "multinode_vllm_gpu.py"
 
 
 @pytest.fixture(scope="module")
-def mv() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("multinode_vllm_gpu_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+def mv() -> SimpleNamespace:
+    """The script's functions (run_path keeps it in sys.modules while it runs: its dataclasses look it up there)."""
+    return SimpleNamespace(**runpy.run_path(str(SCRIPT), run_name="multinode_vllm_gpu_under_test"))
 
 
 def _worker_log(hosts: str, env: dict[str, str] | None = None, pid: int = 500) -> str:
@@ -41,7 +37,7 @@ def _worker_log(hosts: str, env: dict[str, str] | None = None, pid: int = 500) -
 # ----------------------------------------------------------------------------- arguments
 
 
-def test_gpus_come_from_multinode_gpus_and_out_from_OUT(mv: ModuleType, tmp_path: Path) -> None:
+def test_gpus_come_from_multinode_gpus_and_out_from_OUT(mv: SimpleNamespace, tmp_path: Path) -> None:
     a = mv.parse_args([], {"MULTINODE_GPUS": "2,3", "OUT": str(tmp_path)})
     assert a.gpus == (2, 3) and a.out == tmp_path / "multinode_vllm"
     assert a.arms == ("socket", "p2p_on") and a.executor == "v2" and not a.standin
@@ -60,7 +56,7 @@ def test_gpus_come_from_multinode_gpus_and_out_from_OUT(mv: ModuleType, tmp_path
     (["--budget", "100", "--startup-timeout", "120"], {}, "--budget"),
     (["--concurrency", "0"], {}, "--concurrency"),
 ])
-def test_a_bad_argument_exits_2_naming_it(mv: ModuleType, argv: list[str], env: dict[str, str], named: str,
+def test_a_bad_argument_exits_2_naming_it(mv: SimpleNamespace, argv: list[str], env: dict[str, str], named: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         mv.parse_args(argv, env)
@@ -89,15 +85,15 @@ def test_a_bad_argument_exits_2_naming_it(mv: ModuleType, argv: list[str], env: 
     ("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task", "a Ray worker died"),
     ("ServerError: arm socket: server not ready in 180 s", "not ready in time"),
 ])
-def test_known_failures_get_one_line_saying_what_to_do(mv: ModuleType, text: str, says: str) -> None:
+def test_known_failures_get_one_line_saying_what_to_do(mv: SimpleNamespace, text: str, says: str) -> None:
     assert says in mv.diagnose(text)
 
 
-def test_an_unknown_failure_gets_no_made_up_diagnosis(mv: ModuleType) -> None:
+def test_an_unknown_failure_gets_no_made_up_diagnosis(mv: SimpleNamespace) -> None:
     assert mv.diagnose("INFO all good\nsomething else went wrong") is None
 
 
-def test_the_most_specific_diagnosis_wins_over_the_generic_nccl_warn(mv: ModuleType) -> None:
+def test_the_most_specific_diagnosis_wins_over_the_generic_nccl_warn(mv: SimpleNamespace) -> None:
     text = "h:1:1 [0] NCCL WARN socketConnect failed\nh:1:1 [0] NCCL WARN Duplicate GPU detected : rank 1 and rank 0"
     assert "one CUDA_VISIBLE_DEVICES each" in mv.diagnose(text)
 
@@ -105,7 +101,7 @@ def test_the_most_specific_diagnosis_wins_over_the_generic_nccl_warn(mv: ModuleT
 # ----------------------------------------------------------------------------- placement and proof
 
 
-def test_the_actor_table_places_each_worker_on_its_ray_node(mv: ModuleType) -> None:
+def test_the_actor_table_places_each_worker_on_its_ray_node(mv: SimpleNamespace) -> None:
     host = "gpubox"
     logs = split_by_process(_worker_log(f"{host},{host}"), "server.log")  # real NCCL: one host for both workers
     pids = mv.process_pids(logs)
@@ -120,7 +116,7 @@ def test_the_actor_table_places_each_worker_on_its_ray_node(mv: ModuleType) -> N
     assert prove_crossing(placed, "P2P", world_size=2).outcome == "pass"
 
 
-def test_workers_on_one_gpu_are_not_placed_by_gpu_and_fail_the_placement(mv: ModuleType) -> None:
+def test_workers_on_one_gpu_are_not_placed_by_gpu_and_fail_the_placement(mv: SimpleNamespace) -> None:
     logs = split_by_process(_worker_log("gpubox,gpubox").replace("nvmlDev 1", "nvmlDev 0"), "server.log")
     placed, how = mv.placed(logs, {}, {0: "node-a", 1: "node-b"})
     assert [p.node for p in placed] == ["gpubox", "gpubox"] and all("NCCL host prefix" in h for h in how)
@@ -129,14 +125,14 @@ def test_workers_on_one_gpu_are_not_placed_by_gpu_and_fail_the_placement(mv: Mod
     assert any("expected one each of [0, 1]" in p for p in problems)
 
 
-def test_placement_needs_every_worker_and_the_stand_in_skips_the_gpu_check(mv: ModuleType) -> None:
+def test_placement_needs_every_worker_and_the_stand_in_skips_the_gpu_check(mv: SimpleNamespace) -> None:
     logs = split_by_process(_worker_log("node-a,node-b"), "server.log")  # stand-in: nvmlDev 0 on both "machines"
     assert mv.placement_problems(logs, (0, 1), 2, check_gpus=False) == []
     assert mv.placement_problems(logs, (0, 1), 2) != []
     assert "1 worker log(s)" in mv.placement_problems(logs[:1], (0, 1), 2)[0]
 
 
-def _result(mv: ModuleType, expect: str, hosts: str, env: dict[str, str], completed: int = 16) -> tuple[
+def _result(mv: SimpleNamespace, expect: str, hosts: str, env: dict[str, str], completed: int = 16) -> tuple[
         object, object, object]:
     text = _worker_log(hosts, env)
     logs = split_by_process(text, "server.log")
@@ -146,7 +142,7 @@ def _result(mv: ModuleType, expect: str, hosts: str, env: dict[str, str], comple
     return res, proof, prove_crossing(placed, expect, world_size=2)
 
 
-def test_an_arm_passes_only_with_every_request_and_every_rank_proven(mv: ModuleType) -> None:
+def test_an_arm_passes_only_with_every_request_and_every_rank_proven(mv: SimpleNamespace) -> None:
     socket_env = {"NCCL_NET": "Socket", "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
     res, proof, placed = _result(mv, "NET/Socket", "node-a,node-b", socket_env)
     assert mv.arm_problems(res, proof, placed, 16) == []
@@ -163,7 +159,7 @@ def test_an_arm_passes_only_with_every_request_and_every_rank_proven(mv: ModuleT
     assert mv.arm_problems(res, proof, placed, 16) == ["left behind: pid 7 (raylet)"]
 
 
-def test_the_summary_is_json_and_the_last_line_says_ok_or_every_problem(mv: ModuleType, tmp_path: Path) -> None:
+def test_the_summary_is_json_and_the_last_line_says_ok_or_every_problem(mv: SimpleNamespace, tmp_path: Path) -> None:
     args = mv.parse_args(["--out", str(tmp_path)], {})
     res = mv.ArmResult("socket", "NET/Socket", ready_s=1.5, load={"completed": 16}, problems=["x"])
     s = json.loads(json.dumps(mv.summary(args, [res], ["socket: x"], {"wall_s": 3.0})))
@@ -181,7 +177,7 @@ def test_the_driver_prints_every_workers_lines_plain() -> None:
     assert len(split_by_process(coloured + coloured.replace("11", "12"), "s")) == 1  # why the colour must go
 
 
-def test_a_step_past_its_limit_raises_in_the_step(mv: ModuleType) -> None:
+def test_a_step_past_its_limit_raises_in_the_step(mv: SimpleNamespace) -> None:
     old = signal.getsignal(signal.SIGALRM)
     hard: list[str] = []
     steps = mv.Steps(600.0, hard.append)
@@ -233,7 +229,7 @@ def test_a_server_that_never_gets_ready_fails_with_a_diagnosis_and_leaves_nothin
 @pytest.mark.multinode
 @pytest.mark.parametrize(("visible", "envs"), [("own", ["2", "3"]), ("peer", ["2,3", "3,2"])])
 def test_each_raylet_gives_its_worker_its_own_gpu_and_the_actor_table_places_it(
-        mv: ModuleType, visible: str, envs: list[str]) -> None:
+        mv: SimpleNamespace, visible: str, envs: list[str]) -> None:
     # vLLM's workers: num_gpus=1 in a PACK placement group, Ray leaving CUDA_VISIBLE_DEVICES as the raylet's
     ray = pytest.importorskip("ray", reason="Ray is the [multinode] extra")
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
