@@ -260,3 +260,19 @@ def test_each_raylet_gives_its_worker_its_own_gpu_and_the_actor_table_places_it(
     assert {placed[by_gpu["2"][0]], placed[by_gpu["3"][0]]} == {"node-a", "node-b"}
     assert placed[by_gpu["2"][0]] == "node-a"  # GPU 2's raylet is node-a
     assert mv.leftovers(nodes.seen, [], set()) == []
+
+
+def test_past_the_budget_and_its_grace_the_watchdog_takes_over(mv: SimpleNamespace) -> None:
+    # the hard path for a step stuck where SIGALRM cannot reach (a C call): kill what was recorded, then exit
+    import threading
+
+    old = signal.getsignal(signal.SIGALRM)
+    called = threading.Event()
+    names: list[str] = []
+    steps = mv.Steps(0.5, lambda name: (names.append(name), called.set()), grace_s=0.0)
+    try:
+        assert called.wait(60)
+    finally:
+        steps.stop()
+        signal.signal(signal.SIGALRM, old)
+    assert names[0] == "start"
