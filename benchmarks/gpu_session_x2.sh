@@ -14,6 +14,8 @@
 #   repeat    the probe checks 20 times on GPUs 0-1 (issue 24 goal: 0 failures in 20)                    ~9
 #   nccltests our all-reduce against all_reduce_perf, both arms, 4 rounds (issue 24: <= 10 %)            ~3
 #   ray       two Ray nodes on one host, the all-reduce probe across them (issue 27; needs .rw1/.rw2)   ~1
+#   rayvllm   benchmarks/multinode_vllm_gpu.py: TP=2 vllm serve under Ray across the two nodes, arms
+#             socket and p2p_on, per-worker transport proof, nothing left (issue 27 item 4; .rw1/.rw2) ~5
 #   windows   a resident 7B-shape campaign, 2 starts x 6 window pairs at c16/c64, then
 #             benchmarks/window_noise.py: the window-pair spread of both throughput metrics (issue 24) ~18
 #   heartbeat benchmarks/heartbeat_gpu.py: the evidence and probe phases' progress lines (issue 26)      ~1
@@ -59,6 +61,8 @@ step() {
     nccltests) (cd $P && timeout 900 python3 benchmarks/probe_vs_nccl_tests.py --nccl-tests-src $W/nccltests \
                --rounds 4 --out $W/pvn > $W/pvn.txt 2>&1);;
     ray) (cd $P && MULTINODE_GPUS=${PAIR:-0,1} timeout 300 python3 benchmarks/multinode_gpu.py --out $W/multinode > $W/multinode.txt 2>&1);;
+    rayvllm) (cd $P && MULTINODE_GPUS=${PAIR:-0,1} timeout 420 python3 benchmarks/multinode_vllm_gpu.py \
+               --out $W/multinode_vllm > $W/multinode_vllm.txt 2>&1);;
     windows)
       [ -f /tmp/m7b/config.json ] || python3 -m pytest_p2p.serve.tinymodel /tmp/m7b --hidden 4096 --layers 32 \
         --heads 32 --kv-heads 8 > $W/model.log 2>&1
@@ -74,7 +78,8 @@ step() {
       (cd $W && timeout 1500 python3 -m pytest -m p2p --pyargs pytest_p2p.checks.test_campaign --p2p-live \
          --p2p-rig $W/rig_campaign2.yaml --p2p-results $W/res_campaign2 -rs -q -p no:cacheprovider > $W/campaign2.txt 2>&1)
       python3 $P/benchmarks/window_noise.py $W/res_campaign2/*/ >> $W/campaign2.txt 2>&1
-      python3 $P/benchmarks/campaign_compact.py $W/res_campaign2/*/ --out $W/campaign2_compact.json >> $W/campaign2.txt 2>&1;;
+      python3 $P/benchmarks/campaign_compact.py $W/res_campaign2/*/ --out $W/campaign2_compact.json >> $W/campaign2.txt 2>&1
+      python3 $P/benchmarks/campaign_time.py $W/res_campaign2/*/ --json $W/campaign2_time.json >> $W/campaign2.txt 2>&1;;
     heartbeat) (cd $P && timeout 300 python3 benchmarks/heartbeat_gpu.py > $W/heartbeat.txt 2>&1);;
     *) say "unknown step $1";;
   esac
@@ -112,15 +117,16 @@ case "${1:-status}" in
     say "${2:+[$2] }queue done";;
   status)
     tail -n 6 $W/queue.log 2>/dev/null
-    for f in faults.txt repeat.txt pvn.txt multinode.txt windows.txt campaign2.txt heartbeat.txt; do
+    for f in faults.txt repeat.txt pvn.txt multinode.txt multinode_vllm.txt windows.txt campaign2.txt heartbeat.txt; do
       [ -f "$W/$f" ] && echo "-- $f: $(tail -c 300 $W/$f | tr '\r' '\n' | grep -v '^$' | tail -1)"
     done
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader;;
   collect)
     mkdir -p "$OUT"
     tar -C $W -czf "$OUT/x2_logs.tgz" --exclude='proj' --exclude='nccltests' --exclude='vllm-cache' \
-      --exclude='*/scenarios/*/run_*.json' queue.log faults.txt faults repeat.txt repeat_* pvn.txt \
-      multinode.txt multinode windows.txt rig_windows.yaml res_windows heartbeat.txt campaign2.txt rig_campaign2.yaml \
-      campaign2_compact.json res_campaign2 queue_*.out 2>/dev/null
+      --exclude='*/scenarios/*/run_*.json' --exclude='multinode_vllm/tiny-model' queue.log faults.txt faults \
+      repeat.txt repeat_* pvn.txt multinode.txt multinode multinode_vllm.txt multinode_vllm windows.txt \
+      rig_windows.yaml res_windows heartbeat.txt campaign2.txt rig_campaign2.yaml campaign2_compact.json \
+      campaign2_time.json res_campaign2 queue_*.out 2>/dev/null
     ls -la "$OUT";;
 esac

@@ -4,6 +4,7 @@
 #   bash benchmarks/gpu_session_x4.sh launch    # first call (carry .whl .nccltests): install, copy, queue
 #   bash benchmarks/gpu_session_x4.sh status    # later calls: where the queue is (keeps the machine warm)
 #   bash benchmarks/gpu_session_x4.sh raystage 1|2  # calls carrying .rw1, then .rw2: Ray for the multinode step
+#   bash benchmarks/gpu_session_x4.sh rayvllm   # alone (< 7 min): vLLM TP=2 under Ray on GPUs 2-3 (needs vLLM, Ray)
 #   bash benchmarks/gpu_session_x4.sh collect   # results as a few files under $OUT
 #
 # The queue (each step bounded by `timeout`, its log under /tmp/gs):
@@ -13,7 +14,7 @@
 #   4. the probe checks 10x on GPUs 0-1 and 10x on 2-3 at once (issue 24 goal: 0 failures in 20), the
 #      project's suite (hermetic) beside them on the CPUs
 #   5. our all-reduce against all_reduce_perf on 0-1 (issue 24), GPU faults then Ray's two nodes on 2-3
-#      (issues 30 and 27), then the tests marked gpu
+#      (issues 30 and 27: the probe, then vLLM TP=2 under Ray when vLLM is there), then the tests marked gpu
 set -uo pipefail
 cd "$(dirname "$0")/.."
 W=/tmp/gs
@@ -51,6 +52,13 @@ main_job() {  # $1 = name, then pytest args; the rig owner's command, from a dir
     --p2p-results "$W/$name/results" --junitxml "$W/$name/junit.xml" "$@" > "$W/$name/log.txt" 2>&1
   echo "exit $?" >> "$W/$name/log.txt"
   cd - > /dev/null
+}
+
+rayvllm() {  # issue 27 item 4: vllm serve TP=2 under Ray across two Ray nodes (GPUs 2-3), if Ray and vLLM are here
+  if python3 -c 'import ray, vllm' 2>/dev/null; then
+    (cd $W/proj && MULTINODE_GPUS=2,3 VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
+       timeout 420 python3 benchmarks/multinode_vllm_gpu.py --out $W/multinode_vllm > $W/multinode_vllm.txt 2>&1)
+  else echo "MULTINODE_VLLM FAIL: ray or vllm not importable (stage them first)" > $W/multinode_vllm.txt; fi
 }
 
 queue() {
@@ -103,7 +111,8 @@ queue() {
      --rounds 4 --out $W/pvn > $W/pvn.txt 2>&1) & local pv=$!
   (cd $P && GPU_FAULTS_PAIR=2,3 OUT=$W/faults timeout 420 python3 benchmarks/gpu_faults.py > $W/faults.txt 2>&1;
    if python3 -c 'import ray' 2>/dev/null; then MULTINODE_GPUS=2,3 timeout 300 python3 benchmarks/multinode_gpu.py \
-     --out $W/multinode > $W/multinode.txt 2>&1; else echo "ray not installed" > $W/multinode.txt; fi) & local fl=$!
+     --out $W/multinode > $W/multinode.txt 2>&1; else echo "ray not installed" > $W/multinode.txt; fi
+   rayvllm) & local fl=$!
   wait $pv $fl
   say "5 done: nccl-tests, faults, multinode"
   (cd $P && P2P_TEST_REAL_GPU=1 timeout 600 python3 -m pytest -q -p no:cacheprovider -m gpu -rs \
@@ -124,6 +133,10 @@ case "${1:-status}" in
     setsid nohup bash "$W/proj/benchmarks/gpu_session_x4.sh" _queue > $W/queue.out 2>&1 < /dev/null & disown
     echo "queue launched";;
   _queue) queue;;
+  rayvllm) mkdir -p $W/proj && [ -f $W/t0 ] || date +%s > $W/t0
+    tar --exclude='./.vw*' --exclude='./.rw*' --exclude='./.git' --exclude='./.whl' --exclude='./.nccltests' -cf - . \
+      | tar -C $W/proj -xf -
+    rayvllm; tail -n 3 $W/multinode_vllm.txt;;
   endgame)  # a short device budget: after step 3, steps 4-5 in less time (runs detached, from the private copy)
     cp "$0" $W/proj/benchmarks/gpu_session_x4.sh
     setsid nohup bash $W/proj/benchmarks/gpu_session_x4.sh _endgame > $W/endgame.out 2>&1 < /dev/null & disown
@@ -156,7 +169,7 @@ case "${1:-status}" in
   status)
     tail -n 12 $W/queue.log 2>/dev/null
     for f in n1/log.txt n4/log.txt kill/log.txt second_a/log.txt second_b/log.txt rep01.txt rep23.txt pvn.txt \
-             faults.txt multinode.txt suite.txt gputests.txt; do
+             faults.txt multinode.txt multinode_vllm.txt suite.txt gputests.txt; do
       [ -f "$W/$f" ] && echo "-- $f: $(tail -c 300 $W/$f | tr '\r' '\n' | grep -v '^$' | tail -1)"
     done
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader;;
@@ -164,10 +177,11 @@ case "${1:-status}" in
     mkdir -p "$OUT"
     cp $W/queue.log "$OUT/" 2>/dev/null
     tar -C $W -czf "$OUT/x4_logs.tgz" --exclude='nccltests' --exclude='proj' --exclude='*/results/*/scenarios/*/run_*.json' \
+      --exclude='multinode_vllm/tiny-model' \
       queue.log doctor.txt genconfig.txt rig_gen.yaml snapshot.txt topo.txt rig28.yaml rig_f.yaml booking_main.json \
       booking_main.txt booking_faults.json booking_faults.txt baseline_list.txt n1 n4 kill second_a second_b rep01.txt \
       rep23.txt rep01/runs.json rep23/runs.json pvn.txt pvn_build.log faults.txt faults multinode.txt multinode suite.txt \
-      gputests.txt 2>/dev/null
+      gputests.txt multinode_vllm.txt multinode_vllm 2>/dev/null
     cp $W/x4.snapshot.json "$OUT/" 2>/dev/null
     ls -la "$OUT";;
 esac

@@ -50,9 +50,13 @@ def ray_server_env(address: str | None, arm_env: Mapping[str, str]) -> dict[str,
     Ray workers inherit the environment of their node's raylet; which driver variables vLLM copies
     to them depends on its version. So start every node (``ray start``) with the arm's variables
     too — the per-rank proof names a worker whose ``NCCL_*`` differs, which is how a node started
-    without them shows. ``NCCL_DEBUG=INFO`` makes every worker print its connections.
+    without them shows. ``NCCL_DEBUG=INFO`` makes every worker print its connections. The driver
+    must print every worker's lines as they are: Ray by default folds lines that differ only in
+    numbers into one ``[repeated Nx across cluster]`` (rank 1's NCCL lines vanish behind rank 0's,
+    ``RAY_DEDUP_LOGS=0``) and wraps the ``(RayWorkerProc pid=…)`` prefix in colour codes that hide it
+    from the per-process split (``RAY_COLOR_PREFIX=0``).
     """
-    env = {"NCCL_DEBUG": "INFO", **arm_env}
+    env = {"NCCL_DEBUG": "INFO", "RAY_DEDUP_LOGS": "0", "RAY_COLOR_PREFIX": "0", **arm_env}
     if address:
         env["RAY_ADDRESS"] = address
     return env
