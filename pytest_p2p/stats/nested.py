@@ -209,11 +209,14 @@ def start_prior(past: Sequence[Blocks], *, higher_is_better: bool = True,
       ``d0`` df, fitted by moments of the nights' log variances) when they disagree (``d0`` below
       what pooling gives): a rig whose spread moves from night to night lends fewer df.
 
-    Minimums, by simulation (``benchmarks/verdict_prior.py``, docs/performance.md "Start spread
-    from history"): :data:`MIN_PRIOR_NIGHTS` nights — the moderated fit needs 3 variances, and a
-    spread seen on fewer nights cannot show whether it moves — and :data:`MIN_PRIOR_DF` df, below
-    which the t quantile gains little (t(0.995, 5) = 4.0 against 9.9 at 2 df) while the guard's F
-    test against a 3-df prior can refuse almost nothing.
+    Minimums (``benchmarks/verdict_prior.py``, docs/performance.md "Start spread from history"):
+    :data:`MIN_PRIOR_NIGHTS` nights — the moderated fit needs 3 variances, and a spread seen on
+    fewer nights cannot show whether it moves — and :data:`MIN_PRIOR_DF` df (t(0.995, 5) = 4.0
+    against 9.9 at 2 df: less buys little).  In the simulation 3 nights of 3 starts (6 df) already
+    hold the campaign's 1 % per kind when the nights share one spread (0.79-1.05 % mean over cells,
+    like 10 and 30 nights); more nights do *not* make a moved spread safe — at 30 nights the
+    rates with a night-to-night varying spread (1.2 %) or a grown one (2x: 7 %) are no better
+    than at 3 — so the minimum is set by what the fit needs, not raised for safety it cannot buy.
     """
     by_w = _night_spreads(past, higher_is_better)
     if not by_w:
@@ -335,9 +338,17 @@ def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = 
     * **the guard**: when ``s2 / s0^2`` is beyond the one-sided F test at :data:`GUARD_LEVEL`
       (``B - 1``, ``d0`` df), the prior is refused and tonight is judged on its own df — a rig
       whose noise grew must not be judged with last month's spread;
-    * **one start** is still inconclusive with a prior: the guard cannot look, and a start
-      spread 2-4x the history's then makes wrong verdicts of several per cent
-      (``benchmarks/verdict_prior.py``, the "1 start, prior alone" column).
+    * **one start** is still inconclusive with a prior: the guard cannot look.  Deciding one
+      start on the prior alone is as good as two when the spread held (0.7-0.9 % per kind), but
+      with a start sd 2x / 4x the history's it is wrong in 6-10 % / 23-30 % of campaigns, against
+      4-8 % / 7-15 % with 2-3 starts behind the guard (``benchmarks/verdict_prior.py``, table 1).
+
+    What the guard cannot do: with 2-3 starts its F test has 1-2 df, so it refuses only gross
+    changes (a 4x start sd in 46-72 % of campaigns, 2x in 19-32 %); a rig whose start spread
+    doubled is wrongly judged in 4-8 % of campaigns per kind.  The prior assumes the rig and
+    design of the nights it came from — the history that fills it must hold nights of the same
+    rig fingerprint only.  The guard's level (5 %) is table 3's trade: 10 % refuses twice the
+    honest nights (power at -10 % with 2 starts 95 -> 90 %) for 12.5 -> 11.5 % wrong at 4x.
 
     A prior of another design (window pairs per start) is ignored, and the reason says so.
     """
