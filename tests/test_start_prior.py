@@ -217,5 +217,6 @@ def test_a_campaign_given_a_prior_decides_with_it_and_says_so(tmp_path: Path) ->
     meta = json.loads((res.run_dir / "run.json").read_text())
     assert meta["decisions"]["c1"]["start_prior"]["df"] == 40.0
     plan = next(n for n in res.notes if n.startswith("plan: resident arms"))
-    assert "c1: with the start spread from 20 earlier nights (40 df)" in plan
+    assert "c1: +-2 % would take " in plan
+    assert "as on earlier nights (start spread from 20 earlier nights (40 df))" in plan
     assert "c2: the start spread from 9 earlier nights (18 df) is of 4 window pairs per start" in plan

@@ -173,7 +173,7 @@ def _prior_plan_text(priors: Mapping[str, StartPrior], points: list[str], window
                                    points=len(points))
         except StatsError:
             continue
-        parts.append(f"{p}: with the {prior.describe()}, +-{PLAN_TARGET * 100:.0f} % would take {plan.describe()}")
+        parts.append(f"{p}: +-{PLAN_TARGET * 100:.0f} % would take {plan.describe()}")
     return "".join(f"; {x}" for x in parts)
 
 
