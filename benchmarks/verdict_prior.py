@@ -310,18 +310,16 @@ def main() -> None:
                     help="the guard's one-sided level in the numpy rules (the package uses %(default)s)")
     args = ap.parse_args()
     GUARD, BH = args.guard, args.history_starts
+    started = time.time()
     rng = np.random.default_rng(args.seed)
-    t0 = time.time()
-    if GUARD == GUARD_LEVEL:
+    if GUARD == GUARD_LEVEL:  # the package's rule: check the numpy copy against it first
         fidelity(rng, 60 if args.quick else 300)
-    t = 500 if args.quick else args.trials
-    print(f"command: python benchmarks/verdict_prior.py --trials {args.trials} --seed {args.seed}"
-          f"{' --quick' if args.quick else ''}{f' --guard {GUARD:g}' if GUARD != GUARD_LEVEL else ''}"
-          f"{f' --history-starts {BH}' if BH != 3 else ''}")
-    table_errors(rng, t, args.quick)
-    table_time(rng, t)
-    table_guard(rng, t)
-    print(f"\nelapsed {time.time() - t0:.0f} s")
+    print("command: python benchmarks/verdict_prior.py " + " ".join(sys.argv[1:]))
+    trials = 500 if args.quick else args.trials
+    for table in (lambda: table_errors(rng, trials, args.quick), lambda: table_time(rng, trials),
+                  lambda: table_guard(rng, trials)):
+        table()
+    print(f"\nelapsed {time.time() - started:.0f} s")
 
 
 if __name__ == "__main__":
