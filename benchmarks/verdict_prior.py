@@ -214,12 +214,15 @@ def table_errors(rng: np.random.Generator, t: int, quick: bool) -> dict[str, flo
           "| refused | 1 start on the prior alone: wrong |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     worst: dict[str, float] = {}
+    groups: dict[tuple[str, int, int], list[dict[str, float]]] = {}
     for k in ks:
         for b in bs:
             for s_sd in (0.0, 0.01, 0.02):
                 for w_sd in (0.015, 0.035):
                     for kind in KINDS:
                         c = cell(rng, t, k, b, s_sd, w_sd, kind)
+                        if s_sd > 0 or kind in ("same", "varies"):  # 2x / 4x of a start sd of 0 is "same"
+                            groups.setdefault((kind, k, b), []).append(c)
                         key = kind if s_sd > 0 or kind in ("same", "varies") else "same"
                         worst[key] = max(worst.get(key, 0.0), c["pass"], c["fail"], c["drop_pass"])
                         worst[f"one {key}"] = max(worst.get(f"one {key}", 0.0), c["one"])
@@ -230,7 +233,23 @@ def table_errors(rng: np.random.Generator, t: int, quick: bool) -> dict[str, flo
           + "; ".join(f"{key} {pct(v)} %" for key, v in worst.items() if not key.startswith("one"))
           + ".  One start on the prior alone: "
           + "; ".join(f"{key[4:]} {pct(v)} %" for key, v in worst.items() if key.startswith("one")))
+    summary(groups)
     return worst
+
+
+def summary(groups: dict[tuple[str, int, int], list[dict[str, float]]]) -> None:
+    """Table 1 pooled over the start and window sds (docs/performance.md prints this one)."""
+    print("\n## 1b. Table 1 pooled over start sd and window sd (2x / 4x without start sd 0): mean over cells, %\n")
+    print("| history | K | B | cells | wrong per kind: mean pass / fail | worst cell | -10 %: pass (worst) "
+          "| power with prior / own (mean) | refused (mean) | 1 start on the prior alone: wrong (mean / worst) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for (kind, k, b), cs in sorted(groups.items(), key=lambda g: (KINDS.index(g[0][0]), g[0][1], g[0][2])):
+        def mean(key: str, cs: list[dict[str, float]] = cs) -> float:
+            return sum(c[key] for c in cs) / len(cs)
+        print(f"| {kind} | {k} | {b} | {len(cs)} | {pct(mean('pass'))} / {pct(mean('fail'))} | "
+              f"{pct(max(max(c['pass'], c['fail']) for c in cs))} | {pct(max(c['drop_pass'] for c in cs))} | "
+              f"{100 * mean('power'):.1f} / {100 * mean('power_own'):.1f} | {100 * mean('refused'):.1f} | "
+              f"{pct(mean('one'))} / {pct(max(c['one'] for c in cs))} |")
 
 
 def table_time(rng: np.random.Generator, t: int) -> None:
