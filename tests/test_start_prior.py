@@ -90,6 +90,12 @@ def test_too_few_nights_or_df_give_no_prior_and_other_designs_are_left_out() -> 
         start_prior([_blocks(AGREE[0]), [[(1.0, 1.0)], []]])
 
 
+def test_a_prior_without_spread_or_design_is_refused_when_built() -> None:
+    for bad in ({"var": 0.0}, {"var": math.nan}, {"df": 0.0}, {"df": math.inf}, {"windows": 0}, {"nights": 0}):
+        with pytest.raises(StatsError, match="start prior needs"):
+            StartPrior(**{"var": 1e-4, "df": 6.0, "nights": 3, "windows": 2, **bad})
+
+
 def test_f_sf_matches_published_critical_values() -> None:
     assert f_sf(4.3512, 1, 20) == pytest.approx(0.05, abs=1e-4)  # F(0.95; 1, 20)
     assert f_sf(4.1028, 2, 10) == pytest.approx(0.05, abs=1e-4)  # F(0.95; 2, 10)

@@ -169,6 +169,14 @@ class StartPrior:
     windows: int  # window pairs per start of those campaigns (the design it is valid for)
     moderated: bool = False  # True: the nights disagreed, an empirical-Bayes prior (d0 df), not the pooled spread
 
+    def __post_init__(self) -> None:
+        """A prior built by hand (a store, a test) is checked as :func:`start_prior`'s own would be."""
+        if not (math.isfinite(self.var) and self.var > 0 and math.isfinite(self.df) and self.df > 0):
+            raise StatsError(f"a start prior needs a positive finite variance and df, got var={self.var!r}, "
+                             f"df={self.df!r}")
+        if self.nights < 1 or self.windows < 1:
+            raise StatsError(f"a start prior needs nights >= 1 and windows >= 1, got {self.nights} and {self.windows}")
+
     def describe(self) -> str:
         """``start spread from 9 earlier nights (18 df)``: the borrowing, as the reason text names it."""
         how = ", moderated" if self.moderated else ""
@@ -230,7 +238,8 @@ def start_prior(past: Sequence[Blocks], *, higher_is_better: bool = True,
     if not pooled > 0:
         return None  # start means identical to the last digit: no spread to lend
     fit = spread_prior(got)
-    cap = (len(got) - 1) * df / len(got)  # spread_prior's cap: the nights agree
+    usable = [d for s2, d in got if s2 > 0]  # what spread_prior fits (a night of identical start means is not)
+    cap = (len(usable) - 1) * math.fsum(usable) / len(usable) if usable else 0.0  # its cap: the nights agree
     if fit is not None and fit.df < cap:
         return StartPrior(fit.var, fit.df, len(got), w, moderated=True)
     return StartPrior(pooled, df, len(got), w)
