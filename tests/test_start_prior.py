@@ -222,6 +222,9 @@ def test_a_campaign_given_a_prior_decides_with_it_and_says_so(tmp_path: Path) ->
     assert (hi - lo) / 2 == pytest.approx(t_quantile(1 - 0.005, 41) * math.sqrt((40 + 1 * 0.0) / 41 / 2), rel=0.01)
     meta = json.loads((res.run_dir / "run.json").read_text())
     assert meta["decisions"]["c1"]["start_prior"]["df"] == 40.0
+    # aggregate.json's descriptive 95 % interval borrows it where the decision does, and says so
+    assert "+ 40 from a start spread of 20 earlier nights" in str(res.uplift["c1"]["kind"])
+    assert str(res.uplift["c2"]["kind"]).endswith("(df = starts - 1)")
     plan = next(n for n in res.notes if n.startswith("plan: resident arms"))
     assert "c1: +-2 % would take " in plan
     assert "as on earlier nights (start spread from 20 earlier nights (40 df))" in plan

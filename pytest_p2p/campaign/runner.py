@@ -403,7 +403,7 @@ class CampaignRunner(Generic[H]):
 
     def _finish(self, rd: RunWriter, result: CampaignResult, points: list[str]) -> None:
         """Aggregates, uplift, the final run.json (:func:`.finish.write_final`), then tell the subscribers."""
-        write_final(rd, result, points, self.config, self.kind, self.evidence)
+        write_final(rd, result, points, self.config, self.kind, self.evidence, self.start_priors)
         if self.progress is not None:
             self.progress.finish(f"[p2p] {self.pair_key}: campaign {result.status} -> {rd.path}")
         if self.on_finished is not None:
