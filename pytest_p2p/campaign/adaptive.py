@@ -29,11 +29,13 @@ from ..stats import (
     Decision,
     Outcome,
     SequentialPlan,
+    StartPrior,
     StatsError,
     components,
     decide_nested,
     decide_uplift,
     outlying_slots,
+    prior_use,
     screen_pairs,
     screen_starts,
     screen_windows,
@@ -196,13 +198,31 @@ def start_plan(config: CampaignConfig, alpha: float) -> SequentialPlan:
 
 
 def decide_starts(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int], threshold: float,
-                  alpha: float) -> Decision:
-    """The uplift decision at one point on the start means (the nested model), at this look's alpha."""
+                  alpha: float, prior: StartPrior | None = None) -> Decision:
+    """The uplift decision at one point on the start means (the nested model), at this look's alpha.
+
+    ``prior``: the spread of a start mean at this point learned from earlier nights of the same
+    design (``CampaignRunner.start_priors``); :func:`pytest_p2p.stats.decide_nested` borrows it
+    unless its guard refuses it, so fewer starts decide and the adaptive stop adds fewer.
+    """
     blocks = _blocks(a, b, config, kind, reps)
     sp = start_plan(config, alpha)
     look = sp.alpha_at(min(max(len(blocks), sp.min_pairs), sp.max_pairs)) or alpha
     return decide_nested(blocks, threshold=threshold, higher_is_better=config.direction(kind) == "higher",
-                         alpha=min(look, 0.49), quantity=f"uplift of {config.arm_a} over {config.arm_b}")
+                         alpha=min(look, 0.49), quantity=f"uplift of {config.arm_a} over {config.arm_b}", prior=prior)
+
+
+def prior_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int],
+               prior: StartPrior | None) -> Json:
+    """Whether this point's decision borrowed a start spread from earlier nights, from how many nights and df,
+    and whether the guard refused it (kept in ``run.json`` next to the decision, as ``start_prior``)."""
+    if prior is None:
+        return {"status": "none"}
+    try:
+        use = prior_use(_blocks(a, b, config, kind, reps), prior, higher_is_better=config.direction(kind) == "higher")
+    except StatsError as exc:
+        return {"status": "ignored", "nights": prior.nights, "df": prior.df, "reason": str(exc)}
+    return {**use.as_json(), "var": prior.var, "windows": prior.windows, "moderated": prior.moderated}
 
 
 def components_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> Json:

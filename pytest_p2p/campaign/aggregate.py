@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
-from ..stats.nested import decide_nested
+from ..stats.nested import StartPrior, decide_nested, prior_use
 from ..stats.summary import paired_uplift, summarize
 from ..stats.tdist import StatsError
 from .config import CampaignConfig
@@ -134,8 +134,9 @@ def paired_values(a_reps: Mapping[int, Mapping[str, object]], b_reps: Mapping[in
 
 
 def uplift_at(a_reps: Mapping[int, Mapping[str, object]], b_reps: Mapping[int, Mapping[str, object]],
-              config: CampaignConfig, kind: str, reps: list[int]) -> Json:
-    """The paired uplift of arm A over arm B on the campaign's metric (``estimate``/``ci95``/``n``...)."""
+              config: CampaignConfig, kind: str, reps: list[int], prior: StartPrior | None = None) -> Json:
+    """The paired uplift of arm A over arm B on the campaign's metric (``estimate``/``ci95``/``n``...);
+    ``prior``: the start spread from earlier nights this point's decision may borrow (resident arms)."""
     metric = config.metric(kind)
     higher = config.direction(kind) == "higher"
     av, bv = paired_values(a_reps, b_reps, metric, config, kind, reps)
@@ -143,7 +144,7 @@ def uplift_at(a_reps: Mapping[int, Mapping[str, object]], b_reps: Mapping[int, M
         up: Json = dict(paired_uplift(av, bv, higher_is_better=higher))
         starts = [start_of(a_reps.get(k)) for k in reps]
         if any(s is not None for s in starts):
-            up.update(_nested_interval(av, bv, starts, higher))
+            up.update(_nested_interval(av, bv, starts, higher, prior))
     except StatsError as exc:
         up = {"estimate": None, "ci95": None, "n": 0, "error": str(exc)}
     return {**up, "metric": metric, "faster_arm": config.arm_a, "slower_arm": config.arm_b}
@@ -166,14 +167,19 @@ def group_by_start(items: Iterable[tuple[int | None, T]]) -> dict[int, list[T]]:
 
 
 def _nested_interval(av: list[float | None], bv: list[float | None], starts: list[int | None],
-                     higher: bool) -> Json:
+                     higher: bool, prior: StartPrior | None = None) -> Json:
     """Windows nested in server starts: the estimate and 95 % interval on the start means (the start is the
-    unit, :func:`pytest_p2p.stats.decide_nested`), not on windows as if each had its own start."""
+    unit, :func:`pytest_p2p.stats.decide_nested`), not on windows as if each had its own start; with the
+    start spread from earlier nights where the decision borrows it (same guard), so the two intervals agree."""
     groups = group_by_start((s, (a, b)) for a, b, s in zip(av, bv, starts, strict=True)
                             if a is not None and b is not None)
-    d = decide_nested(list(groups.values()), threshold=0.0, higher_is_better=higher, alpha=0.025)
+    blocks = list(groups.values())
+    d = decide_nested(blocks, threshold=0.0, higher_is_better=higher, alpha=0.025, prior=prior)
     ok = d.n >= 2 and math.isfinite(d.lower) and math.isfinite(d.upper)
+    used = prior is not None and bool(blocks) and prior_use(blocks, prior, higher_is_better=higher).status == "used"
+    df = (f"df = starts - 1 + {prior.df:.3g} from a start spread of {prior.nights} earlier nights"
+          if used and prior is not None else "df = starts - 1")
     return {"estimate": d.estimate if math.isfinite(d.estimate) else None,
             "ci95": [d.lower, d.upper] if ok else None, "starts": d.n,
-            "kind": "nested: windows within server starts; geometric mean of start means, t interval on "
-                    "start means (df = starts - 1)"}
+            "kind": f"nested: windows within server starts; geometric mean of start means, t interval on "
+                    f"start means ({df})"}

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Protocol
 from .. import signals
 from ..errors import P2PError, RepFailed
 from ..jsontypes import as_dict
-from ..stats import StatsError, expected_halfwidth, plan_for
+from ..stats import StartPrior, StatsError, expected_halfwidth, plan_for, plan_with_prior
 from . import adaptive
 from .backends import ModelBackend, ServerSlot
 from .gpu import wait_vram_free
@@ -82,6 +82,7 @@ class ResidentRunner(Protocol):
     lease: GpuLease
     progress: Progress | None
     sleep: Callable[[float], None]
+    start_priors: Mapping[str, StartPrior]
     _attempts: dict[tuple[str, int], int]
 
     @property
@@ -150,7 +151,30 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
         return line
     return (line + f"; expected {(1 - 2 * alpha) * 100:.4g} % CI half-width ~{half * 100:.1f} % if window pairs vary "
             f"by {PLAN_WINDOW_SD * 100:.1f} % and starts by {PLAN_START_SD * 100:.1f} % (2x H100 figures); "
-            f"+-{PLAN_TARGET * 100:.0f} % would take {best.describe()}")
+            f"+-{PLAN_TARGET * 100:.0f} % would take {best.describe()}"
+            + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, n_arms * start_s, n_arms * window_s))
+
+
+def _prior_plan_text(priors: Mapping[str, StartPrior], points: list[str], windows: int, alpha: float,
+                     start_cost: float, window_cost: float) -> str:
+    """What the start spread from earlier nights changes in the plan: the starts +-2 % needs with it, per
+    point that has one (or why it cannot be borrowed: another design's windows per start)."""
+    parts: list[str] = []
+    for p in points:
+        prior = priors.get(p)
+        if prior is None:
+            continue
+        if prior.windows != windows:
+            parts.append(f"{p}: the {prior.describe()} is of {prior.windows} window pairs per start, not this "
+                         f"plan's {windows}: not borrowed")
+            continue
+        try:
+            plan = plan_with_prior(prior, PLAN_TARGET, alpha, start_cost, window_cost, MAX_PLAN_STARTS,
+                                   points=len(points))
+        except StatsError:
+            continue
+        parts.append(f"{p}: +-{PLAN_TARGET * 100:.0f} % would take {plan.describe()}")
+    return "".join(f"; {x}" for x in parts)
 
 
 MAX_PLAN_STARTS = 40
@@ -206,7 +230,8 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
         reps = list(range(1, result.reps + 1))
         alpha = rule.alpha / len(points)  # one family per campaign: a wrong verdict at any point <= rule.alpha
         decisions = {p: adaptive.decide_starts(*runner._arm_reps(result, p), cfg, runner.kind, reps,
-                                               rule.threshold(p), alpha) for p in points}
+                                               rule.threshold(p), alpha, runner.start_priors.get(p))
+                     for p in points}
         undecided = any(not d.decided for d in decisions.values())
         stopped = None
         if undecided and start < last and deadline is not None and time.monotonic() >= deadline:
@@ -217,7 +242,9 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
         if not undecided or stopped is not None:
             result.decisions = {p: {**adaptive.decision_json(d, stopped=stopped), "needed_unit": "starts",
                                     "components": adaptive.components_json(*runner._arm_reps(result, p), cfg,
-                                                                           runner.kind, reps)}
+                                                                           runner.kind, reps),
+                                    "start_prior": adaptive.prior_json(*runner._arm_reps(result, p), cfg,
+                                                                       runner.kind, reps, runner.start_priors.get(p))}
                                 for p, d in decisions.items()}
             return
         result.notes.append(f"uplift inconclusive at {start} start(s): adding start {start + 1}")

@@ -7,6 +7,7 @@ turns ``complete`` into ``failed``) instead of hiding the original outcome.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ from .result import CampaignResult
 
 if TYPE_CHECKING:
     from ..evidence.model import Evidence
+    from ..stats import StartPrior
 
 
 def _fail(result: CampaignResult, message: str) -> None:
@@ -27,7 +29,7 @@ def _fail(result: CampaignResult, message: str) -> None:
 
 
 def write_final(rd: RunWriter, result: CampaignResult, points: list[str], config: CampaignConfig, kind: str,
-                evidence: Evidence | None) -> None:
+                evidence: Evidence | None, start_priors: Mapping[str, StartPrior] | None = None) -> None:
     """Fill ``result.aggregates``/``uplift`` and write ``aggregate.json`` per scenario and the final ``run.json``."""
     for arm in config.arms:
         for point in points:
@@ -46,7 +48,8 @@ def write_final(rd: RunWriter, result: CampaignResult, points: list[str], config
         ks = list(range(1, result.reps + 1))
         for point in points:
             result.uplift[point] = uplift_at(result.rep_data.get((config.arm_a, point), {}),
-                                             result.rep_data.get((config.arm_b, point), {}), config, kind, ks)
+                                             result.rep_data.get((config.arm_b, point), {}), config, kind, ks,
+                                             (start_priors or {}).get(point))
     if result.simulated:
         result.notes.append("SIMULATED: stand-in server and/or simulated telemetry; not a measurement")
     nccl = next((p.get("nccl_version") for p in result.proofs.values() if p), None)

@@ -53,6 +53,7 @@ from .telemetry import Row, Sampler, _Reader, assess, make_reader
 if TYPE_CHECKING:
     from ..evidence.model import Evidence
     from ..probes.arms import Arm
+    from ..stats import StartPrior
 
 __all__ = ["CampaignError", "CampaignResult", "CampaignRunner", "ModelBackend", "ProbeBackend", "sysctl_text"]
 
@@ -83,6 +84,8 @@ class CampaignRunner(Generic[H]):
     reader_factory: Callable[[Sequence[int]], _Reader] | None = None
     sleep: Callable[[float], None] = time.sleep
     on_finished: Callable[[CampaignOutcome], None] | None = None  # the pytest hook, or a test's callback
+    #: per point, the spread of a start mean learned from earlier nights (resident arms; filled from the store)
+    start_priors: Mapping[str, StartPrior] = field(default_factory=dict)
     _attempts: dict[tuple[str, int], int] = field(default_factory=dict, init=False, repr=False)
 
     @property
@@ -400,7 +403,7 @@ class CampaignRunner(Generic[H]):
 
     def _finish(self, rd: RunWriter, result: CampaignResult, points: list[str]) -> None:
         """Aggregates, uplift, the final run.json (:func:`.finish.write_final`), then tell the subscribers."""
-        write_final(rd, result, points, self.config, self.kind, self.evidence)
+        write_final(rd, result, points, self.config, self.kind, self.evidence, self.start_priors)
         if self.progress is not None:
             self.progress.finish(f"[p2p] {self.pair_key}: campaign {result.status} -> {rd.path}")
         if self.on_finished is not None:

@@ -11,7 +11,8 @@ Stable API (documented in docs/baselines.md, so that others can audit the statis
 * :class:`SequentialPlan` — adaptive pairs with alpha spending across looks (also over server starts);
 * :func:`decide_nested` / :func:`components` / :func:`plan_for` — windows nested within server starts:
   the decision with the start as the unit, the two variance components, the planner; :func:`screen_windows` /
-  :func:`screen_starts` — a window or a whole start to re-run;
+  :func:`screen_starts` — a window or a whole start to re-run; :func:`start_prior` / :class:`StartPrior` — the
+  spread of a start mean learned from earlier nights, borrowed by ``decide_nested(prior=)`` behind a guard;
 * :func:`decide_change` / :class:`RunStats` — one run against its history (the run is the unit);
 * :func:`family_wise` / :func:`holm_adjust` — Holm's control over a campaign's primaries;
 * :func:`spread_prior` / :class:`SpreadPrior` — the campaign's tests lend each other their
@@ -29,12 +30,17 @@ from .multiplicity import holm_adjust, holm_reject
 from .nested import (
     Components,
     NestedPlan,
+    PriorUse,
+    StartPrior,
     components,
     decide_nested,
     expected_halfwidth,
     plan_for,
+    plan_with_prior,
+    prior_use,
     screen_starts,
     screen_windows,
+    start_prior,
     windows_for,
 )
 from .slots import outlying_slots, slot_shift
@@ -43,9 +49,9 @@ from .tdist import StatsError, t_cdf, t_quantile, z_quantile
 
 __all__ = [
     "Components", "Decision", "MIN_RUNS", "MODERATE_MIN_REPS", "MODERATE_MIN_RUNS", "NestedPlan", "Outcome",
-    "RepSummary", "RunStats", "SequentialPlan", "SpreadPrior", "StatsError", "components", "decide_change",
+    "PriorUse", "RepSummary", "RunStats", "SequentialPlan", "SpreadPrior", "StatsError", "components", "decide_change",
     "decide_nested", "decide_uplift", "expected_halfwidth", "family_wise", "holm_adjust", "holm_reject", "log_ratios",
-    "outliers", "outlying_slots", "paired_uplift", "pairs_for", "plan_for", "screen_pairs", "screen_starts",
-    "screen_windows", "slot_shift", "spread_prior", "summarise", "summarize", "t_cdf", "t_quantile", "windows_for",
-    "z_quantile",
+    "outliers", "outlying_slots", "paired_uplift", "pairs_for", "plan_for", "plan_with_prior", "prior_use",
+    "screen_pairs", "screen_starts", "screen_windows", "slot_shift", "spread_prior", "StartPrior", "start_prior",
+    "summarise", "summarize", "t_cdf", "t_quantile", "windows_for", "z_quantile",
 ]

@@ -77,10 +77,12 @@ def log_ratios(on: Sequence[float], off: Sequence[float], *, higher_is_better: b
     return [sign * (math.log(x) - math.log(y)) for x, y in zip(a, b, strict=True)]
 
 
-def pairs_for(spread: float, distance: float, alpha: float, power: float = POWER) -> int | None:
-    """Smallest n with ``(t(1-alpha, n-1) + z(power)) * spread / sqrt(n) <= distance``: the pairs that
-    would put a bound past the threshold with probability ``power`` if the estimate stays put.
-    ``None`` when the estimate sits on the threshold (no number of pairs decides it)."""
+def pairs_for(spread: float, distance: float, alpha: float, power: float = POWER, *,
+              extra_df: float = 0.0) -> int | None:
+    """Smallest n with ``(t(1-alpha, n-1+extra_df) + z(power)) * spread / sqrt(n) <= distance``: the pairs
+    that would put a bound past the threshold with probability ``power`` if the estimate stays put.
+    ``None`` when the estimate sits on the threshold (no number of pairs decides it).  ``extra_df``:
+    degrees of freedom the spread carries from elsewhere (a start spread learned from earlier nights)."""
     if distance <= 0:
         return None
     if spread <= 0:
@@ -88,7 +90,7 @@ def pairs_for(spread: float, distance: float, alpha: float, power: float = POWER
     z = z_quantile(power)
     n = 2
     while n <= MAX_PAIRS_NEEDED:
-        if (t_quantile(1 - alpha, n - 1) + z) * spread / math.sqrt(n) <= distance:
+        if (t_quantile(1 - alpha, n - 1 + extra_df) + z) * spread / math.sqrt(n) <= distance:
             return n
         n = n + 1 if n < 50 else int(n * 1.1) + 1
     return None

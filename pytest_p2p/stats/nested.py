@@ -28,6 +28,14 @@ with 3 starts of 8 windows it counts 24 replicates where there are 3, and cries 
   or a whole start odd against the other starts; the campaign re-runs them, never
   averages them in.
 
+The start spread from history (:class:`StartPrior`, :func:`start_prior`): a nightly campaign
+affords 2-4 starts (a start costs 2-4 min on real GPUs), so its own spread of start means has
+1-3 df and its interval stays wide however many windows it measures (+-30 % at df = 1 measured
+on 2x H100 with a window-pair sd of 3.5 %).  The spread of a start mean is a property of the rig
+and the design, and earlier nights measured it: :func:`decide_nested` borrows it (``prior=``),
+with a guard that refuses it when tonight is noisier than the nights (an F test), and
+:func:`plan_with_prior` / :func:`expected_halfwidth` (``prior_df``) plan with its df.
+
 Sequential looks: the campaign adds starts while a point is undecided.  That is
 :class:`~pytest_p2p.stats.decide.SequentialPlan` with starts as its unit
 (``SequentialPlan(alpha, min_starts, max_starts)``; ``alpha_at(starts)`` is the alpha of
@@ -44,14 +52,22 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from .decide import SCREEN_FLOOR, Decision, Outcome, _pct, decide_uplift, log_ratios, outliers
-from .tdist import StatsError, t_quantile
+from .decide import SCREEN_FLOOR, Decision, Outcome, _pct, decide_uplift, log_ratios, outliers, pairs_for
+from .moderate import spread_prior
+from .tdist import StatsError, _betainc, t_cdf, t_quantile
 
 MIN_WINDOWS = 2  # windows per start the planner allows: one pair per start cannot see window noise
 MAX_WINDOWS = 64  # ... and at most: a start that long risks everything on one server start
 DEFAULT_WINDOWS = 8  # the planner's choice while either component is unknown
 START_SCREEN_FLOOR = SCREEN_FLOOR  # smallest spread of start means (log units) the start screen assumes
+
+#: earlier nights (campaigns with >= 2 starts of one design) a start prior needs, and its df, at least
+MIN_PRIOR_NIGHTS = 3
+MIN_PRIOR_DF = 4
+#: one-sided level of the guard's F test (tonight's start means spread more than the prior allows)
+GUARD_LEVEL = 0.05
 
 Blocks = Sequence[Sequence[tuple[float, float]]]
 
@@ -133,8 +149,188 @@ def _windows_text(sizes: Sequence[int]) -> str:
     return f"{lo} window pair{'s' if hi > 1 else ''}" if lo == hi else f"{lo}-{hi} window pairs"
 
 
+# ----------------------------------------------------------------------------- the start spread from history
+
+
+@dataclass(frozen=True)
+class StartPrior:
+    """The spread of one start's mean log ratio, learned from earlier campaigns of the same design.
+
+    Why: a nightly campaign affords 2-4 server starts, so tonight's own spread of start means has
+    1-3 df and a t quantile of 5.8-64 at the campaign's alpha; the interval stays wide however
+    many windows it measures.  That spread is a property of the rig and the design, and the
+    earlier nights measured it.  ``var`` is valid only for starts of ``windows`` window pairs
+    (a start mean's variance is ``start_var + window_var / W``).
+    """
+
+    var: float  # variance of one start's mean log ratio (log units**2) at `windows` window pairs per start
+    df: float  # its degrees of freedom
+    nights: int  # campaigns it came from
+    windows: int  # window pairs per start of those campaigns (the design it is valid for)
+    moderated: bool = False  # True: the nights disagreed, an empirical-Bayes prior (d0 df), not the pooled spread
+
+    def __post_init__(self) -> None:
+        """A prior built by hand (a store, a test) is checked as :func:`start_prior`'s own would be."""
+        if not (math.isfinite(self.var) and self.var > 0 and math.isfinite(self.df) and self.df > 0):
+            raise StatsError(f"a start prior needs a positive finite variance and df, got var={self.var!r}, "
+                             f"df={self.df!r}")
+        if self.nights < 1 or self.windows < 1:
+            raise StatsError(f"a start prior needs nights >= 1 and windows >= 1, got {self.nights} and {self.windows}")
+
+    def describe(self) -> str:
+        """``start spread from 9 earlier nights (18 df)``: the borrowing, as the reason text names it."""
+        how = ", moderated" if self.moderated else ""
+        return f"start spread from {self.nights} earlier nights ({self.df:.3g} df{how})"
+
+
+def _night_spreads(past: Sequence[Blocks], higher_is_better: bool) -> dict[int, list[tuple[float, float]]]:
+    """``{windows per start: [(variance of the night's start means, starts - 1), ...]}`` of balanced nights."""
+    out: dict[int, list[tuple[float, float]]] = {}
+    for k, night in enumerate(past):
+        try:
+            ratios = _block_ratios(night, higher_is_better)
+        except StatsError as e:
+            raise StatsError(f"earlier night {k + 1}: {e}") from e
+        sizes = {len(r) for r in ratios}
+        if len(ratios) < 2 or len(sizes) != 1:
+            continue  # one start has no spread; starts of unequal windows are of no one design
+        means = [_mean(r) for r in ratios]
+        mb = _mean(means)
+        out.setdefault(sizes.pop(), []).append((math.fsum((m - mb) ** 2 for m in means) / (len(means) - 1),
+                                                float(len(means) - 1)))
+    return out
+
+
+def start_prior(past: Sequence[Blocks], *, higher_is_better: bool = True,
+                windows: int | None = None) -> StartPrior | None:
+    """The prior of one start's mean log ratio from earlier nights' blocks at this point (``None``: too little).
+
+    ``past[k]`` is night ``k``'s blocks (its starts, each its window pairs ``(on, off)``).  Only
+    nights whose every start has the same number of window pairs count, and only those of
+    ``windows`` per start (default: the design most nights ran); a night of one start has no
+    spread and does not count.  The prior is
+
+    * the **pooled** variance of the nights' start means, ``sum (B_k - 1) s_k^2 / sum (B_k - 1)``
+      with ``sum (B_k - 1)`` df, when the nights agree — exact under normality when every night
+      shares one spread, so tonight's interval with the added df keeps its level;
+    * the **moderated** prior of :func:`~pytest_p2p.stats.moderate.spread_prior` (``s0^2`` with
+      ``d0`` df, fitted by moments of the nights' log variances) when they disagree (``d0`` below
+      what pooling gives): a rig whose spread moves from night to night lends fewer df.
+
+    Minimums (``benchmarks/verdict_prior.py``, docs/performance.md "Start spread from history"):
+    :data:`MIN_PRIOR_NIGHTS` nights — the moderated fit needs 3 variances, and a spread seen on
+    fewer nights cannot show whether it moves — and :data:`MIN_PRIOR_DF` df (t(0.995, 5) = 4.0
+    against 9.9 at 2 df: less buys little).  In the simulation 3 nights of 3 starts (6 df) already
+    hold the campaign's 1 % per kind when the nights share one spread (0.79-1.05 % mean over cells,
+    like 10 and 30 nights); more nights do *not* make a moved spread safe — at 30 nights the
+    rates with a night-to-night varying spread (1.2 %) or a grown one (2x: 7 %) are no better
+    than at 3 — so the minimum is set by what the fit needs, not raised for safety it cannot buy.
+    """
+    by_w = _night_spreads(past, higher_is_better)
+    if not by_w:
+        return None
+    w = windows if windows is not None else max(by_w, key=lambda k: (len(by_w[k]), k))
+    got = by_w.get(w, [])
+    df = math.fsum(d for _, d in got)
+    if len(got) < MIN_PRIOR_NIGHTS or df < MIN_PRIOR_DF:
+        return None
+    pooled = math.fsum(s2 * d for s2, d in got) / df
+    if not pooled > 0:
+        return None  # start means identical to the last digit: no spread to lend
+    fit = spread_prior(got)
+    usable = [d for s2, d in got if s2 > 0]  # what spread_prior fits (a night of identical start means is not)
+    cap = (len(usable) - 1) * math.fsum(usable) / len(usable) if usable else 0.0  # its cap: the nights agree
+    if fit is not None and fit.df < cap:
+        return StartPrior(fit.var, fit.df, len(got), w, moderated=True)
+    return StartPrior(pooled, df, len(got), w)
+
+
+def f_sf(f: float, df1: float, df2: float) -> float:
+    """P(F >= f) for Fisher's F with ``(df1, df2)`` df (the guard's one-sided p-value)."""
+    if df1 <= 0 or df2 <= 0:
+        raise StatsError(f"an F distribution needs positive df, got {df1} and {df2}")
+    if f <= 0:
+        return 1.0
+    if math.isinf(f):
+        return 0.0
+    return _betainc(df2 / 2, df1 / 2, df2 / (df2 + df1 * f))
+
+
+PriorStatus = Literal["none", "used", "refused", "ignored"]
+
+
+@dataclass(frozen=True)
+class PriorUse:
+    """What :func:`decide_nested` did with a start prior, for the reason text and ``run.json``.
+
+    ``used``: tonight's spread of start means combined with the prior's; ``refused``: the guard
+    found tonight noisier than the prior allows (tonight's own df only); ``ignored``: a prior of
+    another design (window pairs per start) or one start tonight; ``none``: no prior given.
+    """
+
+    status: PriorStatus
+    reason: str  # one clause for the decision's reason ("" for none and used)
+    nights: int
+    df: float
+    guard_p: float | None  # the guard's one-sided p-value (None where it did not look)
+    var: float | None = None  # the combined variance of a start mean (used only)
+    total_df: float | None = None  # its df: prior df + starts - 1 (used only)
+
+    def as_json(self) -> dict[str, object]:
+        return {"status": self.status, "nights": self.nights, "df": self.df, "guard_p": self.guard_p,
+                "guard_level": GUARD_LEVEL, "reason": self.reason}
+
+
+def _prior_use(means: Sequence[float], sizes: Sequence[int], prior: StartPrior | None) -> PriorUse:
+    if prior is None:
+        return PriorUse("none", "", 0, 0.0, None)
+    borrowed = prior.describe()
+    if any(s != prior.windows for s in sizes):
+        return PriorUse("ignored", (f"the {borrowed} is not borrowed: it is of {prior.windows} window pairs per "
+                                    f"start, tonight's starts have {_windows_text(sizes)}"),
+                        prior.nights, prior.df, None)
+    b = len(means)
+    if b < 2:
+        return PriorUse("ignored", (f"the {borrowed} is not borrowed with one start: a second start is needed to "
+                                    "check that tonight's spread is still the nights'"), prior.nights, prior.df, None)
+    mb = _mean(means)
+    s2 = math.fsum((m - mb) ** 2 for m in means) / (b - 1)
+    p = f_sf(s2 / prior.var, b - 1, prior.df)
+    if p < GUARD_LEVEL:
+        why = (f"the {borrowed} is not borrowed: tonight's start means spread {math.sqrt(s2) * 100:.2g} % against "
+               f"the nights' {math.sqrt(prior.var) * 100:.2g} % (one-sided F test p = {p:.2g} < {GUARD_LEVEL:g}); "
+               "a rig whose noise grew is judged on tonight's own spread")
+        return PriorUse("refused", why, prior.nights, prior.df, p)
+    total = prior.df + b - 1
+    return PriorUse("used", "", prior.nights, prior.df, p, (prior.df * prior.var + (b - 1) * s2) / total, total)
+
+
+def prior_use(blocks: Blocks, prior: StartPrior | None, *, higher_is_better: bool = True) -> PriorUse:
+    """Whether :func:`decide_nested` borrows ``prior`` for these blocks, and why not (the same rule it applies)."""
+    ratios = _block_ratios(blocks, higher_is_better)
+    return _prior_use([_mean(r) for r in ratios], [len(r) for r in ratios], prior)
+
+
+def _with_prior(base: Decision, means: Sequence[float], use: PriorUse, threshold: float, alpha: float,
+                quantity: str) -> Decision:
+    """The t interval on the start means with the combined variance and ``prior df + B - 1`` df."""
+    b = len(means)
+    m = _mean(means)
+    var, df = use.var or 0.0, use.total_df or 1.0
+    se = math.sqrt(var / b)
+    thr = math.log1p(threshold)
+    tq = t_quantile(1 - alpha, df)
+    lo, hi = m - tq * se, m + tq * se
+    p_fail = t_cdf((m - thr) / se, df) if se > 0 else (0.0 if m < thr else 1.0)
+    outcome = Outcome.PASS if lo >= thr else (Outcome.FAIL if hi < thr else Outcome.INCONCLUSIVE)
+    need = (pairs_for(math.sqrt(var), abs(m - thr), alpha, extra_df=df - b + 1)
+            if outcome is Outcome.INCONCLUSIVE else None)
+    return dataclasses.replace(base, outcome=outcome, estimate=math.expm1(m), lower=math.expm1(lo),
+                               upper=math.expm1(hi), pairs_needed=need, p_value=p_fail)
+
+
 def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = True, alpha: float,
-                  quantity: str = "uplift") -> Decision:
+                  quantity: str = "uplift", prior: StartPrior | None = None) -> Decision:
     """Does ``on`` beat ``off`` by at least ``threshold`` (a fraction), judged with starts as the unit?
 
     The same three outcomes, one-sided ``alpha`` per wrong verdict and ``p_value`` as
@@ -142,6 +338,28 @@ def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = 
     block means (one value per start); only the reason speaks of starts and windows.  ``n``
     is the number of starts.  One start is inconclusive: a window-level interval would
     ignore the start-to-start spread.
+
+    With a ``prior`` (:class:`StartPrior`) of tonight's windows per start, tonight's variance
+    of start means ``s2`` (``B - 1`` df) is combined with it as ``(d0 s0^2 + (B-1) s2) /
+    (d0 + B - 1)`` on ``d0 + B - 1`` df — the posterior of a scaled inverse chi-square prior,
+    exact when tonight shares the nights' spread.  Two exceptions, both named in the reason:
+
+    * **the guard**: when ``s2 / s0^2`` is beyond the one-sided F test at :data:`GUARD_LEVEL`
+      (``B - 1``, ``d0`` df), the prior is refused and tonight is judged on its own df — a rig
+      whose noise grew must not be judged with last month's spread;
+    * **one start** is still inconclusive with a prior: the guard cannot look.  Deciding one
+      start on the prior alone is as good as two when the spread held (0.7-0.9 % per kind), but
+      with a start sd 2x / 4x the history's it is wrong in 6-10 % / 23-30 % of campaigns, against
+      4-8 % / 7-15 % with 2-3 starts behind the guard (``benchmarks/verdict_prior.py``, table 1).
+
+    What the guard cannot do: with 2-3 starts its F test has 1-2 df, so it refuses only gross
+    changes (a 4x start sd in 46-72 % of campaigns, 2x in 19-32 %); a rig whose start spread
+    doubled is wrongly judged in 4-8 % of campaigns per kind.  The prior assumes the rig and
+    design of the nights it came from — the history that fills it must hold nights of the same
+    rig fingerprint only.  The guard's level (5 %) is table 3's trade: 10 % refuses twice the
+    honest nights (power at -10 % with 2 starts 95 -> 90 %) for 12.5 -> 11.5 % wrong at 4x.
+
+    A prior of another design (window pairs per start) is ignored, and the reason says so.
     """
     ratios = _block_ratios(blocks, higher_is_better)
     comp = _components(ratios)
@@ -155,23 +373,28 @@ def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = 
         return dataclasses.replace(base, reason=f"{quantity}: no server starts measured")
     sizes = [len(r) for r in ratios]
     win = _windows_text(sizes)
+    use = _prior_use(means, sizes, prior)
+    note = f"; {use.reason}" if use.reason else ""
     if len(ratios) == 1:
         return dataclasses.replace(base, reason=(
             f"{quantity} {_pct(base.estimate)} ({win}) from one server start: the start-to-start spread is "
-            "unknown, at least 2 starts are needed"))
+            f"unknown, at least 2 starts are needed{note}"))
+    if use.status == "used":
+        base = _with_prior(base, means, use, threshold, alpha, quantity)
+    borrowed = f"; {prior.describe()}" if prior is not None and use.status == "used" else ""
     head = (f"{quantity} {_pct(base.estimate)} ({base.level * 100:.4g} % CI {_pct(base.lower)} .. "
             f"{_pct(base.upper)}, {len(ratios)} starts x {win}; start sd {_sd(comp.start_sd)}, "
-            f"window sd {_sd(comp.window_sd)}) vs threshold {_pct(threshold)}")
+            f"window sd {_sd(comp.window_sd)}{borrowed}) vs threshold {_pct(threshold)}")
     if base.outcome is Outcome.PASS:
-        why = f"{head}: the lower bound clears it"
+        why = f"{head}: the lower bound clears it{note}"
     elif base.outcome is Outcome.FAIL:
-        why = f"{head}: the upper bound is below it"
+        why = f"{head}: the upper bound is below it{note}"
     else:
         per = round(comp.mean_windows_per_block)
         more = (f"about {base.pairs_needed} starts of {per} window pairs would decide it"
                 if base.pairs_needed is not None
                 else "the estimate sits on the threshold: no number of starts decides it")
-        why = f"{head}: inconclusive, the interval straddles the threshold; {more}"
+        why = f"{head}: inconclusive, the interval straddles the threshold; {more}{note}"
     return dataclasses.replace(base, reason=why)
 
 
@@ -210,21 +433,30 @@ def windows_for(comp: Components, start_cost_s: float, window_cost_s: float) -> 
     return max(MIN_WINDOWS, min(MAX_WINDOWS, round(w)))
 
 
-def expected_halfwidth(start_sd: float, window_sd: float, starts: int, windows: int, alpha: float) -> float:
+def _mean_sd_factor(df: float) -> float:
+    """``E[s] / sigma`` for an sd estimate on ``df`` df (c4 of ``df + 1`` values, fractional df allowed)."""
+    return math.sqrt(2 / df) * math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2))
+
+
+def expected_halfwidth(start_sd: float, window_sd: float, starts: int, windows: int, alpha: float, *,
+                       prior_df: float = 0.0) -> float:
     """The expected half-width (log units, ~fraction) of :func:`decide_nested`'s ``1 - 2 alpha`` interval.
 
-    ``t(1 - alpha, B - 1) * E[s] / sqrt(B)`` where ``s`` is the sd of ``B`` block means, each of
-    variance ``start_sd**2 + window_sd**2 / W``; ``E[s] = c4(B) * sigma`` (normal theory), so this
-    is the mean half-width, not an optimistic plug-in.
+    ``t(1 - alpha, B - 1 + prior_df) * E[s] / sqrt(B)`` where ``s`` is the sd of ``B`` block means,
+    each of variance ``start_sd**2 + window_sd**2 / W``, estimated on ``B - 1 + prior_df`` df
+    (``prior_df``: a :class:`StartPrior`'s df, borrowed when the guard lets it);
+    ``E[s] = c4 * sigma`` (normal theory), so this is the mean half-width, not an optimistic plug-in.
     """
     s_sd, w_sd = _sd_arg(start_sd, "start sd"), _sd_arg(window_sd, "window sd")
     if starts < 2 or windows < 1:
         raise StatsError(f"an interval needs >= 2 starts of >= 1 window pair, got {starts} x {windows}")
     if not 0 < alpha < 0.5:
         raise StatsError(f"alpha must be in (0, 0.5), got {alpha}")
+    if not prior_df >= 0 or math.isinf(prior_df):
+        raise StatsError(f"prior df must be a finite number >= 0, got {prior_df}")
     sigma = math.sqrt(s_sd ** 2 + w_sd ** 2 / windows)
-    c4 = math.sqrt(2 / (starts - 1)) * math.exp(math.lgamma(starts / 2) - math.lgamma((starts - 1) / 2))
-    return t_quantile(1 - alpha, starts - 1) * c4 * sigma / math.sqrt(starts)
+    df = starts - 1 + prior_df
+    return t_quantile(1 - alpha, df) * _mean_sd_factor(df) * sigma / math.sqrt(starts)
 
 
 @dataclass(frozen=True)
@@ -241,14 +473,19 @@ class NestedPlan:
     window_sd: float
     alpha: float
     target: float
+    prior: StartPrior | None = None  # the plan borrows this start spread (its design's windows, its df)
 
     def describe(self) -> str:
         """``3 starts x 6 window pairs x 2 points ~ 14 min, expected 98 % CI half-width 1.6 % if ...``."""
         took = f"{self.seconds / 60:.0f} min" if self.seconds >= 90 else f"{self.seconds:.0f} s"
+        if self.prior is not None:
+            cond = (f"if a start mean varies by {math.sqrt(self.prior.var) * 100:.1f} % as on earlier nights "
+                    f"({self.prior.describe()})")
+        else:
+            cond = (f"if start sd <= {self.start_sd * 100:.1f} % and window sd <= {self.window_sd * 100:.1f} %")
         text = (f"{self.starts} starts x {self.windows} window pairs x {self.points} point"
                 f"{'s' if self.points != 1 else ''} ~ {took}, expected {(1 - 2 * self.alpha) * 100:.4g} % CI "
-                f"half-width {self.halfwidth * 100:.1f} % if start sd <= {self.start_sd * 100:.1f} % and window sd "
-                f"<= {self.window_sd * 100:.1f} %")
+                f"half-width {self.halfwidth * 100:.1f} % {cond}")
         if not self.meets_target:
             text += f" (the target {self.target * 100:.1f} % is out of reach within {self.starts} starts)"
         return text
@@ -286,6 +523,30 @@ def plan_for(start_sd: float, window_sd: float, target_halfwidth: float, alpha: 
                 expected_halfwidth(start_sd, window_sd, max_starts, w, alpha), max_starts, w)
     seconds, h, b, w = best
     return NestedPlan(b, w, h, seconds, points, meets, start_sd, window_sd, alpha, target)
+
+
+def plan_with_prior(prior: StartPrior, target_halfwidth: float, alpha: float, start_cost_s: float,
+                    window_cost_s: float, max_starts: int, *, points: int = 1, min_starts: int = 2) -> NestedPlan:
+    """The fewest starts whose expected half-width reaches ``target_halfwidth`` when ``prior`` is borrowed.
+
+    The windows per start are the prior's (its variance is valid for that design only), the
+    spread of a start mean is the prior's, and the t quantile has ``prior.df + B - 1`` df — so
+    more nights (more df) need fewer starts.  It assumes the guard lets the prior in; when
+    the prior is refused the campaign falls back to :func:`plan_for`'s arithmetic.
+    """
+    target = _positive(target_halfwidth, "target half-width")
+    start_cost, window_cost = _positive(start_cost_s, "start cost"), _positive(window_cost_s, "window cost")
+    if points < 1 or not 2 <= min_starts <= max_starts:
+        raise StatsError(f"need points >= 1 and 2 <= min_starts <= max_starts, got {points}, {min_starts}, "
+                         f"{max_starts}")
+    w, sd = prior.windows, math.sqrt(_positive(prior.var, "prior variance"))
+    b = min_starts
+    h = expected_halfwidth(sd, 0.0, b, w, alpha, prior_df=prior.df)
+    while h > target and b < max_starts:
+        b += 1
+        h = expected_halfwidth(sd, 0.0, b, w, alpha, prior_df=prior.df)
+    return NestedPlan(b, w, h, b * (start_cost + points * w * window_cost), points, h <= target, sd, 0.0, alpha,
+                      target, prior)
 
 
 # ----------------------------------------------------------------------------- screens
