@@ -53,6 +53,7 @@ from .telemetry import Row, Sampler, _Reader, assess, make_reader
 if TYPE_CHECKING:
     from ..evidence.model import Evidence
     from ..probes.arms import Arm
+    from ..stats import StartPrior  # type: ignore[attr-defined]  # h-prior adds it (issue 24)
 
 __all__ = ["CampaignError", "CampaignResult", "CampaignRunner", "ModelBackend", "ProbeBackend", "sysctl_text"]
 
@@ -83,6 +84,8 @@ class CampaignRunner(Generic[H]):
     reader_factory: Callable[[Sequence[int]], _Reader] | None = None
     sleep: Callable[[float], None] = time.sleep
     on_finished: Callable[[CampaignOutcome], None] | None = None  # the pytest hook, or a test's callback
+    #: per point, the spread of a start mean learned from earlier nights (resident arms; filled from the store)
+    start_priors: Mapping[str, StartPrior] = field(default_factory=dict)
     _attempts: dict[tuple[str, int], int] = field(default_factory=dict, init=False, repr=False)
 
     @property

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..probes.arms import Arm
     from ..probes.config import ProbeConfig
     from ..serve.config import ServerConfig
+    from ..stats import StartPrior  # type: ignore[attr-defined]  # h-prior adds it (issue 24)
     from .backends import ProbeSlot, ServerSlot
 
 
@@ -75,8 +76,10 @@ class SessionLike(Protocol):
 def from_session(session: SessionLike, pair: tuple[int, int], config: CampaignConfig, kind: str, *,
                  run_id: str | None = None, progress: Progress | None = None, lease: GpuLease | None = None,
                  on_finished: Callable[[CampaignOutcome], None] | None = None,
+                 start_priors: Mapping[str, StartPrior] | None = None,
                  ) -> CampaignRunner[ServerSlot] | CampaignRunner[ProbeSlot]:
-    """Wire a runner from the session (rig, evidence, results root)."""
+    """Wire a runner from the session (rig, evidence, results root); ``start_priors``: per point, the start
+    spread learned from earlier nights (the pytest glue reads them from the baseline store)."""
     rig = session.rig
     rig_env: dict[str, str] = dict(rig.env or {})
     arms = rig.arms
@@ -87,7 +90,7 @@ def from_session(session: SessionLike, pair: tuple[int, int], config: CampaignCo
               "rig_name": rig.name, "rig_digest": str(rig.digest or ""),
               "evidence": session.evidence, "snapshot": snapshot, "simulated": bool(session.simulated),
               "live": bool(session.live), "run_id": run_id, "lease": lease or GpuLease(), "progress": progress,
-              "on_finished": on_finished}
+              "on_finished": on_finished, "start_priors": dict(start_priors or {})}
     if kind == "model":
         return CampaignRunner(backend=ModelBackend(server=rig.server, campaign=config, pair=pair, rig_env=rig_env),
                               **common)  # type: ignore[arg-type]
