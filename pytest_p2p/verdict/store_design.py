@@ -18,24 +18,12 @@ v3 is saved with its starts too. Nothing here imports the campaign stage.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 
-from ..jsontypes import JSONObject
+from ..jsontypes import JSONObject, as_float, as_int
 
 #: residencies whose windows nest within server starts (``campaign.config.RESIDENCY`` minus ``restart``)
 NESTED = ("auto", "resident", "sleep")
-
-
-def _num(x: object) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return None
-    f = float(x)
-    return f if math.isfinite(f) else None
-
-
-def _count(x: object) -> int | None:
-    return x if isinstance(x, int) and not isinstance(x, bool) else None
 
 
 def design_key(kind: object, campaign: object, metric: object, direction: object) -> str | None:
@@ -56,9 +44,9 @@ def design_key(kind: object, campaign: object, metric: object, direction: object
     design: JSONObject = {"residency": residency, "metric": metric,
                           "direction": direction if isinstance(direction, str) else None}
     if residency in NESTED:
-        window_s = _num(campaign.get("window_s"))
-        design.update({"windows": _count(campaign.get("windows")), "window_s": window_s,
-                       "prompts_per_concurrency": _count(campaign.get("prompts_per_concurrency"))
+        window_s = as_float(campaign.get("window_s"))
+        design.update({"windows": as_int(campaign.get("windows")), "window_s": window_s,
+                       "prompts_per_concurrency": as_int(campaign.get("prompts_per_concurrency"))
                        if window_s is None else None})
     return json.dumps(design, sort_keys=True, separators=(",", ":"))
 
@@ -72,7 +60,7 @@ def run_design(run: Mapping[str, object]) -> str | None:
 
 def _start(rep: Mapping[str, object]) -> int | None:
     meta = rep.get("meta")
-    return _count(meta.get("start")) if isinstance(meta, Mapping) else None
+    return as_int(meta.get("start")) if isinstance(meta, Mapping) else None
 
 
 def value_starts(reps: Mapping[int, Mapping[str, object]], aggregate: Mapping[str, object], metric: str,
@@ -92,7 +80,7 @@ def value_starts(reps: Mapping[int, Mapping[str, object]], aggregate: Mapping[st
     for k in sorted(reps):
         if k in excluded:
             continue
-        v = _num(reps[k].get(metric))
+        v = as_float(reps[k].get(metric))
         if v is not None:
             got.append((v, k, _start(reps[k])))
     if [v for v, _, _ in got] != list(values):
