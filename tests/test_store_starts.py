@@ -24,6 +24,7 @@ from synthetic_runs import write_run
 
 from pytest_p2p.plugin.session import demo_path
 from pytest_p2p.results.write import RunDir
+from pytest_p2p.stats import nested
 from pytest_p2p.verdict import store_postgres
 from pytest_p2p.verdict.store import SCHEMA_VERSION, Store, _v1, _v2
 from pytest_p2p.verdict.store_blocks import BlockQuery, start_blocks
@@ -235,16 +236,19 @@ import pytest_p2p.campaign.wiring as wiring
 
 
 @dataclass(frozen=True)
-class StartPrior:  # the signature the prior's branch provides; a stand-in for this test only
+class _StartPrior:  # the fields the prior's branch provides; its own class where this build has it
     var: float
     df: float
     nights: int
     windows: int
 
 
+StartPrior = getattr(nested, "StartPrior", _StartPrior)
+
+
 def start_prior(past, *, higher_is_better=True):
-    starts = sum(len(night) for night in past)
-    return StartPrior(var=0.01, df=float(starts - len(past)), nights=len(past), windows=len(past[0][0]))
+    """What the glue handed over, made into a prior whatever the real minimum of nights is."""
+    return StartPrior(var=0.0001, df=6.0 * len(past), nights=len(past), windows=len(past[0][0]))
 
 
 nested.start_prior = start_prior
@@ -304,7 +308,13 @@ def test_the_glue_offers_the_second_campaign_a_prior_from_the_first(demo: Any) -
 
     second, offered = run("--p2p-save-baseline", f"--p2p-db={db}")
     assert second.ret == 0, second.stdout.str()[-2000:]
-    assert offered == [{"c1": {"var": 0.01, "df": 1.0, "nights": 1, "windows": 2}}]
+    assert [{p: {k: v[k] for k in ("df", "nights", "windows")} for p, v in o.items()} for o in offered] == [
+        {"c1": {"df": 6.0, "nights": 1, "windows": 2}}]
+    if hasattr(nested, "StartPrior"):  # a build with the prior's campaign side: run.json says it was offered
+        with Store(db) as st:
+            dirs = [Path(str(r.source_dir)) for r in st.runs()]
+        got = [json.loads((d / "run.json").read_text())["decisions"]["c1"].get("start_prior") for d in dirs]
+        assert got[0] == {"status": "none"} and got[1] is not None and got[1]["status"] != "none", got
 
     no_store, offered = run()  # no store configured: nothing read, nothing offered
     assert no_store.ret == 0 and offered == [{}]
