@@ -16,6 +16,7 @@ store (a URL only through :func:`redact`) and what to do.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sqlite3
@@ -27,10 +28,13 @@ from typing import TypeGuard
 
 from ..errors import P2PError, StoreError
 from ..jsontypes import as_dict, as_floats
-from ..results.read import aggregates, run_record
+from ..results.read import RunReader, aggregates, run_record
 from .fingerprint import build_fingerprint, pair_ident
 from .store_base import (
     ANY_URL,
+    N_RUN_COLUMNS,
+    RESULT_COLUMNS,
+    RUN_COLUMNS,
     SCHEMA_VERSION,
     Backend,
     MetricRow,
@@ -41,12 +45,16 @@ from .store_base import (
     redact,
     target_of,
 )
-from .store_sqlite import APPLICATION_ID, BUSY_TIMEOUT_MS, MIGRATIONS, SqliteBackend, _v1, _v2
+from .store_design import run_design, value_starts
+from .store_sqlite import APPLICATION_ID, BUSY_TIMEOUT_MS, MIGRATIONS, SqliteBackend, _v1, _v2, _v3
 from .store_transfer import StoreExport, export_store, import_store
 
 __all__ = ["APPLICATION_ID", "BUSY_TIMEOUT_MS", "MIGRATIONS", "SCHEMA_VERSION", "Store",
-           "StoreMissing", "StoreSaveError", "_v1", "_v2", "aggregate_rows", "exists", "is_url", "redact",
+           "StoreMissing", "StoreSaveError", "_v1", "_v2", "_v3", "aggregate_rows", "exists", "is_url", "redact",
            "save_campaign_runs", "target_of"]
+
+
+_R = ", ".join(f"r.{c}" for c in RUN_COLUMNS.split(", "))  # the runs columns of a join, aliased ``r``
 
 
 def _now() -> str:
@@ -113,24 +121,27 @@ class Store:
         run = run_record(run_dir)
         fp = build_fingerprint(run_dir)
         rows: list[MetricRow] = []
-        for _, _, agg_path, agg in aggregates(run_dir):
-            rows.extend(aggregate_rows(agg, agg_path.parent.name, agg_path))
-        return self.save(run, fp, rows, source_dir=str(run_dir.resolve()), accept=accept, note=note)
+        reader = RunReader(run_dir)
+        for arm, point, agg_path, agg in aggregates(run_dir):
+            rows.extend(with_starts(aggregate_rows(agg, agg_path.parent.name, agg_path), reader, arm, point, agg))
+        return self.save(run, fp, rows, source_dir=str(run_dir.resolve()), accept=accept, note=note,
+                         design=run_design(run))
 
     def save(self, run: Mapping[str, object], fingerprint: Mapping[str, object], rows: Sequence[MetricRow],
-             *, source_dir: str | None = None, accept: str | None = None, note: str | None = None) -> str:
+             *, source_dir: str | None = None, accept: str | None = None, note: str | None = None,
+             design: str | None = None) -> str:
         run_id = str(run["run_id"])
         with self.write(f"saving run {run_id}") as db:
             if not db.query("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
                 db.execute(
-                    "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO runs ({RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                     (run_id, run["rig"], as_dict(run["pair"]).get("key"), pair_ident(run), run.get("kind"),
                      run.get("started_at"), _now(), int(bool(fingerprint.get("simulated"))), run.get("status"),
-                     source_dir, json.dumps(fingerprint, sort_keys=True, default=str)))
+                     source_dir, json.dumps(fingerprint, sort_keys=True, default=str), design))
                 db.executemany(
-                    "INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?)",
-                    [(run_id, r.arm, r.point, r.metric, r.n, r.mean, r.std, r.median, json.dumps(r.values))
-                     for r in rows])
+                    f"INSERT INTO results ({RESULT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    [(run_id, r.arm, r.point, r.metric, r.n, r.mean, r.std, r.median, json.dumps(r.values),
+                      _json_ints(r.starts), _json_ints(r.reps)) for r in rows])
             if accept is not None:
                 self._accept(db, run_id, accept, note)
         return run_id
@@ -187,15 +198,15 @@ class Store:
                           pair_ident=_text(row[3]), kind=_opt_text(row[4]), started_at=_opt_text(row[5]),
                           saved_at=_text(row[6]), simulated=bool(row[7]), status=_opt_text(row[8]),
                           source_dir=_opt_text(row[9]), fingerprint=as_dict(json.loads(_text(row[10]))),
-                          baselines=tuple(names.get(str(row[0]), ()))) for row in rows]
+                          baselines=tuple(names.get(str(row[0]), ())), design=_opt_text(row[11])) for row in rows]
 
     def run(self, run_id: str) -> RunRecord:
         with self._reading(f"reading run {run_id}") as db:
-            rows = db.query("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+            rows = db.query(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
             if rows:
                 return self._record(rows[0])
             # a literal prefix: LIKE would read the '_' of every run id as a wildcard
-            matches = db.query("SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY run_id",
+            matches = db.query(f"SELECT {RUN_COLUMNS} FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY run_id",
                                (len(run_id), run_id))
             if len(matches) == 1:
                 return self._record(matches[0])
@@ -203,7 +214,7 @@ class Store:
         raise StoreError(f"no run {run_id!r} in {self.where}{hint}")
 
     def runs(self, *, name: str | None = None, rig: str | None = None) -> list[RunRecord]:
-        sql, args = "SELECT r.* FROM runs r", []
+        sql, args = f"SELECT {_R} FROM runs r", []
         where = []
         if name is not None:
             sql += " JOIN baselines b ON b.run_id = r.run_id"
@@ -235,7 +246,7 @@ class Store:
         b = self.backend
         with self._reading(f"reading baseline {name!r}") as db:
             rows = db.query(
-                "SELECT r.* FROM runs r JOIN baselines b ON b.run_id = r.run_id "
+                f"SELECT {_R} FROM runs r JOIN baselines b ON b.run_id = r.run_id "
                 f"WHERE b.name = ? AND r.rig = ? AND r.pair_ident = ? AND r.kind {b.null_safe_eq} ? "
                 f"AND r.run_id {b.null_safe_ne} ? ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?",
                 (name, rig, ident, kind, exclude, depth))
@@ -251,13 +262,13 @@ class Store:
         b = self.backend
         with self._reading(f"reading the history of {metric} {point} {arm}") as db:
             rows = db.query(
-                "SELECT r.*, s.n, s.mean, s.std, s.median, s.vals FROM runs r JOIN results s ON s.run_id = r.run_id "
+                f"SELECT {_R}, s.n, s.mean, s.std, s.median, s.vals, s.starts, s.reps FROM runs r "
+                "JOIN results s ON s.run_id = r.run_id "
                 f"WHERE r.rig = ? AND r.pair_ident = ? AND r.kind {b.null_safe_eq} ? AND s.arm = ? AND s.point = ? "
                 "AND s.metric = ? ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?",
                 (rig, ident, kind, arm, point, metric, limit))
-            recs = self._records([r[:11] for r in rows])
-        out = [(rec, MetricRow(arm, point, metric, self._count(r[11], "results.n"), self._real(r[12]),
-                               self._real(r[13]), self._real(r[14]), as_floats(json.loads(_text(r[15])))))
+            recs = self._records([r[:N_RUN_COLUMNS] for r in rows])
+        out = [(rec, self._metric_row((arm, point, metric, *r[N_RUN_COLUMNS:])))
                for rec, r in zip(recs, rows, strict=True)]
         return out[::-1]
 
@@ -275,7 +286,7 @@ class Store:
         return got
 
     def metrics(self, run_id: str, arm: str | None = None, point: str | None = None) -> list[MetricRow]:
-        sql = "SELECT arm, point, metric, n, mean, std, median, vals FROM results WHERE run_id = ?"
+        sql = f"SELECT {RESULT_COLUMNS[len('run_id, '):]} FROM results WHERE run_id = ?"
         args: list[object] = [run_id]
         if arm is not None:
             sql += " AND arm = ?"
@@ -284,9 +295,26 @@ class Store:
             sql += " AND point = ?"
             args.append(point)
         with self._reading(f"reading the metrics of run {run_id}") as db:
-            return [MetricRow(_text(r[0]), _text(r[1]), _text(r[2]), self._count(r[3], "results.n"),
-                              self._real(r[4]), self._real(r[5]), self._real(r[6]), as_floats(json.loads(_text(r[7]))))
-                    for r in db.query(sql + " ORDER BY arm, point, metric", args)]
+            return [self._metric_row(r) for r in db.query(sql + " ORDER BY arm, point, metric", args)]
+
+    def _metric_row(self, r: Sequence[object]) -> MetricRow:
+        """``arm, point, metric, n, mean, std, median, vals, starts, reps`` of a results row."""
+        return MetricRow(_text(r[0]), _text(r[1]), _text(r[2]), self._count(r[3], "results.n"),
+                         self._real(r[4]), self._real(r[5]), self._real(r[6]), as_floats(json.loads(_text(r[7]))),
+                         self._ints(r[8], "results.starts"), self._ints(r[9], "results.reps"))
+
+    def _ints(self, value: object, column: str) -> list[int] | None:
+        """A JSON list of integers (schema v3's ``starts`` and ``reps``), or NULL."""
+        if value is None:
+            return None
+        try:
+            got = json.loads(_text(value))
+        except ValueError:
+            got = None
+        if isinstance(got, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in got):
+            return [int(x) for x in got]
+        raise StoreError(f"baseline database {self.where}: {column} holds {value!r:.40}, not a list of integers "
+                         "(a damaged or foreign store)")
 
     def _count(self, value: object, column: str) -> int:
         """An integer column (the schema's ``{int}``, never NULL where this reads it)."""
@@ -375,6 +403,27 @@ def _number(x: object) -> TypeGuard[int | float]:
 def _f(x: object) -> float | None:
     """A finite number, else None (SQLite stores NaN as NULL; PostgreSQL would keep it: same on both)."""
     return float(x) if _number(x) else None
+
+
+def with_starts(rows: list[MetricRow], reader: RunReader, arm: str, point: str, agg: Mapping[str, object],
+                ) -> list[MetricRow]:
+    """The rows of one scenario with each value's server start and rep (:func:`store_design.value_starts`).
+
+    Rep files that cannot be read leave the rows without starts: what the aggregate states is still
+    saved, and a prior is only ever learned from starts that are known."""
+    try:
+        reps = reader.reps(arm, point)
+    except (P2PError, OSError):
+        return rows
+    out = []
+    for r in rows:
+        got = value_starts(reps, agg, r.metric, r.values)
+        out.append(r if got is None else dataclasses.replace(r, starts=got[0], reps=got[1]))
+    return out
+
+
+def _json_ints(xs: list[int] | None) -> str | None:
+    return None if xs is None else json.dumps(xs)
 
 
 def _text(value: object) -> str:

@@ -28,7 +28,7 @@ from ..jsontypes import JSONObject
 URL_SCHEMES = ("postgresql://", "postgres://")
 #: URL query parameters whose value is a secret (libpq's ``password`` and ``sslpassword``).
 SECRET_PARAMS = ("password", "sslpassword")
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: The schema, version by version. ``{text}`` is a text column compared byte-wise (SQLite's
 #: default; ``COLLATE "C"`` on PostgreSQL, so that ORDER BY, and with it which runs are "the
@@ -51,8 +51,21 @@ SCHEMA: dict[int, tuple[str, ...]] = {
     ),
     # v2: who accepted a run and why (``accept --note``), shown by ``baseline list``
     2: ("ALTER TABLE baselines ADD COLUMN note {text}",),
+    # v3: where each value ran (issue 24) -- the server start of each value and its rep index (JSON lists
+    # aligned with ``vals``; NULL for a restart-per-rep design and every run saved before v3), and the run's
+    # design (``store_design.design_key``), so that a later night can learn the start-to-start spread
+    # from runs whose start means are comparable to its own
+    3: ("ALTER TABLE runs ADD COLUMN design {text}",
+        "ALTER TABLE results ADD COLUMN starts {text}",
+        "ALTER TABLE results ADD COLUMN reps {text}"),
 }
 OUR_TABLES = ("runs", "results", "baselines")
+#: Every column, in the order the store writes and reads them (named, never ``*``: a migrated store has
+#: its added columns at the end, as a new one does, but naming them keeps a reader independent of that).
+RUN_COLUMNS = ("run_id, rig, pair_key, pair_ident, kind, started_at, saved_at, simulated, status, source_dir, "
+               "fingerprint, design")
+N_RUN_COLUMNS = len(RUN_COLUMNS.split(", "))
+RESULT_COLUMNS = "run_id, arm, point, metric, n, mean, std, median, vals, starts, reps"
 
 
 def schema_steps(version: int, *, text: str, real: str, integer: str) -> list[str]:
@@ -212,6 +225,10 @@ class MetricRow:
     std: float | None
     median: float | None
     values: list[float]
+    #: the server start of each value and its rep index (aligned with ``values``); None where the run had
+    #: no starts (restart per rep) or was saved before schema v3
+    starts: list[int] | None = None
+    reps: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +245,7 @@ class RunRecord:
     source_dir: str | None
     fingerprint: JSONObject  # as saved (see fingerprint.Fingerprint), read back as JSON
     baselines: tuple[str, ...] = ()
+    design: str | None = None  # store_design.design_key of the run (schema v3); None before v3
 
 
 class Backend(Protocol):

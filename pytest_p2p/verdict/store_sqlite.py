@@ -48,7 +48,15 @@ def _v2(db: sqlite3.Connection) -> None:
         db.execute(sql)
 
 
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2}
+def _v3(db: sqlite3.Connection) -> None:
+    """v3: the server start and rep index of each value, and the run's design (issue 24: a start-spread prior).
+
+    ``ALTER TABLE ... ADD COLUMN`` in place: every row stays, the new columns read NULL (no starts known)."""
+    for sql in _steps(3):
+        db.execute(sql)
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2, 3: _v3}
 assert set(MIGRATIONS) == set(SCHEMA)
 
 

@@ -23,13 +23,13 @@ from typing import Protocol, TypedDict
 
 from ..errors import StoreError
 from ..jsontypes import JSONObject
-from .store_base import SCHEMA_VERSION, Backend, MetricRow, RunRecord
+from .store_base import RESULT_COLUMNS, RUN_COLUMNS, SCHEMA_VERSION, Backend, MetricRow, RunRecord
 
 FORMAT = "pytest-p2p-baseline-export"
 
 #: one row of each table, in column order, as an import writes it
-RunRow = tuple[str, str, str | None, str, str | None, str | None, str, int, str | None, str | None, str]
-ResultRow = tuple[str, str, str, str, int, float | None, float | None, float | None, str]
+RunRow = tuple[str, str, str | None, str, str | None, str | None, str, int, str | None, str | None, str, str | None]
+ResultRow = tuple[str, str, str, str, int, float | None, float | None, float | None, str, str | None, str | None]
 AcceptanceRow = tuple[str, str, str, str | None]
 
 
@@ -132,6 +132,18 @@ class _Reader:
             raise self.fail(path, "number out of range") from None
         return f if math.isfinite(f) else None
 
+    def aligned(self, x: object, values: list[float | None], path: str) -> str | None:
+        """A v3 ``starts``/``reps`` list (JSON text for the column): integers aligned with ``values``, or null.
+
+        An export of an older pytest-p2p has neither: NULL, as a migrated store reads them. A value
+        that was dropped as not finite takes its start along, so the two stay aligned."""
+        if x is None:
+            return None
+        items = self.lst(x, path)
+        if len(items) != len(values):
+            raise self.fail(path, f"{len(items)} entries for {len(values)} values")
+        return json.dumps([self.count(v, f"{path}[{k}]") for k, v in enumerate(items) if values[k] is not None])
+
     def count(self, x: object, path: str) -> int:
         if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2**62:
             raise self.fail(path, f"expected a count, got {x!r:.40}")
@@ -162,7 +174,8 @@ def _rows(data: object, source: str) -> tuple[list[RunRow], list[ResultRow], lis
                        rd.req(r, "pair_ident", p), rd.text(r, "kind", p, optional=True),
                        rd.text(r, "started_at", p, optional=True), rd.req(r, "saved_at", p),
                        int(bool(r.get("simulated"))), rd.text(r, "status", p, optional=True),
-                       rd.text(r, "source_dir", p, optional=True), json.dumps(fp, sort_keys=True, default=str))
+                       rd.text(r, "source_dir", p, optional=True), json.dumps(fp, sort_keys=True, default=str),
+                       rd.text(r, "design", p, optional=True))  # absent from a pre-v3 export: NULL
         runs.append(run)
         for j, metric in enumerate(rd.lst(r.get("metrics", []), f"{p}.metrics")):
             q = f"{p}.metrics[{j}]"
@@ -171,7 +184,9 @@ def _rows(data: object, source: str) -> tuple[list[RunRow], list[ResultRow], lis
             results.append((run_id, rd.req(m, "arm", q), rd.req(m, "point", q), rd.req(m, "metric", q),
                             rd.count(m.get("n"), f"{q}.n"), rd.num(m.get("mean"), f"{q}.mean"),
                             rd.num(m.get("std"), f"{q}.std"), rd.num(m.get("median"), f"{q}.median"),
-                            json.dumps([v for v in values if v is not None])))
+                            json.dumps([v for v in values if v is not None]),
+                            rd.aligned(m.get("starts"), values, f"{q}.starts"),
+                            rd.aligned(m.get("reps"), values, f"{q}.reps")))
         if "acceptances" not in top:  # an export of an older pytest-p2p: names only
             for name in rd.lst(r.get("baselines", []), f"{p}.baselines"):
                 if not isinstance(name, str):
@@ -205,10 +220,11 @@ def import_store(store: Transferable, data: object, *, source: str) -> tuple[int
             if db.query("SELECT 1 FROM runs WHERE run_id = ?", (row[0],)):
                 present += 1
                 continue
-            db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?)", row)
+            db.execute(f"INSERT INTO runs ({RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", row)
             new.add(row[0])
             added += 1
-        db.executemany("INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?)", [r for r in results if r[0] in new])
+        db.executemany(f"INSERT INTO results ({RESULT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                       [r for r in results if r[0] in new])
         for acceptance in accepted:
             acc += db.execute("INSERT INTO baselines (name, run_id, accepted_at, note) VALUES (?,?,?,?) "
                               "ON CONFLICT (name, run_id) DO NOTHING", acceptance)

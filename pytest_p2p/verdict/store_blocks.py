@@ -1,0 +1,108 @@
+"""Earlier nights' window pairs, grouped by server start: what a start-spread prior is learned from.
+
+Why one reader: a resident campaign's uplift is judged on start means with ``df = starts - 1``
+(3 or 4 starts a night). ``stats.nested.start_prior`` pools the start-to-start spread of earlier
+nights of the same rig, pair, point, arms, metric and design; this is the one place that decides
+which stored runs count and how their values become blocks:
+
+* only runs whose status is ``complete`` (not failed, interrupted or abandoned), of the same
+  ``simulated`` flag as tonight (a stand-in's spread says nothing about a GPU's), of the same
+  design (:func:`.store_design.design_key`: comparable start means), newest ``limit`` first;
+* in each, arm A's and arm B's values of ``metric`` at ``point`` are paired by rep index and
+  grouped by the server start they ran in — a window pair is one rep of both arms, and both
+  arms' servers of one start are one block;
+* runs without starts (restart per rep, saved before schema v3) are skipped, never an error.
+
+A store that cannot be read raises :class:`~pytest_p2p.errors.StoreError` (the glue warns and
+runs without a prior).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import StoreError
+from .store import Store
+
+#: how many earlier nights a prior is learned from at most (a month of nightly runs)
+DEFAULT_NIGHTS = 30
+
+Pairs = list[tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class BlockQuery:
+    """Which history: tonight's rig, pair identity (bus ids), kind, point, arms, metric, design, simulated."""
+
+    rig: str
+    pair_ident: str
+    kind: str
+    point: str
+    arm_a: str
+    arm_b: str
+    metric: str
+    design: str
+    simulated: bool
+
+
+def _json_list(value: object, run_id: str, column: str) -> list[object]:
+    try:
+        got = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        got = None
+    if not isinstance(got, list):
+        raise StoreError(f"run {run_id}: results.{column} holds {value!r:.40}, not a JSON list "
+                         "(a damaged or foreign store)")
+    return got
+
+
+def _by_rep(vals: object, starts: object, reps: object, run_id: str) -> dict[int, tuple[int, float]]:
+    """``{rep: (start, value)}`` of one results row; values and their starts and reps aligned."""
+    v, s, k = (_json_list(x, run_id, c) for x, c in ((vals, "vals"), (starts, "starts"), (reps, "reps")))
+    if not len(v) == len(s) == len(k):
+        raise StoreError(f"run {run_id}: results.vals, starts and reps differ in length "
+                         f"({len(v)}, {len(s)}, {len(k)}): a damaged store")
+    out: dict[int, tuple[int, float]] = {}
+    for value, start, rep in zip(v, s, k, strict=True):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if isinstance(start, int) and isinstance(rep, int) and not isinstance(start, bool):
+            out[rep] = (start, float(value))
+    return out
+
+
+def night_blocks(a: dict[int, tuple[int, float]], b: dict[int, tuple[int, float]]) -> list[Pairs]:
+    """One night's blocks: the reps both arms have, in the same start, grouped by start (start order), each
+    block's pairs in rep order."""
+    grouped: dict[int, Pairs] = {}
+    for rep in sorted(set(a) & set(b)):
+        (sa, va), (sb, vb) = a[rep], b[rep]
+        if sa == sb:
+            grouped.setdefault(sa, []).append((va, vb))
+    return [grouped[s] for s in sorted(grouped)]
+
+
+def start_blocks(store: Store, q: BlockQuery, *, limit: int = DEFAULT_NIGHTS,
+                 exclude: str | None = None) -> list[list[Pairs]]:
+    """Per earlier night (oldest first, the newest ``limit``), per start, the window pairs ``(a, b)``."""
+    b = store.backend
+    sql = (
+        "SELECT r.run_id, x.vals, x.starts, x.reps, y.vals, y.starts, y.reps FROM runs r "
+        "JOIN results x ON x.run_id = r.run_id AND x.arm = ? AND x.point = ? AND x.metric = ? "
+        "JOIN results y ON y.run_id = r.run_id AND y.arm = ? AND y.point = ? AND y.metric = ? "
+        "WHERE r.rig = ? AND r.pair_ident = ? AND r.kind = ? AND r.design = ? AND r.simulated = ? "
+        "AND r.status = 'complete' AND x.starts IS NOT NULL AND y.starts IS NOT NULL "
+        f"AND r.run_id {b.null_safe_ne} ? ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?")
+    args: Sequence[object] = (q.arm_a, q.point, q.metric, q.arm_b, q.point, q.metric, q.rig, q.pair_ident, q.kind,
+                              q.design, int(q.simulated), exclude, limit)
+    with store.backend.guard(f"reading earlier nights' starts of {q.metric} {q.point}"):
+        rows = b.query(sql, args)
+    nights = []
+    for row in reversed(rows):
+        run_id = str(row[0])
+        blocks = night_blocks(_by_rep(row[1], row[2], row[3], run_id), _by_rep(row[4], row[5], row[6], run_id))
+        if blocks:
+            nights.append(blocks)
+    return nights

@@ -1,0 +1,91 @@
+"""What the store keeps of a campaign's design and of where each value ran (schema v3, issue 24).
+
+Why: a resident campaign judges its uplift on start means with ``df = starts - 1`` — three
+or four starts a night, far too few to pin down the start-to-start spread. Earlier nights
+of the same rig, pair and point measured that spread already; a prior learned from them
+(``stats.nested.start_prior``) lends tonight their degrees of freedom. That is only sound
+where the earlier start means are comparable to tonight's: the spread of a start mean is
+``start_sd**2 + window_sd**2 / W``, so the window pairs per start, the window's size (seconds,
+or prompts when ``window_s`` is null), the residency and the uplift metric must match.
+:func:`design_key` is that identity, one canonical JSON text compared byte-wise by both
+backends; :func:`value_starts` recovers the start (and rep index) of each stored value.
+
+Both read only what a results directory states (``run.json``'s ``kind``, ``campaign`` and
+``uplift`` sections; each rep file's ``meta.start``), so a results directory written before
+v3 is saved with its starts too. Nothing here imports the campaign stage.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from ..jsontypes import JSONObject, as_float, as_int
+
+#: residencies whose windows nest within server starts (``campaign.config.RESIDENCY`` minus ``restart``)
+NESTED = ("auto", "resident", "sleep")
+
+
+def design_key(kind: object, campaign: object, metric: object, direction: object) -> str | None:
+    """The design of a model campaign as canonical JSON, or ``None`` where it cannot be stated.
+
+    ``campaign`` is ``CampaignConfig.to_dict()`` (run.json's ``campaign``); ``metric`` and
+    ``direction`` are the uplift's (run.json's ``uplift``). The residency is the one the rig
+    asked for (``auto`` stays ``auto``: a rig whose two servers do not fit falls back to sleep
+    mode the same way every night). ``starts`` is not part of it: more starts of one design are
+    still comparable starts. A restart-per-rep campaign has a design too (it has no starts, so
+    no prior is learned from it). Probe campaigns and p2p-bench directories have none.
+    """
+    if kind != "model" or not isinstance(campaign, Mapping) or not isinstance(metric, str):
+        return None
+    residency = campaign.get("residency")
+    if not isinstance(residency, str):
+        return None
+    design: JSONObject = {"residency": residency, "metric": metric,
+                          "direction": direction if isinstance(direction, str) else None}
+    if residency in NESTED:
+        window_s = as_float(campaign.get("window_s"))
+        design.update({"windows": as_int(campaign.get("windows")), "window_s": window_s,
+                       "prompts_per_concurrency": as_int(campaign.get("prompts_per_concurrency"))
+                       if window_s is None else None})
+    return json.dumps(design, sort_keys=True, separators=(",", ":"))
+
+
+def run_design(run: Mapping[str, object]) -> str | None:
+    """:func:`design_key` of a ``run.json`` record."""
+    uplift = run.get("uplift")
+    up = uplift if isinstance(uplift, Mapping) else {}
+    return design_key(run.get("kind"), run.get("campaign"), up.get("metric"), up.get("direction"))
+
+
+def _start(rep: Mapping[str, object]) -> int | None:
+    meta = rep.get("meta")
+    return as_int(meta.get("start")) if isinstance(meta, Mapping) else None
+
+
+def value_starts(reps: Mapping[int, Mapping[str, object]], aggregate: Mapping[str, object], metric: str,
+                 values: Sequence[float]) -> tuple[list[int], list[int]] | None:
+    """``(starts, rep indices)`` aligned with ``values`` (one metric's values in ``aggregate.json``).
+
+    The aggregate keeps, in rep order, every rep not in ``flags.excluded_reps`` whose ``metric``
+    is a number; the same selection over the rep files gives each value its rep and its
+    ``meta.start``. The result is used only where it reproduces ``values`` exactly and every
+    rep names its start; otherwise (a restart-per-rep run, an edited or partial directory)
+    ``None``: no starts are better than wrong ones.
+    """
+    flags = aggregate.get("flags")
+    listed = flags.get("excluded_reps") if isinstance(flags, Mapping) else None
+    excluded = {k for k in listed if isinstance(k, int)} if isinstance(listed, list) else set()
+    got: list[tuple[float, int, int | None]] = []
+    for k in sorted(reps):
+        if k in excluded:
+            continue
+        v = as_float(reps[k].get(metric))
+        if v is not None:
+            got.append((v, k, _start(reps[k])))
+    if [v for v, _, _ in got] != list(values):
+        return None
+    starts = [s for _, _, s in got]
+    if not got or any(s is None for s in starts):
+        return None
+    return [s for s in starts if s is not None], [k for _, k, _ in got]

@@ -1,0 +1,326 @@
+"""Schema v3 (issue 24): the store keeps where each value ran, and earlier nights become a start-spread prior.
+
+* a v2 store migrates in place: every row stays, starts and design read NULL;
+* a resident run round-trips each value's server start, its rep and the run's design (SQLite and
+  PostgreSQL), through export/import too, and an export of v2 still imports;
+* ``store_blocks.start_blocks`` pairs arm A and arm B by rep, groups them by start, and skips other
+  designs, unfinished and abandoned runs, the other ``simulated`` flag and runs without starts;
+* the pytest glue, with a store configured, reads the blocks of a stand-in campaign saved earlier and
+  hands ``start_priors`` to the campaign (``stats.nested.start_prior`` stubbed here: it lands with
+  the prior's own branch, and its minimum of nights is its business, not the glue's).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from store_pg import PgServer, pg_fixture, store_target_fixture  # noqa: F401 - fixtures
+from synthetic_runs import write_run
+
+from pytest_p2p.plugin.session import demo_path
+from pytest_p2p.results.write import RunDir
+from pytest_p2p.stats import nested
+from pytest_p2p.verdict import store_postgres
+from pytest_p2p.verdict.store import SCHEMA_VERSION, Store, _v1, _v2
+from pytest_p2p.verdict.store_blocks import BlockQuery, start_blocks
+from pytest_p2p.verdict.store_design import design_key
+
+CAMPAIGN = {"residency": "resident", "starts": 2, "windows": 2, "window_s": 15.0, "prompts_per_concurrency": 8}
+METRIC = "output_throughput"
+DESIGN = design_key("model", CAMPAIGN, METRIC, "higher")
+IDENT = "0000:09:00.0+0000:0A:00.0"  # synthetic_runs.BUS, as fingerprint.pair_ident writes them
+
+
+def resident_run(root: Path, run_id: str, on: dict[int, tuple[int, float]], off: dict[int, tuple[int, float]],
+                 *, campaign: dict[str, Any] | None = None, status: str = "complete", simulated: bool = False,
+                 excluded: dict[str, list[int]] | None = None, started_at: str = "2026-11-20T10:00:00Z") -> Path:
+    """A resident campaign at c16: ``{rep: (start, output_throughput)}`` per arm, written by the one writer."""
+    path = write_run(root, run_id, points=("c16",), started_at=started_at)
+    rd = RunDir(path)
+    for arm, reps in (("p2p_on", on), ("p2p_off", off)):
+        for k, (start, value) in reps.items():
+            rd.write_rep(arm, "c16", k, {METRIC: value, "mean_ttft_ms": 40.0 + k,
+                                         "meta": {"start": start, "window": k, "residency": "resident"}})
+        skip = set((excluded or {}).get(arm, []))
+        values = [v for k, (_, v) in sorted(reps.items()) if k not in skip]
+        rd.write_aggregate(arm, "c16", {"metrics": {METRIC: {"mean": sum(values) / len(values), "n": len(values),
+                                                             "values": values}},
+                                        "flags": {"excluded_reps": sorted(skip)}})
+    rd.write_run_meta({"status": status, "simulated": simulated, "campaign": campaign or CAMPAIGN,
+                       "uplift": {"metric": METRIC, "direction": "higher"}})
+    return path
+
+
+def night(values_on: list[float], values_off: list[float], windows: int = 2) -> tuple[dict[int, tuple[int, float]],
+                                                                                       dict[int, tuple[int, float]]]:
+    """Reps 1..n, ``windows`` per start."""
+    on = {k + 1: (k // windows + 1, v) for k, v in enumerate(values_on)}
+    off = {k + 1: (k // windows + 1, v) for k, v in enumerate(values_off)}
+    return on, off
+
+
+def query(**kw: Any) -> BlockQuery:
+    base: dict[str, Any] = {"rig": "demo-rig", "pair_ident": IDENT, "kind": "model", "point": "c16",
+                            "arm_a": "p2p_on", "arm_b": "p2p_off", "metric": METRIC, "design": DESIGN,
+                            "simulated": False}
+    return BlockQuery(**{**base, **kw})
+
+
+# -- migration ---------------------------------------------------------------------------------
+
+V2_RUN = ("old", "demo-rig", "gpu1-gpu2", IDENT, "model", "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z", 0,
+          "complete", None, "{}")
+V2_RESULTS = [("old", arm, "c16", METRIC, 3, 1.0, 0.1, 1.0, "[1.0, 1.1, 0.9]") for arm in ("p2p_on", "p2p_off")]
+
+
+def test_a_v2_sqlite_store_migrates_in_place_keeping_every_row(tmp_path: Path) -> None:
+    db = tmp_path / "h.db"
+    con = sqlite3.connect(db)
+    _v1(con)
+    _v2(con)
+    con.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?)", V2_RUN)
+    con.executemany("INSERT INTO results VALUES (?,?,?,?,?,?,?,?,?)", V2_RESULTS)
+    con.execute("INSERT INTO baselines VALUES ('accepted', 'old', '2026-01-01T00:00:02Z', 'first')")
+    con.execute("PRAGMA application_id = 1345474609")
+    con.execute("PRAGMA user_version = 2")
+    con.commit()
+    con.close()
+    with Store(db) as st:
+        assert st.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        (rec,) = st.runs()
+        assert (rec.run_id, rec.baselines, rec.design) == ("old", ("accepted",), None)
+        rows = st.metrics("old")
+        assert [(r.arm, r.values, r.starts, r.reps) for r in rows] == [
+            ("p2p_off", [1.0, 1.1, 0.9], None, None), ("p2p_on", [1.0, 1.1, 0.9], None, None)]
+        assert st.baseline_entries() == [("accepted", "old", "2026-01-01T00:00:02Z", "first")]
+        assert start_blocks(st, query(design=DESIGN)) == []  # no starts: skipped, not an error
+        st.save_run_dir(resident_run(tmp_path, "new", *night([10.0, 11.0, 12.0, 13.0], [9.0, 9.5, 10.0, 10.5])))
+        assert st.metrics("new", arm="p2p_on")[0].starts == [1, 1, 2, 2]
+
+
+def test_a_v2_postgres_store_migrates_in_place_keeping_every_row(pg: PgServer, tmp_path: Path) -> None:
+    import psycopg
+
+    url = pg.create_database()
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("CREATE TABLE p2p_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        con.execute("INSERT INTO p2p_meta VALUES ('application', 'pytest-p2p'), ('schema_version', '2')")
+        for step in (1, 2):
+            for sql in store_postgres._steps(step):
+                con.execute(sql)
+        con.execute("INSERT INTO runs VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", V2_RUN)
+        for row in V2_RESULTS:
+            con.execute("INSERT INTO results VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)", row)
+    with Store(url) as st:
+        (rec,) = st.runs()
+        assert (rec.run_id, rec.design) == ("old", None)
+        assert [(r.values, r.starts) for r in st.metrics("old")] == [([1.0, 1.1, 0.9], None)] * 2
+        st.save_run_dir(resident_run(tmp_path, "new", *night([10.0, 11.0, 12.0, 13.0], [9.0, 9.5, 10.0, 10.5])))
+        assert st.metrics("new", arm="p2p_off")[0].reps == [1, 2, 3, 4]
+    with psycopg.connect(url, autocommit=True) as con:
+        assert con.execute("SELECT value FROM p2p_meta WHERE key = 'schema_version'").fetchone() == ("3",)
+
+
+# -- round trip ----------------------------------------------------------------------------------
+
+def test_a_resident_run_round_trips_its_starts_and_design(tmp_path: Path, store_target: str) -> None:
+    on, off = night([10.0, 11.0, 12.0, 13.0, 14.0, 15.0], [9.0, 9.5, 10.0, 10.5, 11.0, 11.5])
+    run = resident_run(tmp_path, "r1", on, off, excluded={"p2p_on": [3]})
+    with Store(store_target) as st:
+        st.save_run_dir(run)
+        (rec,) = st.runs()
+        assert rec.design == DESIGN
+        assert json.loads(str(rec.design)) == {"residency": "resident", "windows": 2, "window_s": 15.0,
+                                               "prompts_per_concurrency": None, "metric": METRIC,
+                                               "direction": "higher"}
+        got = {r.arm: r for r in st.metrics("r1", point="c16") if r.metric == METRIC}
+        assert (got["p2p_on"].values, got["p2p_on"].starts, got["p2p_on"].reps) == (
+            [10.0, 11.0, 13.0, 14.0, 15.0], [1, 1, 2, 3, 3], [1, 2, 4, 5, 6])
+        assert (got["p2p_off"].starts, got["p2p_off"].reps) == ([1, 1, 2, 2, 3, 3], [1, 2, 3, 4, 5, 6])
+        exported = st.export()
+    target2 = str(tmp_path / "copy.db")
+    with Store(target2) as st2:
+        assert st2.import_data(json.loads(json.dumps(exported))) == (1, 0, 0)
+        assert st2.runs()[0].design == DESIGN
+        assert st2.metrics("r1", arm="p2p_on", point="c16")[0].reps == [1, 2, 4, 5, 6]
+
+
+def test_an_export_of_schema_v2_still_imports_with_no_starts(tmp_path: Path, store_target: str) -> None:
+    with Store(tmp_path / "src.db") as st:
+        st.save_run_dir(resident_run(tmp_path, "r1", *night([10.0, 11.0, 12.0, 13.0], [9.0, 9.5, 10.0, 10.5])))
+        data: dict[str, Any] = json.loads(json.dumps(st.export()))
+    data["schema_version"] = 2
+    for run in data["runs"]:
+        del run["design"]
+        for m in run["metrics"]:
+            del m["starts"], m["reps"]
+    with Store(store_target) as st:
+        assert st.import_data(data) == (1, 0, 0)
+        assert st.runs()[0].design is None
+        assert {r.starts for r in st.metrics("r1")} == {None}
+
+
+def test_an_export_whose_starts_do_not_fit_its_values_is_refused(tmp_path: Path) -> None:
+    from pytest_p2p.errors import StoreError
+
+    with Store(tmp_path / "src.db") as st:
+        st.save_run_dir(resident_run(tmp_path, "r1", *night([10.0, 11.0, 12.0, 13.0], [9.0, 9.5, 10.0, 10.5])))
+        data: dict[str, Any] = json.loads(json.dumps(st.export()))
+    row = next(m for m in data["runs"][0]["metrics"] if m["starts"] is not None)
+    row["starts"] = row["starts"][:-1]
+    with Store(tmp_path / "dst.db") as st, pytest.raises(StoreError, match=r"metrics\[\d+\]\.starts: 3 entries"):
+        st.import_data(data, source="edited.json")
+
+
+# -- the reader ------------------------------------------------------------------------------------
+
+def test_the_reader_pairs_by_rep_groups_by_start_and_skips_what_does_not_compare(tmp_path: Path,
+                                                                                 store_target: str) -> None:
+    good1 = night([10.0, 11.0, 12.0, 13.0], [9.0, 9.5, 10.0, 10.5])
+    good2 = night([20.0, 21.0, 22.0, 23.0, 24.0, 25.0], [18.0, 19.0, 20.0, 21.0, 22.0, 23.0])
+    runs = [
+        resident_run(tmp_path, "n1", *good1, started_at="2026-11-20T10:00:00Z"),
+        # rep 2 of p2p_on excluded (throttled): that window pair goes from both arms, the others keep their reps
+        resident_run(tmp_path, "n2", *good2, excluded={"p2p_on": [2]}, started_at="2026-11-21T10:00:00Z"),
+        resident_run(tmp_path, "other-design", *good1, campaign={**CAMPAIGN, "windows": 3},
+                     started_at="2026-11-22T10:00:00Z"),
+        resident_run(tmp_path, "abandoned", *good1, status="abandoned", started_at="2026-11-23T10:00:00Z"),
+        resident_run(tmp_path, "failed", *good1, status="failed", started_at="2026-11-23T11:00:00Z"),
+        resident_run(tmp_path, "simulated", *good1, simulated=True, started_at="2026-11-24T10:00:00Z"),
+        write_run(tmp_path, "restart", points=("c16",), started_at="2026-11-25T10:00:00Z"),  # no starts at all
+    ]
+    RunDir(runs[-1]).write_run_meta({"campaign": CAMPAIGN, "uplift": {"metric": METRIC, "direction": "higher"}})
+    with Store(store_target) as st:
+        for r in runs:
+            st.save_run_dir(r)
+        nights = start_blocks(st, query())
+        assert nights == [
+            [[(10.0, 9.0), (11.0, 9.5)], [(12.0, 10.0), (13.0, 10.5)]],
+            [[(20.0, 18.0)], [(22.0, 20.0), (23.0, 21.0)], [(24.0, 22.0), (25.0, 23.0)]],
+        ]
+        assert start_blocks(st, query(), limit=1) == nights[1:]  # the newest first
+        assert start_blocks(st, query(), exclude="n2") == nights[:1]
+        assert start_blocks(st, query(simulated=True)) == [[[(10.0, 9.0), (11.0, 9.5)], [(12.0, 10.0), (13.0, 10.5)]]]
+        assert len(start_blocks(st, query(design=design_key("model", {**CAMPAIGN, "windows": 3}, METRIC,
+                                                                      "higher")))) == 1
+        assert start_blocks(st, query(arm_a="p2p_off", arm_b="p2p_on"))[0][0] == [(9.0, 10.0), (9.5, 11.0)]
+        assert start_blocks(st, query(point="c8")) == []
+        assert start_blocks(st, query(pair_ident="other")) == []
+
+
+def test_the_design_says_what_makes_start_means_comparable() -> None:
+    assert design_key("model", CAMPAIGN, METRIC, "higher") == design_key(
+        "model", {**CAMPAIGN, "starts": 6, "window_s": 15}, METRIC, "higher")  # more starts, 15 == 15.0
+    for change in ({"windows": 4}, {"window_s": 30.0}, {"residency": "sleep"}):
+        assert design_key("model", {**CAMPAIGN, **change}, METRIC, "higher") != DESIGN
+    by_prompts = {**CAMPAIGN, "window_s": None}
+    assert design_key("model", by_prompts, METRIC, "higher") != design_key(
+        "model", {**by_prompts, "prompts_per_concurrency": 4}, METRIC, "higher")
+    assert design_key("model", CAMPAIGN, "mean_ttft_ms", "lower") != DESIGN
+    assert design_key("probe", CAMPAIGN, "time_us", "lower") is None
+
+
+# -- the glue --------------------------------------------------------------------------------------
+
+CONFTEST = '''
+import json, os
+from dataclasses import dataclass
+
+import pytest_p2p.stats.nested as nested
+import pytest_p2p.campaign.wiring as wiring
+
+
+@dataclass(frozen=True)
+class _StartPrior:  # the fields the prior's branch provides; its own class where this build has it
+    var: float
+    df: float
+    nights: int
+    windows: int
+
+
+StartPrior = getattr(nested, "StartPrior", _StartPrior)
+
+
+def start_prior(past, *, higher_is_better=True):
+    """What the glue handed over, made into a prior whatever the real minimum of nights is."""
+    return StartPrior(var=0.0001, df=6.0 * len(past), nights=len(past), windows=len(past[0][0]))
+
+
+nested.start_prior = start_prior
+_from_session = wiring.from_session
+
+
+def from_session(*args, start_priors=None, **kw):
+    with open(os.environ["PRIORS_OUT"], "a") as fh:
+        fh.write(json.dumps({k: vars(v) for k, v in (start_priors or {}).items()}) + "\\n")
+    return _from_session(*args, start_priors=start_priors, **kw)
+
+
+wiring.from_session = from_session
+'''
+
+
+@pytest.fixture
+def demo(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    for var in ("PYTEST_P2P_RIG", "PYTEST_P2P_SNAPSHOT", "PYTEST_P2P_DB", "PYTEST_P2P_RESULTS",
+                "PYTEST_P2P_STANDIN_SLOWDOWN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PYTEST_P2P_LOCK_DIR", str(tmp_path / "locks"))
+    priors = tmp_path / "priors.jsonl"
+    monkeypatch.setenv("PRIORS_OUT", str(priors))
+    rig = yaml.safe_load(demo_path("rig.yaml").read_text())
+    rig["campaign"].update({"concurrency": [1], "starts": 2, "windows": 2, "smoke": False})
+    rig["arms"] = {"p2p_on": "p2p_on", "p2p_off": "p2p_off"}
+    rig.pop("probe", None)
+    rig_file = tmp_path / "rig.yaml"
+    rig_file.write_text(yaml.safe_dump(rig))
+    pytester.makeconftest(CONFTEST)
+
+    def run(*extra: str) -> tuple[pytest.RunResult, list[dict[str, Any]]]:
+        r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--pyargs", "pytest_p2p.checks.test_campaign",
+                                          "-rfs", f"--p2p-rig={rig_file}", f"--p2p-results={tmp_path / 'res'}",
+                                          *extra, timeout=240)
+        lines = priors.read_text().splitlines() if priors.exists() else []
+        priors.unlink(missing_ok=True)
+        return r, [json.loads(x) for x in lines]
+
+    return run, tmp_path
+
+
+def test_the_glue_offers_the_second_campaign_a_prior_from_the_first(demo: Any) -> None:
+    run, tmp_path = demo
+    db = tmp_path / "history.db"
+    first, offered = run("--p2p-save-baseline", f"--p2p-db={db}")
+    assert first.ret == 0, first.stdout.str()[-2000:]
+    assert offered == [{}]  # the first night: no store yet, no prior, no warning
+    assert "start-spread prior" not in first.stdout.str()
+    with Store(db) as st:
+        (rec,) = st.runs()
+        assert rec.simulated and rec.status == "complete" and rec.design is not None
+        assert json.loads(rec.design)["windows"] == 2
+        on = next(r for r in st.metrics(rec.run_id, arm="p2p_on", point="c1") if r.metric == METRIC)
+        assert on.starts is not None and sorted(set(on.starts)) == [1, 2] and len(on.starts) == len(on.values)
+
+    second, offered = run("--p2p-save-baseline", f"--p2p-db={db}")
+    assert second.ret == 0, second.stdout.str()[-2000:]
+    assert [{p: {k: v[k] for k in ("df", "nights", "windows")} for p, v in o.items()} for o in offered] == [
+        {"c1": {"df": 6.0, "nights": 1, "windows": 2}}]
+    if hasattr(nested, "StartPrior"):  # a build with the prior's campaign side: run.json says it was offered
+        with Store(db) as st:
+            dirs = [Path(str(r.source_dir)) for r in st.runs()]
+        got = [json.loads((d / "run.json").read_text())["decisions"]["c1"].get("start_prior") for d in dirs]
+        assert got[0] == {"status": "none"} and got[1] is not None and got[1]["status"] != "none", got
+
+    no_store, offered = run()  # no store configured: nothing read, nothing offered
+    assert no_store.ret == 0 and offered == [{}]
+
+    db.write_bytes(b"not a database" * 100)  # a store that cannot be read: one warning, the campaign runs
+    broken, offered = run(f"--p2p-db={db}")
+    out = broken.stdout.str()
+    assert offered == [{}]
+    assert f"no start-spread prior from the baseline store {db}" in out and "not an SQLite file" in out
