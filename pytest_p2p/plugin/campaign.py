@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from ..campaign.outcome import CampaignOutcome
     from ..campaign.progress import Progress
     from ..campaign.result import CampaignResult
-    from ..stats import StartPrior  # type: ignore[attr-defined]  # h-prior adds it (issue 24)
+    from ..stats import StartPrior
     from .session import P2PSession
 
 T = TypeVar("T")
@@ -420,10 +420,7 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
     baseline = config.stash.get(BASELINE_KEY, None)
     if baseline is None or not baseline.saving:
         return {}
-    try:
-        from ..stats.nested import start_prior  # type: ignore[attr-defined]  # h-prior adds it (issue 24)
-    except ImportError:  # a build without the prior (issue 24, item 2, lands on its own branch)
-        return {}
+    from ..stats.nested import start_prior
     from ..verdict.fingerprint import pair_ident
     from ..verdict.store import Store
     from ..verdict.store_base import StoreMissing, redact
