@@ -265,3 +265,13 @@ def test_ctrl_c_while_servers_start_together_tears_them_all_down(tmp_path: Path,
         text = log.read_text()
         assert "teardown of arm" in text and "Application startup complete" not in text
     assert not server_mod._LIVE and not [p for p in started if _alive(p)]
+
+
+def test_servers_started_together_never_share_a_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel may offer a port again while the sibling that got it is not yet listening on it."""
+    first, second = server_mod.free_port(), server_mod.free_port()
+    offered = iter([first, first, second])
+    monkeypatch.setattr(server_mod, "free_port", lambda host="127.0.0.1": next(offered))
+    with server_mod.launch_all(_standin(tmp_path), [PRESETS["p2p_on"], PRESETS["p2p_off"]], (0, 1), {},
+                               [tmp_path / "on.log", tmp_path / "off.log"]) as servers:
+        assert [s.port for s in servers] == [first, second]

@@ -280,12 +280,24 @@ def launch_all(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[i
     servers: list[RunningServer] = []
     try:
         for arm, log in zip(arms, log_paths, strict=True):
-            spawn(config, arm, pair, rig_env, log, host=host, extra_env=extra_env, before=before, into=servers)
+            port = _distinct_port(host, {s.port for s in servers})
+            spawn(config, arm, pair, rig_env, log, host=host, port=port, extra_env=extra_env, before=before,
+                  into=servers)
             before = ([], before[1])  # the swept pids are noted in the first server's log only
         _ready_together(servers, startup_timeout_s or config.startup_timeout_s)
         yield servers
     finally:
         teardown_all(servers)
+
+
+def _distinct_port(host: str, taken: set[int]) -> int:
+    """A free port none of ``taken`` has: a sibling spawned a moment ago may not listen yet, so the kernel can
+    offer its port again, and two servers on one port (vLLM binds with SO_REUSEPORT) would share requests."""
+    for _ in range(PORT_TRIES):
+        chosen = _port(host, None)
+        if chosen not in taken:
+            return chosen
+    raise ServerError(f"no free port on {host} other than {sorted(taken)} after {PORT_TRIES} tries")
 
 
 def _ready_together(servers: list[RunningServer], timeout_s: float) -> None:
