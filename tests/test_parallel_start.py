@@ -58,30 +58,36 @@ def _launch_lines(log: Path) -> list[str]:
 def test_auto_starts_sequentially_once_then_in_parallel_with_the_learned_kv_size(tmp_path: Path) -> None:
     res = _runner(tmp_path, starts=3, windows=1, concurrency=[1]).run()
     assert res.status == "complete", res.errors
-    starts = _starts(res.run_dir)
-    assert [(s["start"], s["start_mode"]) for s in starts] == [(1, "sequential"), (2, "parallel"), (3, "parallel")]
+    starts = _starts(res.run_dir)  # every attempt; on a loaded box the screen may re-run a start (in parallel)
+    assert sorted({s["start"] for s in starts}) == [1, 2, 3] and starts[0]["start"] == 1
+    assert starts[0]["start_mode"] == "sequential" and all(s["start_mode"] == "parallel" for s in starts[1:])
     first = starts[0]["servers"]
     assert first["p2p_off"]["spawned_s"] >= first["p2p_on"]["ready_s"]  # one after the other
-    assert not _overlap(starts[0]) and _overlap(starts[1]) and _overlap(starts[2])
-    # start 1 sized its caches by profiling; the learned size is 95 % of the smallest, over arms and ranks
-    logs = {a: res.run_dir / "scenarios" / f"{a}-c1" for a in ("p2p_on", "p2p_off")}
-    gib = [g for d in logs.values() for g in kv_cache_gib((d / "server_start1.log").read_text())]
+    assert not _overlap(starts[0]) and all(_overlap(s) for s in starts[1:])
+    # only start 1's servers sized their caches by profiling; the learned size is 95 % of the smallest figure,
+    # over arms and ranks, and every later server of either arm got exactly that size
+    logs = sorted(res.run_dir.glob("scenarios/*-c1/server_start*.log"))
+    profiled = [p for p in logs if kv_cache_gib(p.read_text())]
+    assert sorted(p.parent.name for p in profiled) == ["p2p_off-c1", "p2p_on-c1"]
+    assert all(p.name.startswith("server_start1.") for p in profiled)
+    gib = [g for p in profiled for g in kv_cache_gib(p.read_text())]
     assert len(gib) == 4  # two arms x two ranks (TP=2)
     learned = math.floor(min(gib) * GIB * 0.95)
-    assert all(not KV_FLAG.search(ln) for d in logs.values() for ln in _launch_lines(d / "server_start1.log"))
-    for start in (2, 3):  # both arms' servers got the same size, and so did not profile
-        for d in logs.values():
-            (line,) = _launch_lines(d / f"server_start{start}.log")
-            got = KV_FLAG.search(line)
-            assert got is not None and int(got.group(1)) == learned, line
-            assert not kv_cache_gib((d / f"server_start{start}.log").read_text())
-        rec = starts[start - 1]
-        assert rec["kv_cache_memory_bytes"] == learned and str(rec["kv_source"]).startswith("learned")
     assert starts[0]["kv_learned_bytes"] == learned
+    assert all(not KV_FLAG.search(ln) for p in profiled for ln in _launch_lines(p))
+    later = [p for p in logs if p not in profiled]
+    assert len(later) >= 4
+    for p in later:
+        (line,) = _launch_lines(p)
+        got = KV_FLAG.search(line)
+        assert got is not None and int(got.group(1)) == learned, (p, line)
+    for rec in starts[1:]:
+        assert rec["kv_cache_memory_bytes"] == learned and str(rec["kv_source"]).startswith("learned")
     assert any(n.startswith("start 2: parallel start") for n in res.notes), res.notes
-    meta = {k: d["meta"] for k, d in _reps(res.run_dir, "p2p_on", "c1").items()}
-    assert [meta[k]["start_mode"] for k in (1, 2, 3)] == ["sequential", "parallel", "parallel"]
-    assert meta[2]["kv_cache_memory_bytes"] == learned and meta[2]["start_s"] > 0
+    last = {s["start"]: s for s in starts}  # the attempt each start's kept windows ran on
+    for k, d in _reps(res.run_dir, "p2p_on", "c1").items():
+        assert d["meta"]["start_mode"] == last[k]["start_mode"]
+        assert d["meta"]["kv_cache_memory_bytes"] == last[k]["kv_cache_memory_bytes"] and d["meta"]["start_s"] > 0
 
 
 def test_a_rig_kv_size_starts_in_parallel_from_the_first_start(tmp_path: Path) -> None:
@@ -95,7 +101,7 @@ def test_a_rig_kv_size_starts_in_parallel_from_the_first_start(tmp_path: Path) -
     res = runner.run()
     assert res.status == "complete", res.errors
     starts = _starts(res.run_dir)
-    assert [s["start_mode"] for s in starts] == ["parallel", "parallel"]
+    assert len(starts) >= 2 and {s["start_mode"] for s in starts} == {"parallel"}  # from start 1 on
     assert all(_overlap(s) for s in starts)
     assert {s["kv_source"] for s in starts} == {"rig (server.args.kv-cache-memory-bytes)"}
     log = res.run_dir / "scenarios" / "p2p_off-c1" / "server_start1.log"
@@ -140,8 +146,8 @@ def test_a_server_dying_in_a_parallel_start_tears_down_the_other_and_the_start_i
     assert res.status == "complete", res.errors
     note = next(n for n in res.notes if n.startswith("start 2 attempt 1 set aside and re-run"))
     assert "server for arm p2p_on on gpu0-gpu1 exited with code 1 before it was ready" in note, note
-    assert [(s["start"], s["attempt"], s["start_mode"]) for s in _starts(res.run_dir)] == [
-        (1, 1, "sequential"), (2, 2, "parallel")]
+    assert [(s["start"], s["attempt"], s["start_mode"]) for s in _starts(res.run_dir)][:2] == [
+        (1, 1, "sequential"), (2, 2, "parallel")]  # a start the screen re-runs on a loaded box would follow
     failed = res.run_dir / "scenarios" / "p2p_off-c1" / "server_start2.try1.failed.log"
     text = failed.read_text()
     assert "teardown of arm p2p_off" in text and "Application startup complete" not in text
@@ -158,7 +164,7 @@ def test_sleep_residency_starts_one_after_the_other_and_parallel_with_it_is_a_co
     assert parse_campaign({"residency": "auto", "start_mode": "parallel"}, "rig.yaml").start_mode == "parallel"
     res = _runner(tmp_path, residency="sleep", starts=2, windows=1, concurrency=[1]).run()
     assert res.status == "complete", res.errors
-    assert [s["start_mode"] for s in _starts(res.run_dir)] == ["sequential", "sequential"]
+    assert len(_starts(res.run_dir)) >= 2 and {s["start_mode"] for s in _starts(res.run_dir)} == {"sequential"}
 
 
 @pytest.mark.parametrize(("campaign", "kv", "costs", "text"), [
