@@ -154,7 +154,7 @@ def test_a_server_dying_in_a_parallel_start_tears_down_the_other_and_the_start_i
     assert any(a.kind == "failed" and a.rep == 2 for a in res.set_aside)
     assert sorted(_reps(res.run_dir, "p2p_off", "c1")) == [1, 2]
     started = [int(p) for p in pids.read_text().split()]
-    assert len(started) == 6 and not [p for p in started if _alive(p)]  # nothing left running
+    assert len(started) >= 6 and not [p for p in started if _alive(p)]  # nothing left running
 
 
 def test_sleep_residency_starts_one_after_the_other_and_parallel_with_it_is_a_config_error(tmp_path: Path) -> None:
