@@ -337,12 +337,15 @@ def _ready_together(servers: list[RunningServer], timeout_s: float) -> None:
 def teardown_all(servers: list[RunningServer]) -> None:
     """Stop every server (last started first), then prove the pair's GPUs back at the idle level they shared.
 
-    Every server is stopped even when one's teardown fails; the first failure is raised at the end.
+    Every server is stopped even when one's teardown fails; the first failure is raised at the end. Each
+    leaves ``servers`` as its teardown begins, so an interrupt in the middle leaves the rest to a caller's
+    next :func:`teardown_all` (and to the kill at interpreter exit).
     """
     first: ServerError | WriteError | None = None
-    stopped = list(reversed(servers))
-    servers.clear()
-    for srv in stopped:
+    stopped: list[RunningServer] = []
+    while servers:
+        srv = servers.pop()
+        stopped.append(srv)
         try:
             teardown(srv, check_gpus=False)
         except (ServerError, WriteError) as exc:
