@@ -99,6 +99,9 @@ POOL: dict[str, list[object]] = {
     "windows": [1, 4, 1000, 1001, 0, None],
     "window_s": [None, 0.1, 15, 86_400, 0.05, 86_401, "15"],
     "max_starts": [None, 1, 3, 5, 100, 101, "x"],
+    # added after the recording (issue 24, parallel starts): its cases were recorded with the schema, and every
+    # config recorded before it got its default, start_mode auto (the old validators had no such key)
+    "start_mode": ["auto", "parallel", "sequential", "fast", None, 1],
 }
 
 

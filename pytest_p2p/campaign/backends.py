@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from ..errors import CampaignError
+from ..errors import CampaignError, RepFailed, ServerError
 from .config import CampaignConfig
 from .liveness import Identity, death_cause
 
@@ -85,6 +86,10 @@ class ModelBackend:
     kind: str = "model"
     awake: str | None = None  # sleep mode: the arm whose server is awake ("*": all, resident mode)
     window_prompts: dict[str, int] = dataclasses.field(default_factory=dict)  # point -> prompts of one window
+    learned_kv: tuple[int, str] | None = None  # the KV cache bytes of parallel starts, and where they came from
+    kv_unknown: str = ""  # why they could not be learned (starts stay sequential)
+    last_start: Json = dataclasses.field(default_factory=dict)  # how the last start launched (StartPlan.record)
+    start_log: list[Json] = dataclasses.field(default_factory=list)  # every start's record (run.json server_starts)
 
     def _lens(self) -> tuple[int, int]:
         load = self.server.load
@@ -106,22 +111,95 @@ class ModelBackend:
         (vLLM's default 0.9 when the rig sets none), so both fit and neither waits for memory.
         ``sleep``: each server keeps the rig's share, starts with ``--enable-sleep-mode`` and
         is put to sleep before the next one starts; :meth:`activate` wakes the arm to measure.
+
+        The servers start in parallel or one after the other (:meth:`start_plan`); how, in how long and
+        with which KV cache size is :attr:`last_start` (set before the slots are yielded).
         """
-        from ..serve.server import launch
+        from ..serve.server import launch, launch_all
 
+        plan = self.start_plan(mode)
         config, extra_env = resident_config(self.server, len(arms), mode)
+        if plan.parallel and plan.learned:
+            config = dataclasses.replace(config, args={**config.args, KV_BYTES[0]: plan.kv_bytes})
+        t0 = time.monotonic()
+        slots: dict[str, ServerSlot] = {}
         with contextlib.ExitStack() as stack:
-            slots: dict[str, ServerSlot] = {}
-            for arm in arms:
-                srv = stack.enter_context(launch(config, arm, self.pair, self.rig_env, log_paths[arm.name],
-                                                 extra_env=extra_env))
-                slots[arm.name] = ServerSlot(srv, Identity.of(srv.process))
-                if mode == "sleep":
-                    from ..serve.sleep import put_to_sleep
+            if plan.parallel:
+                try:
+                    servers = stack.enter_context(launch_all(config, arms, self.pair, self.rig_env,
+                                                             [log_paths[a.name] for a in arms], extra_env=extra_env))
+                except ServerError as exc:
+                    if "out of GPU memory" in str(exc):
+                        raise  # residency auto goes on in sleep mode (blocks._fall_back_to_sleep)
+                    # two vLLM starts at once can race (an init port, a compile cache): the start is set
+                    # aside and run again, as a start whose server died is
+                    raise RepFailed(f"parallel start: {exc}") from None
+                slots = {srv.arm: ServerSlot(srv, Identity.of(srv.process)) for srv in servers}
+            else:
+                for arm in arms:
+                    srv = stack.enter_context(launch(config, arm, self.pair, self.rig_env, log_paths[arm.name],
+                                                     extra_env=extra_env))
+                    slots[arm.name] = ServerSlot(srv, Identity.of(srv.process))
+                    if mode == "sleep":
+                        from ..serve.sleep import put_to_sleep
 
-                    put_to_sleep(srv)
+                        put_to_sleep(srv)
+            self.last_start = plan.record(slots, t0, time.monotonic())
+            if not plan.parallel and plan.learn:
+                self.last_start.update(self._learn_kv(slots))
             self.awake = None if mode == "sleep" else "*"
             yield slots
+
+    def start_plan(self, mode: str) -> StartPlan:
+        """How the next start launches its servers (``campaign.start_mode``), and the KV cache size they share.
+
+        Why the size: vLLM 0.24 sizes its KV cache by profiling and attributes every change of the GPU's free
+        memory during the profile to itself (``gpu_worker.determine_available_memory``); two servers profiling
+        at once on one pair get wrong, unequal or negative caches, or an assertion. ``--kv-cache-memory-bytes``
+        skips the sizing, so a parallel start needs it, the same for every arm: the rig's, or learned from a
+        first start made sequentially (the smallest ``Available KV cache memory`` of its servers, less 5 %).
+        """
+        wanted = self.campaign.start_mode
+        rig_kv, key = rig_kv_bytes(self.server)
+        rig: tuple[object | None, str | None] = (rig_kv, f"rig (server.args.{key})") if rig_kv is not None \
+            else (None, None)
+        if mode == "sleep":
+            return StartPlan(False, *rig, why="sleep mode: each server sleeps before the next one starts")
+        if wanted == "sequential":
+            return StartPlan(False, *rig, why="campaign.start_mode sequential")
+        if rig_kv is not None:
+            return StartPlan(True, *rig, why=f"campaign.start_mode {wanted}: the rig sets the KV cache size")
+        if self.learned_kv is not None:
+            return StartPlan(True, *self.learned_kv, why=f"campaign.start_mode {wanted}", learned=True)
+        if self.kv_unknown:
+            return StartPlan(False, None, None, why=f"campaign.start_mode {wanted}, but {self.kv_unknown}")
+        return StartPlan(False, None, None, learn=True,
+                         why=f"campaign.start_mode {wanted}: this start learns the KV cache size that parallel "
+                             "starts need (--kv-cache-memory-bytes)")
+
+    def _learn_kv(self, slots: Mapping[str, ServerSlot]) -> Json:
+        """The KV cache size of parallel starts from this sequential start's logs (see :meth:`start_plan`)."""
+        from ..serve.logs import GIB, kv_cache_gib
+
+        found: dict[str, list[float]] = {}
+        for arm, slot in slots.items():
+            try:
+                found[arm] = kv_cache_gib(slot.server.log_text())
+            except OSError:
+                found[arm] = []
+        missing = [arm for arm, got in found.items() if not got]
+        if missing:
+            self.kv_unknown = (f"the server log of {', '.join(missing)} has no 'Available KV cache memory' line "
+                               "(set server.args.kv-cache-memory-bytes to start in parallel)")
+            return {"kv_cache_gib": found, "kv_note": self.kv_unknown}
+        low = min(min(got) for got in found.values())
+        if low <= 0:
+            self.kv_unknown = f"a server reported {low} GiB of KV cache (its profiling went wrong)"
+            return {"kv_cache_gib": found, "kv_note": self.kv_unknown}
+        n = math.floor(low * GIB * KV_MARGIN)
+        self.learned_kv = (n, f"learned: {KV_MARGIN:g} x the smallest 'Available KV cache memory' ({low:g} GiB) "
+                              f"of {', '.join(found)}")
+        return {"kv_cache_gib": found, "kv_learned_bytes": n}
 
     def activate(self, slots: Mapping[str, ServerSlot], arm: str) -> None:
         """Sleep mode: put the awake arm to sleep and wake ``arm`` (outside any timed window); else nothing."""
@@ -205,6 +283,39 @@ class ModelBackend:
         s = self.server
         return {"command": list(s.command), "model": s.model, "args": dict(s.args or {}),
                 "flags": list(s.flags or ()), "simulated": bool(s.simulated)}
+
+
+KV_BYTES = ("kv-cache-memory-bytes", "kv_cache_memory_bytes")
+KV_MARGIN = 0.95  # of the learned size: the logged GiB is rounded, and a start's free memory varies a little
+
+
+def rig_kv_bytes(server: ServerConfig) -> tuple[object | None, str]:
+    """The rig's ``--kv-cache-memory-bytes`` as written (vLLM also reads ``20G``), and under which key."""
+    args = server.args or {}
+    key = next((k for k in KV_BYTES if k in args), KV_BYTES[0])
+    value = args.get(key)
+    return (None if value is None or value is False else value), key
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """How one start launches its arms' servers (:meth:`ModelBackend.start_plan`)."""
+
+    parallel: bool
+    kv_bytes: object | None  # what every server gets as --kv-cache-memory-bytes (None: vLLM profiles)
+    kv_source: str | None  # the rig, or learned from which start's logs
+    why: str
+    learned: bool = False  # kv_bytes is the learned size (added to the servers' args here)
+    learn: bool = False  # a sequential start that learns the size from its logs
+
+    def record(self, slots: Mapping[str, ServerSlot], t0: float, ready: float) -> Json:
+        """What run.json and the rep files say about this start: mode, launch to all ready, KV size and source,
+        and when each server was spawned and proven ready (seconds after the start began)."""
+        return {"start_mode": "parallel" if self.parallel else "sequential", "start_s": round(ready - t0, 3),
+                "why": self.why, "kv_cache_memory_bytes": self.kv_bytes, "kv_source": self.kv_source,
+                "servers": {arm: {"spawned_s": round(s.server.spawned_at - t0, 3),
+                                  "ready_s": round(s.server.spawned_at + s.server.ready_s - t0, 3)}
+                            for arm, s in slots.items()}}
 
 
 MEMORY_UTILIZATION = ("gpu-memory-utilization", "gpu_memory_utilization")

@@ -128,10 +128,10 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     cfg = runner.config
     mode = cfg.resident_mode(runner.kind)
     n_arms = len(cfg.arms)
-    start_s = _start_estimate(runner)
+    start_s = _server_start_s(runner)
+    starts_s = sum(_start_estimate(runner, b) for b in range(1, cfg.starts + 1))
     window_s = cfg.window_s if cfg.window_s is not None else 10.0
-    per_start = n_arms * start_s + len(points) * n_arms * (cfg.windows * window_s + _warm_s(cfg.warmup))
-    total = cfg.starts * per_start
+    total = starts_s + cfg.starts * len(points) * n_arms * (cfg.windows * window_s + _warm_s(cfg.warmup))
     memory = ("GPU memory split between the arms' servers" if mode == "resident"
               else "the idle arm's server asleep (vLLM sleep mode)")
     more = (f", up to {cfg.max_starts} starts while undecided" if cfg.max_starts and cfg.max_starts > cfg.starts
@@ -139,13 +139,13 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     alpha = cfg.uplift_rule_for(runner.kind).alpha / max(1, len(points))
     line = (f"plan: {mode} arms ({memory}): {cfg.starts} starts x {cfg.windows} window pairs x {len(points)} "
             f"point(s), windows of {_window_text(cfg.window_s, cfg.prompts_per_concurrency)}{more}; expected "
-            f"{total / 60:.0f} min ({cfg.starts * n_arms} server starts of ~{start_s:.0f} s, "
-            f"{100 * (total - cfg.starts * n_arms * start_s) / total:.0f} % of it under load)")
+            f"{total / 60:.0f} min ({cfg.starts * n_arms} server starts of ~{start_s:.0f} s{_start_text(runner)}, "
+            f"{100 * (total - starts_s) / total:.0f} % of it under load)")
     if cfg.starts < 2:
         return line + "; one start cannot decide (the start-to-start spread is unknown)"
     try:
         half = expected_halfwidth(PLAN_START_SD, PLAN_WINDOW_SD, cfg.starts, cfg.windows, alpha)
-        best = plan_for(PLAN_START_SD, PLAN_WINDOW_SD, PLAN_TARGET, alpha, n_arms * start_s,
+        best = plan_for(PLAN_START_SD, PLAN_WINDOW_SD, PLAN_TARGET, alpha, _start_estimate(runner, 2),
                         n_arms * window_s, MAX_PLAN_STARTS, points=len(points))
     except StatsError:
         return line
@@ -188,7 +188,33 @@ def _warm_s(warmup: int) -> float:
     return 2.0 if warmup > 0 else 0.0
 
 
-def _start_estimate(runner: ResidentRunner) -> float:
+def _start_estimate(runner: ResidentRunner, start: int) -> float:
+    """Seconds start number ``start`` (every arm's server) is expected to take: one server's start when they
+    start in parallel (the slowest arm; they start alike), the sum over the arms when one after the other."""
+    one = _server_start_s(runner)
+    return one if _parallel(runner, start) else len(runner.config.arms) * one
+
+
+def _parallel(runner: ResidentRunner, start: int) -> bool:
+    """Whether start ``start`` is expected to launch its servers at once (``ModelBackend.start_plan``: a first
+    start that learns the KV cache size runs sequentially, the later ones in parallel)."""
+    backend = runner.backend
+    if not isinstance(backend, ModelBackend):
+        return False
+    plan = backend.start_plan(runner.config.resident_mode(runner.kind) or "resident")
+    return plan.parallel or (plan.learn and start > 1)
+
+
+def _start_text(runner: ResidentRunner) -> str:
+    """How the plan's starts launch their servers, for the plan line."""
+    if _parallel(runner, 1):
+        return ", every start's servers in parallel"
+    if _parallel(runner, 2):
+        return ", in parallel after start 1 (sequential: it learns the KV cache size)"
+    return ", one after the other"
+
+
+def _server_start_s(runner: ResidentRunner) -> float:
     """Seconds one server start is expected to take: the stand-in starts in about a second, vLLM in a minute
     or two (model load, torch.compile, CUDA graphs); measured starts replace the guess in the run's notes."""
     backend = runner.backend
@@ -341,10 +367,9 @@ def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, st
                                          + (f", attempt {attempt}" if attempt > 1 else "")) as beat, \
                     backend.resident([runner.arms[a] for a in arms], logs, mode) as slots:
                 beat.stop()  # the servers are up: the heartbeat covered their start only
-                ready = {a: round(s.server.ready_s, 1) for a, s in slots.items()}
-                result.notes.append(f"start {start}: servers ready in {ready} s "
-                                    f"({time.monotonic() - t0:.0f} s for all)")
-                run = _Start(runner, rd, result, slots, reader, idle_rows, start, attempt, mode, vram_note, pending)
+                how = _record_start(rd, result, backend, start, attempt, time.monotonic() - t0)
+                run = _Start(runner, rd, result, slots, reader, idle_rows, start, attempt, mode, vram_note, pending,
+                             how)
                 for point in points:
                     for w in range(1, w_n + 1):
                         for arm in order(arms, start, w):
@@ -357,6 +382,26 @@ def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, st
                         _same_transport(runner, result, slots[arm], arm, start)
         finally:
             reader.close()
+
+
+def _record_start(rd: RunWriter, result: CampaignResult, backend: ModelBackend, start: int, attempt: int,
+                  took_s: float) -> Json:
+    """Say how this start launched its servers: a note, ``server_starts`` in run.json (every attempt), and
+    what each of its rep files carries (``start_mode``, ``start_s``: launch to all ready, the KV cache size)."""
+    rec: Json = {"start": start, "attempt": attempt, **backend.last_start}
+    servers = as_dict(rec.get("servers"))
+    ready = {a: as_dict(v).get("ready_s") for a, v in servers.items()}
+    kv = rec.get("kv_cache_memory_bytes")
+    result.notes.append(f"start {start}: {rec.get('start_mode')} start, servers ready at {ready} s "
+                        f"({took_s:.0f} s for all)"
+                        + (f", --kv-cache-memory-bytes {kv} ({rec.get('kv_source')})" if kv is not None else "")
+                        + (f"; next starts: --kv-cache-memory-bytes {rec['kv_learned_bytes']} (learned)"
+                           if "kv_learned_bytes" in rec else "")
+                        + (f"; {rec['kv_note']}" if "kv_note" in rec else ""))
+    backend.start_log.append(rec)
+    rd.write_run_meta({"server_starts": list(backend.start_log)})
+    return {"start_mode": rec.get("start_mode"), "start_s": rec.get("start_s"), "kv_cache_memory_bytes": kv,
+            "kv_source": rec.get("kv_source")}
 
 
 def _same_transport(runner: ResidentRunner, result: CampaignResult, slot: ServerSlot, arm: str,
@@ -386,6 +431,7 @@ class _Start:
     mode: str
     vram_note: object
     pending: set[tuple[str, str, int]]
+    how: Json = field(default_factory=dict)  # how this start launched its servers (_record_start)
     warmed: set[tuple[str, str]] = field(default_factory=set)
 
     def window(self, point: str, arm: str, w: int) -> None:
@@ -405,7 +451,7 @@ class _Start:
                                 warm=(arm, point) not in self.warmed)
         self.warmed.add((arm, point))
         data["meta"] = {**as_dict(data.get("meta")), "vram": self.vram_note, "attempt": self.attempt,
-                        "start": self.start, "window": w, "residency": self.mode}
+                        "start": self.start, "window": w, "residency": self.mode, **self.how}
         self.rd.write_rep(arm, point, k, data)
         self.result.rep_data.setdefault((arm, point), {})[k] = data
         self.pending.discard((arm, point, k))

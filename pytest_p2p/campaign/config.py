@@ -37,6 +37,10 @@ Example (every key optional; the values shown are the defaults unless noted)::
       windows: 4              # resident/sleep: window pairs per point within one start, ABBA over windows
       window_s: 15            # resident/sleep: seconds of measured load per window (null: prompts_per_concurrency)
       max_starts: null        # resident/sleep adaptive: add starts up to this many while the uplift is inconclusive
+      start_mode: auto        # resident: parallel (every arm's server started at once, the same
+                              # --kv-cache-memory-bytes for all: the rig's, or learned from a sequential first
+                              # start) | sequential (one after the other) | auto (parallel for resident,
+                              # sequential for sleep and restart)
 
 Every number is range-checked (``reps: 100000000`` or ``concurrency: 1e29`` is a
 ConfigError naming the key and the range, not a hang or a MemoryError an hour later).
@@ -66,6 +70,7 @@ from .schedule import MODES
 
 KINDS = ("auto", "model", "probe")
 RESIDENCY = ("auto", "resident", "sleep", "restart")
+START_MODES = ("auto", "parallel", "sequential")
 MAX_STARTS = 100
 MAX_WINDOWS = 1000
 DEFAULT_SIZES = (8 * 1024, 32 * 1024, 128 * 1024, 512 * 1024)
@@ -143,6 +148,7 @@ class CampaignConfig:
     windows: int = key(4, whole(1, MAX_WINDOWS))
     window_s: float | None = key(WINDOW_S, optional(real(0.1, DAY_S)))  # null: prompts_per_concurrency
     max_starts: int | None = key(None, whole(1, MAX_STARTS), null=True)
+    start_mode: str = key("auto", word(*START_MODES))
     source: str = "rig.yaml"
     explicit: frozenset[str] = field(default_factory=frozenset)  # keys the rig file set
 
@@ -237,6 +243,11 @@ def parse_campaign(value: object, source: str, path: str = "campaign") -> Campai
     if cfg.max_starts is not None and cfg.max_starts < cfg.starts:
         raise ConfigError(source, join(path, "max_starts"), f"max_starts ({cfg.max_starts}) is below starts "
                                                             f"({cfg.starts}): adaptive starts only add server starts")
+    if cfg.start_mode == "parallel" and cfg.residency in ("sleep", "restart"):
+        raise ConfigError(source, join(path, "start_mode"),
+                          f"start_mode parallel needs residency resident or auto, got residency {cfg.residency}: "
+                          + ("each server must be asleep before the next one starts"
+                             if cfg.residency == "sleep" else "a restart per rep starts one server at a time"))
     if cfg.uplift_rule == "ci_lower" and cfg.reps < 2:
         raise ConfigError(source, join(path, "reps"), f"uplift_rule ci_lower needs reps >= 2 (a CI needs spread), "
                                                       f"got {cfg.reps}")

@@ -1,8 +1,11 @@
-"""What a server's log says: the likely cause of a failure, and its last lines for a message.
+"""What a server's log says: the likely cause of a failure, its last lines for a message, its KV cache size.
 
 Why: a server that fails to start or dies under load must end in one paragraph naming
 the cause the user can fix (out of GPU memory, port in use, NCCL, a missing model), not
-"exit code 1"; the campaign's liveness check reads the same two helpers.
+"exit code 1"; the campaign's liveness check reads the same two helpers. The KV cache
+size a server found by profiling (:func:`kv_cache_gib`) is what lets the next start of
+several servers skip the profiling (``--kv-cache-memory-bytes``), which two servers
+cannot do side by side on one GPU (``campaign.backends``).
 """
 
 from __future__ import annotations
@@ -66,3 +69,19 @@ def tail(path: Path, lines: int = 30) -> str:
 
 def pair_key(pair: Sequence[int]) -> str:
     return "-".join(f"gpu{i}" for i in pair)
+
+
+#: vLLM 0.24's line (``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory``, ``format_gib``: bytes /
+#: 2**30 rounded to 2 places), once per worker process: ``(Worker_TP0 pid=1834) INFO 11-22 11:25:03
+#: [gpu_worker.py:508] Available KV cache memory: 40.71 GiB``. Negative when profiling went wrong.
+_KV_LINE = re.compile(r"Available KV cache memory: (-?\d+(?:\.\d+)?) GiB")
+GIB = 1 << 30
+
+
+def kv_cache_gib(log_text: str) -> list[float]:
+    """Every ``Available KV cache memory`` figure in a vLLM log (one per rank that printed it), in GiB, in order.
+
+    ``[]`` for a log without one: a server started with ``--kv-cache-memory-bytes`` (it skips the sizing and
+    says ``reserved ... GiB memory for KV Cache``), or one that failed before sizing its cache.
+    """
+    return [float(m.group(1)) for m in _KV_LINE.finditer(log_text)]

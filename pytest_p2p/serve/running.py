@@ -69,7 +69,8 @@ class RunningServer:
     token: str
     config: ServerConfig
     process: subprocess.Popen[bytes] = field(repr=False)
-    ready_s: float = 0.0
+    ready_s: float = 0.0  # spawn to ready (seconds)
+    spawned_at: float = 0.0  # time.monotonic() when the process was started
     idle: list[GpuUse] | None = None
     notes: list[str] = field(default_factory=list)
 

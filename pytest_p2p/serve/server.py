@@ -58,8 +58,8 @@ from .running import GpuUse, RunningServer, ServerDeath
 if TYPE_CHECKING:
     from ..probes.arms import ServerArm
 __all__ = ["API_KEY_ENV", "TOKEN_ENV", "GpuUse", "RunningServer", "ServerDeath", "check_port_free", "find_leftovers",
-           "free_port", "gpu_usage", "kill_tree", "launch", "likely_cause", "pair_key", "prove_identity", "tail",
-           "teardown"]
+           "free_port", "gpu_usage", "kill_tree", "launch", "launch_all", "likely_cause", "pair_key", "prove_identity",
+           "prove_ready", "spawn", "tail", "teardown", "teardown_all"]
 _LIVE: dict[int, tuple[int, str]] = {}  # leader pid -> (session id, token): killed at interpreter exit
 
 
@@ -110,7 +110,7 @@ def process_name(pid: int) -> str:
         return "?"
 
 
-def memory_holders(srv: RunningServer) -> str:
+def memory_holders(srv: RunningServer, siblings: Sequence[RunningServer] = ()) -> str:
     """Who holds memory on the server's GPUs, not counting the server itself: ``gpu1: pid 4242 (python3)
     holds 70000 MiB``. Why: "out of GPU memory" alone sends the user to lower the server's
     settings, when another job on the pair is the cause (issue 30). ``""`` without NVML."""
@@ -125,7 +125,7 @@ def memory_holders(srv: RunningServer) -> str:
                 if not 0 <= i < n:
                     continue
                 for pid, mib in nv.gpu(i).compute_processes() or []:
-                    if pid == os.getpid() or srv.ours(pid):
+                    if pid == os.getpid() or srv.ours(pid) or any(o.ours(pid) for o in siblings):
                         continue
                     held = "an amount NVML does not show" if mib is None else f"{mib} MiB"
                     parts.append(f"gpu{i}: pid {pid} ({process_name(pid)}) holds {held}")
@@ -165,6 +165,29 @@ def launch(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: M
     Teardown runs on success, failure and Ctrl-C; it raises :class:`ServerError` if a
     process of this server survives or the pair's GPUs still hold its memory.
     """
+    started: list[RunningServer] = []  # filled by spawn while interrupts are held: nothing escapes teardown
+    try:
+        srv = spawn(config, arm, pair, rig_env, log_path, host=host, port=port, extra_env=extra_env, into=started)
+        prove_ready(srv, time.monotonic() + (startup_timeout_s or config.startup_timeout_s))
+        yield srv
+    finally:
+        for srv in started:
+            teardown(srv)
+
+
+def spawn(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: Mapping[str, str] | None,
+          log_path: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int | None = None,
+          extra_env: Mapping[str, str] | None = None,
+          before: tuple[list[int], list[GpuUse] | None] | None = None,
+          into: list[RunningServer] | None = None) -> RunningServer:
+    """Start the server process for ``arm`` on ``pair`` and return it, not yet ready (:func:`prove_ready`).
+
+    The caller owns its teardown (:func:`teardown`; :data:`_LIVE` kills it at interpreter exit).
+    ``before`` is what :func:`launch_all` found once for several servers: the orphans it swept and the
+    pair's idle GPU use; ``None`` sweeps and takes the snapshot here, just before this one server starts.
+    ``into`` gets the server appended while interrupts are held, so a Ctrl-C cannot land between the fork
+    and the caller's record of it.
+    """
     log = Path(log_path)
     try:
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -179,50 +202,158 @@ def launch(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: M
     env = subprocess_env(pair, rig_env, config.env, arm.env, arm_vllm_env, extra_env,
                          {TOKEN_ENV: token, OWNER_ENV: owner_mark(), API_KEY_ENV: api_key})
     argv = config.argv(list(arm.vllm_flags()), host=host, port=port)
-    swept = sweep_orphans()  # servers of a pytest that died (SIGKILL) and did not die with it
-    idle = gpu_usage(pair)
-    srv: RunningServer | None = None
+    if before is None:
+        swept = sweep_orphans()  # servers of a pytest that died (SIGKILL) and did not die with it
+        idle = gpu_usage(pair)
+    else:
+        swept, idle = before
     try:
-        try:
-            fh = open(log, "ab")  # noqa: SIM115 -- closed by the with below; here only its OSError is ours
-        except OSError as exc:  # a read-only or full results disk: one paragraph naming the log, no server
-            raise write_error(log, exc, "open the server log") from None
-        # held: an interrupt between the fork and _LIVE would leave a server that nothing tears down
-        with fh, signals.held():
-            if swept:
-                fh.write(f"# pytest-p2p: killed processes of a server whose pytest is gone: pids {swept}\n".encode())
-            fh.write(f"# pytest-p2p: launching arm {arm.name} on {pair_key(pair)} (API key in ${API_KEY_ENV}): "
-                     f"{' '.join(argv)}\n".encode())
-            fh.flush()
-            try:
-                proc = subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True,
-                                        preexec_fn=die_with_parent())
-            except OSError as exc:
-                raise ServerError(f"cannot start the server for arm {arm.name} on {pair_key(pair)}: {argv[0]!r}: "
-                                  f"{exc.strerror or exc}; check server.command in the rig file") from None
-            _LIVE[proc.pid] = (proc.pid, token)
-            srv = RunningServer(base_url=f"http://{host}:{port}", api_key=api_key, model=config.model_name or "",
-                                log_path=log, pid=proc.pid, simulated=config.simulated, arm=arm.name, pair=pair,
-                                argv=argv, token=token, config=config, process=proc, idle=idle)
+        fh = open(log, "ab")  # noqa: SIM115 -- closed by the with below; here only its OSError is ours
+    except OSError as exc:  # a read-only or full results disk: one paragraph naming the log, no server
+        raise write_error(log, exc, "open the server log") from None
+    # held: an interrupt between the fork and _LIVE would leave a server that nothing tears down
+    with fh, signals.held():
         if swept:
-            srv.notes.append(f"killed pids {swept}: a server left behind by a pytest that is gone")
-        if not srv.model:
-            srv.model = _served_name_from_argv(argv)
-        t0 = time.monotonic()
+            fh.write(f"# pytest-p2p: killed processes of a server whose pytest is gone: pids {swept}\n".encode())
+        fh.write(f"# pytest-p2p: launching arm {arm.name} on {pair_key(pair)} (API key in ${API_KEY_ENV}): "
+                 f"{' '.join(argv)}\n".encode())
+        fh.flush()
         try:
-            wait_ready(srv, t0 + (startup_timeout_s or config.startup_timeout_s), config.request_timeout_s)
-        except ServerError as exc:
-            holders = memory_holders(srv) if "out of GPU memory" in str(exc) else ""
-            if not holders:
-                raise
-            raise ServerError(f"{exc}\nGPU memory held by other processes when it failed (NVML): {holders}; "
-                              "stop them or move the campaign to a free pair") from None
-        srv.ready_s = time.monotonic() - t0
-        yield srv
+            proc = subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=die_with_parent())
+        except OSError as exc:
+            raise ServerError(f"cannot start the server for arm {arm.name} on {pair_key(pair)}: {argv[0]!r}: "
+                              f"{exc.strerror or exc}; check server.command in the rig file") from None
+        _LIVE[proc.pid] = (proc.pid, token)
+        srv = RunningServer(base_url=f"http://{host}:{port}", api_key=api_key, model=config.model_name or "",
+                            log_path=log, pid=proc.pid, simulated=config.simulated, arm=arm.name, pair=pair,
+                            argv=argv, token=token, config=config, process=proc, idle=idle,
+                            spawned_at=time.monotonic())
+        if into is not None:
+            into.append(srv)
+    if swept:
+        srv.notes.append(f"killed pids {swept}: a server left behind by a pytest that is gone")
+    if not srv.model:
+        srv.model = _served_name_from_argv(argv)
+    return srv
+
+
+def prove_ready(srv: RunningServer, deadline: float, *, siblings: Sequence[RunningServer] = ()) -> None:
+    """Wait until ``srv`` serves (``ready.wait_ready``) by ``deadline`` (monotonic); sets ``srv.ready_s``
+    (seconds from its spawn). An out-of-memory failure names who else holds the pair's memory, not
+    counting ``siblings`` (servers started with it on purpose: stopping them is not the advice)."""
+    try:
+        wait_ready(srv, deadline, srv.config.request_timeout_s)
+    except ServerError as exc:
+        holders = memory_holders(srv, siblings) if "out of GPU memory" in str(exc) else ""
+        if not holders:
+            raise
+        raise ServerError(f"{exc}\nGPU memory held by other processes when it failed (NVML): {holders}; "
+                          "stop them or move the campaign to a free pair") from None
+    srv.ready_s = time.monotonic() - srv.spawned_at
+
+
+@contextlib.contextmanager
+def launch_all(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[int],
+               rig_env: Mapping[str, str] | None, log_paths: Sequence[str | os.PathLike[str]], *,
+               host: str = "127.0.0.1", extra_env: Mapping[str, str] | None = None,
+               startup_timeout_s: float | None = None) -> Iterator[list[RunningServer]]:
+    """Start one server per arm on ``pair`` at once, wait for all of them together, always tear all down.
+
+    Why: a vLLM start takes minutes (115-130 s, 7B-shape TP=2 on H100) and a resident start launches every
+    arm's server; one after the other, the campaign spends most of its time starting servers. The servers
+    must not size their KV cache by profiling at the same time (``--kv-cache-memory-bytes``: the caller's
+    business, see ``campaign.backends``).
+
+    * The orphan sweep and the pair's idle GPU use are taken **once, before any server starts**, and given
+      to all: a snapshot taken while a sibling loads would count part of the sibling as "idle" and the rest
+      as ours. Teardown therefore stops every server first and then checks the GPUs once, for all of them.
+    * A server that exits or times out while starting tears all of them down and raises its own
+      :class:`ServerError` (naming its arm), as :func:`launch` would have; Ctrl-C likewise.
+    * Teardown runs last started first, on success, failure and Ctrl-C.
+    """
+    if len(arms) != len(log_paths):
+        raise ServerError(f"launch_all: {len(arms)} arms but {len(log_paths)} server logs")
+    pair = tuple(int(g) for g in pair)
+    before = (sweep_orphans(), gpu_usage(pair))
+    servers: list[RunningServer] = []
+    try:
+        for arm, log in zip(arms, log_paths, strict=True):
+            port = _distinct_port(host, {s.port for s in servers})
+            spawn(config, arm, pair, rig_env, log, host=host, port=port, extra_env=extra_env, before=before,
+                  into=servers)
+            before = ([], before[1])  # the swept pids are noted in the first server's log only
+        _ready_together(servers, startup_timeout_s or config.startup_timeout_s)
+        yield servers
     finally:
-        if srv is not None:
-            teardown(srv)
+        teardown_all(servers)
+
+
+def _distinct_port(host: str, taken: set[int]) -> int:
+    """A free port none of ``taken`` has: a sibling spawned a moment ago may not listen yet, so the kernel can
+    offer its port again, and two servers on one port (vLLM binds with SO_REUSEPORT) would share requests."""
+    for _ in range(PORT_TRIES):
+        chosen = _port(host, None)
+        if chosen not in taken:
+            return chosen
+    raise ServerError(f"no free port on {host} other than {sorted(taken)} after {PORT_TRIES} tries")
+
+
+def _ready_together(servers: list[RunningServer], timeout_s: float) -> None:
+    """Every server proven ready by one deadline, each in a thread of its own (readiness is mostly waiting).
+
+    The first failure wins: every server is torn down at once, so the other threads' waits end at their
+    servers' exit instead of the startup timeout, and the failure is raised after they are joined.
+    """
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    deadline = time.monotonic() + timeout_s
+    pool = ThreadPoolExecutor(max_workers=len(servers), thread_name_prefix="p2p-ready")
+    try:
+        futures = [pool.submit(prove_ready, s, deadline, siblings=[o for o in servers if o is not s])
+                   for s in servers]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((e for f in futures if f.done() and (e := f.exception()) is not None), None)
+    except BaseException:  # Ctrl-C while waiting: stop them all now, so that no thread waits out the timeout
+        try:
+            teardown_all(servers)
+        finally:
+            pool.shutdown(wait=True)
+        raise
+    if failed is None:
+        pool.shutdown(wait=True)
+        return
+    try:
+        teardown_all(servers)
+    except (ServerError, WriteError) as exc:  # the start's failure stays the message; the teardown's is added
+        if isinstance(failed, ServerError):
+            failed = ServerError(f"{failed}\nand its teardown: {exc}")
+    finally:
+        pool.shutdown(wait=True)
+    raise failed
+
+
+def teardown_all(servers: list[RunningServer]) -> None:
+    """Stop every server (last started first), then prove the pair's GPUs back at the idle level they shared.
+
+    Every server is stopped even when one's teardown fails; the first failure is raised at the end. Each
+    leaves ``servers`` as its teardown begins, so an interrupt in the middle leaves the rest to a caller's
+    next :func:`teardown_all` (and to the kill at interpreter exit).
+    """
+    first: ServerError | WriteError | None = None
+    stopped: list[RunningServer] = []
+    while servers:
+        srv = servers.pop()
+        stopped.append(srv)
+        try:
+            teardown(srv, check_gpus=False)
+        except (ServerError, WriteError) as exc:
+            first = first or exc
+    if stopped and first is None:
+        check_gpus_released(stopped[-1], label=f"the servers for arms {', '.join(s.arm for s in reversed(stopped))}")
+    if first is not None:
+        raise first
 
 
 def _served_name_from_argv(argv: Sequence[str]) -> str:
@@ -232,8 +363,9 @@ def _served_name_from_argv(argv: Sequence[str]) -> str:
     return ""
 
 
-def teardown(srv: RunningServer) -> None:
-    """Stop the server and prove nothing of it is left (processes, then GPU memory)."""
+def teardown(srv: RunningServer, *, check_gpus: bool = True) -> None:
+    """Stop the server and prove nothing of it is left (processes, then GPU memory unless ``check_gpus`` is
+    off: :func:`teardown_all` checks the memory once, after every server sharing the pair is stopped)."""
     cfg = srv.config
     left = kill_tree(srv.pid, srv.token, grace_s=cfg.teardown_timeout_s, proc=srv.process)
     _LIVE.pop(srv.pid, None)
@@ -245,7 +377,8 @@ def teardown(srv: RunningServer) -> None:
         raise ServerError(f"teardown of the server for arm {srv.arm} on {pair_key(srv.pair)} left processes "
                           f"alive after SIGKILL: pids {', '.join(map(str, left))}; kill them before the next "
                           f"run (they may hold GPU memory); log {srv.log_path}")
-    check_gpus_released(srv)
+    if check_gpus:
+        check_gpus_released(srv)
     if unwritten is not None:
         raise unwritten
 
@@ -260,8 +393,10 @@ def _append_log(path: Path, text: str) -> WriteError | None:
     return None
 
 
-def check_gpus_released(srv: RunningServer, wait_s: float = 20.0) -> None:
-    """NVML: no compute process on the pair and memory back near its idle level (within tolerance)."""
+def check_gpus_released(srv: RunningServer, wait_s: float = 20.0, *, label: str | None = None) -> None:
+    """NVML: no compute process on the pair and memory back near its idle level (within tolerance).
+
+    ``label`` names what was torn down when several servers shared ``srv.idle`` (:func:`launch_all`)."""
     if srv.idle is None:
         srv.notes.append("NVML not available: GPU release check skipped"
                          + (" (stand-in on CPU)" if srv.simulated else ""))
@@ -288,6 +423,7 @@ def check_gpus_released(srv: RunningServer, wait_s: float = 20.0) -> None:
             break
         time.sleep(0.5)
     if problems:
-        raise ServerError(f"teardown of the server for arm {srv.arm} on {pair_key(srv.pair)} did not release "
-                          f"the GPUs: {'; '.join(problems)} (orphaned vLLM EngineCore/Worker? see vLLM "
+        what = label or f"the server for arm {srv.arm}"
+        raise ServerError(f"teardown of {what} on {pair_key(srv.pair)} did not release the GPUs"
+                          f": {'; '.join(problems)} (orphaned vLLM EngineCore/Worker? see vLLM "
                           f"issue #55510; find them with nvidia-smi and kill them); log {srv.log_path}")

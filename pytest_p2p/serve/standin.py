@@ -106,6 +106,33 @@ def print_nccl_lines(ranks: int, transport: str, custom_ar: bool) -> None:
     print("\n".join(out), flush=True)
 
 
+#: the SIMULATED card's memory (GiB) and what a model takes of it outside the KV cache (weights, activations,
+#: CUDA graphs), so that a server's "available KV cache" follows its --gpu-memory-utilization as vLLM's does
+SIM_GPU_GIB = 79.19
+SIM_NON_KV_GIB = 13.5
+
+
+def print_kv_cache_lines(ranks: int, utilization: float, kv_bytes: int | None) -> None:
+    """vLLM 0.24's KV cache sizing line per rank (``gpu_worker.py`` ``determine_available_memory``).
+
+    Without ``--kv-cache-memory-bytes`` vLLM profiles and prints ``Available KV cache memory: X GiB``
+    (the campaign learns the size of parallel starts from it); with it, vLLM skips the profiling and
+    says what it reserved. The figure here is SIMULATED (utilization x a modelled 80 GB card minus a
+    modelled model), a little lower on each higher rank, as real ranks differ by their NCCL buffers.
+    """
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    pid = os.getpid()
+    for r in range(max(1, ranks)):
+        who = f"(Worker_TP{r} pid={pid + 1 + r}) INFO {stamp} [gpu_worker.py:508]"
+        if kv_bytes is not None:
+            print(f"{who} Initial free memory {SIM_GPU_GIB - 0.8:.2f} GiB, reserved {round(kv_bytes / 2**30, 2)} "
+                  "GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory "
+                  "profiling. (SIMULATED)", flush=True)
+        else:
+            gib = round(SIM_GPU_GIB * utilization - SIM_NON_KV_GIB - 0.03 * r, 2)
+            print(f"{who} Available KV cache memory: {gib} GiB", flush=True)
+
+
 # ----------------------------------------------------------------------------- command line
 
 
@@ -147,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="every running stream gets its next token at one shared step, in one burst (as vLLM)")
     p.add_argument("--timestamp-log", default=os.environ.get(_ENV + "TIMESTAMP_LOG") or None)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="accepted, as vLLM's (no GPU here)")
+    p.add_argument("--kv-cache-memory-bytes", type=int, default=None,
+                   help="as vLLM's: the KV cache size, so no 'Available KV cache memory' line is printed")
     p.add_argument("--enable-sleep-mode", action="store_true", help="serve /sleep, /wake_up, /is_sleeping")
     p.add_argument("--start-spread", type=float, default=_env_float("START_SPREAD", 0.0),
                    help="SD (log scale) of a speed factor drawn once per start: vLLM's start-to-start variance")
@@ -218,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         print_ray_worker_lines(max(1, args.tensor_parallel_size) * max(1, args.pipeline_parallel_size), NCCL_VERSION)
     else:
         print_nccl_lines(max(1, args.tensor_parallel_size), transport, not args.disable_custom_all_reduce)
+    print_kv_cache_lines(max(1, args.tensor_parallel_size), args.gpu_memory_utilization, args.kv_cache_memory_bytes)
     state = State(model=model, api_key=args.api_key, engine_pid=None if engine is None else engine[0].pid)
     try:
         asyncio.run(_serve(args.host, args.port, state))
