@@ -13,7 +13,8 @@ its launch line. This reads them back:
   or to ``--until`` for a campaign still running);
 * **measured**: the sum of every window's ``window_s``, split into kept and set aside (a set-aside window
   was load too, but bought nothing);
-* **starts**: each resident start's time to all servers ready, where the notes have it.
+* **starts**: each resident start attempt's time to all servers ready and how it launched them
+  (``run.json`` ``server_starts``: ``start.attempt`` keys; older runs: from the notes).
 
 It prints one block per run directory; ``--json`` writes the figures for docs/gpu-runs.md.
 """
@@ -27,7 +28,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-START_NOTE = re.compile(r"^start (\d+): servers ready in .* \((\d+(?:\.\d+)?) s for all\)")
+START_NOTE = re.compile(r"^start (\d+): .*servers ready (?:in|at) .* \((\d+(?:\.\d+)?) s for all\)")
 
 
 def _when(text: object) -> datetime | None:
@@ -81,17 +82,26 @@ def account(run_dir: Path, until: datetime | None = None) -> dict[str, object]:
     begin = _when(run.get("started_at")) or first
     finish = _when(run.get("finished_at")) or until or last
     wall = (finish - begin).total_seconds() if begin is not None and finish is not None else None
+    starts: dict[int, float] = {}
+    records = run.get("server_starts")
+    for rec in records if isinstance(records, list) else []:  # every attempt; a re-run start counts again
+        took = rec.get("start_s") if isinstance(rec, dict) else None
+        if isinstance(took, (int, float)) and not isinstance(took, bool):
+            key = int(rec.get("start", 0)) * 100 + int(rec.get("attempt", 1) or 1)
+            starts[key] = float(took)
+    modes = sorted({str(r.get("start_mode")) for r in records if isinstance(r, dict)}) if isinstance(records, list) \
+        else []
     notes = run.get("notes") if isinstance(run.get("notes"), list) else []
-    starts = {}
-    for n in notes or []:
+    for n in notes or [] if not starts else []:  # before run.json kept server_starts: the notes
         m = START_NOTE.match(str(n))
         if m:
-            starts[int(m.group(1))] = float(m.group(2))
+            starts[int(m.group(1)) * 100 + 1] = float(m.group(2))
     measured = kept + aside
     return {"run_dir": str(run_dir), "status": run.get("status"), "wall_s": wall, "measured_s": measured,
             "kept_s": kept, "set_aside_s": aside, "windows": windows, "windows_set_aside": set_aside,
             "share_measured": measured / wall if wall else None, "share_kept": kept / wall if wall else None,
-            "starts_s": starts, "starts_total_s": sum(starts.values())}
+            "starts_s": {f"{k // 100}.{k % 100}": v for k, v in sorted(starts.items())}, "start_modes": modes,
+            "starts_total_s": sum(starts.values())}
 
 
 def _pct(x: object) -> str:
@@ -115,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{wall:.0f} s" if isinstance(wall, float) else f"{r['run_dir']}: wall unknown", end="")
         print(f", measured {r['measured_s']:.0f} s ({_pct(r['share_measured'])}; kept {r['kept_s']:.0f} s = "
               f"{_pct(r['share_kept'])}, {r['windows']} windows, {r['windows_set_aside']} set aside), "
-              f"server starts {r['starts_total_s']:.0f} s over {len(r['starts_s'])} starts {r['starts_s']}")
+              f"server starts {r['starts_total_s']:.0f} s over {len(r['starts_s'])} start attempts {r['starts_s']} "
+              f"({', '.join(r['start_modes']) or 'mode not recorded'})")
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
     return 0
