@@ -76,7 +76,8 @@ step() {
         --heads 32 --kv-heads 8 > $W/model.log 2>&1
       windows_rig campaign2
       (cd $W && timeout 1500 python3 -m pytest -m p2p --pyargs pytest_p2p.checks.test_campaign --p2p-live \
-         --p2p-rig $W/rig_campaign2.yaml --p2p-results $W/res_campaign2 -rs -q -p no:cacheprovider > $W/campaign2.txt 2>&1)
+         --p2p-rig $W/rig_campaign2.yaml --p2p-results $W/res_campaign2 --p2p-db $W/history.db --p2p-save-baseline \
+         -rs -q -p no:cacheprovider > $W/campaign2.txt 2>&1)
       python3 $P/benchmarks/window_noise.py $W/res_campaign2/*/ >> $W/campaign2.txt 2>&1
       python3 $P/benchmarks/campaign_compact.py $W/res_campaign2/*/ --out $W/campaign2_compact.json >> $W/campaign2.txt 2>&1
       python3 $P/benchmarks/campaign_time.py $W/res_campaign2/*/ --json $W/campaign2_time.json >> $W/campaign2.txt 2>&1;;
@@ -127,6 +128,6 @@ case "${1:-status}" in
       --exclude='*/scenarios/*/run_*.json' --exclude='multinode_vllm/tiny-model' queue.log faults.txt faults \
       repeat.txt repeat_* pvn.txt multinode.txt multinode multinode_vllm.txt multinode_vllm windows.txt \
       rig_windows.yaml res_windows heartbeat.txt campaign2.txt rig_campaign2.yaml campaign2_compact.json \
-      campaign2_time.json res_campaign2 queue_*.out 2>/dev/null
+      campaign2_time.json res_campaign2 history.db queue_*.out 2>/dev/null
     ls -la "$OUT";;
 esac
