@@ -251,6 +251,12 @@ def _uplift(meta: Mapping[str, object], kind: str, arm_names: list[str],
                 "direction": "higher" if higher else "lower",
                 "threshold": rule.threshold(point), "rule": rule.rule, "passed": None, "message": "",
             }
+            blocks = _start_blocks(fr, sr, common, metric)
+            if blocks:  # resident arms: the start is the unit, as in the campaign's own decision
+                _judge_starts(entry, blocks, rule, higher)
+                _take_decision(entry, as_dict(as_dict(meta.get("decisions")).get(point)))
+                out.append(entry)
+                continue
             try:
                 verdict = judge(res, point, rule, metric=metric, faster_arm=faster, slower_arm=slower)
             except TooFewRepsError as exc:
@@ -267,6 +273,51 @@ def _uplift(meta: Mapping[str, object], kind: str, arm_names: list[str],
             _take_decision(entry, as_dict(as_dict(meta.get("decisions")).get(point)))
             out.append(entry)
     return out
+
+
+def _start_blocks(fr: Mapping[int, JSONObject], sr: Mapping[int, JSONObject], common: Sequence[int],
+                  metric: str) -> list[list[tuple[float, float]]]:
+    """Window pairs grouped by the server start they ran in (``meta.start``), or ``[]`` for restart-per-rep reps.
+
+    Why: windows of one start share that start's effect, so judging them as independent pairs gives
+    an interval that is far too narrow. Seen on 4x H100 (2026-11-26): a resident campaign that failed
+    after 2 starts had no decision of its own in run.json, and the report re-judged its 6 window pairs
+    as 6 pairs: ``+20.7 % (98 % CI +17.7 .. +23.7 %) PASS`` where the start means give df = 1 and
+    ``-38 .. +136 %``.
+    """
+    groups: dict[int, list[tuple[float, float]]] = {}
+    for k in common:
+        start = as_dict(fr[k].get("meta")).get("start")
+        a, b = as_float(fr[k].get(metric)), as_float(sr[k].get(metric))
+        if not isinstance(start, int) or isinstance(start, bool):
+            return []
+        if a is not None and b is not None:
+            groups.setdefault(start, []).append((a, b))
+    return [groups[s] for s in sorted(groups)]
+
+
+def _judge_starts(entry: UpliftEntry, blocks: list[list[tuple[float, float]]], rule: UpliftRule,
+                  higher: bool) -> None:
+    """The nested decision (start means, df = starts - 1) of a resident run, at the rule's alpha."""
+    from pytest_p2p.stats import StatsError
+    from pytest_p2p.stats.nested import decide_nested
+
+    what = f"uplift of {entry['faster_arm']} over {entry['slower_arm']}"
+    try:
+        d = decide_nested(blocks, threshold=float(entry["threshold"] or 0.0), higher_is_better=higher,
+                          alpha=min(rule.alpha_for(len(blocks)), 0.49), quantity=what)
+    except StatsError as exc:
+        entry["message"] = f"{what} at {entry['point']}: cannot be judged ({exc})"
+        return
+    entry["outcome"] = d.outcome.value
+    entry["passed"] = {"pass": True, "fail": False}.get(d.outcome.value)
+    entry["estimate"] = d.estimate
+    entry["interval"] = [d.lower, d.upper] if len(blocks) >= 2 else None
+    entry["level"] = d.level
+    entry["n"] = len(blocks)
+    entry["pairs_needed"] = d.pairs_needed
+    entry["needed_unit"] = "starts"
+    entry["message"] = d.reason
 
 
 def _take_decision(entry: UpliftEntry, decision: Mapping[str, object]) -> None:
