@@ -203,8 +203,9 @@ def _vllm_config(model_dir: Path, env: dict[str, str] | None = None) -> object:
                                                   if os.environ.get("PYTHONPATH") else {}), **(env or {})}
     return parse_server({"command": [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"],
                          "model": str(model_dir),
+                         # dummy weights: the tiny model directory holds a config and a tokenizer, no weights
                          "args": {"tensor-parallel-size": 2, "max-model-len": 512, "gpu-memory-utilization": 0.5,
-                                  "enforce-eager": True},
+                                  "enforce-eager": True, "load-format": "dummy", "attention-backend": "FLASH_ATTN"},
                          "env": env, "startup_timeout_s": 240, "request_timeout_s": 30}, "gpu_faults")
 
 
@@ -272,6 +273,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vllm", action="store_true", help="also the vLLM faults (needs vLLM importable)")
     ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--only", default="", help="comma-separated faults to try (default: all of the above)")
     a = ap.parse_args()
     BEFORE.update(compute_pids())
     trials: list[tuple[str, Callable[[], str]]] = [
@@ -281,6 +283,10 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "pytest_p2p.serve.tinymodel", str(model_dir)], check=True)
         trials += [("vllm-oom", lambda: trial_vllm_oom(model_dir)),
                    ("engine-kill", lambda: trial_engine_kill(model_dir))]
+    only = {f for f in a.only.split(",") if f}
+    if only - {name for name, _ in trials}:
+        ap.error(f"--only: unknown fault(s) {sorted(only - {name for name, _ in trials})}")
+    trials = [(name, fn) for name, fn in trials if not only or name in only]
     results = []
     print("fault, trial, outcome, seconds, orphans", flush=True)
     for name, fn in trials:
