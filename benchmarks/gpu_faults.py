@@ -11,7 +11,7 @@ Results go to ``$OUT/gpu_faults.json`` when ``OUT`` is set.
 
 Faults without vLLM (default, under 4 minutes on 2x H100):
 
-* ``memhog``: a process takes ~90 % of GPU 1; the campaign's VRAM wait must refuse naming its pid.
+* ``memhog``: a process takes ~90 % of the pair's second GPU; the campaign's VRAM wait must refuse naming its pid.
 * ``rank-sigstop``: one all-reduce probe rank is SIGSTOPped after NCCL init; the probe's
   watchdog (``probe.timeout_s``) must kill both ranks and report, within timeout + grace.
 * ``nvml-busy``: NVML sampled at 10 Hz while both GPUs run matmuls; every sample read, flags computed.
@@ -214,7 +214,7 @@ def trial_vllm_oom(model_dir: Path) -> str:
     from pytest_p2p.probes.arms import PRESETS
     from pytest_p2p.serve.server import launch
 
-    with hog(1, 0.95) as h, tempfile.TemporaryDirectory() as tmp:
+    with hog(PAIR[1], 0.95) as h, tempfile.TemporaryDirectory() as tmp:  # the pair's own GPU, no other pair's
         try:
             with launch(_vllm_config(model_dir), PRESETS["p2p_on"], PAIR, {}, Path(tmp) / "s.log"):  # type: ignore[arg-type]
                 return "BAD: vLLM started beside a 95 % memory hog"
