@@ -142,3 +142,16 @@ def test_vram_wait_names_the_process_holding_the_gpu(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr("pytest_p2p.serve.server.process_name", lambda pid: "memhog.py")
     with pytest.raises(CampaignError, match=r"held by GPU 1: pid 4242 \(memhog.py\) 9000 MiB"):
         wait_vram_free([0, 1], 2000, 0.0, live=True, sleep=lambda s: None)
+
+
+def test_the_gpu_fault_script_touches_only_its_own_pair() -> None:
+    """benchmarks/gpu_faults.py runs beside other work on a 4-GPU machine (GPU_FAULTS_PAIR=2,3): a memory hog on a
+    fixed GPU index broke a campaign on GPUs 0-1 there (4x H100, 2026-11-26). Every hog takes a GPU of PAIR."""
+    import ast
+
+    tree = ast.parse((Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_faults.py").read_text())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "hog"]
+    assert len(calls) >= 2  # memhog and vllm-oom
+    for call in calls:
+        gpu = call.args[0]
+        assert isinstance(gpu, ast.Subscript) and getattr(gpu.value, "id", None) == "PAIR", ast.unparse(call)
