@@ -2,7 +2,7 @@
 # The GPU runs still owed on a 2-GPU machine (issues 30, 24, 27), as one detached queue of chosen steps.
 #
 #   bash benchmarks/gpu_session_x2.sh stage K        # calls 1..8, each carrying .vwK: vLLM 0.24 (../shared/vllm);
-#                                                    # the first also carries .whl (project + deps): it installs them
+#                                                    # the first also carries .whl (project + deps): stage 8 installs them after vLLM
 #   bash benchmarks/gpu_session_x2.sh launch STEP... # the queue, detached (steps below, in the order given)
 #   bash benchmarks/gpu_session_x2.sh lane NAME A,B STEP...  # a queue of its own on GPUs A,B (4-GPU machines:
 #                                                    # one lane per pair, e.g. lane a 0,1 ... and lane b 2,3 ...)
@@ -50,6 +50,18 @@ yaml.safe_dump(rig, open(f"{w}/rig_{design}.yaml", "w"), sort_keys=False)
 EOF
 }
 
+site_add() {  # the project's wheel and what vLLM's set lacks (never vLLM's own pins: openai, pydantic, ...)
+  for w in $W/whl/*.whl; do
+    [ -f "$w" ] || continue
+    n=$(basename "$w" | cut -d- -f1 | tr 'A-Z-' 'a-z_')
+    if [ "$n" = pytest_p2p ] || ! ls /tmp/site | tr 'A-Z-' 'a-z_' | grep -q "^${n}-.*dist-info"; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site "$w" 2>&1 \
+        | grep -v WARNING | tail -1
+    fi
+  done
+  PYTHONPATH=/tmp/site python3 -c "import pytest_p2p, vllm; print('pytest_p2p and vllm', vllm.__version__, 'in /tmp/site')"
+}
+
 step() {
   local P=$W/proj
   case "$1" in
@@ -89,10 +101,10 @@ step() {
 case "${1:-status}" in
   stage)
     mkdir -p /tmp/vwstage $W && cp .vw"$2"/* /tmp/vwstage/
-    if [ -d .whl ] && [ ! -f $W/whl.done ]; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && touch $W/whl.done
+    if [ -d .whl ] && [ ! -f $W/whl.done ]; then  # kept: vLLM's install.sh below replaces /tmp/site
+      mkdir -p $W/whl && cp .whl/*.whl $W/whl/ && touch $W/whl.done
     fi
-    if [ "$2" = 8 ]; then bash .vw8/install.sh 2>&1 | tail -1; fi
+    if [ "$2" = 8 ]; then bash .vw8/install.sh 2>&1 | tail -1; site_add; fi
     if [ -d .rw1 ] || [ -d .rw2 ]; then mkdir -p /tmp/rwstage && cp .rw*/* /tmp/rwstage/ 2>/dev/null
       [ -f /tmp/rwstage/ray_wheels.sh ] && ls /tmp/rwstage/*.part-ab > /dev/null 2>&1 && bash /tmp/rwstage/ray_wheels.sh install 2>&1 | tail -1
     fi;;
