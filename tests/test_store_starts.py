@@ -38,9 +38,10 @@ IDENT = "0000:09:00.0+0000:0A:00.0"  # synthetic_runs.BUS, as fingerprint.pair_i
 
 def resident_run(root: Path, run_id: str, on: dict[int, tuple[int, float]], off: dict[int, tuple[int, float]],
                  *, campaign: dict[str, Any] | None = None, status: str = "complete", simulated: bool = False,
-                 excluded: dict[str, list[int]] | None = None, started_at: str = "2026-11-20T10:00:00Z") -> Path:
+                 excluded: dict[str, list[int]] | None = None, started_at: str = "2026-11-20T10:00:00Z",
+                 driver: str = "595.71.05", rig_digest: str | None = None) -> Path:
     """A resident campaign at c16: ``{rep: (start, output_throughput)}`` per arm, written by the one writer."""
-    path = write_run(root, run_id, points=("c16",), started_at=started_at)
+    path = write_run(root, run_id, points=("c16",), started_at=started_at, driver=driver)
     rd = RunDir(path)
     for arm, reps in (("p2p_on", on), ("p2p_off", off)):
         for k, (start, value) in reps.items():
@@ -52,7 +53,8 @@ def resident_run(root: Path, run_id: str, on: dict[int, tuple[int, float]], off:
                                                              "values": values}},
                                         "flags": {"excluded_reps": sorted(skip)}})
     rd.write_run_meta({"status": status, "simulated": simulated, "campaign": campaign or CAMPAIGN,
-                       "uplift": {"metric": METRIC, "direction": "higher"}})
+                       "uplift": {"metric": METRIC, "direction": "higher"},
+                       **({"rig_digest": rig_digest} if rig_digest else {})})
     return path
 
 
@@ -211,6 +213,24 @@ def test_the_reader_pairs_by_rep_groups_by_start_and_skips_what_does_not_compare
         assert start_blocks(st, query(arm_a="p2p_off", arm_b="p2p_on"))[0][0] == [(9.0, 10.0), (9.5, 11.0)]
         assert start_blocks(st, query(point="c8")) == []
         assert start_blocks(st, query(pair_ident="other")) == []
+        assert start_blocks(st, query(driver="595.71.05")) == nights  # tonight's driver: both nights lent
+        assert start_blocks(st, query(driver="600.10.01")) == []  # a driver update starts a new history
+
+
+def test_only_nights_of_tonights_driver_and_rig_file_are_lent(tmp_path: Path) -> None:
+    same = night([10.0, 11.0, 12.0, 13.0], [9.0, 9.5, 10.0, 10.5])
+    runs = [resident_run(tmp_path, "old-driver", *same, driver="580.1", rig_digest="d1",
+                         started_at="2026-11-20T10:00:00Z"),
+            resident_run(tmp_path, "other-rig-file", *same, driver="590.2", rig_digest="d0",
+                         started_at="2026-11-21T10:00:00Z"),
+            resident_run(tmp_path, "same", *same, driver="590.2", rig_digest="d1", started_at="2026-11-22T10:00:00Z")]
+    with Store(str(tmp_path / "h.db")) as st:
+        for r in runs:
+            st.save_run_dir(r)
+        assert len(start_blocks(st, query())) == 3  # nothing known of tonight: every night of the design
+        assert len(start_blocks(st, query(driver="590.2"))) == 2
+        assert len(start_blocks(st, query(driver="590.2", rig_digest="d1"))) == 1
+        assert len(start_blocks(st, query(rig_digest="d1"))) == 2
 
 
 def test_the_design_says_what_makes_start_means_comparable() -> None:

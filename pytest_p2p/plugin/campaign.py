@@ -440,13 +440,17 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
                 ge = session.evidence.gpu(g)
             gpus.append({"index": g, "bus_id": getattr(ge, "bus_id", None), "uuid": getattr(ge, "uuid", None)})
         ident = pair_ident({"run_id": None, "pair": {"gpus": gpus}})
+        driver = None
+        with contextlib.suppress(P2PError, AttributeError):
+            driver = session.evidence.driver_version or None
         out: dict[str, StartPrior] = {}
         with Store(target, create=False) as store:
             for point in p.points:
                 nights = start_blocks(store, BlockQuery(rig=session.rig.name, pair_ident=ident, kind=p.kind,
                                                         point=point, arm_a=cfg.arm_a, arm_b=cfg.arm_b,
                                                         metric=cfg.metric(p.kind), design=design,
-                                                        simulated=bool(session.simulated)))
+                                                        simulated=bool(session.simulated), driver=driver,
+                                                        rig_digest=str(session.rig.digest or "") or None))
                 prior = start_prior(nights, higher_is_better=higher) if nights else None
                 if prior is not None:
                     out[point] = prior

@@ -11,7 +11,12 @@ which stored runs count and how their values become blocks:
 * in each, arm A's and arm B's values of ``metric`` at ``point`` are paired by rep index and
   grouped by the server start they ran in — a window pair is one rep of both arms, and both
   arms' servers of one start are one block;
-* runs without starts (restart per rep, saved before schema v3) are skipped, never an error.
+* runs without starts (restart per rep, saved before schema v3) are skipped, never an error;
+* where tonight's driver or rig digest is known (:attr:`BlockQuery.driver` / ``rig_digest``), only
+  nights of the same one: a rig whose start-to-start spread grew cannot be told from 2-3 starts
+  tonight (``benchmarks/verdict_prior.py``: 4-15 % wrong verdicts when it doubled or quadrupled), so
+  the history lent must be this rig as it is now — a driver update or an edited rig file starts a
+  new history of spreads.
 
 A store that cannot be read raises :class:`~pytest_p2p.errors.StoreError` (the glue warns and
 runs without a prior).
@@ -45,6 +50,23 @@ class BlockQuery:
     metric: str
     design: str
     simulated: bool
+    driver: str | None = None  # tonight's driver version: nights of another driver are not lent
+    rig_digest: str | None = None  # tonight's rig file digest: nights of another rig file are not lent
+
+
+def _same_rig(fingerprint: object, q: BlockQuery) -> bool:
+    """The night's fingerprint names tonight's driver and rig digest (where both are known)."""
+    try:
+        fp = json.loads(fingerprint) if isinstance(fingerprint, str) else None
+    except ValueError:
+        fp = None
+    if not isinstance(fp, dict):
+        return q.driver is None and q.rig_digest is None
+    versions = fp.get("versions")
+    driver = versions.get("driver") if isinstance(versions, dict) else None
+    digest = fp.get("rig_digest")
+    return ((q.driver is None or driver in (None, q.driver))
+            and (not q.rig_digest or not digest or digest == q.rig_digest))
 
 
 def _json_list(value: object, run_id: str, column: str) -> list[object]:
@@ -89,7 +111,7 @@ def start_blocks(store: Store, q: BlockQuery, *, limit: int = DEFAULT_NIGHTS,
     """Per earlier night (oldest first, the newest ``limit``), per start, the window pairs ``(a, b)``."""
     b = store.backend
     sql = (
-        "SELECT r.run_id, x.vals, x.starts, x.reps, y.vals, y.starts, y.reps FROM runs r "
+        "SELECT r.run_id, x.vals, x.starts, x.reps, y.vals, y.starts, y.reps, r.fingerprint FROM runs r "
         "JOIN results x ON x.run_id = r.run_id AND x.arm = ? AND x.point = ? AND x.metric = ? "
         "JOIN results y ON y.run_id = r.run_id AND y.arm = ? AND y.point = ? AND y.metric = ? "
         "WHERE r.rig = ? AND r.pair_ident = ? AND r.kind = ? AND r.design = ? AND r.simulated = ? "
@@ -102,6 +124,8 @@ def start_blocks(store: Store, q: BlockQuery, *, limit: int = DEFAULT_NIGHTS,
     nights = []
     for row in reversed(rows):
         run_id = str(row[0])
+        if not _same_rig(row[7], q):
+            continue
         blocks = night_blocks(_by_rep(row[1], row[2], row[3], run_id), _by_rep(row[4], row[5], row[6], run_id))
         if blocks:
             nights.append(blocks)
