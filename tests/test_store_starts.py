@@ -344,3 +344,46 @@ def test_the_glue_offers_the_second_campaign_a_prior_from_the_first(demo: Any) -
     out = broken.stdout.str()
     assert offered == [{}]
     assert f"no start-spread prior from the baseline store {db}" in out and "not an SQLite file" in out
+
+
+RECORD_ONLY = '''
+import json, os
+
+import pytest_p2p.campaign.wiring as wiring
+
+_from_session = wiring.from_session
+
+
+def from_session(*args, start_priors=None, **kw):
+    with open(os.environ["PRIORS_OUT"], "a") as fh:
+        fh.write(json.dumps({k: vars(v) for k, v in (start_priors or {}).items()}) + "\\n")
+    return _from_session(*args, start_priors=start_priors, **kw)
+
+
+wiring.from_session = from_session
+'''
+
+
+def test_three_saved_nights_lend_the_fourth_a_real_prior(demo: Any, pytester: pytest.Pytester) -> None:
+    """The whole path without a stub: stand-in nights saved into one store, ``stats.nested.start_prior``
+    (3 nights x 2 df at least), the campaign's decision and run.json."""
+    run, tmp_path = demo
+    pytester.makeconftest(RECORD_ONLY)  # only records what the glue offers; the prior is the package's own
+    rig_file = tmp_path / "rig.yaml"
+    rig = yaml.safe_load(rig_file.read_text())
+    rig["campaign"].update({"starts": 3, "max_starts": None})
+    rig_file.write_text(yaml.safe_dump(rig))
+    db = tmp_path / "history.db"
+    offered = []
+    for night_no in range(4):
+        r, got = run("--p2p-save-baseline", f"--p2p-db={db}")
+        assert r.ret == 0, (night_no, r.stdout.str()[-2000:])
+        offered.append(got)
+    assert offered[:3] == [[{}], [{}], [{}]]  # fewer than 3 earlier nights, or 2 x 2 df: no prior yet
+    (fourth,) = offered[3]
+    assert fourth["c1"]["nights"] == 3 and fourth["c1"]["df"] >= 4 and fourth["c1"]["windows"] == 2
+    with Store(db) as st:
+        newest = max(st.runs(), key=lambda rec: str(rec.started_at))
+    decision = json.loads((Path(str(newest.source_dir)) / "run.json").read_text())["decisions"]["c1"]
+    assert decision["start_prior"]["status"] in ("used", "refused"), decision["start_prior"]
+    assert decision["start_prior"]["nights"] == 3
