@@ -285,20 +285,21 @@ def _start_blocks(fr: Mapping[int, JSONObject], sr: Mapping[int, JSONObject], co
     as 6 pairs: ``+20.7 % (98 % CI +17.7 .. +23.7 %) PASS`` where the start means give df = 1 and
     ``-38 .. +136 %``.
     """
-    groups: dict[int, list[tuple[float, float]]] = {}
-    for k in common:
-        start = as_dict(fr[k].get("meta")).get("start")
-        a, b = as_float(fr[k].get(metric)), as_float(sr[k].get(metric))
-        if not isinstance(start, int) or isinstance(start, bool):
-            return []
-        if a is not None and b is not None:
-            groups.setdefault(start, []).append((a, b))
-    return [groups[s] for s in sorted(groups)]
+    from pytest_p2p.campaign.aggregate import group_by_start, start_of
+
+    starts = [start_of(fr[k]) for k in common]
+    if any(s is None for s in starts):
+        return []
+    values = [(as_float(fr[k].get(metric)), as_float(sr[k].get(metric))) for k in common]
+    return list(group_by_start((s, (a, b)) for s, (a, b) in zip(starts, values, strict=True)
+                               if a is not None and b is not None).values())
 
 
 def _judge_starts(entry: UpliftEntry, blocks: list[list[tuple[float, float]]], rule: UpliftRule,
                   higher: bool) -> None:
-    """The nested decision (start means, df = starts - 1) of a resident run, at the rule's alpha."""
+    """The nested decision (start means, df = starts - 1) of a resident run at the rule's alpha, taken into
+    ``entry`` as the campaign's own decision would be (:func:`_take_decision`)."""
+    from pytest_p2p.campaign.adaptive import decision_json
     from pytest_p2p.stats import StatsError
     from pytest_p2p.stats.nested import decide_nested
 
@@ -309,15 +310,8 @@ def _judge_starts(entry: UpliftEntry, blocks: list[list[tuple[float, float]]], r
     except StatsError as exc:
         entry["message"] = f"{what} at {entry['point']}: cannot be judged ({exc})"
         return
-    entry["outcome"] = d.outcome.value
-    entry["passed"] = {"pass": True, "fail": False}.get(d.outcome.value)
-    entry["estimate"] = d.estimate
-    entry["interval"] = [d.lower, d.upper] if len(blocks) >= 2 else None
-    entry["level"] = d.level
     entry["n"] = len(blocks)
-    entry["pairs_needed"] = d.pairs_needed
-    entry["needed_unit"] = "starts"
-    entry["message"] = d.reason
+    _take_decision(entry, {**decision_json(d), "needed_unit": "starts"})
 
 
 def _take_decision(entry: UpliftEntry, decision: Mapping[str, object]) -> None:
