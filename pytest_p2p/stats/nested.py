@@ -109,6 +109,12 @@ def _mean(xs: Sequence[float]) -> float:
     return math.fsum(xs) / len(xs)
 
 
+def _var(xs: Sequence[float]) -> float:
+    """Sample variance (``n - 1``) of at least two values: the spread of start means."""
+    mx = _mean(xs)
+    return math.fsum((x - mx) ** 2 for x in xs) / (len(xs) - 1)
+
+
 def _components(ratios: list[list[float]]) -> Components:
     k = len(ratios)
     sizes = [len(r) for r in ratios]
@@ -120,8 +126,7 @@ def _components(ratios: list[list[float]]) -> Components:
            if df_w > 0 else None)
     block_sd = start_sd = None
     if k >= 2:
-        mb = _mean(means)
-        block_sd = math.sqrt(math.fsum((m - mb) ** 2 for m in means) / (k - 1))
+        block_sd = math.sqrt(_var(means))
         if msw is not None:
             msb = math.fsum(s * (m - grand_w) ** 2 for m, s in zip(means, sizes, strict=True)) / (k - 1)
             n0 = (n - math.fsum(s * s for s in sizes) / n) / (k - 1)  # sizes' effective mean (= W if balanced)
@@ -195,9 +200,7 @@ def _night_spreads(past: Sequence[Blocks], higher_is_better: bool) -> dict[int, 
         if len(ratios) < 2 or len(sizes) != 1:
             continue  # one start has no spread; starts of unequal windows are of no one design
         means = [_mean(r) for r in ratios]
-        mb = _mean(means)
-        out.setdefault(sizes.pop(), []).append((math.fsum((m - mb) ** 2 for m in means) / (len(means) - 1),
-                                                float(len(means) - 1)))
+        out.setdefault(sizes.pop(), []).append((_var(means), float(len(means) - 1)))
     return out
 
 
@@ -293,8 +296,7 @@ def _prior_use(means: Sequence[float], sizes: Sequence[int], prior: StartPrior |
     if b < 2:
         return PriorUse("ignored", (f"the {borrowed} is not borrowed with one start: a second start is needed to "
                                     "check that tonight's spread is still the nights'"), prior.nights, prior.df, None)
-    mb = _mean(means)
-    s2 = math.fsum((m - mb) ** 2 for m in means) / (b - 1)
+    s2 = _var(means)
     p = f_sf(s2 / prior.var, b - 1, prior.df)
     if p < GUARD_LEVEL:
         why = (f"the {borrowed} is not borrowed: tonight's start means spread {math.sqrt(s2) * 100:.2g} % against "
