@@ -6,8 +6,8 @@
 * ``store_blocks.start_blocks`` pairs arm A and arm B by rep, groups them by start, and skips other
   designs, unfinished and abandoned runs, the other ``simulated`` flag and runs without starts;
 * the pytest glue, with a store configured, reads the blocks of a stand-in campaign saved earlier and
-  hands ``start_priors`` to the campaign (``stats.nested.start_prior`` stubbed here: it lands with
-  the prior's own branch, and its minimum of nights is its business, not the glue's).
+  hands ``start_priors`` to the campaign (``stats.nested.start_prior`` stubbed in one test: its minimum of
+  nights is its business, not the glue's; the last test runs the real one).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from synthetic_runs import write_run
 
 from pytest_p2p.plugin.session import demo_path
 from pytest_p2p.results.write import RunDir
-from pytest_p2p.stats import nested
 from pytest_p2p.verdict import store_postgres
 from pytest_p2p.verdict.store import SCHEMA_VERSION, Store, _v1, _v2
 from pytest_p2p.verdict.store_blocks import BlockQuery, start_blocks
@@ -247,31 +246,11 @@ def test_the_design_says_what_makes_start_means_comparable() -> None:
 
 # -- the glue --------------------------------------------------------------------------------------
 
-CONFTEST = '''
+RECORD_ONLY = '''
 import json, os
-from dataclasses import dataclass
 
-import pytest_p2p.stats.nested as nested
 import pytest_p2p.campaign.wiring as wiring
 
-
-@dataclass(frozen=True)
-class _StartPrior:  # the fields the prior's branch provides; its own class where this build has it
-    var: float
-    df: float
-    nights: int
-    windows: int
-
-
-StartPrior = getattr(nested, "StartPrior", _StartPrior)
-
-
-def start_prior(past, *, higher_is_better=True):
-    """What the glue handed over, made into a prior whatever the real minimum of nights is."""
-    return StartPrior(var=0.0001, df=6.0 * len(past), nights=len(past), windows=len(past[0][0]))
-
-
-nested.start_prior = start_prior
 _from_session = wiring.from_session
 
 
@@ -283,6 +262,20 @@ def from_session(*args, start_priors=None, **kw):
 
 wiring.from_session = from_session
 '''
+
+
+CONFTEST = '''
+import pytest_p2p.stats.nested as nested
+from pytest_p2p.stats.nested import StartPrior
+
+
+def start_prior(past, *, higher_is_better=True):
+    """What the glue handed over, made into a prior whatever the real minimum of nights is."""
+    return StartPrior(var=0.0001, df=6.0 * len(past), nights=len(past), windows=len(past[0][0]))
+
+
+nested.start_prior = start_prior
+''' + RECORD_ONLY
 
 
 @pytest.fixture
@@ -330,11 +323,10 @@ def test_the_glue_offers_the_second_campaign_a_prior_from_the_first(demo: Any) -
     assert second.ret == 0, second.stdout.str()[-2000:]
     assert [{p: {k: v[k] for k in ("df", "nights", "windows")} for p, v in o.items()} for o in offered] == [
         {"c1": {"df": 6.0, "nights": 1, "windows": 2}}]
-    if hasattr(nested, "StartPrior"):  # a build with the prior's campaign side: run.json says it was offered
-        with Store(db) as st:
-            dirs = [Path(str(r.source_dir)) for r in st.runs()]
-        got = [json.loads((d / "run.json").read_text())["decisions"]["c1"].get("start_prior") for d in dirs]
-        assert got[0] == {"status": "none"} and got[1] is not None and got[1]["status"] != "none", got
+    with Store(db) as st:  # run.json says the prior was offered
+        dirs = [Path(str(r.source_dir)) for r in st.runs()]
+    got = [json.loads((d / "run.json").read_text())["decisions"]["c1"].get("start_prior") for d in dirs]
+    assert got[0] == {"status": "none"} and got[1] is not None and got[1]["status"] != "none", got
 
     no_store, offered = run()  # no store configured: nothing read, nothing offered
     assert no_store.ret == 0 and offered == [{}]
@@ -344,24 +336,6 @@ def test_the_glue_offers_the_second_campaign_a_prior_from_the_first(demo: Any) -
     out = broken.stdout.str()
     assert offered == [{}]
     assert f"no start-spread prior from the baseline store {db}" in out and "not an SQLite file" in out
-
-
-RECORD_ONLY = '''
-import json, os
-
-import pytest_p2p.campaign.wiring as wiring
-
-_from_session = wiring.from_session
-
-
-def from_session(*args, start_priors=None, **kw):
-    with open(os.environ["PRIORS_OUT"], "a") as fh:
-        fh.write(json.dumps({k: vars(v) for k, v in (start_priors or {}).items()}) + "\\n")
-    return _from_session(*args, start_priors=start_priors, **kw)
-
-
-wiring.from_session = from_session
-'''
 
 
 def test_three_saved_nights_lend_the_fourth_a_real_prior(demo: Any, pytester: pytest.Pytester) -> None:
