@@ -28,6 +28,12 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pytest_p2p.errors import ResultsError  # noqa: E402
+from pytest_p2p.results.layout import REP_GLOB, REP_RE, RUN_META  # noqa: E402
+from pytest_p2p.results.read import optional_object, read_object, scenario_dirs  # noqa: E402
+
 START_NOTE = re.compile(r"^start (\d+): .*servers ready (?:in|at) .* \((\d+(?:\.\d+)?) s for all\)")
 
 
@@ -42,26 +48,25 @@ def _when(text: object) -> datetime | None:
 
 
 def _reps(run_dir: Path) -> list[tuple[Path, dict[str, object]]]:
+    """Every rep file's meta, the set-aside attempts (``run_<k>.try<n>...json``) included."""
     out = []
-    for p in sorted(run_dir.glob("scenarios/*/run_*.json")):
-        try:
-            d = json.loads(p.read_text())
-        except (OSError, ValueError):
-            continue  # a rep being written when the campaign was cut: not a measurement
-        meta = d.get("meta") if isinstance(d, dict) else None
-        if isinstance(meta, dict):
-            out.append((p, meta))
+    for _, _, d in scenario_dirs(run_dir):
+        for p in sorted(d.glob(REP_GLOB)):
+            try:
+                meta = read_object(p).get("meta")
+            except ResultsError:
+                continue  # a rep being written when the campaign was cut: not a measurement
+            if isinstance(meta, dict):
+                out.append((p, meta))
     return out
 
 
 def account(run_dir: Path, until: datetime | None = None) -> dict[str, object]:
     """The time figures of one campaign's results directory."""
-    run: dict[str, object] = {}
     try:
-        loaded = json.loads((run_dir / "run.json").read_text())
-        run = loaded if isinstance(loaded, dict) else {}
-    except (OSError, ValueError):
-        pass
+        run: dict[str, object] = dict(optional_object(run_dir / RUN_META) or {})
+    except ResultsError:
+        run = {}  # unreadable: the rep files still tell the time
     kept = aside = 0.0
     first: datetime | None = None
     last: datetime | None = None
@@ -70,7 +75,7 @@ def account(run_dir: Path, until: datetime | None = None) -> dict[str, object]:
         t, w = _when(meta.get("started_at")), meta.get("window_s")
         if t is None or isinstance(w, bool) or not isinstance(w, (int, float)):
             continue
-        if ".try" in path.name:
+        if not REP_RE.match(path.name):  # a set-aside attempt
             aside += float(w)
             set_aside += 1
         else:
