@@ -50,6 +50,12 @@ yaml.safe_dump(rig, open(f"{w}/rig_{design}.yaml", "w"), sort_keys=False)
 EOF
 }
 
+copy_proj() {  # the project for the detached queues (a call's working tree goes away with the call)
+  mkdir -p $W/proj && tar --exclude='./.vw*' --exclude='./.rw*' --exclude='./.git' --exclude='./.whl' \
+    --exclude='./.nccltests' -cf - . | tar -C $W/proj -xf -
+  if [ -d .nccltests ]; then rm -rf $W/nccltests && cp -r .nccltests $W/nccltests; fi
+}
+
 site_add() {  # the project's wheel and what vLLM's set lacks (never vLLM's own pins: openai, pydantic, ...)
   for w in $W/whl/*.whl; do
     [ -f "$w" ] || continue
@@ -110,17 +116,13 @@ case "${1:-status}" in
     fi;;
   launch)
     shift
-    mkdir -p $W/proj && tar --exclude='./.vw*' --exclude='./.rw*' --exclude='./.git' --exclude='./.whl' \
-      --exclude='./.nccltests' -cf - . | tar -C $W/proj -xf -
-    [ -d .nccltests ] && rm -rf $W/nccltests && cp -r .nccltests $W/nccltests
+    copy_proj
     echo "$*" > $W/steps
     setsid nohup bash $W/proj/benchmarks/gpu_session_x2.sh _queue > $W/queue.out 2>&1 < /dev/null & disown
     echo "queue launched: $*";;
   lane)  # lane NAME A,B STEP...: a queue of its own on one pair (the copy of the project is shared)
     name=$2 pair=$3; shift 3
-    mkdir -p $W/proj && [ -f $W/proj/pyproject.toml ] || tar --exclude='./.vw*' --exclude='./.rw*' --exclude='./.git' \
-      --exclude='./.whl' --exclude='./.nccltests' -cf - . | tar -C $W/proj -xf -
-    [ -d .nccltests ] && [ ! -d $W/nccltests ] && cp -r .nccltests $W/nccltests
+    [ -f $W/proj/pyproject.toml ] || copy_proj  # the lanes share one copy
     echo "$*" > $W/steps_$name
     PAIR=$pair setsid nohup bash $W/proj/benchmarks/gpu_session_x2.sh _queue $name > $W/queue_$name.out 2>&1 \
       < /dev/null & disown
