@@ -281,3 +281,25 @@ def test_servers_started_together_never_share_a_port(tmp_path: Path, monkeypatch
     with server_mod.launch_all(_standin(tmp_path), [PRESETS["p2p_on"], PRESETS["p2p_off"]], (0, 1), {},
                                [tmp_path / "on.log", tmp_path / "off.log"]) as servers:
         assert [s.port for s in servers] == [first, second]
+
+
+def _env_key(pid: int) -> str:
+    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next(v.split(b"=", 1)[1].decode() for v in env if v.startswith(b"VLLM_API_KEY="))
+
+
+def test_a_restarted_server_keeps_its_api_key_so_vllm_keeps_its_compile_cache(tmp_path: Path) -> None:
+    """vLLM hashes VLLM_API_KEY into its torch.compile cache key: a new key per start recompiled every start
+    (about 20 s of each 7B start on H100, 2026-11-26) and left a cache directory behind each time. The key is
+    one per arm and pair; the arms' keys differ, so two servers started together never share a cache directory."""
+    keys: dict[str, list[str]] = {"p2p_on": [], "p2p_off": []}
+    for start in (1, 2):
+        logs = [tmp_path / f"on{start}.log", tmp_path / f"off{start}.log"]
+        with server_mod.launch_all(_standin(tmp_path), [PRESETS["p2p_on"], PRESETS["p2p_off"]], (0, 1), {},
+                                   logs) as servers:
+            for srv in servers:
+                assert _env_key(srv.pid) == srv.api_key  # what the server enforces is what it was given
+                keys[srv.arm].append(srv.api_key)
+    assert keys["p2p_on"][0] == keys["p2p_on"][1] and keys["p2p_off"][0] == keys["p2p_off"][1]
+    assert keys["p2p_on"][0] != keys["p2p_off"][0]
+    assert server_mod.api_key_for("p2p_on", (2, 3)) != keys["p2p_on"][0]  # another pair: another key

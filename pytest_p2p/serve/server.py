@@ -57,10 +57,24 @@ from .running import GpuUse, RunningServer, ServerDeath
 
 if TYPE_CHECKING:
     from ..probes.arms import ServerArm
-__all__ = ["API_KEY_ENV", "TOKEN_ENV", "GpuUse", "RunningServer", "ServerDeath", "check_port_free", "find_leftovers",
-           "free_port", "gpu_usage", "kill_tree", "launch", "launch_all", "likely_cause", "pair_key", "prove_identity",
-           "prove_ready", "spawn", "tail", "teardown", "teardown_all"]
+__all__ = ["API_KEY_ENV", "TOKEN_ENV", "GpuUse", "RunningServer", "ServerDeath", "api_key_for", "check_port_free",
+           "find_leftovers", "free_port", "gpu_usage", "kill_tree", "launch", "launch_all", "likely_cause", "pair_key",
+           "prove_identity", "prove_ready", "spawn", "tail", "teardown", "teardown_all"]
 _LIVE: dict[int, tuple[int, str]] = {}  # leader pid -> (session id, token): killed at interpreter exit
+_KEYS: dict[tuple[str, tuple[int, ...]], str] = {}  # (arm, pair) -> this process's API key for its servers
+
+
+def api_key_for(arm: str, pair: Sequence[int]) -> str:
+    """One secret per arm and pair for this pytest process, the same at every start of that server.
+
+    vLLM hashes every ``VLLM_*`` variable it knows into its torch.compile cache key, ``VLLM_API_KEY``
+    included (``vllm.envs.compile_factors`` ignores ports and paths, not the key). A fresh key per start
+    gave every start its own cache directory: each start compiled again (about 20 s of a 7B start on
+    H100) and left one more directory in the cache. One key per arm keeps a resident campaign's later starts
+    on the cache, and the two arms on separate directories, so servers started at once never write the
+    same one. The identity check still holds: /proc names the owner of the port, and a wrong key is refused.
+    """
+    return _KEYS.setdefault((arm, tuple(int(g) for g in pair)), "p2p-" + secrets.token_urlsafe(18))
 
 
 # ----------------------------------------------------------------------------- processes
@@ -195,7 +209,7 @@ def spawn(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: Ma
         raise write_error(log.parent, exc, "create the directory of the server log") from None
     pair = tuple(int(g) for g in pair)
     token = uuid.uuid4().hex
-    api_key = "p2p-" + secrets.token_urlsafe(18)
+    api_key = api_key_for(arm.name, pair)
     port = _port(host, port)
     arm_vllm_env = arm.vllm_env()  # e.g. symmetric-memory all-reduce
     # the secret travels in the environment (readable only by us and root), never in argv (/proc/PID/cmdline)
