@@ -11,6 +11,7 @@
 #
 # Steps (minutes on 2x H100, estimated from the 4x H100 session of 2026-11-26):
 #   faults    benchmarks/gpu_faults.py --vllm --trials 3: six faults x 3, one line each (issue 30)      ~12
+#             (FAULTS_ONLY=vllm-oom,engine-kill: those two, ~6)
 #   repeat    the probe checks 20 times on GPUs 0-1 (issue 24 goal: 0 failures in 20)                    ~9
 #   nccltests our all-reduce against all_reduce_perf, both arms, 4 rounds (issue 24: <= 10 %)            ~3
 #   ray       two Ray nodes on one host, the all-reduce probe across them (issue 27; needs .rw1/.rw2)   ~1
@@ -22,6 +23,7 @@
 #   waitvllm  waits (<= 15 min) until vLLM imports: lets a lane start before the last stage call
 #   campaign2 the resident 7B campaign with parallel starts (rig-set KV cache), 3 starts x 3 window pairs of
 #             10 s at c16/c64, then window_noise.py and campaign_compact.py (issue 24)                    ~15
+#             (CAMPAIGN_STARTS, CAMPAIGN_WINDOWS, CAMPAIGN_WINDOW_S change the design)
 # Steps run on the lane's pair ($PAIR, default 0,1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,8 +44,12 @@ if design == "windows":
     rig["campaign"].update({"residency": "resident", "starts": 2, "windows": 6, "window_s": 12, "max_starts": None,
                             "max_time_s": None})
 else:  # both arms' servers start at once; the KV cache is set by the rig, so every start is parallel
-    rig["campaign"].update({"residency": "resident", "start_mode": "parallel", "starts": 3, "windows": 3,
-                            "window_s": 10, "max_starts": None, "max_time_s": None})
+    import os  # the design: CAMPAIGN_STARTS x CAMPAIGN_WINDOWS window pairs of CAMPAIGN_WINDOW_S (default 3 x 3 x 10 s)
+    rig["campaign"].update({"residency": "resident", "start_mode": "parallel",
+                            "starts": int(os.environ.get("CAMPAIGN_STARTS", 3)),
+                            "windows": int(os.environ.get("CAMPAIGN_WINDOWS", 3)),
+                            "window_s": float(os.environ.get("CAMPAIGN_WINDOW_S", 10)),
+                            "max_starts": None, "max_time_s": None})
     rig["server"]["args"]["kv-cache-memory-bytes"] = 16 * 2**30
 rig["server"].setdefault("env", {})["VLLM_CACHE_ROOT"] = f"{w}/vllm-cache"
 yaml.safe_dump(rig, open(f"{w}/rig_{design}.yaml", "w"), sort_keys=False)
@@ -72,7 +78,7 @@ step() {
   local P=$W/proj
   case "$1" in
     faults) (cd $P && OUT=$W/faults GPU_FAULTS_PAIR=${PAIR:-0,1} timeout 1500 python3 benchmarks/gpu_faults.py --vllm \
-               --trials 3 > $W/faults.txt 2>&1);;
+               --trials 3 ${FAULTS_ONLY:+--only $FAULTS_ONLY} > $W/faults.txt 2>&1);;
     repeat) local r=repeat_$(date +%s)  # a lane may repeat this step (REPEAT_MAX_S caps each)
             (cd $W && timeout 1200 python3 $P/benchmarks/probe_uplift_repeat.py --runs 20 --pair ${PAIR:-0,1} \
                --max-s ${REPEAT_MAX_S:-1000} --out $W/$r > $W/$r.txt 2>&1; cat $W/$r.txt >> $W/repeat.txt);;

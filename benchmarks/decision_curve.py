@@ -1,0 +1,159 @@
+"""How a resident campaign's interval narrowed, start by start, against the wall time spent (issue 24).
+
+    python benchmarks/decision_curve.py RUN_DIR|COMPACT.json ... [--alpha 0.005] [--metric output_throughput]
+
+Why: issue 24's goal is a time to a decided uplift (a 98 % CI half-width of 2 % at every point, P2P on vs
+off) within 15 minutes a pair. A campaign's own run.json gives its final decision only; this replays the
+campaign's nested decision (:func:`pytest_p2p.stats.decide_nested`, the start as the unit) on the first
+``k`` starts for every ``k``, and puts next to it the wall time from the run's start to the end of start
+``k``'s last window. The windows are read back with the package's results reader, the window pairs
+grouped by start as the campaign groups them (or from ``benchmarks/campaign_compact.py``'s file, which keeps
+every rep's metrics and meta without its per-request records). Several run directories of one rig are read one by one (a
+"night" each), never pooled: starts of different runs are not one campaign's starts.
+
+Per point and ``k`` it prints the uplift, its two-sided ``1 - 2 alpha`` interval (alpha one-sided per
+point: the campaign's 1 % split over two points is 0.005), the half-width in uplift points, and the
+outcome against ``--threshold`` (default 0 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pytest_p2p.campaign.aggregate import group_by_start  # noqa: E402
+from pytest_p2p.errors import ResultsError  # noqa: E402
+from pytest_p2p.results.layout import REP_GLOB, REP_RE, RUN_META  # noqa: E402
+from pytest_p2p.results.read import optional_object, read_object, scenario_dirs  # noqa: E402
+from pytest_p2p.stats import StatsError, decide_nested  # noqa: E402
+
+
+def _when(text: object) -> float | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+
+
+Window = tuple[int, float, float]  # (start, value, end of the window: epoch seconds)
+
+
+def _window(name: str, rec: dict[str, object], metric: str) -> tuple[int, Window] | None:
+    """``(rep, window)`` of a kept rep file (a set-aside attempt ``run_<k>.try<n>.json`` is not data)."""
+    m = REP_RE.match(name)
+    meta = rec.get("meta")
+    if not m or not isinstance(meta, dict):
+        return None
+    start, value = meta.get("start"), rec.get(metric)
+    t, w = _when(meta.get("started_at")), meta.get("window_s")
+    if isinstance(start, int) and isinstance(value, (int, float)) and t is not None and isinstance(w, (int, float)):
+        return int(m.group(1)), (start, float(value), t + float(w))
+    return None
+
+
+def windows(run_dir: Path, metric: str) -> dict[tuple[str, str], dict[int, Window]]:
+    """``(arm, point) -> {rep: (start, value, end)}`` of the kept windows of a results directory."""
+    out: dict[tuple[str, str], dict[int, Window]] = {}
+    for arm, point, d in scenario_dirs(run_dir):
+        reps: dict[int, Window] = {}
+        for p in sorted(d.glob(REP_GLOB)):
+            try:
+                got = _window(p.name, read_object(p), metric)
+            except ResultsError:
+                continue  # a rep being written when the campaign was cut
+            if got:
+                reps[got[0]] = got[1]
+        out[(arm, point)] = reps
+    return out
+
+
+def load(source: Path, metric: str) -> dict[str, tuple[dict[str, object], dict[tuple[str, str], dict[int, Window]]]]:
+    """``{run: (run.json, windows)}`` of a results directory, or of every run in a compact file."""
+    if source.is_dir():
+        return {source.name: (dict(optional_object(source / RUN_META) or {}), windows(source, metric))}
+    out = {}
+    for run_dir, body in json.loads(source.read_text()).items():
+        wins: dict[tuple[str, str], dict[int, Window]] = {}
+        for scen, recs in body["scenarios"].items():
+            arm, point = scen.rsplit("-", 1)
+            reps = wins.setdefault((arm, point), {})
+            for rec in recs:
+                got = _window(str(rec.get("file")), rec, metric)
+                if got:
+                    reps[got[0]] = got[1]
+        out[Path(run_dir).name] = (body.get("run") or {}, wins)
+    return out
+
+
+def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]], alpha: float, threshold: float,
+          on: str, off: str) -> list[dict[str, object]]:
+    """One row per point and number of starts ``k``: the decision on starts 1..k and the wall time to it."""
+    begin = _when(run.get("started_at"))
+    ends = [e for reps in wins.values() for (_, _, e) in reps.values()]
+    if begin is None and ends:
+        begin = min(ends)
+    points = sorted({p for (_, p) in wins}, key=lambda s: (len(s), s))
+    rows: list[dict[str, object]] = []
+    for point in points:
+        a, b = wins.get((on, point), {}), wins.get((off, point), {})
+        common = sorted(set(a) & set(b))
+        by_start = group_by_start((a[r][0], (a[r][1], b[r][1])) for r in common if a[r][0] == b[r][0])
+        starts = sorted(by_start)
+        for k in range(2, len(starts) + 1):
+            blocks = [by_start[s] for s in starts[:k]]
+            done = max(e for reps in wins.values() for (s, _, e) in reps.values() if s <= starts[k - 1])
+            try:
+                dec = decide_nested(blocks, threshold=threshold, alpha=alpha)
+            except StatsError as exc:
+                rows.append({"point": point, "starts": k, "error": str(exc)})
+                continue
+            lo, hi = dec.lower, dec.upper
+            rows.append({"point": point, "starts": k, "windows": sum(len(x) for x in blocks),
+                         "uplift": dec.estimate, "lo": lo, "hi": hi, "half": (hi - lo) / 2,
+                         "outcome": dec.outcome.value, "wall_s": done - begin if begin is not None else None})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dirs", nargs="+", type=Path, help="results directories or compact files")
+    ap.add_argument("--metric", default="output_throughput")
+    ap.add_argument("--alpha", type=float, default=0.005, help="one-sided, per point (default 0.005)")
+    ap.add_argument("--threshold", type=float, default=0.0, help="minimum uplift, a fraction (default 0)")
+    ap.add_argument("--arms", default="p2p_on,p2p_off")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args(argv)
+    on, off = a.arms.split(",")
+    everything = {}
+    runs = {}
+    for src in a.run_dirs:
+        runs.update(load(src, a.metric))
+    for name, (run, wins) in runs.items():
+        rows = curve(run, wins, a.alpha, a.threshold, on, off)
+        everything[name] = rows
+        print(f"== {name}: {a.metric}, {(1 - 2 * a.alpha) * 100:.4g} % CI on start means")
+        print(f"{'point':>6} {'starts':>6} {'windows':>7} {'uplift':>8} {'interval':>20} {'half':>7} "
+              f"{'outcome':>12} {'wall':>7}")
+        for r in rows:
+            if "error" in r:
+                print(f"{r['point']:>6} {r['starts']:>6} {r['error']}")
+                continue
+            wall = r["wall_s"]
+            print(f"{r['point']:>6} {r['starts']:>6} {r['windows']:>7} {100 * float(r['uplift']):>+7.1f}% "
+                  f"{100 * float(r['lo']):>+8.1f} .. {100 * float(r['hi']):>+6.1f}% {100 * float(r['half']):>6.1f}% "
+                  f"{r['outcome']:>12} {'' if wall is None else f'{float(wall) / 60:.1f} min':>7}")
+    if a.json:
+        a.json.write_text(json.dumps(everything, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
