@@ -158,7 +158,6 @@ def rig_dict(bus_ids: Sequence[str], model: str, *, fake: bool, sysfs: Mapping[s
         "description": "two Ray nodes on one host, one GPU each, NCCL crossing over loopback sockets (issue 27)",
         "env": {**NO_MULTICAST, **LOOPBACK},
         "arms": ["socket"],
-        "campaign": {"arms": ["socket"]},
         "nodes": {"hosts": hosts,
                   "crossings": [{"between": list(HOSTS), "transport": {"socket": "NET/Socket"}}],
                   "stages": [f"{h}:{b}" for h, b in zip(HOSTS, bus_ids, strict=True)]},
@@ -430,8 +429,7 @@ def main(argv: Sequence[str]) -> int:
     def on_signal(signum: int, frame: object) -> None:
         raise Deadline("time limit reached" if signum == signal.SIGALRM else f"signal {signal.Signals(signum).name}")
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
-        signal.signal(sig, on_signal)
+    saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)}
     signal.setitimer(signal.ITIMER_REAL, args.limit_s)
     try:
         code, text = run(args, cluster, procs.append)
@@ -455,6 +453,8 @@ def main(argv: Sequence[str]) -> int:
         cluster.stop(ray_stop=not args.fake)
         left = leftovers(seen, cluster, args.gpus, idle)
         shutil.rmtree(temp, ignore_errors=True)
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
     pytest_log = args.out / "pytest.log"
     text = text or (pytest_log.read_text(errors="replace") if pytest_log.exists() else "")
     junit = args.out / "junit.xml"
