@@ -138,3 +138,29 @@ def test_the_cluster_is_torn_down_however_the_run_ends(mp: ModuleType, tmp_path:
     assert out[-1].startswith(f"MULTINODE_PYTEST FAIL: {why}")
     assert signal.getsignal(signal.SIGTERM) == before  # the caller's handlers are back
     assert (tmp_path / "summary.json").exists()
+
+
+# ----------------------------------------------------------------------------- the whole script, on a real Ray cluster
+
+
+@pytest.mark.multinode
+def test_the_plugin_runs_end_to_end_on_two_ray_start_raylets(tmp_path: Path) -> None:
+    """Two ``ray start`` raylets, ``pytest -m p2p --pyargs pytest_p2p --p2p-ray-address``: the crossing probe
+    (each rank the replaying worker, chosen through PYTEST_P2P_MULTINODE_WORKER) and the stand-in under Ray pass."""
+    pytest.importorskip("ray", reason="Ray is the [multinode] extra")
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--fake", "--out", str(tmp_path), "--limit", "240"],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    out = proc.stdout
+    assert out.strip().splitlines()[-1] == "MULTINODE_PYTEST OK", out[-4000:] + proc.stderr[-2000:]
+    assert "probe node-a~node-b socket (crossing_proof.json): pass: every crossing connection of 2 rank(s) is " \
+           "NET/Socket" in out
+    assert "server arm socket [SIMULATED: stand-in server]: pass: every crossing connection of 2 rank(s)" in out
+    assert "leftovers: none" in out
+    ranks = [(tmp_path / "results" / "multinode" / "node-a~node-b" / "socket" / f"rank{r}.log").read_text()
+             for r in (0, 1)]
+    assert [f"[p2p-mn] rank {r} on {h}" in text for r, (h, text) in enumerate(zip(("node-a", "node-b"), ranks))] \
+        == [True, True]  # the fake worker ran each rank, on the node the rig names
