@@ -1,6 +1,6 @@
 """benchmarks/multinode_pytest_gpu.py (issue 27 end to end under ``pytest -m p2p``) without a GPU or Ray: the rig it
 writes is one the plugin's own loader accepts, its verdict on a recorded junit file, and its teardown on every exit.
-The whole script on a real two-raylet cluster is ``python benchmarks/multinode_pytest_gpu.py --fake`` (docs/multinode.md).
+The whole script on two real raylets: ``python benchmarks/multinode_pytest_gpu.py --fake`` (docs/multinode.md).
 """
 
 from __future__ import annotations
@@ -162,5 +162,5 @@ def test_the_plugin_runs_end_to_end_on_two_ray_start_raylets(tmp_path: Path) -> 
     assert "leftovers: none" in out
     ranks = [(tmp_path / "results" / "multinode" / "node-a~node-b" / "socket" / f"rank{r}.log").read_text()
              for r in (0, 1)]
-    assert [f"[p2p-mn] rank {r} on {h}" in text for r, (h, text) in enumerate(zip(("node-a", "node-b"), ranks))] \
+    assert [f"[p2p-mn] rank {r} on {h}" in text for r, (h, text) in enumerate(zip(("node-a", "node-b"), ranks, strict=True))] \
         == [True, True]  # the fake worker ran each rank, on the node the rig names
