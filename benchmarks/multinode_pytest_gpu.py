@@ -225,14 +225,26 @@ class RayCluster:
         roots = [p for p in all_pids() if p != os.getpid() and self.temp_dir in cmdline(p)]
         return sorted(set(roots) | descendants(roots))
 
+    def others(self) -> list[int]:
+        """Raylets of other Ray sessions on this machine (another lane, another engineer's test)."""
+        return [p for p in all_pids() if "raylet/raylet" in (c := cmdline(p)) and self.temp_dir not in c]
+
     def stop(self, *, ray_stop: bool) -> None:
-        """SIGTERM our session's processes, then ``ray stop`` where the machine is ours, then SIGKILL the rest."""
+        """SIGTERM our session's processes, then ``ray stop`` where no other Ray session runs, then SIGKILL the rest.
+
+        ``ray stop`` ends every Ray process of this user whatever its session, so it runs only when every
+        raylet here is ours; our own processes are found by the private temp dir in any case.
+        """
         if not self.started:
             return
         signal_all(self.pids(), signal.SIGTERM)
-        if ray_stop:  # 'ray stop' ends every Ray process of this user: only on a machine of our own
-            with self.log.open("a") as fh, contextlib.suppress(subprocess.SubprocessError, OSError):
-                subprocess.run([*ray_cli(), "stop"], stdout=fh, stderr=subprocess.STDOUT, timeout=60, check=False)
+        others = self.others()
+        with self.log.open("a") as fh:
+            if ray_stop and not others:
+                with contextlib.suppress(subprocess.SubprocessError, OSError):
+                    subprocess.run([*ray_cli(), "stop"], stdout=fh, stderr=subprocess.STDOUT, timeout=60, check=False)
+            elif ray_stop:
+                fh.write(f"no 'ray stop': raylets of another Ray session run here (pids {others})\n")
         deadline = time.monotonic() + 10
         while self.pids() and time.monotonic() < deadline:
             time.sleep(0.5)
