@@ -382,7 +382,7 @@ def pytest_cmd(args: Args, rig: Path, address: str) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", "-m", "p2p", "--pyargs", "pytest_p2p", "--p2p-rig", str(rig),
            "--p2p-ray-address", address, "--p2p-results", str(args.out / "results"), "--p2p-campaign", "off",
            "-rA", "-p", "no:cacheprovider", "--junitxml", str(args.out / "junit.xml")]
-    return cmd if args.fake else [*cmd[:6], "--p2p-live", *cmd[6:]]
+    return cmd if args.fake else [*cmd[:7], "--p2p-live", *cmd[7:]]
 
 
 def make_model(args: Args) -> str:

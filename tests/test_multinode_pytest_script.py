@@ -76,6 +76,19 @@ def test_each_raylet_gets_its_gpu_and_the_socket_arm(mp: ModuleType) -> None:
     assert "CUDA_VISIBLE_DEVICES" not in fake and Path(fake["FAKE_MN_LOGS"]).is_dir()
 
 
+def test_the_pytest_command_is_a_users_live_run_and_the_fake_one_is_not(mp: ModuleType, tmp_path: Path) -> None:
+    args = mp.parse_args(["--out", str(tmp_path), "--port", "6390"], environ={})
+    cmd = mp.pytest_cmd(args, tmp_path / "rig.yaml", "127.0.0.1:6390")
+    assert cmd[1:8] == ["-m", "pytest", "-m", "p2p", "--pyargs", "pytest_p2p", "--p2p-live"]
+    joined = " ".join(cmd)
+    assert f"--p2p-rig {tmp_path / 'rig.yaml'} --p2p-ray-address 127.0.0.1:6390" in joined
+    assert "--p2p-campaign off" in joined and f"--junitxml {tmp_path / 'junit.xml'}" in joined
+    fake = mp.parse_args(["--out", str(tmp_path), "--fake"], environ={})
+    assert "--p2p-live" not in mp.pytest_cmd(fake, tmp_path / "rig.yaml", "127.0.0.1:1")  # no GPU: the demo session
+    with pytest.raises(SystemExit):
+        mp.parse_args(["--gpus", "1,1"], environ={})
+
+
 # ----------------------------------------------------------------------------- the verdict
 
 
