@@ -54,9 +54,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from pytest_p2p.envs import MULTICAST_OFF  # noqa: E402
+from pytest_p2p.serve.procs import cmdline, proc_state  # noqa: E402
+
 MARK = "MULTINODE_PYTEST"
 HOSTS = ("node-a", "node-b")
-NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+NO_MULTICAST = dict(MULTICAST_OFF)  # NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # the socket arm over loopback: what NCCL needs to cross "nodes" that share one host's lo
 LOOPBACK = {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
 RAY_LOGS = {"RAY_DEDUP_LOGS": "0", "RAY_COLOR_PREFIX": "0"}  # every worker's NCCL lines, prefix unhidden
@@ -71,6 +74,7 @@ REQUIRED = ("test_crossing_transport", "test_server_across_nodes")
 # the recorded seed trees standing in for the nodes' sysfs under --fake, and a GPU each tree holds
 FAKE_TREES = {"node-a": ("trinity-a", "0000:41:00.0"), "node-b": ("trinity-b", "0000:01:00.0")}
 FAKE_WORKER_ENV = "PYTEST_P2P_MULTINODE_WORKER"
+RUN_ENV = "P2P_MULTINODE_PYTEST_RUN"  # = the run's Ray temp dir, in every process it starts: how teardown finds them
 
 
 # ----------------------------------------------------------------------------- arguments
@@ -217,17 +221,18 @@ class RayCluster:
             with self.log.open("a") as fh:
                 fh.write(f"$ {' '.join(cmd)}\n")
                 fh.flush()
-                subprocess.run(cmd, env=dict(env), stdout=fh, stderr=subprocess.STDOUT, timeout=120, check=True)
+                subprocess.run(cmd, env={**env, RUN_ENV: self.temp_dir}, stdout=fh, stderr=subprocess.STDOUT,
+                               timeout=120, check=True)
 
     def pids(self) -> list[int]:
-        """Every live process of this cluster: its command line names our private temp dir (raylets, GCS,
-        workers), plus their descendants (a probe rank's subprocess, vLLM's own children)."""
-        roots = [p for p in all_pids() if p != os.getpid() and self.temp_dir in cmdline(p)]
-        return sorted(set(roots) | descendants(roots))
+        """Every live process of this run: Ray's (GCS, raylets, workers, a rank's subprocess, vLLM's workers) and
+        pytest's tree, each carrying :data:`RUN_ENV` = our temp dir, inherited from the raylet or pytest it came
+        from (a Ray worker renames its command line, a daemon is re-parented to init: neither hides the mark)."""
+        return marked(self.temp_dir)
 
     def others(self) -> list[int]:
         """Raylets of other Ray sessions on this machine (another lane, another engineer's test)."""
-        return [p for p in all_pids() if "raylet/raylet" in (c := cmdline(p)) and self.temp_dir not in c]
+        return [p for p in all_pids() if "raylet/raylet" in (c := full_cmdline(p)) and self.temp_dir not in c]
 
     def stop(self, *, ray_stop: bool) -> None:
         """SIGTERM our session's processes, then ``ray stop`` where no other Ray session runs, then SIGKILL the rest.
@@ -258,32 +263,28 @@ def all_pids() -> list[int]:
     return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
 
 
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
+def full_cmdline(pid: int) -> str:
+    """The whole command line: a Ray worker names the session's temp dir far past the first 160 characters."""
+    return cmdline(pid, 1 << 16)
 
 
 def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    st = proc_state(pid)
+    return st is not None and st[0] not in ("Z", "X")
 
 
-def descendants(roots: Sequence[int]) -> set[int]:
-    parent: dict[int, int] = {}
+def marked(value: str) -> list[int]:
+    """Live processes whose environment has ``RUN_ENV=value`` (another user's cannot be read: never ours)."""
+    want = f"{RUN_ENV}={value}".encode()
+    out = []
     for p in all_pids():
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            parent[p] = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    found: set[int] = set()
-    frontier = set(roots)
-    while frontier:
-        frontier = {p for p, pp in parent.items() if pp in frontier and p not in found}
-        found |= frontier
-    return found
+        try:
+            env = Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if p != os.getpid() and want in env and alive(p):
+            out.append(p)
+    return out
 
 
 def signal_all(pids: Sequence[int], sig: signal.Signals) -> None:
@@ -410,7 +411,7 @@ def run(args: Args, cluster: RayCluster, on_pytest: Callable[[subprocess.Popen[b
           flush=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     env.pop("RAY_ADDRESS", None)
-    env.update(RAY_LOCAL)
+    env.update({**RAY_LOCAL, RUN_ENV: cluster.temp_dir})
     if args.fake:
         env[FAKE_WORKER_ENV] = f"{sys.executable} {ROOT / 'tests' / 'fake_multinode_worker.py'}"
     cmd = pytest_cmd(args, rig, cluster.address)
@@ -454,7 +455,7 @@ def main(argv: Sequence[str]) -> int:
             signal.signal(sig, signal.SIG_IGN)  # the teardown is not itself interrupted
         seen = set()
         for p in procs:
-            seen |= {p.pid} | descendants([p.pid])
+            seen |= {p.pid}
             with contextlib.suppress(OSError):
                 os.killpg(p.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -492,9 +493,9 @@ def leftovers(seen: set[int], cluster: RayCluster, gpus: Sequence[int], idle: se
     while any(alive(p) for p in seen) and time.monotonic() < deadline:
         time.sleep(0.5)
     left = sorted({p for p in seen if alive(p)} | set(cluster.pids()))
-    out = [f"pid {p} ({cmdline(p)[:90]})" for p in left]
+    out = [f"pid {p} ({cmdline(p, 90)})" for p in left]
     signal_all(left, signal.SIGKILL)
-    out += [f"GPU user pid {p} ({cmdline(p)[:90] or '?'})" for p in sorted(gpu_users(gpus) - idle)]
+    out += [f"GPU user pid {p} ({cmdline(p, 90)})" for p in sorted(gpu_users(gpus) - idle)]
     return out
 
 
