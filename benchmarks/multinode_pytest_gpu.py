@@ -366,6 +366,13 @@ def proof_lines(results: Path, pytest_out: str) -> list[str]:
         with contextlib.suppress(ValueError, OSError):
             d = json.loads(proof.read_text())
             lines.append(f"  probe {CROSSING} socket ({proof.name}): {d.get('outcome')}: {d.get('message')}")
+    server = results / "multinode" / "server" / "socket.log"
+    if server.exists():  # the server's log read again here, worker by worker (what the check judged, shown whole)
+        from pytest_p2p.serve.multinode import worker_proof
+
+        sp = worker_proof(server.read_text(errors="replace"), "NET/Socket", str(server), world_size=len(HOSTS))
+        lines.append(f"  server log, per worker ({server.name}): {sp.outcome}: {sp.message}")
+        lines += [f"    rank {r.rank} on {r.node}: {r.outcome}: {r.message}" for r in sp.ranks]
     printed = re.findall(rf"^((?:{CROSSING} arm|server arm) \S+.*?: (?:pass|fail|inconclusive): .*)$", pytest_out,
                          re.MULTILINE)
     lines += [f"  {p}" for p in dict.fromkeys(printed)]
@@ -402,6 +409,12 @@ def run(args: Args, cluster: RayCluster, on_pytest: Callable[[subprocess.Popen[b
     """Start the cluster, write the rig, run pytest (``on_pytest`` learns its process, for the teardown)."""
     buses = [FAKE_TREES[h][1] for h in HOSTS] if args.fake else gpu_bus_ids(args.gpus)
     sysfs = {h: str(ROOT / "fixtures" / "sysfs" / FAKE_TREES[h][0]) for h in HOSTS} if args.fake else None
+    for old in ("results", "junit.xml", "pytest.log", "ray.log"):  # a server log is appended to: start clean
+        path = args.out / old
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     rig = args.out / "rig.yaml"
     write_rig(rig, rig_dict(buses, make_model(args), fake=args.fake, sysfs=sysfs))
     print(f"rig {rig}: " + ", ".join(f"{h} GPU {g} ({b})" for h, g, b in zip(HOSTS, args.gpus, buses, strict=True)),
