@@ -216,7 +216,8 @@ class RayCluster:
             head = ["--head", f"--port={self.port}", "--include-dashboard=false", f"--temp-dir={self.temp_dir}"] \
                 if i == 0 else [f"--address={self.address}"]
             cmd = [*ray_cli(), "start", *head, "--num-gpus=1", f"--num-cpus={self.num_cpus}",
-                   f"--resources={json.dumps({f'p2p_host:{host}': 1})}", "--disable-usage-stats"]
+                   f"--resources={json.dumps({f'p2p_host:{host}': 1})}", "--disable-usage-stats",
+                   f"--object-store-memory={1 << 30}"]  # logs and small results only: no share of /dev/shm needed
             self.started.append(host)
             with self.log.open("a") as fh:
                 fh.write(f"$ {' '.join(cmd)}\n")
