@@ -95,3 +95,20 @@ def test_busbw_without_a_line_rate_is_inconclusive_never_a_pass(tmp_path: Path) 
     _busbw_check(tmp_path, ROOT / "fixtures" / "sysfs" / "trinity-b", 23.0)  # 92 % of 200 Gb/s: passes
     with pytest.raises(pytest.fail.Exception, match="a silent fallback"):
         _busbw_check(tmp_path, ROOT / "fixtures" / "sysfs" / "trinity-b", 6.5)
+
+
+def test_a_node_with_nothing_expected_skips_and_a_present_gpu_is_said(tmp_path: Path) -> None:
+    from pytest_p2p.checks.test_multinode import MultiNode, test_node_evidence
+    from pytest_p2p.evidence.nodes import read_node
+    from pytest_p2p.evidence.nodespec import PASS, judge_node, parse_nodes
+
+    tree = ROOT / "fixtures" / "sysfs" / "trinity-b"
+    bare = parse_nodes({"hosts": {"a": {}, "b": {}}}, "rig.yaml")
+    assert bare is not None
+    mn = MultiNode(bare, tmp_path, {h: read_node(str(tree), h) for h in ("a", "b")}, False, None, tmp_path)
+    with pytest.raises(pytest.skip.Exception, match="the rig expects nothing per node"):
+        test_node_evidence(mn)  # no finding at all was a silent pass
+    gpus = parse_nodes({"hosts": {"b": {"gpus": ["0000:01:00.0"]}}}, "rig.yaml")
+    assert gpus is not None
+    findings = judge_node(read_node(str(tree), "b"), gpus.host("b"))
+    assert [(f.outcome, f.message) for f in findings] == [(PASS, "b: GPU 0000:01:00.0 on the PCI bus")]
