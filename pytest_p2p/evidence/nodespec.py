@@ -220,6 +220,8 @@ def judge_node(ev: NodeEvidence, spec: HostSpec) -> list[Finding]:
         if ev.gpu(bus) is None:
             seen = ", ".join(g.bus_id or "?" for g in ev.gpus) or "none"
             add(f"gpu {bus}", FAIL, f"GPU {bus} not on the PCI bus (NVIDIA functions seen: {seen})")
+        else:  # said, so that a node judged on its GPUs alone shows what passed
+            add(f"gpu {bus}", PASS, f"GPU {bus} on the PCI bus")
     for nic in spec.nics:
         out.extend(_judge_nic(ev, spec, nic))
     if spec.nvidia_peermem is not None:

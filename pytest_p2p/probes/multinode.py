@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 INSTALL_HINT = "pip install 'pytest-p2p[multinode]' (Ray >= 2.40)"
 HOST_RESOURCE = "p2p_host:"
 WORKER_MODULE = "pytest_p2p.probes._multinode_worker"
+#: a command that replaces the rank worker (CI's replaying fake, tests/fake_multinode_worker.py): how the plugin's own
+#: checks are run end to end on a box without GPUs (benchmarks/multinode_pytest_gpu.py --fake)
+WORKER_ENV = "PYTEST_P2P_MULTINODE_WORKER"
 MAX_LOG_BYTES = 16 * 1024 * 1024  # a rank's log sent back to the driver, at most
 
 
@@ -272,7 +276,8 @@ def run_allreduce_ray(spec: NodesSpec, placement: Sequence[str], arm: Arm, rig_e
         master_ip, port = wheres[0][1], wheres[0][2]
         work = f"/tmp/p2p-multinode-{os.getpid()}-{arm.name}"
         spec_json = json.dumps({"sizes": list(sizes), "iters": iters, "warmup": warmup, "out_dir": work})
-        cmd = [*(worker or [sys.executable, "-m", WORKER_MODULE]), spec_json]
+        cmd = [*(worker or shlex.split(os.environ.get(WORKER_ENV, "")) or [sys.executable, "-m", WORKER_MODULE]),
+               spec_json]
         refs = []
         for r, a in enumerate(actors):
             extra = {"RANK": str(r), "WORLD_SIZE": str(world), "LOCAL_RANK": "0", "MASTER_ADDR": master_ip,
