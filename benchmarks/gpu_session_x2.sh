@@ -19,6 +19,8 @@
 #             socket and p2p_on, per-worker transport proof, nothing left (issue 27 item 4; .rw1/.rw2) ~5
 #   windows   a resident 7B-shape campaign, 2 starts x 6 window pairs at c16/c64, then
 #             benchmarks/window_noise.py: the window-pair spread of both throughput metrics (issue 24) ~18
+#   raypytest benchmarks/multinode_pytest_gpu.py: the plugin itself (pytest -m p2p) on a multi-node rig of two
+#             Ray nodes (ray start, one GPU each): crossing probe and vLLM under Ray (issue 27; .rw1/.rw2) ~4
 #   heartbeat benchmarks/heartbeat_gpu.py: the evidence and probe phases' progress lines (issue 26)      ~1
 #   waitvllm  waits (<= 15 min) until vLLM imports: lets a lane start before the last stage call
 #   campaign2 the resident 7B campaign with parallel starts (rig-set KV cache), 3 starts x 3 window pairs of
@@ -105,6 +107,8 @@ step() {
       python3 $P/benchmarks/window_noise.py $W/res_campaign2/*/ >> $W/campaign2.txt 2>&1
       python3 $P/benchmarks/campaign_compact.py $W/res_campaign2/*/ --out $W/campaign2_compact.json >> $W/campaign2.txt 2>&1
       python3 $P/benchmarks/campaign_time.py $W/res_campaign2/*/ --json $W/campaign2_time.json >> $W/campaign2.txt 2>&1;;
+    raypytest) (cd $P && MULTINODE_GPUS=${PAIR:-0,1} timeout 450 python3 benchmarks/multinode_pytest_gpu.py \
+               --out $W/multinode_pytest > $W/multinode_pytest.txt 2>&1);;
     heartbeat) (cd $P && timeout 300 python3 benchmarks/heartbeat_gpu.py > $W/heartbeat.txt 2>&1);;
     *) say "unknown step $1";;
   esac
@@ -138,14 +142,16 @@ case "${1:-status}" in
     say "${2:+[$2] }queue done";;
   status)
     tail -n 6 $W/queue.log 2>/dev/null
-    for f in faults.txt repeat.txt pvn.txt multinode.txt multinode_vllm.txt windows.txt campaign2.txt heartbeat.txt; do
+    for f in faults.txt repeat.txt pvn.txt multinode.txt multinode_vllm.txt multinode_pytest.txt windows.txt campaign2.txt \
+             heartbeat.txt; do
       [ -f "$W/$f" ] && echo "-- $f: $(tail -c 300 $W/$f | tr '\r' '\n' | grep -v '^$' | tail -1)"
     done
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader;;
   collect)
     mkdir -p "$OUT"
     tar -C $W -czf "$OUT/x2_logs.tgz" --exclude='proj' --exclude='nccltests' --exclude='vllm-cache' \
-      --exclude='*/scenarios/*/run_*.json' --exclude='multinode_vllm/tiny-model' queue.log faults.txt faults \
+      --exclude='*/scenarios/*/run_*.json' --exclude='multinode_vllm/tiny-model' --exclude='multinode_pytest/tiny-model' \
+      queue.log faults.txt faults multinode_pytest.txt multinode_pytest \
       repeat.txt repeat_* pvn.txt multinode.txt multinode multinode_vllm.txt multinode_vllm windows.txt \
       rig_windows.yaml res_windows heartbeat.txt campaign2.txt rig_campaign2.yaml campaign2_compact.json \
       campaign2_time.json res_campaign2 history.db queue_*.out 2>/dev/null
