@@ -6,7 +6,7 @@
 #   bash benchmarks/gpu_session_x2.sh launch STEP... # the queue, detached (steps below, in the order given)
 #   bash benchmarks/gpu_session_x2.sh lane NAME A,B STEP...  # a queue of its own on GPUs A,B (4-GPU machines:
 #                                                    # one lane per pair, e.g. lane a 0,1 ... and lane b 2,3 ...)
-#   bash benchmarks/gpu_session_x2.sh status         # where it is (a call every < 30 s keeps the machine)
+#   bash benchmarks/gpu_session_x2.sh status         # where it is, and collect (a call every < 30 s keeps the machine)
 #   bash benchmarks/gpu_session_x2.sh collect        # results under $OUT
 #
 # Steps (minutes on 2x H100, estimated from the 4x H100 session of 2026-11-26):
@@ -21,6 +21,7 @@
 #             benchmarks/window_noise.py: the window-pair spread of both throughput metrics (issue 24) ~18
 #   raypytest benchmarks/multinode_pytest_gpu.py: the plugin itself (pytest -m p2p) on a multi-node rig of two
 #             Ray nodes (ray start, one GPU each): crossing probe and vLLM under Ray (issue 27; .rw1/.rw2) ~4
+#   cache     benchmarks/compile_cache_gpu.py: three starts of one arm reuse vLLM's compile cache (issue 24) ~4
 #   heartbeat benchmarks/heartbeat_gpu.py: the evidence and probe phases' progress lines (issue 26)      ~1
 #   waitvllm  waits (<= 15 min) until vLLM imports: lets a lane start before the last stage call
 #   campaign2 the resident 7B campaign with parallel starts (rig-set KV cache), 3 starts x 3 window pairs of
@@ -109,6 +110,8 @@ step() {
       python3 $P/benchmarks/campaign_time.py $W/res_campaign2/*/ --json $W/campaign2_time.json >> $W/campaign2.txt 2>&1;;
     raypytest) (cd $P && MULTINODE_GPUS=${PAIR:-0,1} timeout 450 python3 benchmarks/multinode_pytest_gpu.py \
                --out $W/multinode_pytest > $W/multinode_pytest.txt 2>&1);;
+    cache) (cd $P && timeout 420 python3 benchmarks/compile_cache_gpu.py --starts 3 --pair ${PAIR:-0,1} --out $W/cache \
+               > $W/cache.txt 2>&1);;
     heartbeat) (cd $P && timeout 300 python3 benchmarks/heartbeat_gpu.py > $W/heartbeat.txt 2>&1);;
     *) say "unknown step $1";;
   esac
@@ -142,16 +145,19 @@ case "${1:-status}" in
     say "${2:+[$2] }queue done";;
   status)
     tail -n 6 $W/queue.log 2>/dev/null
-    for f in faults.txt repeat.txt pvn.txt multinode.txt multinode_vllm.txt multinode_pytest.txt windows.txt campaign2.txt \
-             heartbeat.txt; do
+    for f in faults.txt repeat.txt pvn.txt multinode.txt multinode_vllm.txt multinode_pytest.txt cache.txt windows.txt \
+             campaign2.txt heartbeat.txt; do
       [ -f "$W/$f" ] && echo "-- $f: $(tail -c 300 $W/$f | tr '\r' '\n' | grep -v '^$' | tail -1)"
     done
-    nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader;;
+    nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
+    # every poll brings the results home: a machine released between calls takes /tmp with it (2026-11-26
+    # night: a 7B campaign lost at its third start when the driver paused for more than 30 s)
+    [ -n "${OUT:-}" ] && bash "$0" collect > /dev/null 2>&1 && echo "collected into \$OUT";;
   collect)
     mkdir -p "$OUT"
     tar -C $W -czf "$OUT/x2_logs.tgz" --exclude='proj' --exclude='nccltests' --exclude='vllm-cache' \
       --exclude='*/scenarios/*/run_*.json' --exclude='multinode_vllm/tiny-model' --exclude='multinode_pytest/tiny-model' \
-      queue.log faults.txt faults multinode_pytest.txt multinode_pytest \
+      queue.log faults.txt faults multinode_pytest.txt multinode_pytest cache.txt cache \
       repeat.txt repeat_* pvn.txt multinode.txt multinode multinode_vllm.txt multinode_vllm windows.txt \
       rig_windows.yaml res_windows heartbeat.txt campaign2.txt rig_campaign2.yaml campaign2_compact.json \
       campaign2_time.json res_campaign2 history.db queue_*.out 2>/dev/null
