@@ -114,11 +114,14 @@ def order(arms: list[str], start: int, window: int) -> list[str]:
     return list(reversed(arms)) if (window % 2 == 0) != (start % 2 == 0) else list(arms)
 
 
-#: The spreads the planner assumes before a campaign has measured its own (log units): a window pair's uplift
-#: ratio varied by 3.5-3.8 % and start means by no more than that allows on 2x H100 (7B-shape Llama, TP=2,
-#: 12-24 s windows at c16/c64, 2026-11-26, docs/gpu-runs.md); 0.5 % of start-to-start spread is assumed on top.
-PLAN_WINDOW_SD = 0.037
-PLAN_START_SD = 0.005
+#: The spreads the planner assumes before a campaign has measured its own (log units), from 4x H100 with a
+#: 7B-shape Llama at TP=2 and 10 s windows (2026-11-26 evening, docs/gpu-runs.md): a window pair's uplift ratio
+#: varied by 1.35-1.5 % at c16 and 1.7-2.5 % at c64 within a start, start means by 1.0-1.6 % beyond that.
+#: The window figure is for 10 s windows and scaled by sqrt(10 s / window_s) (a mean over a window whose noise
+#: is independent second to second); the start figure does not shrink with anything a rig sets.
+PLAN_WINDOW_SD = 0.02
+PLAN_WINDOW_SD_AT_S = 10.0
+PLAN_START_SD = 0.014
 PLAN_TARGET = 0.02  # the half-width a nightly verdict should reach (issue 24)
 
 
@@ -144,13 +147,14 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     if cfg.starts < 2:
         return line + "; one start cannot decide (the start-to-start spread is unknown)"
     try:
-        half = expected_halfwidth(PLAN_START_SD, PLAN_WINDOW_SD, cfg.starts, cfg.windows, alpha)
-        best = plan_for(PLAN_START_SD, PLAN_WINDOW_SD, PLAN_TARGET, alpha, _start_estimate(runner, 2),
+        window_sd = PLAN_WINDOW_SD * (PLAN_WINDOW_SD_AT_S / window_s) ** 0.5
+        half = expected_halfwidth(PLAN_START_SD, window_sd, cfg.starts, cfg.windows, alpha)
+        best = plan_for(PLAN_START_SD, window_sd, PLAN_TARGET, alpha, _start_estimate(runner, 2),
                         n_arms * window_s, MAX_PLAN_STARTS, points=len(points))
     except StatsError:
         return line
     return (line + f"; expected {(1 - 2 * alpha) * 100:.4g} % CI half-width ~{half * 100:.1f} % if window pairs vary "
-            f"by {PLAN_WINDOW_SD * 100:.1f} % and starts by {PLAN_START_SD * 100:.1f} % (2x H100 figures); "
+            f"by {window_sd * 100:.1f} % and starts by {PLAN_START_SD * 100:.1f} % (H100 figures); "
             f"+-{PLAN_TARGET * 100:.0f} % would take {best.describe()}"
             + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, n_arms * start_s, n_arms * window_s))
 
