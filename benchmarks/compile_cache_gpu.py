@@ -5,7 +5,7 @@
 Why: vLLM hashes every ``VLLM_*`` variable it knows into its compile cache key, ``VLLM_API_KEY``
 included. When the plugin gave each start a fresh API key, every start of a resident campaign compiled
 again (about 20 s of a 7B start on H100) and left one more cache directory behind
-(4x H100, 2026-11-26: six starts, six directories). The plugin now keeps one key per arm and pair.
+(4x H100, 2026-11-26 evening: 8 server logs, 8 cache directories). The plugin now keeps one key per arm and pair.
 
 This starts the ``p2p_on`` arm's server ``--starts`` times through the plugin's own launcher
 (``serve.server.launch``, CUDA graphs and torch.compile on, a tiny Llama with dummy weights), each time

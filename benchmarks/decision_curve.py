@@ -21,10 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import campaign_time  # noqa: E402 - the wall-time reading of a results directory, shared
 
 from pytest_p2p.campaign.aggregate import group_by_start  # noqa: E402
 from pytest_p2p.errors import ResultsError  # noqa: E402
@@ -34,13 +36,9 @@ from pytest_p2p.stats import StatsError, decide_nested  # noqa: E402
 
 
 def _when(text: object) -> float | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+    """An ISO time of the results (``started_at``) as epoch seconds: campaign_time's reading of it."""
+    t = campaign_time._when(text)
+    return None if t is None else t.timestamp()
 
 
 Window = tuple[int, float, float]  # (start, value, end of the window: epoch seconds)
@@ -100,6 +98,10 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
     ends = [e for reps in wins.values() for (_, _, e) in reps.values()]
     if begin is None and ends:
         begin = min(ends)
+    start_end: dict[int, float] = {}  # the end of each start's last window, any arm or point
+    for reps in wins.values():
+        for s, _, e in reps.values():
+            start_end[s] = max(e, start_end.get(s, e))
     points = sorted({p for (_, p) in wins}, key=lambda s: (len(s), s))
     rows: list[dict[str, object]] = []
     for point in points:
@@ -109,7 +111,7 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
         starts = sorted(by_start)
         for k in range(2, len(starts) + 1):
             blocks = [by_start[s] for s in starts[:k]]
-            done = max(e for reps in wins.values() for (s, _, e) in reps.values() if s <= starts[k - 1])
+            done = max(e for s, e in start_end.items() if s <= starts[k - 1])
             try:
                 dec = decide_nested(blocks, threshold=threshold, alpha=alpha)
             except StatsError as exc:

@@ -40,7 +40,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -56,6 +55,8 @@ if str(ROOT) not in sys.path:
 
 from pytest_p2p.envs import MULTICAST_OFF  # noqa: E402
 from pytest_p2p.serve.procs import cmdline, proc_state  # noqa: E402
+from pytest_p2p.serve.ready import free_port  # noqa: E402
+from pytest_p2p.serve.server import gpu_usage  # noqa: E402
 
 MARK = "MULTINODE_PYTEST"
 HOSTS = ("node-a", "node-b")
@@ -111,12 +112,6 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         ap.error(f"--num-cpus: at least 2 (a rank and a vLLM worker), got {a.num_cpus}")
     return Args(Path(a.out), (int(gpus[0]), int(gpus[1])), a.fake, a.limit, a.port or free_port(), a.num_cpus,
                 Path(a.model_dir) if a.model_dir else None)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ----------------------------------------------------------------------------- the rig
@@ -295,17 +290,8 @@ def signal_all(pids: Sequence[int], sig: signal.Signals) -> None:
 
 
 def gpu_users(gpus: Sequence[int]) -> set[int]:
-    """Compute processes on ``gpus`` (nvidia-smi); empty where there is none to ask."""
-    if shutil.which("nvidia-smi") is None:
-        return set()
-    try:
-        buses = gpu_bus_ids(gpus)
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,gpu_bus_id", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30, check=True).stdout
-    except (subprocess.SubprocessError, OSError, RuntimeError):
-        return set()
-    return {int(p) for p, b in (line.split(",", 1) for line in out.splitlines() if "," in line)
-            if b.strip() in buses and p.strip().isdigit()}
+    """Compute processes on ``gpus`` (NVML, as the plugin's teardown reads them); empty where there is none."""
+    return {p for use in gpu_usage(gpus) or [] for p in use.pids}
 
 
 # ----------------------------------------------------------------------------- pytest's outcomes
