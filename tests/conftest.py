@@ -48,6 +48,8 @@ if not REAL_GPU:
 # held, then read its links without a load (README test command under two CPU hogs). Tests of the lease
 # itself name their own directory.
 os.environ["PYTEST_P2P_LOCK_DIR"] = tempfile.mkdtemp(prefix="pytest-p2p-test-locks-")
+# The servers' API-key secret (serve/server.py key_file) likewise: the suite never writes the user's cache.
+os.environ["PYTEST_P2P_KEY_FILE"] = os.path.join(tempfile.mkdtemp(prefix="pytest-p2p-test-key-"), "server-key")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
+import hmac
 import os
 import secrets
 import subprocess
@@ -57,24 +59,86 @@ from .running import GpuUse, RunningServer, ServerDeath
 
 if TYPE_CHECKING:
     from ..probes.arms import ServerArm
-__all__ = ["API_KEY_ENV", "TOKEN_ENV", "GpuUse", "RunningServer", "ServerDeath", "api_key_for", "check_port_free",
-           "find_leftovers", "free_port", "gpu_usage", "kill_tree", "launch", "launch_all", "likely_cause", "pair_key",
-           "prove_identity", "prove_ready", "spawn", "tail", "teardown", "teardown_all"]
+__all__ = ["API_KEY_ENV", "KEY_FILE_ENV", "TOKEN_ENV", "GpuUse", "RunningServer", "ServerDeath", "api_key_for",
+           "check_port_free", "find_leftovers", "free_port", "gpu_usage", "key_file", "kill_tree", "launch",
+           "launch_all", "likely_cause", "pair_key", "prove_identity", "prove_ready", "spawn", "tail", "teardown", "teardown_all"]
 _LIVE: dict[int, tuple[int, str]] = {}  # leader pid -> (session id, token): killed at interpreter exit
-_KEYS: dict[tuple[str, tuple[int, ...]], str] = {}  # (arm, pair) -> this process's API key for its servers
+_KEYS: dict[tuple[str, tuple[int, ...]], str] = {}  # (arm, pair) -> the API key for its servers
+#: where the per-user secret behind the API keys is kept; a test points it elsewhere
+KEY_FILE_ENV = "PYTEST_P2P_KEY_FILE"
+
+
+def key_file() -> Path:
+    """``$PYTEST_P2P_KEY_FILE``, else ``server-key`` in the user's cache directory (where vLLM keeps its own
+    compile cache by default: ``$XDG_CACHE_HOME``, else ``~/.cache``)."""
+    if os.environ.get(KEY_FILE_ENV):
+        return Path(os.environ[KEY_FILE_ENV]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    return Path(cache) / "pytest-p2p" / "server-key"
+
+
+def _user_secret(path: Path) -> bytes:
+    """The secret in ``path``, created (mode 0600, in a 0700 directory) on first use.
+
+    Created as a whole or not at all: written to a private temporary file and linked into place, so two
+    pytest processes (xdist workers, two nights overlapping) that race agree on one secret. A file that
+    others may read is not a secret and is refused (:class:`OSError`), as is one too short to be one.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        return _read_secret(path)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return _read_secret(path)
+
+
+def _read_secret(path: Path) -> bytes:
+    st = path.stat()
+    if st.st_mode & 0o077:
+        raise OSError(f"{path} may be read by other users (mode {st.st_mode & 0o777:o}; chmod 600 it)")
+    secret = path.read_bytes().strip()
+    if len(secret) < 32:
+        raise OSError(f"{path} holds {len(secret)} bytes, not a secret (delete it: a new one is made)")
+    return secret
 
 
 def api_key_for(arm: str, pair: Sequence[int]) -> str:
-    """One secret per arm and pair for this pytest process, the same at every start of that server.
+    """The API key of this arm's servers on this pair: the same at every start, tonight and the next night.
 
-    vLLM hashes every ``VLLM_*`` variable it knows into its torch.compile cache key, ``VLLM_API_KEY``
-    included (``vllm.envs.compile_factors`` ignores ports and paths, not the key). A fresh key per start
-    gave every start its own cache directory: each start compiled again (about 20 s of a 7B start on
-    H100) and left one more directory in the cache. One key per arm keeps a resident campaign's later starts
-    on the cache, and the two arms on separate directories, so servers started at once never write the
-    same one. The identity check still holds: /proc names the owner of the port, and a wrong key is refused.
+    Why the same: vLLM hashes every ``VLLM_*`` variable it knows into its torch.compile cache key,
+    ``VLLM_API_KEY`` included (``vllm.envs.compile_factors`` ignores ports and paths, not the key). A fresh
+    key per start gave every start its own cache directory: each start compiled again (about 20 s of a 7B
+    start on H100) and left one more directory behind. On 2x H100 (2026-11-26, 7B-shape, TP=2) the fix took
+    a resident campaign's later starts from 156 s to 93-99 s (``Directly load the compiled graph(s) ... from
+    the cache``). A key per process still recompiled each night's first start, so the key is derived
+    (HMAC-SHA256) from a per-user secret kept in :func:`key_file`; a nightly rig's first start loads the
+    cache too. Where that file cannot be made or is not private, the key is random for this process (one
+    warning naming the file: it costs only the compile). The arms' keys differ, so servers started at once
+    never write one cache directory; the identity check still holds (/proc names the port's owner, and a
+    wrong key is refused). The key never appears in argv (other users can read /proc/<pid>/cmdline).
     """
-    return _KEYS.setdefault((arm, tuple(int(g) for g in pair)), "p2p-" + secrets.token_urlsafe(18))
+    ident = (arm, tuple(int(g) for g in pair))
+    if ident not in _KEYS:
+        path = key_file()
+        try:
+            secret = _user_secret(path)
+        except OSError as exc:
+            if not _KEYS:
+                import warnings
+                warnings.warn(f"pytest-p2p: no lasting server key ({exc}); each pytest run's first vLLM start "
+                              "compiles again", RuntimeWarning, stacklevel=2)
+            _KEYS[ident] = "p2p-" + secrets.token_urlsafe(18)
+        else:
+            msg = f"{ident[0]}\0{','.join(map(str, ident[1]))}".encode()
+            _KEYS[ident] = "p2p-" + hmac.new(secret, msg, hashlib.sha256).hexdigest()[:32]
+    return _KEYS[ident]
 
 
 # ----------------------------------------------------------------------------- processes
