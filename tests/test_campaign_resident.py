@@ -7,6 +7,7 @@ two at once on one pair, and the campaign measures windows on both.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -189,3 +190,21 @@ def test_auto_residency_falls_back_to_sleep_when_two_servers_do_not_fit(tmp_path
     assert res.status == "complete", res.errors
     assert any(n.startswith("residency auto: both arms' servers did not fit") for n in res.notes)
     assert all(d["meta"]["residency"] == "sleep" for d in _reps(res.run_dir, "p2p_off", "c1").values())
+
+
+def test_the_progress_line_counts_every_window_of_every_start(tmp_path: Path) -> None:
+    """The glue sized the line as arm x point x reps (16 for the 2x H100 campaign of 2026-11-26, which measured
+    60 windows): the line read "scenario 16/16 ... ETA 0:00" through its last two starts, 11 minutes. The runner
+    owns the design and sets the count; the line reaches its end with the last window, not before."""
+    from pytest_p2p.campaign.progress import Progress
+
+    runner = _runner(tmp_path)
+    runner.progress = Progress("gpu0-gpu1", total=2 * 2 * 4)  # what the glue passes: arms x points x reps
+    res = runner.run()
+    assert res.status == "complete", res.errors
+    windows = 3 * 2 * 2 * 2  # starts x window pairs x arms x points (a screened re-run adds windows)
+    assert runner.progress.total == windows and runner.progress.done >= windows
+    counted = [int(m.group(1)) for line in runner.progress.lines
+               if (m := re.search(r"scenario (\d+)/(\d+) .* window", line)) and int(m.group(2)) == windows]
+    assert counted and max(counted) == windows  # the last window is counted as the last one
+    assert not [line for line in runner.progress.lines if "ETA 0:00" in line and "start 3" not in line]

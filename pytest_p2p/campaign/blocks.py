@@ -240,6 +240,8 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
         start += 1
         pending.update((a, p, rep_of(start, w, cfg.windows)) for a in cfg.arms for p in points
                        for w in range(1, cfg.windows + 1))
+        if runner.progress is not None:  # an added start adds its windows to what the line counts down
+            runner.progress.total = max(runner.progress.total, start * cfg.windows * len(cfg.arms) * len(points))
         _start_with_retries(runner, rd, result, start, points, pending)
         if result.errors:
             return

@@ -151,9 +151,13 @@ class CampaignRunner(Generic[H]):
                     rd.write_scenario(arm, point, {"env": dict(self.arms[arm].env),
                                                    "expect_transport": self.arms[arm].expect_transport,
                                                    "server": self.backend.describe(), "simulated": self.simulated})
+            # the runner owns the design, so it sets the count of windows (or slots) the line counts down: the
+            # glue's count of arm x point x reps undercounted a resident campaign (16 of 60 windows on 2x H100,
+            # 2026-11-26: "scenario 16/16 ... ETA 0:00" through its last two starts, 11 minutes)
+            total = (cfg.starts * cfg.windows * len(cfg.arms) if resident else len(slots)) * len(points)
             if self.progress is None:
-                self.progress = Progress(label=self.pair_key, total=(cfg.starts * cfg.windows * len(cfg.arms)
-                                                                     if resident else len(slots)) * len(points))
+                self.progress = Progress(label=self.pair_key, total=total)
+            self.progress.total = total
             if resident:
                 from . import blocks
 
