@@ -14,6 +14,11 @@ every rep's metrics and meta without its per-request records). Several run direc
 Per point and ``k`` it prints the uplift, its two-sided ``1 - 2 alpha`` interval (alpha one-sided per
 point: the campaign's 1 % split over two points is 0.005), the half-width in uplift points, and the
 outcome against ``--threshold`` (default 0 %).
+
+``--prior-start-sd S --prior-df D`` asks what the same starts would decide if earlier nights of this design
+had lent a start spread (``stats.StartPrior``: a start mean's variance ``S**2 + window_sd**2 / W`` with the
+window sd measured tonight at each point, ``D`` df) — a projection on real windows with an assumed history,
+printed as such, never a measured result. The guard (an F test) still looks at tonight's start means.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from pytest_p2p.campaign.aggregate import group_by_start  # noqa: E402
 from pytest_p2p.errors import ResultsError  # noqa: E402
 from pytest_p2p.results.layout import REP_GLOB, REP_RE, RUN_META  # noqa: E402
 from pytest_p2p.results.read import optional_object, read_object, scenario_dirs  # noqa: E402
-from pytest_p2p.stats import StatsError, decide_nested  # noqa: E402
+from pytest_p2p.stats import StartPrior, StatsError, components, decide_nested  # noqa: E402
+from pytest_p2p.stats.nested import prior_use  # noqa: E402
 
 
 def _when(text: object) -> float | None:
@@ -92,8 +98,9 @@ def load(source: Path, metric: str) -> dict[str, tuple[dict[str, object], dict[t
 
 
 def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]], alpha: float, threshold: float,
-          on: str, off: str) -> list[dict[str, object]]:
-    """One row per point and number of starts ``k``: the decision on starts 1..k and the wall time to it."""
+          on: str, off: str, prior: tuple[float, float] | None = None) -> list[dict[str, object]]:
+    """One row per point and number of starts ``k``: the decision on starts 1..k and the wall time to it
+    (``prior``: an assumed ``(start sd, df)`` of earlier nights, see the module doc)."""
     begin = _when(run.get("started_at"))
     ends = [e for reps in wins.values() for (_, _, e) in reps.values()]
     if begin is None and ends:
@@ -109,19 +116,33 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
         common = sorted(set(a) & set(b))
         by_start = group_by_start((a[r][0], (a[r][1], b[r][1])) for r in common if a[r][0] == b[r][0])
         starts = sorted(by_start)
+        lent = _assumed_prior(prior, [by_start[s] for s in starts]) if prior and starts else None
         for k in range(2, len(starts) + 1):
             blocks = [by_start[s] for s in starts[:k]]
             done = max(e for s, e in start_end.items() if s <= starts[k - 1])
             try:
-                dec = decide_nested(blocks, threshold=threshold, alpha=alpha)
+                dec = decide_nested(blocks, threshold=threshold, alpha=alpha, prior=lent)
             except StatsError as exc:
                 rows.append({"point": point, "starts": k, "error": str(exc)})
                 continue
             lo, hi = dec.lower, dec.upper
             rows.append({"point": point, "starts": k, "windows": sum(len(x) for x in blocks),
                          "uplift": dec.estimate, "lo": lo, "hi": hi, "half": (hi - lo) / 2,
-                         "outcome": dec.outcome.value, "wall_s": done - begin if begin is not None else None})
+                         "outcome": dec.outcome.value, "wall_s": done - begin if begin is not None else None,
+                         **({"prior": prior_use(blocks, lent).status} if lent is not None else {})})
     return rows
+
+
+def _assumed_prior(prior: tuple[float, float], blocks: list[list[tuple[float, float]]]) -> StartPrior | None:
+    """The assumed history as a :class:`StartPrior` for this point: ``start_sd**2 + window_sd**2 / W`` with
+    tonight's window sd (all its starts) and its windows per start (equal in every start, or no prior)."""
+    sizes = {len(b) for b in blocks}
+    if len(sizes) != 1:
+        return None
+    start_sd, df = prior
+    window_sd = components(blocks).window_sd
+    w = sizes.pop()
+    return StartPrior(var=start_sd ** 2 + window_sd ** 2 / w, df=df, nights=max(1, round(df / 2)), windows=w)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,16 +153,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threshold", type=float, default=0.0, help="minimum uplift, a fraction (default 0)")
     ap.add_argument("--arms", default="p2p_on,p2p_off")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--prior-start-sd", type=float, help="an assumed start sd of earlier nights (a fraction)")
+    ap.add_argument("--prior-df", type=float, default=20.0, help="... and its df (default 20: ~10 nights of 3 starts)")
     a = ap.parse_args(argv)
+    prior = (a.prior_start_sd, a.prior_df) if a.prior_start_sd is not None else None
     on, off = a.arms.split(",")
     everything = {}
     runs = {}
     for src in a.run_dirs:
         runs.update(load(src, a.metric))
     for name, (run, wins) in runs.items():
-        rows = curve(run, wins, a.alpha, a.threshold, on, off)
+        rows = curve(run, wins, a.alpha, a.threshold, on, off, prior)
         everything[name] = rows
-        print(f"== {name}: {a.metric}, {(1 - 2 * a.alpha) * 100:.4g} % CI on start means")
+        print(f"== {name}: {a.metric}, {(1 - 2 * a.alpha) * 100:.4g} % CI on start means"
+              + ("" if prior is None else f"; PROJECTION: earlier nights assumed to lend a start sd of "
+                 f"{100 * prior[0]:.2g} % with {prior[1]:g} df"))
         print(f"{'point':>6} {'starts':>6} {'windows':>7} {'uplift':>8} {'interval':>20} {'half':>7} "
               f"{'outcome':>12} {'wall':>7}")
         for r in rows:
@@ -151,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             wall = r["wall_s"]
             print(f"{r['point']:>6} {r['starts']:>6} {r['windows']:>7} {100 * float(r['uplift']):>+7.1f}% "
                   f"{100 * float(r['lo']):>+8.1f} .. {100 * float(r['hi']):>+6.1f}% {100 * float(r['half']):>6.1f}% "
-                  f"{r['outcome']:>12} {'' if wall is None else f'{float(wall) / 60:.1f} min':>7}")
+                  f"{r['outcome']:>12} {'' if wall is None else f'{float(wall) / 60:.1f} min':>7}"
+                  + (f"  prior {r['prior']}" if "prior" in r else ""))
     if a.json:
         a.json.write_text(json.dumps(everything, indent=1))
     return 0

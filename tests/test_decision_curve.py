@@ -1,0 +1,58 @@
+"""benchmarks/decision_curve.py: the interval after each start against the wall time to it (issue 24), and its
+projection with an assumed history, which must say it is one."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import decision_curve  # noqa: E402
+
+T0 = datetime(2026, 11, 26, 18, 56, tzinfo=timezone.utc)
+
+
+def _compact(tmp_path: Path, start_effects: list[float], windows: int = 5) -> Path:
+    """A compact file of one run: 3 starts x ``windows`` window pairs at c16, uplift ~ +20 %, 100 s a start."""
+    recs: dict[str, list[dict[str, object]]] = {"p2p_on-c16": [], "p2p_off-c16": []}
+    k = 0
+    for s, effect in enumerate(start_effects, 1):
+        for w in range(windows):
+            k += 1
+            noise = 0.01 * math.sin(7 * k)  # window noise, deterministic
+            when = (T0 + timedelta(seconds=100 * s + 20 * w)).isoformat()
+            for arm, value in (("p2p_on", 1200 * math.exp(effect + noise)), ("p2p_off", 1000.0)):
+                recs[f"{arm}-c16"].append({"output_throughput": value, "file": f"run_{k:02d}.json",
+                                           "meta": {"start": s, "started_at": when, "window_s": 8}})
+    path = tmp_path / "compact.json"
+    path.write_text(json.dumps({"/r/night1": {"run": {"started_at": T0.isoformat()}, "scenarios": recs}}))
+    return path
+
+
+def test_each_start_narrows_the_interval_and_the_wall_time_is_to_its_last_window(tmp_path: Path) -> None:
+    (run, wins), = decision_curve.load(_compact(tmp_path, [0.0, 0.01, -0.01]), "output_throughput").values()
+    rows = decision_curve.curve(run, wins, 0.005, 0.0, "p2p_on", "p2p_off")
+    assert [r["starts"] for r in rows] == [2, 3]
+    assert rows[1]["half"] < rows[0]["half"] and all(r["outcome"] == "pass" for r in rows)
+    assert rows[1]["wall_s"] == pytest.approx(300 + 80 + 8)  # start 3's last window ends 388 s in
+    assert "prior" not in rows[0]
+
+
+def test_a_projection_with_an_assumed_history_is_labelled_and_the_guard_still_looks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _compact(tmp_path, [0.0, 0.002, -0.002])
+    assert decision_curve.main([str(path), "--prior-start-sd", "0.004", "--prior-df", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "PROJECTION: earlier nights assumed to lend a start sd of 0.4 % with 20 df" in out
+    assert out.count("prior used") == 2
+    # tonight's start means far more spread than the assumed history: the guard refuses it
+    (run, wins), = decision_curve.load(_compact(tmp_path, [0.0, 0.2, -0.2]), "output_throughput").values()
+    rows = decision_curve.curve(run, wins, 0.005, 0.0, "p2p_on", "p2p_off", prior=(0.004, 20.0))
+    assert {r["prior"] for r in rows} == {"refused"}
