@@ -114,14 +114,20 @@ def order(arms: list[str], start: int, window: int) -> list[str]:
     return list(reversed(arms)) if (window % 2 == 0) != (start % 2 == 0) else list(arms)
 
 
-#: The spreads the planner assumes before a campaign has measured its own (log units), from 4x H100 with a
-#: 7B-shape Llama at TP=2 and 10 s windows (2026-11-26 evening, docs/gpu-runs.md): a window pair's uplift ratio
-#: varied by 1.35-1.5 % at c16 and 1.7-2.5 % at c64 within a start, start means by 1.0-1.6 % beyond that.
-#: The window figure is for 10 s windows and scaled by sqrt(10 s / window_s) (a mean over a window whose noise
-#: is independent second to second); the start figure does not shrink with anything a rig sets.
+#: The spreads the planner assumes before a campaign has measured its own (log units), from H100 pairs with a
+#: 7B-shape Llama at TP=2 (docs/gpu-runs.md): a window pair's uplift ratio varied within a start by 1.35-1.5 %
+#: (c16) and 1.7-2.5 % (c64) at 10 s windows (4x H100, 2026-11-26 evening) and by 1.9-2.1 % at 8 s (2x H100,
+#: that night); start means by 1.0-1.6 % beyond that in the evening, with another pair of the machine busy,
+#: and by 0.6 % and 0.0 % that night on a machine of its own: 1.0 % pooled (8 df). The window figure is for
+#: 10 s windows and scaled by sqrt(10 s / window_s) (a mean over a window whose noise is independent second to
+#: second); the start figure does not shrink with anything a rig sets.
 PLAN_WINDOW_SD = 0.02
 PLAN_WINDOW_SD_AT_S = 10.0
-PLAN_START_SD = 0.014
+PLAN_START_SD = 0.010
+#: A window of ``window_s`` sends the prompts the first arm's warm-up sized for that time, the same to both arms:
+#: the slower arm takes longer by the uplift, and every window drains its last requests. 60 windows of 8 s took
+#: 618 s on 2x H100 (uplift +22 % and +55 %): 1.29x. The planner's times use this factor.
+PLAN_WINDOW_OVERRUN = 1.3
 PLAN_TARGET = 0.02  # the half-width a nightly verdict should reach (issue 24)
 
 
@@ -134,7 +140,8 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     start_s = _server_start_s(runner)
     starts_s = sum(_start_estimate(runner, b) for b in range(1, cfg.starts + 1))
     window_s = cfg.window_s if cfg.window_s is not None else 10.0
-    total = starts_s + cfg.starts * len(points) * n_arms * (cfg.windows * window_s + _warm_s(cfg.warmup))
+    window_took = window_s * (PLAN_WINDOW_OVERRUN if cfg.window_s is not None else 1.0)
+    total = starts_s + cfg.starts * len(points) * n_arms * (cfg.windows * window_took + _warm_s(cfg.warmup))
     memory = ("GPU memory split between the arms' servers" if mode == "resident"
               else "the idle arm's server asleep (vLLM sleep mode)")
     more = (f", up to {cfg.max_starts} starts while undecided" if cfg.max_starts and cfg.max_starts > cfg.starts
@@ -150,13 +157,14 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
         window_sd = PLAN_WINDOW_SD * (PLAN_WINDOW_SD_AT_S / window_s) ** 0.5
         half = expected_halfwidth(PLAN_START_SD, window_sd, cfg.starts, cfg.windows, alpha)
         best = plan_for(PLAN_START_SD, window_sd, PLAN_TARGET, alpha, _start_estimate(runner, 2),
-                        n_arms * window_s, MAX_PLAN_STARTS, points=len(points))
+                        n_arms * window_took, MAX_PLAN_STARTS, points=len(points))
     except StatsError:
         return line
     return (line + f"; expected {(1 - 2 * alpha) * 100:.4g} % CI half-width ~{half * 100:.1f} % if window pairs vary "
             f"by {window_sd * 100:.1f} % and starts by {PLAN_START_SD * 100:.1f} % (H100 figures); "
             f"+-{PLAN_TARGET * 100:.0f} % would take {best.describe()}"
-            + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, n_arms * start_s, n_arms * window_s))
+            + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, _start_estimate(runner, 2),
+                               n_arms * window_took))
 
 
 def _prior_plan_text(priors: Mapping[str, StartPrior], points: list[str], windows: int, alpha: float,
@@ -224,7 +232,10 @@ def _server_start_s(runner: ResidentRunner) -> float:
     backend = runner.backend
     if isinstance(backend, ModelBackend) and backend.server.simulated:
         return 1.0
-    return 120.0  # measured: 115-130 s a vLLM start, 7B-shape TP=2 on H100 with the compile cache warm
+    # measured, 7B-shape TP=2 on H100 (docs/gpu-runs.md): 115-130 s a start that compiles, 93-99 s one that loads
+    # vLLM's compile cache (every start after a night's first, and the first too since the key lasts), 156 s
+    # for the first start on a cold machine
+    return 120.0
 
 
 def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, points: list[str],

@@ -61,7 +61,8 @@ if TYPE_CHECKING:
     from ..probes.arms import ServerArm
 __all__ = ["API_KEY_ENV", "KEY_FILE_ENV", "TOKEN_ENV", "GpuUse", "RunningServer", "ServerDeath", "api_key_for",
            "check_port_free", "find_leftovers", "free_port", "gpu_usage", "key_file", "kill_tree", "launch",
-           "launch_all", "likely_cause", "pair_key", "prove_identity", "prove_ready", "spawn", "tail", "teardown", "teardown_all"]
+           "launch_all", "likely_cause", "pair_key", "prove_identity", "prove_ready", "spawn", "tail", "teardown",
+           "teardown_all"]
 _LIVE: dict[int, tuple[int, str]] = {}  # leader pid -> (session id, token): killed at interpreter exit
 _KEYS: dict[tuple[str, tuple[int, ...]], str] = {}  # (arm, pair) -> the API key for its servers
 #: where the per-user secret behind the API keys is kept; a test points it elsewhere
