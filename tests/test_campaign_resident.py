@@ -7,7 +7,6 @@ two at once on one pair, and the campaign measures windows on both.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -195,16 +194,40 @@ def test_auto_residency_falls_back_to_sleep_when_two_servers_do_not_fit(tmp_path
 def test_the_progress_line_counts_every_window_of_every_start(tmp_path: Path) -> None:
     """The glue sized the line as arm x point x reps (16 for the 2x H100 campaign of 2026-11-26, which measured
     60 windows): the line read "scenario 16/16 ... ETA 0:00" through its last two starts, 11 minutes. The runner
-    owns the design and sets the count; the line reaches its end with the last window, not before."""
+    owns the design and sets the count; the line reaches its end with the last window, not before (its ETA is
+    that count's: elapsed per window done times the windows left)."""
     from pytest_p2p.campaign.progress import Progress
 
     runner = _runner(tmp_path)
     runner.progress = Progress("gpu0-gpu1", total=2 * 2 * 4)  # what the glue passes: arms x points x reps
     res = runner.run()
     assert res.status == "complete", res.errors
-    windows = 3 * 2 * 2 * 2  # starts x window pairs x arms x points (a screened re-run adds windows)
-    assert runner.progress.total == windows and runner.progress.done >= windows
-    counted = [int(m.group(1)) for line in runner.progress.lines
-               if (m := re.search(r"scenario (\d+)/(\d+) .* window", line)) and int(m.group(2)) == windows]
-    assert counted and max(counted) == windows  # the last window is counted as the last one
-    assert not [line for line in runner.progress.lines if "ETA 0:00" in line and "start 3" not in line]
+    # starts x window pairs x arms x points, a start's windows again for each start the screen re-ran, and a
+    # pair's two windows again for each window pair it re-measured (this loaded box makes both happen)
+    reruns = sum(1 for n in res.notes if n.startswith("start ") and " re-run" in n)
+    remeasured = sum(1 for n in res.notes if " screened and re-measured" in n)
+    windows = (3 + reruns) * 2 * 2 * 2 + 2 * remeasured
+    assert runner.progress.total == windows == runner.progress.done
+    window_lines = [line for line in runner.progress.lines if " window " in line]
+    assert window_lines[-1].startswith(f"[p2p] gpu0-gpu1: scenario {windows}/{windows} ")
+    early = window_lines[:-1]  # every window line before the last one: work was left, and the line said so
+    assert early and not [line for line in early if f"scenario {windows}/" in line]
+
+
+def test_a_start_run_again_counts_its_windows_again(tmp_path: Path) -> None:
+    """A screened start's re-run and an added start are work the plan did not count: each adds its windows."""
+    from pytest_p2p.campaign import blocks
+    from pytest_p2p.campaign.progress import Progress
+
+    runner = _runner(tmp_path)
+    runner.progress = Progress("gpu0-gpu1", total=24)
+    calls: list[tuple[int, int]] = []
+
+    def fake_start(r: Any, rd: Any, result: Any, start: int, points: Any, attempt: int, pending: Any) -> None:
+        calls.append((start, r.progress.total))
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(blocks, "_run_start", fake_start)
+        for start, rerun, total in ((3, False, 24), (1, True, 32), (4, False, 40)):
+            blocks._start_with_retries(runner, None, None, start, ["c1", "c2"], set(), rerun=rerun)  # type: ignore[arg-type]
+            assert calls[-1] == (start, total)

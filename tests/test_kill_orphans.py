@@ -181,7 +181,8 @@ def _cmdline(pid: int) -> str:
 @contextlib.contextmanager
 def _main_job(tmp_path: Path, mark: str) -> Iterator[subprocess.Popen[bytes]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_P2P_")}
-    env.update({"PYTEST_P2P_NVML": "off", MARK_ENV: mark, "PYTEST_P2P_LOCK_DIR": str(tmp_path / "locks")})
+    env.update({"PYTEST_P2P_NVML": "off", MARK_ENV: mark, "PYTEST_P2P_LOCK_DIR": str(tmp_path / "locks"),
+                "PYTEST_P2P_KEY_FILE": str(tmp_path / "server-key")})  # never the user's cache
     with open(tmp_path / "pytest.out", "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "-m", "p2p", "--pyargs", "pytest_p2p",
                                  "-p", "no:cacheprovider"], cwd=tmp_path, env=env, stdout=out,

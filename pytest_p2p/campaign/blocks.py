@@ -251,8 +251,6 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
         start += 1
         pending.update((a, p, rep_of(start, w, cfg.windows)) for a in cfg.arms for p in points
                        for w in range(1, cfg.windows + 1))
-        if runner.progress is not None:  # an added start adds its windows to what the line counts down
-            runner.progress.total = max(runner.progress.total, start * cfg.windows * len(cfg.arms) * len(points))
         _start_with_retries(runner, rd, result, start, points, pending)
         if result.errors:
             return
@@ -267,7 +265,7 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
             result.notes.append(f"start {bad} screened and re-run: {why}")
             pending.update((a, p, rep_of(bad, w, cfg.windows)) for a in cfg.arms for p in points
                            for w in range(1, cfg.windows + 1))
-            _start_with_retries(runner, rd, result, bad, points, pending)
+            _start_with_retries(runner, rd, result, bad, points, pending, rerun=True)
         if result.errors:
             return
         reps = list(range(1, result.reps + 1))
@@ -294,10 +292,15 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
 
 
 def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, start: int,
-                        points: list[str], pending: set[tuple[str, str, int]]) -> None:
-    """One start; a start whose server died (or measured nothing) is set aside whole and run again."""
+                        points: list[str], pending: set[tuple[str, str, int]], *, rerun: bool = False) -> None:
+    """One start; a start whose server died (or measured nothing) is set aside whole and run again.
+
+    Every start the plan did not count (an added start, a screened start's re-run, a retry) adds its windows to
+    what the progress line counts down: the line must not read ``ETA 0:00`` while a start is still to come."""
     cfg = runner.config
     for attempt in range(1, cfg.rep_retries + 2):
+        if runner.progress is not None and (rerun or attempt > 1 or start > cfg.starts):
+            runner.progress.total += cfg.windows * len(cfg.arms) * len(points)
         for arm in cfg.arms:
             for w in range(1, cfg.windows + 1):
                 runner._attempts[(arm, rep_of(start, w, cfg.windows))] = attempt
@@ -487,6 +490,8 @@ def _rescreen_windows(run: _Start, point: str) -> None:
                               f"screened: {why}", kind="screened")
             runner._attempts[(arm, k)] = runner._attempts.get((arm, k), 1) + 1
         run.result.notes.append(f"{point} start {run.start} window {w} screened and re-measured: {why}")
+        if runner.progress is not None:  # work the plan did not count, like a start run again
+            runner.progress.total += len(cfg.arms)
         for arm in order(list(cfg.arms), run.start, w):
             run.window(point, arm, w)
 
