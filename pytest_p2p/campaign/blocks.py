@@ -160,8 +160,10 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
                         n_arms * window_took, MAX_PLAN_STARTS, points=len(points))
     except StatsError:
         return line
-    return (line + f"; expected {(1 - 2 * alpha) * 100:.4g} % CI half-width ~{half * 100:.1f} % if window pairs vary "
-            f"by {window_sd * 100:.1f} % and starts by {PLAN_START_SD * 100:.1f} % (H100 figures); "
+    # half-widths are of the on/off ratio (log scale): in uplift points they are (1 + uplift) times that, so a
+    # +55 % uplift decided to +-2 % of its ratio is +-3.1 uplift points (2x H100, 2026-11-26)
+    return (line + f"; expected {(1 - 2 * alpha) * 100:.4g} % CI half-width ~{half * 100:.1f} % of the ratio if "
+            f"window pairs vary by {window_sd * 100:.1f} % and starts by {PLAN_START_SD * 100:.1f} % (H100 figures); "
             f"+-{PLAN_TARGET * 100:.0f} % would take {best.describe()}"
             + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, _start_estimate(runner, 2),
                                n_arms * window_took))

@@ -487,7 +487,7 @@ class NestedPlan:
             cond = (f"if start sd <= {self.start_sd * 100:.1f} % and window sd <= {self.window_sd * 100:.1f} %")
         text = (f"{self.starts} starts x {self.windows} window pairs x {self.points} point"
                 f"{'s' if self.points != 1 else ''} ~ {took}, expected {(1 - 2 * self.alpha) * 100:.4g} % CI "
-                f"half-width {self.halfwidth * 100:.1f} % {cond}")
+                f"half-width {self.halfwidth * 100:.1f} % of the ratio {cond}")
         if not self.meets_target:
             text += f" (the target {self.target * 100:.1f} % is out of reach within {self.starts} starts)"
         return text
