@@ -116,9 +116,10 @@ def api_key_for(arm: str, pair: Sequence[int]) -> str:
     Why the same: vLLM hashes every ``VLLM_*`` variable it knows into its torch.compile cache key,
     ``VLLM_API_KEY`` included (``vllm.envs.compile_factors`` ignores ports and paths, not the key). A fresh
     key per start gave every start its own cache directory: each start compiled again (about 20 s of a 7B
-    start on H100) and left one more directory behind. On 2x H100 (2026-11-26, 7B-shape, TP=2) the fix took
-    a resident campaign's later starts from 156 s to 93-99 s (``Directly load the compiled graph(s) ... from
-    the cache``). A key per process still recompiled each night's first start, so the key is derived
+    start on H100) and left one more directory behind. With one key per arm, a resident campaign's later
+    starts took 93-99 s on 2x H100 (2026-11-26, 7B-shape, TP=2: ``Directly load the compiled graph(s) ...
+    from the cache``) where starts that compiled took 119-156 s. A key per process still recompiled each
+    night's first start, so the key is derived
     (HMAC-SHA256) from a per-user secret kept in :func:`key_file`; a nightly rig's first start loads the
     cache too. Where that file cannot be made or is not private, the key is random for this process (one
     warning naming the file: it costs only the compile). The arms' keys differ, so servers started at once
