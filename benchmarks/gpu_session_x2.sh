@@ -22,6 +22,7 @@
 #   raypytest benchmarks/multinode_pytest_gpu.py: the plugin itself (pytest -m p2p) on a multi-node rig of two
 #             Ray nodes (ray start, one GPU each): crossing probe and vLLM under Ray (issue 27; .rw1/.rw2) ~4
 #   cache     benchmarks/compile_cache_gpu.py: three starts of one arm reuse vLLM's compile cache (issue 24) ~4
+#   cache2    the same across two processes (a night's first start loads the cache: the key lasts)       ~3
 #   heartbeat benchmarks/heartbeat_gpu.py: the evidence and probe phases' progress lines (issue 26)      ~1
 #   waitvllm  waits (<= 15 min) until vLLM imports: lets a lane start before the last stage call
 #   campaign2 the resident 7B campaign with parallel starts (rig-set KV cache), 3 starts x 3 window pairs of
@@ -112,6 +113,9 @@ step() {
                --out $W/multinode_pytest > $W/multinode_pytest.txt 2>&1);;
     cache) (cd $P && timeout 420 python3 benchmarks/compile_cache_gpu.py --starts 3 --pair ${PAIR:-0,1} --out $W/cache \
                > $W/cache.txt 2>&1);;
+    cache2) (cd $P && for n in 1 2; do timeout 300 python3 benchmarks/compile_cache_gpu.py --starts 1 \
+               --pair ${PAIR:-0,1} --cache-root $W/cache2_vllm --model-dir $W/cache2_tiny --out $W/cache2_p$n \
+               $([ $n = 2 ] && echo --expect-cached); done > $W/cache2.txt 2>&1);;
     heartbeat) (cd $P && timeout 300 python3 benchmarks/heartbeat_gpu.py > $W/heartbeat.txt 2>&1);;
     *) say "unknown step $1";;
   esac
@@ -145,7 +149,7 @@ case "${1:-status}" in
     say "${2:+[$2] }queue done";;
   status)
     tail -n 6 $W/queue.log 2>/dev/null
-    for f in faults.txt repeat.txt pvn.txt multinode.txt multinode_vllm.txt multinode_pytest.txt cache.txt windows.txt \
+    for f in faults.txt repeat.txt pvn.txt multinode.txt multinode_vllm.txt multinode_pytest.txt cache.txt cache2.txt windows.txt \
              campaign2.txt heartbeat.txt; do
       [ -f "$W/$f" ] && echo "-- $f: $(tail -c 300 $W/$f | tr '\r' '\n' | grep -v '^$' | tail -1)"
     done
@@ -157,7 +161,7 @@ case "${1:-status}" in
     mkdir -p "$OUT"
     tar -C $W -czf "$OUT/x2_logs.tgz" --exclude='proj' --exclude='nccltests' --exclude='vllm-cache' \
       --exclude='*/scenarios/*/run_*.json' --exclude='multinode_vllm/tiny-model' --exclude='multinode_pytest/tiny-model' \
-      queue.log faults.txt faults multinode_pytest.txt multinode_pytest cache.txt cache \
+      queue.log faults.txt faults multinode_pytest.txt multinode_pytest cache.txt cache cache2.txt cache2_p1 cache2_p2 \
       repeat.txt repeat_* pvn.txt multinode.txt multinode multinode_vllm.txt multinode_vllm windows.txt \
       rig_windows.yaml res_windows heartbeat.txt campaign2.txt rig_campaign2.yaml campaign2_compact.json \
       campaign2_time.json res_campaign2 history.db queue_*.out 2>/dev/null
