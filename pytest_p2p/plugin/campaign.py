@@ -386,9 +386,9 @@ def run_campaign(config: pytest.Config, pair: tuple[int, int]) -> CampaignResult
 
     session = get_session(config)
     pair_key = Pair(int(pair[0]), int(pair[1])).key
-    n_points = len(p.points) * len(p.arms) * p.config.reps
+    # the count the line runs down is the runner's to set (it knows its design: slots, or starts x windows)
     progress = progress_for(config, f"{p.kind} campaign {pair_key}{' (SIMULATED)' if session.simulated else ''}",
-                            n_points)
+                            0)
     try:
         runner = from_session(session, (int(pair[0]), int(pair[1])), p.config, p.kind, progress=progress,
                               run_id=_run_id(config, session.rig.name, pair_key, session.results_root),
