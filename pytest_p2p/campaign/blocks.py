@@ -301,8 +301,8 @@ def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignR
     what the progress line counts down: the line must not read ``ETA 0:00`` while a start is still to come."""
     cfg = runner.config
     for attempt in range(1, cfg.rep_retries + 2):
-        if runner.progress is not None and (rerun or attempt > 1 or start > cfg.starts):
-            runner.progress.total += cfg.windows * len(cfg.arms) * len(points)
+        if rerun or attempt > 1 or start > cfg.starts:
+            _count_more(runner, cfg.windows * len(cfg.arms) * len(points))
         for arm in cfg.arms:
             for w in range(1, cfg.windows + 1):
                 runner._attempts[(arm, rep_of(start, w, cfg.windows))] = attempt
@@ -325,6 +325,13 @@ def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignR
                 continue
             result.errors.append(f"start {start}: {exc}")
             return
+
+
+def _count_more(runner: ResidentRunner, windows: int) -> None:
+    """Windows the plan did not count (a start or a window pair measured again, an added start): the progress
+    line counts them too, so it never runs out while work is left."""
+    if runner.progress is not None:
+        runner.progress.total += windows
 
 
 def _fall_back_to_sleep(runner: ResidentRunner, result: CampaignResult, exc: P2PError) -> bool:
@@ -492,8 +499,7 @@ def _rescreen_windows(run: _Start, point: str) -> None:
                               f"screened: {why}", kind="screened")
             runner._attempts[(arm, k)] = runner._attempts.get((arm, k), 1) + 1
         run.result.notes.append(f"{point} start {run.start} window {w} screened and re-measured: {why}")
-        if runner.progress is not None:  # work the plan did not count, like a start run again
-            runner.progress.total += len(cfg.arms)
+        _count_more(runner, len(cfg.arms))  # work the plan did not count, like a start run again
         for arm in order(list(cfg.arms), run.start, w):
             run.window(point, arm, w)
 

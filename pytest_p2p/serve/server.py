@@ -119,10 +119,10 @@ def api_key_for(arm: str, pair: Sequence[int]) -> str:
     start on H100) and left one more directory behind. With one key per arm, a resident campaign's later
     starts took 93-99 s on 2x H100 (2026-11-26, 7B-shape, TP=2: ``Directly load the compiled graph(s) ...
     from the cache``) where starts that compiled took 119-156 s. A key per process still recompiled each
-    night's first start, so the key is derived
-    (HMAC-SHA256) from a per-user secret kept in :func:`key_file`; a nightly rig's first start loads the
-    cache too. Where that file cannot be made or is not private, the key is random for this process (one
-    warning naming the file: it costs only the compile). The arms' keys differ, so servers started at once
+    night's first start, so the key is derived (HMAC-SHA256) from a per-user secret kept in :func:`key_file`;
+    a nightly rig's first start loads the cache too. Where that file cannot be made or is not private, the key
+    is random for this process (one warning naming the file: it costs only the compile). The arms' keys
+    differ, so servers started at once
     never write one cache directory; the identity check still holds (/proc names the port's owner, and a
     wrong key is refused). The key never appears in argv (other users can read /proc/<pid>/cmdline).
     """
