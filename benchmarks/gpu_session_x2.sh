@@ -27,7 +27,8 @@
 #   waitvllm  waits (<= 15 min) until vLLM imports: lets a lane start before the last stage call
 #   campaign2 the resident 7B campaign with parallel starts (rig-set KV cache), 3 starts x 3 window pairs of
 #             10 s at c16/c64, then window_noise.py and campaign_compact.py (issue 24)                    ~15
-#             (CAMPAIGN_STARTS, CAMPAIGN_WINDOWS, CAMPAIGN_WINDOW_S change the design)
+#             (CAMPAIGN_STARTS, CAMPAIGN_WINDOWS, CAMPAIGN_WINDOW_S change the design; CAMPAIGN_AT_ONCE k
+#             makes k starts per launch, CAMPAIGN_KV_GIB the KV cache of each server, default 16)
 # Steps run on the lane's pair ($PAIR, default 0,1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -53,8 +54,10 @@ else:  # both arms' servers start at once; the KV cache is set by the rig, so ev
                             "starts": int(os.environ.get("CAMPAIGN_STARTS", 3)),
                             "windows": int(os.environ.get("CAMPAIGN_WINDOWS", 3)),
                             "window_s": float(os.environ.get("CAMPAIGN_WINDOW_S", 10)),
+                            "starts_at_once": int(os.environ.get("CAMPAIGN_AT_ONCE", 1)),
                             "max_starts": None, "max_time_s": None})
-    rig["server"]["args"]["kv-cache-memory-bytes"] = 16 * 2**30
+    # 16 GiB for two servers; starts made at once share the pair among more (CAMPAIGN_KV_GIB each)
+    rig["server"]["args"]["kv-cache-memory-bytes"] = int(float(os.environ.get("CAMPAIGN_KV_GIB", 16)) * 2**30)
 rig["server"].setdefault("env", {})["VLLM_CACHE_ROOT"] = f"{w}/vllm-cache"
 yaml.safe_dump(rig, open(f"{w}/rig_{design}.yaml", "w"), sort_keys=False)
 EOF

@@ -223,11 +223,11 @@ def test_a_start_run_again_counts_its_windows_again(tmp_path: Path) -> None:
     runner.progress = Progress("gpu0-gpu1", total=24)
     calls: list[tuple[int, int]] = []
 
-    def fake_start(r: Any, rd: Any, result: Any, start: int, points: Any, attempt: int, pending: Any) -> None:
-        calls.append((start, r.progress.total))
+    def fake_start(r: Any, rd: Any, result: Any, group: list[int], points: Any, attempt: int, pending: Any) -> None:
+        calls.append((group[0], r.progress.total))
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(blocks, "_run_start", fake_start)
-        for start, rerun, total in ((3, False, 24), (1, True, 32), (4, False, 40)):
-            blocks._start_with_retries(runner, None, None, start, ["c1", "c2"], set(), rerun=rerun)  # type: ignore[arg-type]
-            assert calls[-1] == (start, total)
+        for group, rerun, total in (([3], False, 24), ([1], True, 32), ([4], False, 40), ([5, 6], False, 56)):
+            blocks._start_with_retries(runner, None, None, group, ["c1", "c2"], set(), rerun=rerun)  # type: ignore[arg-type]
+            assert calls[-1] == (group[0], total)

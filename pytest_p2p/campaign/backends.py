@@ -103,12 +103,16 @@ class ModelBackend:
             yield ServerSlot(srv, Identity.of(srv.process))
 
     @contextlib.contextmanager
-    def resident(self, arms: Sequence[Arm], log_paths: Mapping[str, Path],
-                 mode: str) -> Iterator[dict[str, ServerSlot]]:
-        """Every arm's server up at once for one start; torn down together (last started first).
+    def resident(self, arms: Sequence[Arm], log_paths: Sequence[Path], mode: str,
+                 labels: Sequence[str] | None = None) -> Iterator[dict[str, ServerSlot]]:
+        """A server per entry of ``arms`` up at once for one launch; torn down together (last started first).
+
+        ``arms`` names an arm once per server: once each for one start, ``k`` times each for ``k`` starts made at
+        once (``campaign.starts_at_once``). The slots are keyed by ``labels`` (default: the arm names, which must
+        then be distinct), the server logs given in the same order.
 
         ``resident``: each server gets ``1/len(arms)`` of the rig's ``gpu-memory-utilization``
-        (vLLM's default 0.9 when the rig sets none), so both fit and neither waits for memory.
+        (vLLM's default 0.9 when the rig sets none), so all fit and none waits for memory.
         ``sleep``: each server keeps the rig's share, starts with ``--enable-sleep-mode`` and
         is put to sleep before the next one starts; :meth:`activate` wakes the arm to measure.
 
@@ -117,6 +121,10 @@ class ModelBackend:
         """
         from ..serve.server import launch, launch_all
 
+        names = list(labels) if labels is not None else [a.name for a in arms]
+        if len(names) != len(arms) or len(set(names)) != len(names) or len(log_paths) != len(arms):
+            raise CampaignError(f"resident: {len(arms)} servers need as many distinct labels and logs, got "
+                                f"{names} and {len(log_paths)} log(s)")
         plan = self.start_plan(mode)
         config, extra_env = resident_config(self.server, len(arms), mode)
         if plan.parallel and plan.learned:
@@ -126,20 +134,21 @@ class ModelBackend:
         with contextlib.ExitStack() as stack:
             if plan.parallel:
                 try:
-                    servers = stack.enter_context(launch_all(config, arms, self.pair, self.rig_env,
-                                                             [log_paths[a.name] for a in arms], extra_env=extra_env))
+                    servers = stack.enter_context(launch_all(config, arms, self.pair, self.rig_env, list(log_paths),
+                                                             extra_env=extra_env))
                 except ServerError as exc:
                     if "out of GPU memory" in str(exc):
                         raise  # residency auto goes on in sleep mode (blocks._fall_back_to_sleep)
                     # two vLLM starts at once can race (an init port, a compile cache): the start is set
                     # aside and run again, as a start whose server died is
                     raise RepFailed(f"parallel start: {exc}") from None
-                slots = {srv.arm: ServerSlot(srv, Identity.of(srv.process)) for srv in servers}
+                slots = {name: ServerSlot(srv, Identity.of(srv.process)) for name, srv in zip(names, servers,
+                                                                                                strict=True)}
             else:
-                for arm in arms:
-                    srv = stack.enter_context(launch(config, arm, self.pair, self.rig_env, log_paths[arm.name],
+                for name, arm, log in zip(names, arms, log_paths, strict=True):
+                    srv = stack.enter_context(launch(config, arm, self.pair, self.rig_env, log,
                                                      extra_env=extra_env))
-                    slots[arm.name] = ServerSlot(srv, Identity.of(srv.process))
+                    slots[name] = ServerSlot(srv, Identity.of(srv.process))
                     if mode == "sleep":
                         from ..serve.sleep import put_to_sleep
 

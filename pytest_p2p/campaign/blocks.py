@@ -138,11 +138,14 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     mode = cfg.resident_mode(runner.kind)
     n_arms = len(cfg.arms)
     start_s = _server_start_s(runner)
-    starts_s = sum(_start_estimate(runner, b) for b in range(1, cfg.starts + 1))
+    k = cfg.starts_at_once
+    groups = [launches(b, cfg.starts, k) for b in range(1, cfg.starts + 1, k)]
+    starts_s = sum(_start_estimate(runner, i, len(g)) for i, g in enumerate(groups, 1))
     window_s = cfg.window_s if cfg.window_s is not None else 10.0
     window_took = window_s * (PLAN_WINDOW_OVERRUN if cfg.window_s is not None else 1.0)
     total = starts_s + cfg.starts * len(points) * n_arms * (cfg.windows * window_took + _warm_s(cfg.warmup))
-    memory = ("GPU memory split between the arms' servers" if mode == "resident"
+    memory = ("GPU memory split between the arms' servers" if mode == "resident" and k == 1
+              else f"GPU memory split among {n_arms * k} servers: {k} starts at once" if mode == "resident"
               else "the idle arm's server asleep (vLLM sleep mode)")
     more = (f", up to {cfg.max_starts} starts while undecided" if cfg.max_starts and cfg.max_starts > cfg.starts
             else "")
@@ -156,7 +159,7 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     try:
         window_sd = PLAN_WINDOW_SD * (PLAN_WINDOW_SD_AT_S / window_s) ** 0.5
         half = expected_halfwidth(PLAN_START_SD, window_sd, cfg.starts, cfg.windows, alpha)
-        best = plan_for(PLAN_START_SD, window_sd, PLAN_TARGET, alpha, _start_estimate(runner, 2),
+        best = plan_for(PLAN_START_SD, window_sd, PLAN_TARGET, alpha, _start_estimate(runner, 2, k) / k,
                         n_arms * window_took, MAX_PLAN_STARTS, points=len(points))
     except StatsError:
         return line
@@ -165,7 +168,7 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     return (line + f"; expected {(1 - 2 * alpha) * 100:.4g} % CI half-width ~{half * 100:.1f} % of the ratio if "
             f"window pairs vary by {window_sd * 100:.1f} % and starts by {PLAN_START_SD * 100:.1f} % (H100 figures); "
             f"+-{PLAN_TARGET * 100:.0f} % would take {best.describe()}"
-            + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, _start_estimate(runner, 2),
+            + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, _start_estimate(runner, 2, k) / k,
                                n_arms * window_took))
 
 
@@ -202,21 +205,23 @@ def _warm_s(warmup: int) -> float:
     return 2.0 if warmup > 0 else 0.0
 
 
-def _start_estimate(runner: ResidentRunner, start: int) -> float:
-    """Seconds start number ``start`` (every arm's server) is expected to take: one server's start when they
-    start in parallel (the slowest arm; they start alike), the sum over the arms when one after the other."""
+def _start_estimate(runner: ResidentRunner, launch: int, at_once: int = 1) -> float:
+    """Seconds launch number ``launch`` (every arm's server, ``at_once`` times) is expected to take: one server's
+    start when they start in parallel (the slowest; they start alike), the sum over the servers when one after
+    the other. Starts made at once launch ``2 x at_once`` servers in parallel: counted as one start here, though
+    their CPU and file work grows with the servers (the run's notes say what each launch took)."""
     one = _server_start_s(runner)
-    return one if _parallel(runner, start) else len(runner.config.arms) * one
+    return one if _parallel(runner, launch) else len(runner.config.arms) * at_once * one
 
 
-def _parallel(runner: ResidentRunner, start: int) -> bool:
-    """Whether start ``start`` is expected to launch its servers at once (``ModelBackend.start_plan``: a first
-    start that learns the KV cache size runs sequentially, the later ones in parallel)."""
+def _parallel(runner: ResidentRunner, launch: int) -> bool:
+    """Whether launch ``launch`` is expected to start its servers at once (``ModelBackend.start_plan``: a first
+    launch that learns the KV cache size runs sequentially, the later ones in parallel)."""
     backend = runner.backend
     if not isinstance(backend, ModelBackend):
         return False
     plan = backend.start_plan(runner.config.resident_mode(runner.kind) or "resident")
-    return plan.parallel or (plan.learn and start > 1)
+    return plan.parallel or (plan.learn and launch > 1)
 
 
 def _start_text(runner: ResidentRunner) -> str:
@@ -240,9 +245,22 @@ def _server_start_s(runner: ResidentRunner) -> float:
     return 120.0
 
 
+def launches(first: int, goal: int, at_once: int) -> list[int]:
+    """The starts of the next launch: from ``first`` up to ``at_once`` of them, never past ``goal``."""
+    return list(range(first, min(first + at_once - 1, goal) + 1))
+
+
+def starts_text(group: list[int]) -> str:
+    """``start 4``, or ``starts 4-6`` for starts made at once."""
+    return f"start {group[0]}" if len(group) == 1 else f"starts {group[0]}-{group[-1]}"
+
+
 def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, points: list[str],
                pending: set[tuple[str, str, int]], started: float) -> None:
-    """Starts until the planned number, then adaptive starts while an uplift is undecided (see module doc)."""
+    """Starts until the planned number, then adaptive starts while an uplift is undecided (see module doc).
+
+    Starts are made ``campaign.starts_at_once`` at a time (one launch); the decision looks after each launch
+    once the planned starts are in, and an added launch makes at most the starts left to ``max_starts``."""
     cfg = runner.config
     last = max(cfg.starts, cfg.max_starts or cfg.starts)
     deadline = started + cfg.max_time_s if cfg.max_time_s is not None else None
@@ -250,10 +268,11 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
     rerun: set[int] = set()
     start = 0
     while True:
-        start += 1
-        pending.update((a, p, rep_of(start, w, cfg.windows)) for a in cfg.arms for p in points
+        group = launches(start + 1, cfg.starts if start < cfg.starts else last, cfg.starts_at_once)
+        start = group[-1]
+        pending.update((a, p, rep_of(s, w, cfg.windows)) for s in group for a in cfg.arms for p in points
                        for w in range(1, cfg.windows + 1))
-        _start_with_retries(runner, rd, result, start, points, pending)
+        _start_with_retries(runner, rd, result, group, points, pending)
         if result.errors:
             return
         result.reps = start * cfg.windows
@@ -267,7 +286,7 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
             result.notes.append(f"start {bad} screened and re-run: {why}")
             pending.update((a, p, rep_of(bad, w, cfg.windows)) for a in cfg.arms for p in points
                            for w in range(1, cfg.windows + 1))
-            _start_with_retries(runner, rd, result, bad, points, pending, rerun=True)
+            _start_with_retries(runner, rd, result, [bad], points, pending, rerun=True)
         if result.errors:
             return
         reps = list(range(1, result.reps + 1))
@@ -290,32 +309,37 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
                                                                        runner.kind, reps, runner.start_priors.get(p))}
                                 for p, d in decisions.items()}
             return
-        result.notes.append(f"uplift inconclusive at {start} start(s): adding start {start + 1}")
+        more = launches(start + 1, last, cfg.starts_at_once)
+        result.notes.append(f"uplift inconclusive at {start} start(s): adding {starts_text(more)}")
 
 
-def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, start: int,
+def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, group: list[int],
                         points: list[str], pending: set[tuple[str, str, int]], *, rerun: bool = False) -> None:
-    """One start; a start whose server died (or measured nothing) is set aside whole and run again.
+    """One launch (the starts of ``group``, made at once); a launch whose server died (or measured nothing) is set
+    aside whole and made again: every start of it, since all of them went down with the launch.
 
     Every start the plan did not count (an added start, a screened start's re-run, a retry) adds its windows to
     what the progress line counts down: the line must not read ``ETA 0:00`` while a start is still to come."""
     cfg = runner.config
+    what = starts_text(group)
     for attempt in range(1, cfg.rep_retries + 2):
-        if rerun or attempt > 1 or start > cfg.starts:
-            _count_more(runner, cfg.windows * len(cfg.arms) * len(points))
-        for arm in cfg.arms:
-            for w in range(1, cfg.windows + 1):
-                runner._attempts[(arm, rep_of(start, w, cfg.windows))] = attempt
+        if rerun or attempt > 1 or group[-1] > cfg.starts:
+            _count_more(runner, cfg.windows * len(cfg.arms) * len(points) * len(group))
+        for s in group:
+            for arm in cfg.arms:
+                for w in range(1, cfg.windows + 1):
+                    runner._attempts[(arm, rep_of(s, w, cfg.windows))] = attempt
         try:
-            _run_start(runner, rd, result, start, points, attempt, pending)
+            _run_start(runner, rd, result, group, points, attempt, pending)
             return
         except RepFailed as exc:
             first = str(exc).splitlines()[0]
-            _set_aside_start(runner, rd, result, start, points, str(exc), kind="failed")
+            for s in group:
+                _set_aside_start(runner, rd, result, s, points, str(exc), kind="failed")
             if attempt > cfg.rep_retries:
-                result.errors.append(f"start {start}: not measured after {attempt} attempt(s): {first}")
+                result.errors.append(f"{what}: not measured after {attempt} attempt(s): {first}")
                 return
-            result.notes.append(f"start {start} attempt {attempt} set aside and re-run: {first}")
+            result.notes.append(f"{what} attempt {attempt} set aside and re-run: {first}")
             if cfg.cooldown_s > 0:
                 runner.sleep(cfg.cooldown_s)
         except OSError:
@@ -323,7 +347,9 @@ def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignR
         except P2PError as exc:
             if _fall_back_to_sleep(runner, result, exc):
                 continue
-            result.errors.append(f"start {start}: {exc}")
+            hint = (f" (campaign.starts_at_once {cfg.starts_at_once}: fewer servers at once need less memory)"
+                    if cfg.starts_at_once > 1 and "out of GPU memory" in str(exc) else "")
+            result.errors.append(f"{what}: {exc}{hint}")
             return
 
 
@@ -339,8 +365,9 @@ def _fall_back_to_sleep(runner: ResidentRunner, result: CampaignResult, exc: P2P
     at start), so the campaign goes on in sleep mode, each server with the rig's whole memory share; says so.
     An explicit ``resident`` is the rig's choice and fails instead."""
     cfg = runner.config
-    if cfg.residency != "auto" or cfg.resident_mode(runner.kind) != "resident" or "out of GPU memory" not in str(exc):
-        return False
+    if (cfg.residency != "auto" or cfg.resident_mode(runner.kind) != "resident" or cfg.starts_at_once > 1
+            or "out of GPU memory" not in str(exc)):
+        return False  # starts made at once need them all up: fewer at once is the rig's choice, said in the error
     runner.config = dataclasses.replace(cfg, residency="sleep")
     if isinstance(runner.backend, ModelBackend):
         runner.backend.campaign = runner.config
@@ -372,8 +399,13 @@ def _set_aside_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResu
                 os.replace(log, log.with_name(f"server_start{start}.try{attempt}.{kind}.log"))
 
 
-def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, start: int,
+def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, group: list[int],
                points: list[str], attempt: int, pending: set[tuple[str, str, int]]) -> None:
+    """One launch: every arm's server once per start of ``group``, all up at once, then the windows.
+
+    Window pair ``w`` of each start runs in turn (ABBA over windows, the first arm alternating between starts), so
+    the starts of one launch see the same stretch of time; each server gets its own warm-up before its first
+    window at a point and proves its transport from its own log."""
     assert runner.progress is not None  # set by run()
     backend = runner.backend
     assert isinstance(backend, ModelBackend)
@@ -381,47 +413,54 @@ def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, st
     mode = cfg.resident_mode(runner.kind) or "resident"
     arms = list(cfg.arms)
     w_n = cfg.windows
-    first_rep = rep_of(start, 1, w_n)
-    logs = {a: start_log(rd, a, points[0], start) for a in arms}
-    total = max(cfg.starts, start)
-    with runner.lease.hold(runner.pair, f"{runner.pair_key} start {start}"):
-        with runner.progress.waiting(f"start {start}", first_rep, total * w_n, "waiting for free VRAM"):
+    first_rep = rep_of(group[0], 1, w_n)
+    servers = [(a, s) for s in group for a in arms]
+    labels = [a if len(group) == 1 else f"{a}@start{s}" for a, s in servers]
+    logs = [start_log(rd, a, points[0], s) for a, s in servers]
+    total = max(cfg.starts, group[-1])
+    what = starts_text(group)
+    with runner.lease.hold(runner.pair, f"{runner.pair_key} {what}"):
+        with runner.progress.waiting(what, first_rep, total * w_n, "waiting for free VRAM"):
             vram_note = wait_vram_free(runner.pair, cfg.vram_free_mib, cfg.vram_free_timeout_s, live=runner.live)
         reader = runner._reader()
         try:
             idle_rows = runner._idle_rows(reader)
             t0 = time.monotonic()
-            with runner.progress.waiting(f"start {start}", first_rep, total * w_n,
-                                         f"starting {len(arms)} servers ({mode})"
+            with runner.progress.waiting(what, first_rep, total * w_n,
+                                         f"starting {len(servers)} servers ({mode})"
                                          + (f", attempt {attempt}" if attempt > 1 else "")) as beat, \
-                    backend.resident([runner.arms[a] for a in arms], logs, mode) as slots:
+                    backend.resident([runner.arms[a] for a, _ in servers], logs, mode, labels) as by_label:
                 beat.stop()  # the servers are up: the heartbeat covered their start only
-                how = _record_start(rd, result, backend, start, attempt, time.monotonic() - t0)
-                run = _Start(runner, rd, result, slots, reader, idle_rows, start, attempt, mode, vram_note, pending,
-                             how)
+                slots = {key: by_label[label] for key, label in zip(servers, labels, strict=True)}
+                how = _record_start(rd, result, backend, group, attempt, time.monotonic() - t0)
+                run = _Start(runner, rd, result, slots, reader, idle_rows, attempt, mode, vram_note, pending, how)
                 for point in points:
                     for w in range(1, w_n + 1):
-                        for arm in order(arms, start, w):
-                            run.window(point, arm, w)
-                    _rescreen_windows(run, point)
-                for arm in arms:  # after the load: the log holds every NCCL connection
-                    if result.proofs.get(arm) is None:
-                        runner._record_proof(rd, result, slots[arm], runner.arms[arm], list(points))
-                    else:
-                        _same_transport(runner, result, slots[arm], arm, start)
+                        for s in group:
+                            for arm in order(arms, s, w):
+                                run.window(point, arm, s, w)
+                    for s in group:
+                        _rescreen_windows(run, point, s)
+                for s in group:
+                    for arm in arms:  # after the load: the log holds every NCCL connection
+                        if result.proofs.get(arm) is None:
+                            runner._record_proof(rd, result, slots[(arm, s)], runner.arms[arm], list(points))
+                        else:
+                            _same_transport(runner, result, slots[(arm, s)], arm, s)
         finally:
             reader.close()
 
 
-def _record_start(rd: RunWriter, result: CampaignResult, backend: ModelBackend, start: int, attempt: int,
+def _record_start(rd: RunWriter, result: CampaignResult, backend: ModelBackend, group: list[int], attempt: int,
                   took_s: float) -> Json:
-    """Say how this start launched its servers: a note, ``server_starts`` in run.json (every attempt), and
-    what each of its rep files carries (``start_mode``, ``start_s``: launch to all ready, the KV cache size)."""
-    rec: Json = {"start": start, "attempt": attempt, **backend.last_start}
+    """Say how this launch started its servers: a note, ``server_starts`` in run.json (every attempt; starts made
+    at once list them all under ``starts``), and what each of its rep files carries (``start_mode``, ``start_s``:
+    launch to all ready, the KV cache size, ``at_once``: how many starts the launch made)."""
+    rec: Json = {"start": group[0], "starts": list(group), "attempt": attempt, **backend.last_start}
     servers = as_dict(rec.get("servers"))
     ready = {a: as_dict(v).get("ready_s") for a, v in servers.items()}
     kv = rec.get("kv_cache_memory_bytes")
-    result.notes.append(f"start {start}: {rec.get('start_mode')} start, servers ready at {ready} s "
+    result.notes.append(f"{starts_text(group)}: {rec.get('start_mode')} start, servers ready at {ready} s "
                         f"({took_s:.0f} s for all)"
                         + (f", --kv-cache-memory-bytes {kv} ({rec.get('kv_source')})" if kv is not None else "")
                         + (f"; next starts: --kv-cache-memory-bytes {rec['kv_learned_bytes']} (learned)"
@@ -430,7 +469,7 @@ def _record_start(rd: RunWriter, result: CampaignResult, backend: ModelBackend, 
     backend.start_log.append(rec)
     rd.write_run_meta({"server_starts": list(backend.start_log)})
     return {"start_mode": rec.get("start_mode"), "start_s": rec.get("start_s"), "kv_cache_memory_bytes": kv,
-            "kv_source": rec.get("kv_source")}
+            "kv_source": rec.get("kv_source"), "at_once": len(group)}
 
 
 def _same_transport(runner: ResidentRunner, result: CampaignResult, slot: ServerSlot, arm: str,
@@ -447,59 +486,58 @@ def _same_transport(runner: ResidentRunner, result: CampaignResult, slot: Server
 
 @dataclass
 class _Start:
-    """One start's servers and what every window of it shares."""
+    """One launch's servers (keyed by arm and start) and what every window of it shares."""
 
     runner: ResidentRunner
     rd: RunWriter
     result: CampaignResult
-    slots: dict[str, ServerSlot]
+    slots: dict[tuple[str, int], ServerSlot]
     reader: _Reader
     idle_rows: list[Row]
-    start: int
     attempt: int
     mode: str
     vram_note: object
     pending: set[tuple[str, str, int]]
-    how: Json = field(default_factory=dict)  # how this start launched its servers (_record_start)
-    warmed: set[tuple[str, str]] = field(default_factory=set)
+    how: Json = field(default_factory=dict)  # how this launch started its servers (_record_start)
+    warmed: set[tuple[str, int, str]] = field(default_factory=set)  # (arm, start, point): each server warms itself
 
-    def window(self, point: str, arm: str, w: int) -> None:
-        """One timed window of ``arm`` at ``point``: its server checked before and after, the rep written at once."""
+    def window(self, point: str, arm: str, start: int, w: int) -> None:
+        """One timed window of ``arm``'s server of ``start`` at ``point``: the server checked before and after,
+        the rep written at once."""
         r = self.runner
         assert r.progress is not None and isinstance(r.backend, ModelBackend)
         w_n = r.config.windows
-        k = rep_of(self.start, w, w_n)
+        k = rep_of(start, w, w_n)
+        slot = self.slots[(arm, start)]
         signals.checkpoint()
-        r.progress.update(f"{arm}-{point}", k, max(r.config.starts, self.start) * w_n,
-                          f"start {self.start} window {w}")
-        r.backend.activate(self.slots, arm)
-        cause = r.backend.death(self.slots[arm])
+        r.progress.update(f"{arm}-{point}", k, max(r.config.starts, start) * w_n, f"start {start} window {w}")
+        r.backend.activate({a: sl for (a, s), sl in self.slots.items() if s == start}, arm)
+        cause = r.backend.death(slot)
         if cause is not None:
             raise RepFailed(cause)
-        data = r._measure_point(self.rd, self.slots[arm], self.reader, arm, point, k, self.idle_rows,
-                                warm=(arm, point) not in self.warmed)
-        self.warmed.add((arm, point))
+        data = r._measure_point(self.rd, slot, self.reader, arm, point, k, self.idle_rows,
+                                warm=(arm, start, point) not in self.warmed)
+        self.warmed.add((arm, start, point))
         data["meta"] = {**as_dict(data.get("meta")), "vram": self.vram_note, "attempt": self.attempt,
-                        "start": self.start, "window": w, "residency": self.mode, **self.how}
+                        "start": start, "window": w, "residency": self.mode, **self.how}
         self.rd.write_rep(arm, point, k, data)
         self.result.rep_data.setdefault((arm, point), {})[k] = data
         self.pending.discard((arm, point, k))
         r.progress.step()
 
 
-def _rescreen_windows(run: _Start, point: str) -> None:
-    """Window pairs of this start that telemetry flagged or that sit off against the start's other windows:
+def _rescreen_windows(run: _Start, point: str, start: int) -> None:
+    """Window pairs of ``start`` that telemetry flagged or that sit off against the start's other windows:
     set aside (kept, ``screened``) and measured again at once, on the same servers."""
     runner, cfg = run.runner, run.runner.config
-    for w, why in adaptive.screen_windows_start(run.result.rep_data, cfg, runner.kind, point, run.start).items():
-        k = rep_of(run.start, w, cfg.windows)
+    for w, why in adaptive.screen_windows_start(run.result.rep_data, cfg, runner.kind, point, start).items():
+        k = rep_of(start, w, cfg.windows)
         for arm in cfg.arms:
             old = run.result.rep_data.get((arm, point), {}).pop(k, None)
             runner._set_aside(run.rd, run.result, arm, k, [point], {point: old} if old is not None else {},
                               f"screened: {why}", kind="screened")
             runner._attempts[(arm, k)] = runner._attempts.get((arm, k), 1) + 1
-        run.result.notes.append(f"{point} start {run.start} window {w} screened and re-measured: {why}")
+        run.result.notes.append(f"{point} start {start} window {w} screened and re-measured: {why}")
         _count_more(runner, len(cfg.arms))  # work the plan did not count, like a start run again
-        for arm in order(list(cfg.arms), run.start, w):
-            run.window(point, arm, w)
-
+        for arm in order(list(cfg.arms), start, w):
+            run.window(point, arm, start, w)

@@ -37,6 +37,9 @@ Example (every key optional; the values shown are the defaults unless noted)::
       windows: 4              # resident/sleep: window pairs per point within one start, ABBA over windows
       window_s: 15            # resident/sleep: seconds of measured load per window (null: prompts_per_concurrency)
       max_starts: null        # resident/sleep adaptive: add starts up to this many while the uplift is inconclusive
+      starts_at_once: 1       # resident: starts made together (each arm's server started this many times at
+                              # once, every copy its own start: df grows for the time of one start; GPU memory
+                              # split among all 2 x starts_at_once servers)
       start_mode: auto        # resident: parallel (every arm's server started at once, the same
                               # --kv-cache-memory-bytes for all: the rig's, or learned from a sequential first
                               # start) | sequential (one after the other) | auto (parallel for resident,
@@ -73,6 +76,7 @@ RESIDENCY = ("auto", "resident", "sleep", "restart")
 START_MODES = ("auto", "parallel", "sequential")
 MAX_STARTS = 100
 MAX_WINDOWS = 1000
+MAX_AT_ONCE = 16  # servers per arm resident together: 16 x 2 arms already splits a GPU 32 ways
 DEFAULT_SIZES = (8 * 1024, 32 * 1024, 128 * 1024, 512 * 1024)
 
 
@@ -149,6 +153,7 @@ class CampaignConfig:
     window_s: float | None = key(WINDOW_S, optional(real(0.1, DAY_S)))  # null: prompts_per_concurrency
     max_starts: int | None = key(None, whole(1, MAX_STARTS), null=True)
     start_mode: str = key("auto", word(*START_MODES))
+    starts_at_once: int = key(1, whole(1, MAX_AT_ONCE))
     source: str = "rig.yaml"
     explicit: frozenset[str] = field(default_factory=frozenset)  # keys the rig file set
 
@@ -207,7 +212,8 @@ class CampaignConfig:
             # the replicate count of either design: reps (a server start each) or starts (resident arms)
             starts = min(reps, MAX_STARTS)
             out = replace(out, reps=reps, max_reps=None if out.max_reps is None else max(out.max_reps, reps),
-                          starts=starts, max_starts=None if out.max_starts is None else max(out.max_starts, starts))
+                          starts=starts, max_starts=None if out.max_starts is None else max(out.max_starts, starts),
+                          starts_at_once=min(out.starts_at_once, starts))
         if arms:
             out = replace(out, arms=tuple(arms))
         if kind is not None:
@@ -248,6 +254,15 @@ def parse_campaign(value: object, source: str, path: str = "campaign") -> Campai
                           f"start_mode parallel needs residency resident or auto, got residency {cfg.residency}: "
                           + ("each server must be asleep before the next one starts"
                              if cfg.residency == "sleep" else "a restart per rep starts one server at a time"))
+    if cfg.starts_at_once > 1:
+        at_once = join(path, "starts_at_once")
+        if cfg.residency in ("sleep", "restart"):
+            raise ConfigError(source, at_once, f"starts_at_once {cfg.starts_at_once} needs residency resident or "
+                                               f"auto, got residency {cfg.residency}: the copies of an arm's server "
+                                               "are measured in turn while all stay up")
+        if cfg.starts_at_once > cfg.starts:
+            raise ConfigError(source, at_once, f"starts_at_once ({cfg.starts_at_once}) is above starts "
+                                               f"({cfg.starts}): a launch makes at most the planned starts")
     if cfg.uplift_rule == "ci_lower" and cfg.reps < 2:
         raise ConfigError(source, join(path, "reps"), f"uplift_rule ci_lower needs reps >= 2 (a CI needs spread), "
                                                       f"got {cfg.reps}")

@@ -1,0 +1,182 @@
+"""Starts made at once (``campaign.starts_at_once``): k servers per arm resident together, each its own start.
+
+Why: the nested verdict's df is ``starts - 1``, and a start costs a vLLM start (93-156 s, 7B-shape TP=2 on
+H100). Three starts one after another left df = 2 (t = 7.0 at the issue's 98 %) after 17 minutes. Launching
+``k`` servers per arm together buys ``k`` starts for about the time of one.
+
+Through the real path: ``serve.server.launch_all`` starts the SIMULATED stand-in as it would vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_campaign_resident import BASE, _reps, _runner
+from test_parallel_start import _overlap, _starts
+
+from pytest_p2p.campaign.backends import ModelBackend
+from pytest_p2p.campaign.blocks import launches, order, plan_line
+from pytest_p2p.campaign.config import parse_campaign
+from pytest_p2p.campaign.runner import CampaignRunner
+from pytest_p2p.errors import ConfigError
+from pytest_p2p.lease import GpuLease
+from pytest_p2p.probes.arms import PRESETS
+from pytest_p2p.serve.config import parse_server
+
+KV = {"kv-cache-memory-bytes": 1 << 30}
+
+
+def _with_kv(runner: CampaignRunner[Any]) -> CampaignRunner[Any]:
+    """The rig sets the KV cache size, so every launch starts its servers in parallel from the first."""
+    assert isinstance(runner.backend, ModelBackend)
+    s = runner.backend.server
+    runner.backend.server = parse_server({"command": list(s.command), "model": s.model, "args": {**s.args, **KV},
+                                          "env": dict(s.env), "startup_timeout_s": 60,
+                                          "load": {"input_len": 8, "output_len": 4, "warmup": 0}}, "rig.yaml")
+    return runner
+
+
+def _launch_lines(log: Path) -> list[str]:
+    return [ln for ln in log.read_text().splitlines() if ln.startswith("# pytest-p2p: launching arm")]
+
+
+def test_each_launch_starts_k_servers_per_arm_together_and_every_one_is_a_start(tmp_path: Path) -> None:
+    res = _with_kv(_runner(tmp_path, starts=4, starts_at_once=2, windows=2, concurrency=[1])).run()
+    assert res.status == "complete", res.errors
+    launches_ = [s for s in _starts(res.run_dir) if s["attempt"] == 1 and len(s["starts"]) == 2]
+    assert [s["starts"] for s in launches_] == [[1, 2], [3, 4]]
+    for rec in launches_:  # four servers, all spawned before any was ready, memory split four ways
+        assert sorted(rec["servers"]) == sorted(f"{a}@start{s}" for a in ("p2p_on", "p2p_off") for s in rec["starts"])
+        assert rec["start_mode"] == "parallel" and _overlap(rec)
+    for arm in ("p2p_on", "p2p_off"):
+        for s in (1, 2, 3, 4):  # a server log per start, each launched with a quarter of the rig's share
+            log = res.run_dir / "scenarios" / f"{arm}-c1" / f"server_start{s}.log"
+            (line,) = _launch_lines(log)
+            assert "--gpu-memory-utilization 0.225" in line, line
+    on, off = _reps(res.run_dir, "p2p_on", "c1"), _reps(res.run_dir, "p2p_off", "c1")
+    assert sorted(on) == sorted(off) == list(range(1, 9))
+    for k, d in on.items():
+        assert (d["meta"]["start"], d["meta"]["window"]) == ((k - 1) // 2 + 1, (k - 1) % 2 + 1)
+        assert d["meta"]["at_once"] == (2 if d["meta"]["attempt"] == 1 else d["meta"]["at_once"])
+        first = "p2p_on" if d["meta"]["started_at"] < off[k]["meta"]["started_at"] else "p2p_off"
+        assert first == order(["p2p_on", "p2p_off"], d["meta"]["start"], d["meta"]["window"])[0]
+    # the starts of one launch take turns window by window: start 2's window 1 runs before start 1's window 2
+    assert on[3]["meta"]["started_at"] < on[2]["meta"]["started_at"] or on[2]["meta"]["attempt"] > 1
+    decision = res.decisions["c1"]
+    assert decision["n"] == 4 and decision["components"]["starts"] == 4  # df = 3, not 1
+    assert res.proofs["p2p_on"] is not None and res.proofs["p2p_off"] is not None
+
+
+def test_every_server_of_a_launch_warms_up_before_its_first_window(tmp_path: Path) -> None:
+    """A warm-up per server and point, not per arm: a copy measured cold would look like a slower start."""
+    runner = _with_kv(_runner(tmp_path, starts=2, starts_at_once=2, windows=2, concurrency=[1, 2], warmup=1))
+    backend = runner.backend
+    assert isinstance(backend, ModelBackend)
+    warmed: list[tuple[str, str]] = []
+    real_warm = backend.warm
+
+    def warm(handle: Any, point: str) -> None:
+        warmed.append((str(handle.server.log_path), point))
+        real_warm(handle, point)
+
+    backend.warm = warm  # type: ignore[method-assign]
+    res = runner.run()
+    assert res.status == "complete", res.errors
+    kept = [(log, p) for log, p in warmed if ".try" not in log]  # a launch made again warms its servers again
+    servers = {log for log, _ in kept}
+    assert len(servers) == 4 and all(log.endswith(("server_start1.log", "server_start2.log")) for log in servers)
+    assert set(kept) == {(log, p) for log in servers for p in ("c1", "c2")}
+    reruns = sum(1 for n in res.notes if " screened and re-run" in n)  # a start the screen ran again: 2 servers
+    assert len(kept) == 8 + 4 * reruns  # once per server and point, no more
+
+
+def test_an_undecided_campaign_adds_a_launch_of_the_starts_left(tmp_path: Path) -> None:
+    assert launches(1, 6, 4) == [1, 2, 3, 4] and launches(5, 6, 4) == [5, 6] and launches(3, 3, 2) == [3]
+    # the stand-in's arms are alike: a 30 % threshold cannot be passed, and 2 starts rarely fail it
+    res = _with_kv(_runner(tmp_path, starts=2, starts_at_once=2, max_starts=3, windows=1, concurrency=[1],
+                           min_uplift="30%")).run()
+    assert res.status == "complete", res.errors
+    added = [n for n in res.notes if n.startswith("uplift inconclusive at 2 start(s)")]
+    if added:  # decided (failed) at 2 starts is possible on a loaded box; then nothing is added
+        assert added == ["uplift inconclusive at 2 start(s): adding start 3"]
+        assert [s["starts"] for s in _starts(res.run_dir) if s["attempt"] == 1][-1] == [3]
+
+
+def test_a_server_dying_sets_the_whole_launch_aside_and_makes_it_again(tmp_path: Path) -> None:
+    """p2p_on's first server dies at its 4th completion: both starts of the launch went down with it."""
+    env = {"PYTEST_P2P_STANDIN_FAULT": "die-after=4", "FAULT_ONCE_MARKER": str(tmp_path / "fault-once")}
+    res = _with_kv(_runner(tmp_path, env, starts=2, starts_at_once=2, windows=2, concurrency=[1])).run()
+    assert res.status == "complete", res.errors
+    assert any(n.startswith("starts 1-2 attempt 1 set aside and re-run") for n in res.notes), res.notes
+    assert {a.rep for a in res.set_aside if a.kind == "failed"} <= {1, 2, 3, 4}
+    for arm in ("p2p_on", "p2p_off"):
+        reps = _reps(res.run_dir, arm, "c1")
+        assert sorted(reps) == [1, 2, 3, 4] and {d["meta"]["attempt"] for d in reps.values()} >= {2}
+
+
+@pytest.mark.parametrize(("campaign", "message"), [
+    ({"starts": 3, "starts_at_once": 4}, r"campaign\.starts_at_once: starts_at_once \(4\) is above starts \(3\)"),
+    ({"residency": "sleep", "starts_at_once": 2}, r"campaign\.starts_at_once: .*needs residency resident or auto"),
+    ({"residency": "restart", "starts_at_once": 2}, r"campaign\.starts_at_once: .*got residency restart"),
+    ({"starts_at_once": 0}, r"campaign\.starts_at_once"),
+    ({"starts_at_once": 17}, r"campaign\.starts_at_once"),
+])
+def test_a_bad_starts_at_once_is_a_config_error_naming_the_key(campaign: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_campaign(campaign, "rig.yaml")
+
+
+def test_p2p_reps_below_starts_at_once_makes_fewer_at_once() -> None:
+    cfg = parse_campaign({"starts": 6, "starts_at_once": 3}, "r.yaml").with_overrides(reps=2)
+    assert (cfg.starts, cfg.starts_at_once) == (2, 2)
+
+
+def test_the_plan_counts_a_launch_once_and_says_how_many_servers_share_the_pair(tmp_path: Path) -> None:
+    config = parse_campaign({**BASE, "starts": 6, "starts_at_once": 3, "windows": 2, "window_s": 8}, "rig.yaml")
+    server = parse_server({"command": ["vllm", "serve"], "model": "m", "args": KV}, "rig.yaml")
+    runner = CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS,
+                            backend=ModelBackend(server=server, campaign=config, pair=(0, 1), rig_env={}),
+                            results_root=tmp_path, rig_name="r", lease=GpuLease(tmp_path / "locks"))
+    line = plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]
+    assert "GPU memory split among 6 servers: 3 starts at once" in line, line
+    # two launches of ~120 s, and 6 starts x 2 points x 2 arms x (2 windows of 8 s x 1.3 + a 2 s warm-up)
+    assert "expected 13 min" in line and "(12 server starts of ~120 s" in line, line
+    one_by_one = parse_campaign({**BASE, "starts": 6, "windows": 2, "window_s": 8}, "rig.yaml")
+    runner.config = one_by_one
+    assert "expected 21 min" in plan_line(runner, ["c16", "c64"]), plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]
+
+
+TIGHT_AT_ONCE = r"""
+import os, sys
+share = float(sys.argv[sys.argv.index("--gpu-memory-utilization") + 1])
+if share < 0.3:
+    print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (SIMULATED)", flush=True)
+    sys.exit(1)
+os.execv(sys.executable, [sys.executable, "-m", "pytest_p2p.serve.standin", *sys.argv[1:]])
+"""
+
+
+def test_too_many_at_once_fails_saying_fewer_at_once_and_does_not_go_to_sleep_mode(tmp_path: Path) -> None:
+    wrapper = tmp_path / "tight.py"
+    wrapper.write_text(TIGHT_AT_ONCE)
+    server = parse_server({"command": [sys.executable, str(wrapper)], "model": "m",
+                           "args": {"tensor-parallel-size": 2, **KV},
+                           "env": {"PYTEST_P2P_STANDIN_TTFT_MS": "2", "PYTEST_P2P_STANDIN_TPOT_MS": "1"},
+                           "startup_timeout_s": 60, "load": {"input_len": 8, "output_len": 4, "warmup": 0}},
+                          "resident-rig.yaml")
+    config = parse_campaign({**BASE, "starts": 2, "starts_at_once": 2, "concurrency": [1], "residency": "auto"},
+                            "resident-rig.yaml")
+    res = CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS,
+                         backend=ModelBackend(server=server, campaign=config, pair=(0, 1), rig_env={}),
+                         results_root=tmp_path / "results", rig_name="resident", simulated=True,
+                         lease=GpuLease(tmp_path / "locks")).run()
+    assert res.status == "failed", res.notes
+    assert any("out of GPU memory" in e and "campaign.starts_at_once 2: fewer servers at once" in e
+               for e in res.errors), res.errors
+    assert not any(n.startswith("residency auto") for n in res.notes)
+    run = json.loads((res.run_dir / "run.json").read_text())
+    assert run["status"] == "failed"
