@@ -16,12 +16,23 @@ Noise model, on log values of the metric (tok/s):
 * optionally one bad start: every window of p2p_on in start 2 is 20 % low (a server that came
   up on a bad clock), at both points.  With ``screen_starts`` the campaign re-runs a start
   flagged at either point as a fresh start at the end.
+* optionally starts made at once (table 4, ``campaign.starts_at_once: k``): a launch starts ``k``
+  servers per arm together, each its own start, so ``B`` starts = ``L`` launches x ``k``; a launch
+  effect N(0, ``launch_sd``) on the paired log ratio is shared by the ``k`` starts of the launch
+  (both points, every window), which the t interval on the ``B`` start means (df ``B - 1``) does
+  not know about.
+* table 5: the same with the launch guard (``launch_guard_np``, as ``stats.launch_check``): a one-way ANOVA F
+  test of the start means with the launch as the factor; where it fires (p < gamma) the point is judged on the
+  L launch means (df ``L - 1``) instead of the B start means.
 
 Each point is judged by ``stats.decide_nested`` (threshold ``THR``, one-sided alpha 1 % per
 wrong verdict).  The rules are re-implemented in numpy for speed; ``fidelity()`` first checks
 them against the package on random inputs and aborts on any disagreement.
 
 Usage: python benchmarks/verdict_nested.py [--trials 4000] [--seed 1] [--quick]
+           [--only {grid,adaptive,old_vs_new,launch,guard}]
+``--only launch`` runs tables 4 and 5 (table 5 after table 4 on the same rng, as a full run does);
+``--only guard`` runs table 5 alone (same code, other random numbers: the rng has not drawn table 4's).
 Needs numpy and scipy (benchmarks only; the plugin needs neither).
 """
 
@@ -88,6 +99,46 @@ def screen_starts_np(m: np.ndarray) -> np.ndarray:
     return outliers_np(m, SCREEN_Z, SCREEN_FLOOR)
 
 
+def launch_guard_np(m: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The launch guard's F test: m (..., S) start means in launch order, L = S / k launches of k starts.
+
+    -> (F, p, launch means (..., L)).  One-way ANOVA with the launch as the factor (balanced):
+    MS_between = k * sum_l (M_l - mean(M))^2 / (L - 1), MS_within = sum_l sum_s (m_s - M_l)^2 / (S - L),
+    F = MS_between / MS_within on (L - 1, S - L) df, p = P(F' >= F).  MS_within = 0: p = 0 where
+    MS_between > 0 (F = inf), else p = 1 (F = 0).  Needs L >= 2 and k >= 2.
+    """
+    s = m.shape[-1]
+    if k < 2 or s % k or s // k < 2:
+        raise ValueError(f"the launch guard needs >= 2 whole launches of >= 2 starts, got {s} starts, k = {k}")
+    n_l = s // k
+    g = m.reshape(*m.shape[:-1], n_l, k)
+    lm = g.mean(-1)
+    msb = k * ((lm - lm.mean(-1, keepdims=True)) ** 2).sum(-1) / (n_l - 1)
+    msw = ((g - lm[..., None]) ** 2).sum((-2, -1)) / (s - n_l)
+    pos = msw > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(pos, msb / np.where(pos, msw, 1.0), np.where(msb > 0, np.inf, 0.0))
+    p = np.where(pos, sst.f.sf(f, n_l - 1, s - n_l), np.where(msb > 0, 0.0, 1.0))
+    return f, p, lm
+
+
+def decide_guarded_np(m: np.ndarray, k: int, thr: float, alpha: float,
+                      gamma: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """m (..., S) start means in launch order, launches of k -> (pass, fail, half-width, fired), per point.
+
+    ``gamma`` None (or k = 1: every start its own launch) is no guard: ``decide_np`` on the S start means,
+    df S - 1.  Else where ``launch_guard_np``'s p < gamma the point is judged by ``decide_np`` on its L
+    launch means (df L - 1), elsewhere on its S start means.
+    """
+    ps, fl, half, _ = decide_np(m, thr, alpha)
+    if gamma is None or k == 1:
+        return ps, fl, half, np.zeros(ps.shape, bool)
+    _, p, lm = launch_guard_np(m, k)
+    fired = p < gamma
+    ps_l, fl_l, half_l, _ = decide_np(lm, thr, alpha)
+    return np.where(fired, ps_l, ps), np.where(fired, fl_l, fl), np.where(fired, half_l, half), fired
+
+
 # ----------------------------------------------------------------------------- campaigns
 
 def positions(b: int, w: int, schedule: str) -> np.ndarray:
@@ -103,12 +154,27 @@ def positions(b: int, w: int, schedule: str) -> np.ndarray:
 
 
 def draw(rng: np.random.Generator, t: int, b: int, w: int, start_sd: float, window_sd: float, up: float,
-         drift: float = 0.0, schedule: str = "abba", bad: bool = False, first_block: int = 0) -> np.ndarray:
-    """(T, P, B, W) paired log ratios of ``t`` campaigns (blocks numbered from ``first_block`` for drift)."""
+         drift: float = 0.0, schedule: str = "abba", bad: bool = False, first_block: int = 0,
+         launch: int = 1, launch_sd: float = 0.0) -> np.ndarray:
+    """(T, P, B, W) paired log ratios of ``t`` campaigns (blocks numbered from ``first_block`` for drift).
+
+    ``launch`` = k starts made at once: blocks 0..k-1 are launch 0, k..2k-1 launch 1, ...  The launch
+    effect goes on p2p_on's log values only, one value per launch, so the paired log ratio carries
+    exactly ``launch_sd``, shared by both points, every window and the k starts of the launch (an
+    arm-symmetric split would give the same ratio).  It is drawn only when ``launch_sd > 0``, so the
+    other tables draw the same numbers from the rng as before it existed.
+    """
+    if launch < 1 or b % launch:
+        raise ValueError(f"{b} starts are not whole launches of {launch}")
+    if drift and launch > 1:
+        raise ValueError("drift follows the sequential time order; starts made at once interleave it differently")
     s = start_sd / math.sqrt(2)
     u = (math.sqrt(SHARED) * rng.normal(0, s, (t, A, 1, b, 1))
          + math.sqrt(1 - SHARED) * rng.normal(0, s, (t, A, P, b, 1)))
     x = u + rng.normal(0, window_sd / math.sqrt(2), (t, A, P, b, w))
+    if launch_sd > 0:
+        c = rng.normal(0, launch_sd, (t, b // launch, 1))  # (T, L, 1)
+        x[:, 0] += np.repeat(c, launch, axis=1)[:, None]  # (T, 1, B, 1): the k starts of a launch share it
     x[:, 0] += math.log1p(up)
     if drift:
         x -= drift * (positions(first_block + b, w, schedule)[None, :, :, first_block:, :])
@@ -132,6 +198,12 @@ def rerun_flagged(rng: np.random.Generator, r: np.ndarray, start_sd: float, wind
 def judge(r: np.ndarray, alpha: float | None = None) -> dict[str, np.ndarray]:
     ps, fl, half, _ = decide_np(r.mean(-1), THR, ALPHA if alpha is None else alpha)  # (T, P)
     return {"pass": ps, "fail": fl, "half": half}
+
+
+def judge_guarded(r: np.ndarray, k: int, gamma: float | None) -> dict[str, np.ndarray]:
+    """``judge`` with the launch guard at level ``gamma`` (None: no guard); r (T, P, B, W), launches of k."""
+    ps, fl, half, fired = decide_guarded_np(r.mean(-1), k, THR, ALPHA, gamma)  # (T, P)
+    return {"pass": ps, "fail": fl, "half": half, "fired": fired}
 
 
 def rate(x: np.ndarray) -> float:
@@ -174,6 +246,70 @@ def fidelity(rng: np.random.Generator, trials: int = 400) -> None:
         raise SystemExit(f"fidelity: {bad} disagreements between the numpy rules and pytest_p2p.stats")
     print(f"fidelity: numpy rules agree with stats.decide_nested / components / screen_starts on {trials} random "
           "campaigns (1-6 starts x 1-8 windows)")
+
+
+def fidelity_guard(trials: int = 400, seed: int = 20261126) -> None:
+    """``launch_guard_np`` against scipy.stats.f_oneway (and stats.launch_check / decide_nested, if present).
+
+    Its own rng, so the tables draw the same numbers as without it.  Aborts on any disagreement.
+    """
+    rng = np.random.default_rng(seed)
+    bad = 0
+    fired = 0
+    for _ in range(trials):
+        n_l, k = int(rng.integers(2, 6)), int(rng.integers(2, 6))
+        shape = (int(rng.integers(1, 4)), P, n_l * k)
+        m = rng.normal(0, rng.uniform(0.001, 0.03), shape) + np.repeat(
+            rng.normal(0, rng.choice([0.0, 0.005, 0.03]), (*shape[:-1], n_l)), k, -1)
+        f, p, lm = launch_guard_np(m, k)  # vectorised over the leading axes
+        for idx in np.ndindex(*shape[:-1]):
+            ref = sst.f_oneway(*m[idx].reshape(n_l, k))
+            bad += int(not math.isclose(float(f[idx]), float(ref.statistic), rel_tol=1e-9, abs_tol=1e-12))
+            bad += int(not math.isclose(float(p[idx]), float(ref.pvalue), rel_tol=1e-7, abs_tol=1e-12))
+            bad += int(not np.allclose(lm[idx], m[idx].reshape(n_l, k).mean(-1), rtol=0, atol=1e-15))
+        fired += int((p < 0.25).sum())
+    # MS_within = 0: F = inf, p = 0 where the launch means differ; F = 0, p = 1 where all starts are equal
+    f0, p0, _ = launch_guard_np(np.array([[0.1, 0.1, 0.3, 0.3], [0.2, 0.2, 0.2, 0.2]]), 2)
+    bad += int(not (np.isinf(f0[0]) and p0[0] == 0.0 and f0[1] == 0.0 and p0[1] == 1.0))
+    if bad:
+        raise SystemExit(f"fidelity: launch_guard_np disagrees with scipy.stats.f_oneway in {bad} checks")
+    msg = (f"fidelity: launch_guard_np's F, p and launch means agree with scipy.stats.f_oneway on {trials} random "
+           f"batches (2-5 launches of 2-5 starts; guard p < 0.25 in {fired} points)")
+    try:
+        from pytest_p2p.stats import launch_check
+        from pytest_p2p.stats.nested import LAUNCH_GUARD_LEVEL
+    except ImportError:
+        print(msg + "; stats.launch_check not present, not compared")
+        return
+    bad = fired = 0
+    n = trials // 2
+    for _ in range(n):
+        n_l, k, w = int(rng.integers(2, 5)), int(rng.integers(2, 5)), int(rng.integers(1, 5))
+        b = n_l * k
+        r = (rng.normal(rng.normal(0, 0.03), rng.uniform(0.001, 0.03), (b, 1))
+             + np.repeat(rng.normal(0, rng.choice([0.0, 0.01, 0.03]), (n_l, 1)), k, 0)
+             + rng.normal(0, rng.uniform(0.002, 0.03), (b, w)))
+        on = np.exp(r) * rng.uniform(50, 9000, (b, 1))
+        off = on / np.exp(r)
+        blocks = [list(zip(on[i].tolist(), off[i].tolist(), strict=True)) for i in range(b)]
+        labels = [i // k for i in range(b)]
+        thr = float(rng.choice([0.0, 0.02, -0.01]))
+        alpha = float(rng.choice([0.01, 0.05, 0.005]))
+        chk = launch_check(r.mean(-1).tolist(), labels)
+        f, p, _ = launch_guard_np(r.mean(-1), k)
+        bad += int(not (math.isclose(float(f), chk.f or 0.0, rel_tol=1e-7) and math.isclose(float(p), chk.p or 0.0,
+                                                                                          rel_tol=1e-6, abs_tol=1e-12)))
+        d = decide_nested(blocks, threshold=thr, alpha=alpha, launches=labels)
+        ps, fl, _, fd = decide_guarded_np(r.mean(-1), k, thr, alpha, LAUNCH_GUARD_LEVEL)
+        bad += int(("pass" if ps else ("fail" if fl else "inconclusive")) != d.outcome.value)
+        bad += int(bool(fd) != (chk.status == "fired"))
+        fired += int(fd)
+    if bad:
+        raise SystemExit(f"fidelity: decide_guarded_np disagrees with stats.launch_check / decide_nested(launches=) "
+                         f"in {bad} checks")
+    print(msg + f"; its F, p and verdicts agree with stats.launch_check / decide_nested(launches=) at level "
+          f"{LAUNCH_GUARD_LEVEL:g} on {n} random campaigns (2-4 launches of 2-4 starts x 1-4 windows; fired in "
+          f"{fired})")
 
 
 # ----------------------------------------------------------------------------- tables
@@ -303,6 +439,145 @@ def table_old_vs_new(rng: np.random.Generator, t: int) -> None:
                       f"{pct(rate(null['pass'] | null['fail']))} |", flush=True)
 
 
+LAUNCH_DESIGNS = ((3, 5, 1), (6, 2, 3), (6, 2, 6), (8, 2, 4))  # (B starts, W windows, k starts per launch)
+LAUNCH_TRUTH = ((0.006, 0.010), 0.02, (0.0, 0.003, 0.006, 0.010))  # start sds, window sd, launch sds
+
+
+def design_name(b: int, w: int, k: int) -> str:
+    return f"{b} x {w} sequential" if k == 1 else f"{b} x {w}, {b // k} launch{'es' if b // k > 1 else ''} of {k}"
+
+
+def table_launch(rng: np.random.Generator, t: int) -> dict[str, dict[str, float]]:
+    """Starts made at once: does a launch effect shared by the k starts of a launch break the t interval?
+
+    The verdict treats the B starts as independent (df B - 1), but with k > 1 they come in L = B / k
+    launches, and a launch effect moves all k start means together: it adds to the mean's error with
+    weight 1 / L, yet shows up in the spread of the B start means only as far as launches differ.
+    """
+    s_sds, w_sd, l_sds = LAUNCH_TRUTH
+    nominal = 2 * ALPHA
+    tol = 3 * math.sqrt(nominal * (1 - nominal) / t)
+    print(f"\n## 4. Starts made at once: a launch effect shared by the starts of one launch, {t} campaigns a cell")
+    print(f"Each design is B starts x W window pairs per point, made as L launches of k starts per arm "
+          f"(campaign.starts_at_once: k; all 2k servers of a launch resident together, windows alternating over "
+          f"replicas and arms); the verdict is unchanged: t interval on the B start means, df B - 1, threshold "
+          f"{THR:+.0%}, alpha {ALPHA:.2%} per wrong verdict and point.  launch sd = SD of a launch effect on the "
+          f"paired log ratio, shared by both points, every window and the k starts of the launch.  For k = 1 "
+          f"(sequential) every start is its own launch, so the launch effect is just part of the start effect "
+          f"(start means spread as sqrt(start sd^2 + launch sd^2)) and the interval accounts for it.  window sd "
+          f"{w_sd:.1%}.  wrong = either wrong verdict at true 0 % (pass or fail; both points pooled; nominal "
+          f"{pct(nominal)} %); half-width = mean 98 % CI half-width (%) at true 0 %; +2 %: pass = decided pass "
+          f"at true +2 %\n")
+    print("| start sd | launch sd | design | launches x starts at once | starts x windows | half-width "
+          "| true 0: wrong | +2 %: pass |")
+    print("|---|---|---|---|---|---|---|---|")
+    res: dict[str, dict[str, float]] = {}
+    for s_sd in s_sds:
+        for l_sd in l_sds:
+            for b, w, k in LAUNCH_DESIGNS:
+                null = judge(draw(rng, t, b, w, s_sd, w_sd, 0.0, launch=k, launch_sd=l_sd))
+                up2 = judge(draw(rng, t, b, w, s_sd, w_sd, 0.02, launch=k, launch_sd=l_sd))
+                wrong, half, power = rate(null["pass"] | null["fail"]), rate(null["half"]), rate(up2["pass"])
+                res[f"{design_name(b, w, k)}|{s_sd}|{l_sd}"] = {"wrong": wrong, "half": half, "pass": power}
+                print(f"| {s_sd:.1%} | {l_sd:.1%} | {design_name(b, w, k)} | {b // k} x {k} | {b} x {w} | "
+                      f"{100 * half:.2f} | {pct(wrong)} | {pct(power)} |", flush=True)
+    print(f"\nWhat the table shows (nominal wrong rate {pct(nominal)} %; 'above' = more than {pct(nominal + tol)} %, "
+          f"nominal + 3 Monte Carlo SEs at {t} campaigns):")
+    for b, w, k in LAUNCH_DESIGNS:
+        name = design_name(b, w, k)
+        cells = {(s, lsd): res[f"{name}|{s}|{lsd}"] for s in s_sds for lsd in l_sds}
+        at0 = [cells[(s, 0.0)]["wrong"] for s in s_sds]
+        (ws, wl), worst = max(cells.items(), key=lambda kv: kv[1]["wrong"])
+        above = [(lsd, s) for (s, lsd), c in sorted(cells.items(), key=lambda kv: kv[0][::-1])
+                 if c["wrong"] > nominal + tol]
+        first = (f"above nominal in {len(above)} of {len(cells)} cells (the smallest launch sd among them "
+                 f"{above[0][0]:.1%})" if above else f"above nominal in none of {len(cells)} cells")
+        by_start = "; ".join(
+            f"start sd {s:.1%}: half-width {100 * cells[(s, l_sds[0])]['half']:.2f} -> "
+            f"{100 * cells[(s, l_sds[-1])]['half']:.2f} %, +2 % pass {pct(cells[(s, l_sds[0])]['pass'])} -> "
+            f"{pct(cells[(s, l_sds[-1])]['pass'])} %" for s in s_sds)
+        print(f"- {name}: wrong {pct(min(at0))}-{pct(max(at0))} % at launch sd 0; largest {pct(worst['wrong'])} % "
+              f"(start sd {ws:.1%}, launch sd {wl:.1%}); {first}.  From launch sd {l_sds[0]:.1%} to "
+              f"{l_sds[-1]:.1%}: {by_start}")
+    return res
+
+
+GUARD_DESIGNS = ((3, 5, 1), (6, 2, 3), (6, 2, 2), (8, 2, 4), (8, 2, 2))  # no single launch of several starts
+GUARD_TRUTH = ((0.006, 0.010), 0.02, (0.0, 0.003, 0.006, 0.010, 0.020))  # start sds, window sd, launch sds
+GUARDS = (None, 0.05, 0.25)  # no guard, guard levels gamma
+
+
+def guard_name(g: float | None) -> str:
+    return "no guard" if g is None else f"gamma {g:g}"
+
+
+def table_guard(rng: np.random.Generator, t: int) -> dict[str, dict[str, float]]:
+    """Table 4's launch effect against the launch guard: how much of the excess does it take back, at what cost?"""
+    fidelity_guard()
+    s_sds, w_sd, l_sds = GUARD_TRUTH
+    nominal = 2 * ALPHA
+    tol = 3 * math.sqrt(nominal * (1 - nominal) / t)
+    shown = [g for g in GUARDS if g is not None]
+    print(f"\n## 5. Starts made at once, with the launch guard, {t} campaigns a cell")
+    print(f"The designs of table 4 with at least 2 launches (a single launch of several starts is refused: a launch "
+          f"effect cannot be seen there), and the sequential 3 x 5 as the reference (k = 1: no guard applies, its "
+          f"guard columns repeat 'no guard').  The guard, per point: a one-way ANOVA of the point's B start means with "
+          f"the launch as the factor, F = MS between launches / MS within on (L - 1, B - L) df; where its p < gamma "
+          f"the point is judged on its L launch means (t interval, df L - 1), else on its B start means (df B - 1) "
+          f"as in table 4.  Threshold {THR:+.0%}, alpha {ALPHA:.2%} per wrong verdict and point; the three "
+          f"settings judge the same simulated campaigns.  window sd {w_sd:.1%}.  wrong = either wrong verdict at "
+          f"true 0 % (both points pooled; nominal {pct(nominal)} %); pass = decided pass at true +2 %; fired = share "
+          f"of campaigns at true 0 % where the guard at gamma {shown[-1]:g} fired at either point / share of points\n")
+    print("| start sd | launch sd | design | launches x starts at once | starts x windows | "
+          + " | ".join(f"true 0: wrong, {guard_name(g)}" for g in GUARDS) + " | "
+          + " | ".join(f"+2 %: pass, {guard_name(g)}" for g in GUARDS)
+          + f" | fired at gamma {shown[-1]:g}, true 0: campaigns / points |")
+    print("|---|---|---|---|---|" + "---|" * (2 * len(GUARDS) + 1))
+    res: dict[str, dict[str, float]] = {}
+    for s_sd in s_sds:
+        for l_sd in l_sds:
+            for b, w, k in GUARD_DESIGNS:
+                r0 = draw(rng, t, b, w, s_sd, w_sd, 0.0, launch=k, launch_sd=l_sd)
+                r2 = draw(rng, t, b, w, s_sd, w_sd, 0.02, launch=k, launch_sd=l_sd)
+                cells: list[str] = []
+                passes: list[str] = []
+                for g in GUARDS:
+                    null, up2 = judge_guarded(r0, k, g), judge_guarded(r2, k, g)
+                    wrong, power = rate(null["pass"] | null["fail"]), rate(up2["pass"])
+                    res[f"{design_name(b, w, k)}|{s_sd}|{l_sd}|{g}"] = {
+                        "wrong": wrong, "pass": power, "fired_c": rate(null["fired"].any(1)),
+                        "fired_p": rate(null["fired"])}
+                    cells.append(pct(wrong))
+                    passes.append(pct(power))
+                fd = res[f"{design_name(b, w, k)}|{s_sd}|{l_sd}|{shown[-1]}"]
+                fired = "n/a (k = 1)" if k == 1 else f"{pct(fd['fired_c'])} / {pct(fd['fired_p'])}"
+                print(f"| {s_sd:.1%} | {l_sd:.1%} | {design_name(b, w, k)} | {b // k} x {k} | {b} x {w} | "
+                      + " | ".join(cells) + " | " + " | ".join(passes) + f" | {fired} |", flush=True)
+    print(f"\nWhat the table shows (nominal wrong rate {pct(nominal)} %; 'above' = more than {pct(nominal + tol)} %, "
+          f"nominal + 3 Monte Carlo SEs at {t} campaigns; cost = +2 % pass rate lost to the guard at launch sd 0, "
+          f"where there is no launch effect to find):")
+    for b, w, k in GUARD_DESIGNS:
+        name = design_name(b, w, k)
+        parts = []
+        for g in (GUARDS[:1] if k == 1 else GUARDS):
+            cells = {(s, lsd): res[f"{name}|{s}|{lsd}|{g}"] for s in s_sds for lsd in l_sds}
+            (ws, wl), worst = max(cells.items(), key=lambda kv: kv[1]["wrong"])
+            above = sum(c["wrong"] > nominal + tol for c in cells.values())
+            part = (f"{guard_name(g)}: largest wrong {pct(worst['wrong'])} % (start sd {ws:.1%}, launch sd {wl:.1%}), "
+                    f"above nominal in {above} of {len(cells)} cells")
+            if g is not None:
+                cost = ", ".join(
+                    f"start sd {s:.1%}: {pct(res[f'{name}|{s}|0.0|None']['pass'])} -> {pct(cells[(s, 0.0)]['pass'])} % "
+                    f"(fired in {pct(cells[(s, 0.0)]['fired_c'])} % of campaigns)" for s in s_sds)
+                part += f"; cost at launch sd 0: {cost}"
+            parts.append(part)
+        print(f"- {name}: " + "; ".join(parts) + ("  (k = 1: no guard applies)" if k == 1 else ""))
+    return res
+
+
+TABLES = ("grid", "adaptive", "old_vs_new", "launch", "guard")
+
+
 def main() -> None:
     global ALPHA
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -311,6 +586,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer cells and 500 trials (smoke)")
     ap.add_argument("--alpha", type=float, default=ALPHA,
                     help="one-sided alpha per point (the campaign splits 1 %% over its points: 0.005 for 2)")
+    ap.add_argument("--only", choices=TABLES, default=None,
+                    help="run one table (fidelity() still runs first; 'launch' = tables 4 and 5, 'guard' = "
+                         "table 5 alone); default: all")
     args = ap.parse_args()
     ALPHA = args.alpha
     rng = np.random.default_rng(args.seed)
@@ -318,10 +596,19 @@ def main() -> None:
     fidelity(rng, 100 if args.quick else 400)
     t = 500 if args.quick else args.trials
     print(f"command: python benchmarks/verdict_nested.py --trials {args.trials} --seed {args.seed}"
-          f"{' --quick' if args.quick else ''}{f' --alpha {ALPHA:g}' if ALPHA != 0.01 else ''}")
-    table_grid(rng, t, args.quick)
-    table_adaptive(rng, t)
-    table_old_vs_new(rng, t)
+          f"{' --quick' if args.quick else ''}{f' --alpha {ALPHA:g}' if ALPHA != 0.01 else ''}"
+          f"{f' --only {args.only}' if args.only else ''}")
+    run = TABLES if args.only is None else (args.only,)
+    if "grid" in run:
+        table_grid(rng, t, args.quick)
+    if "adaptive" in run:
+        table_adaptive(rng, t)
+    if "old_vs_new" in run:
+        table_old_vs_new(rng, t)
+    if "launch" in run:
+        table_launch(rng, t)
+    if "launch" in run or "guard" in run:
+        table_guard(rng, t)
     print(f"\nelapsed {time.time() - t0:.0f} s")
 
 
