@@ -34,6 +34,8 @@ from ..stats import (
     components,
     decide_nested,
     decide_uplift,
+    launch_check,
+    log_ratios,
     outlying_slots,
     prior_use,
     screen_pairs,
@@ -41,7 +43,7 @@ from ..stats import (
     screen_windows,
     slot_shift,
 )
-from .aggregate import group_by_start, is_measurement, start_of
+from .aggregate import group_by_start, is_measurement, launch_of, start_of
 from .config import CampaignConfig
 
 Json = dict[str, object]
@@ -191,6 +193,29 @@ def _blocks(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]
     return [[(x, y) for _, x, y in ws] for ws in by_start(a, b, config.metric(kind), kind, reps).values()]
 
 
+def _launches(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> list[object] | None:
+    """The launch of each start of :func:`_blocks`, in the same order (``None`` when every start had its own: a
+    rep file without ``meta.launch`` counts as a launch of its own)."""
+    groups = by_start(a, b, config.metric(kind), kind, reps)
+    labels: list[object] = []
+    for start, ws in groups.items():
+        got = launch_of(a.get(ws[0][0]))
+        labels.append(("launch", got) if got is not None else ("start", start))
+    return labels if len(set(labels)) < len(labels) else None
+
+
+def launch_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> Json:
+    """What the launch guard found at one point (kept in ``run.json`` next to the decision, as ``launch_guard``)."""
+    blocks = _blocks(a, b, config, kind, reps)
+    try:
+        ratios = [log_ratios([x for x, _ in bl], [y for _, y in bl],
+                             higher_is_better=config.direction(kind) == "higher") for bl in blocks]
+        check = launch_check([math.fsum(r) / len(r) for r in ratios], _launches(a, b, config, kind, reps))
+    except StatsError as exc:
+        return {"error": str(exc)}
+    return check.as_json()
+
+
 def start_plan(config: CampaignConfig, alpha: float) -> SequentialPlan:
     """Looks after ``starts`` starts and after each added start up to ``max_starts`` (alpha spending)."""
     last = max(config.starts, config.max_starts or config.starts)
@@ -209,7 +234,8 @@ def decide_starts(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: lis
     sp = start_plan(config, alpha)
     look = sp.alpha_at(min(max(len(blocks), sp.min_pairs), sp.max_pairs)) or alpha
     return decide_nested(blocks, threshold=threshold, higher_is_better=config.direction(kind) == "higher",
-                         alpha=min(look, 0.49), quantity=f"uplift of {config.arm_a} over {config.arm_b}", prior=prior)
+                         alpha=min(look, 0.49), quantity=f"uplift of {config.arm_a} over {config.arm_b}", prior=prior,
+                         launches=_launches(a, b, config, kind, reps))
 
 
 def prior_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int],

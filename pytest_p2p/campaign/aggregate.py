@@ -157,6 +157,14 @@ def start_of(d: Mapping[str, object] | None) -> int | None:
     return got if isinstance(got, int) and not isinstance(got, bool) else None
 
 
+def launch_of(d: Mapping[str, object] | None) -> int | None:
+    """The launch that made the server start of a rep's window (``meta.launch``: starts made at once share one);
+    ``None`` where the rep file predates it or ran in no launch (restart per rep)."""
+    meta = d.get("meta") if d is not None else None
+    got = meta.get("launch") if isinstance(meta, dict) else None
+    return got if isinstance(got, int) and not isinstance(got, bool) else None
+
+
 def group_by_start(items: Iterable[tuple[int | None, T]]) -> dict[int, list[T]]:
     """``{start: [item, ...]}`` in start order; items of no start (a restart-per-rep rep) are left out."""
     out: dict[int, list[T]] = {}

@@ -105,7 +105,7 @@ class ModelBackend:
     @contextlib.contextmanager
     def resident(self, arms: Sequence[Arm], log_paths: Sequence[Path], mode: str,
                  labels: Sequence[str] | None = None) -> Iterator[dict[str, ServerSlot]]:
-        """A server per entry of ``arms`` up at once for one launch; torn down together (last started first).
+        """A server per entry of ``arms`` up at once for one launch; torn down together, at once.
 
         ``arms`` names an arm once per server: once each for one start, ``k`` times each for ``k`` starts made at
         once (``campaign.starts_at_once``). The slots are keyed by ``labels`` (default: the arm names, which must

@@ -152,7 +152,8 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     alpha = cfg.uplift_rule_for(runner.kind).alpha / max(1, len(points))
     line = (f"plan: {mode} arms ({memory}): {cfg.starts} starts x {cfg.windows} window pairs x {len(points)} "
             f"point(s), windows of {_window_text(cfg.window_s, cfg.prompts_per_concurrency)}{more}; expected "
-            f"{total / 60:.0f} min ({cfg.starts * n_arms} server starts of ~{start_s:.0f} s{_start_text(runner)}, "
+            f"{total / 60:.0f} min ({cfg.starts * n_arms} server starts of ~{start_s:.0f} s{_start_text(runner)}"
+            + (f", {len(groups)} launches of ~{_start_estimate(runner, 2, k):.0f} s" if k > 1 else "") + ", "
             f"{100 * (total - starts_s) / total:.0f} % of it under load)")
     if cfg.starts < 2:
         return line + "; one start cannot decide (the start-to-start spread is unknown)"
@@ -205,13 +206,18 @@ def _warm_s(warmup: int) -> float:
     return 2.0 if warmup > 0 else 0.0
 
 
+#: Seconds each server beyond two adds to a parallel launch: eight 7B-shape servers (4 starts at once) were ready
+#: in 160 s on 2x H200 with the compile cache loaded (215 s on a cold machine), where two take 93-99 s on H100
+PLAN_PER_SERVER_S = 7.0
+
+
 def _start_estimate(runner: ResidentRunner, launch: int, at_once: int = 1) -> float:
     """Seconds launch number ``launch`` (every arm's server, ``at_once`` times) is expected to take: one server's
-    start when they start in parallel (the slowest; they start alike), the sum over the servers when one after
-    the other. Starts made at once launch ``2 x at_once`` servers in parallel: counted as one start here, though
-    their CPU and file work grows with the servers (the run's notes say what each launch took)."""
+    start when they start in parallel (the slowest; they start alike) plus :data:`PLAN_PER_SERVER_S` for each
+    server beyond two (their CPU and file work adds up), the sum over the servers when one after the other."""
     one = _server_start_s(runner)
-    return one if _parallel(runner, launch) else len(runner.config.arms) * at_once * one
+    servers = len(runner.config.arms) * at_once
+    return one + PLAN_PER_SERVER_S * max(0, servers - 2) if _parallel(runner, launch) else servers * one
 
 
 def _parallel(runner: ResidentRunner, launch: int) -> bool:
@@ -306,7 +312,9 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
                                     "components": adaptive.components_json(*runner._arm_reps(result, p), cfg,
                                                                            runner.kind, reps),
                                     "start_prior": adaptive.prior_json(*runner._arm_reps(result, p), cfg,
-                                                                       runner.kind, reps, runner.start_priors.get(p))}
+                                                                       runner.kind, reps, runner.start_priors.get(p)),
+                                    "launch_guard": adaptive.launch_json(*runner._arm_reps(result, p), cfg,
+                                                                         runner.kind, reps)}
                                 for p, d in decisions.items()}
             return
         more = launches(start + 1, last, cfg.starts_at_once)
@@ -468,8 +476,10 @@ def _record_start(rd: RunWriter, result: CampaignResult, backend: ModelBackend, 
                         + (f"; {rec['kv_note']}" if "kv_note" in rec else ""))
     backend.start_log.append(rec)
     rd.write_run_meta({"server_starts": list(backend.start_log)})
+    # ``launch`` numbers every launch (attempt) of the campaign: the launch guard groups starts by it, and a start
+    # re-run alone after the screen is a launch of its own even though it keeps its start number
     return {"start_mode": rec.get("start_mode"), "start_s": rec.get("start_s"), "kv_cache_memory_bytes": kv,
-            "kv_source": rec.get("kv_source"), "at_once": len(group)}
+            "kv_source": rec.get("kv_source"), "at_once": len(group), "launch": len(backend.start_log)}
 
 
 def _same_transport(runner: ResidentRunner, result: CampaignResult, slot: ServerSlot, arm: str,

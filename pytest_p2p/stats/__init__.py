@@ -29,12 +29,14 @@ from .moderate import MODERATE_MIN_REPS, MODERATE_MIN_RUNS, SpreadPrior, spread_
 from .multiplicity import holm_adjust, holm_reject
 from .nested import (
     Components,
+    LaunchCheck,
     NestedPlan,
     PriorUse,
     StartPrior,
     components,
     decide_nested,
     expected_halfwidth,
+    launch_check,
     plan_for,
     plan_with_prior,
     prior_use,
@@ -48,10 +50,10 @@ from .summary import RepSummary, paired_uplift, summarise, summarize
 from .tdist import StatsError, t_cdf, t_quantile, z_quantile
 
 __all__ = [
-    "Components", "Decision", "MIN_RUNS", "MODERATE_MIN_REPS", "MODERATE_MIN_RUNS", "NestedPlan", "Outcome",
-    "PriorUse", "RepSummary", "RunStats", "SequentialPlan", "SpreadPrior", "StatsError", "components", "decide_change",
-    "decide_nested", "decide_uplift", "expected_halfwidth", "family_wise", "holm_adjust", "holm_reject", "log_ratios",
-    "outliers", "outlying_slots", "paired_uplift", "pairs_for", "plan_for", "plan_with_prior", "prior_use",
-    "screen_pairs", "screen_starts", "screen_windows", "slot_shift", "spread_prior", "StartPrior", "start_prior",
-    "summarise", "summarize", "t_cdf", "t_quantile", "windows_for", "z_quantile",
+    "Components", "Decision", "LaunchCheck", "MIN_RUNS", "MODERATE_MIN_REPS", "MODERATE_MIN_RUNS", "NestedPlan",
+    "Outcome", "PriorUse", "RepSummary", "RunStats", "SequentialPlan", "SpreadPrior", "StatsError", "components",
+    "decide_change", "decide_nested", "decide_uplift", "expected_halfwidth", "family_wise", "holm_adjust",
+    "holm_reject", "launch_check", "log_ratios", "outliers", "outlying_slots", "paired_uplift", "pairs_for", "plan_for",
+    "plan_with_prior", "prior_use", "screen_pairs", "screen_starts", "screen_windows", "slot_shift", "spread_prior",
+    "StartPrior", "start_prior", "summarise", "summarize", "t_cdf", "t_quantile", "windows_for", "z_quantile",
 ]

@@ -68,6 +68,10 @@ MIN_PRIOR_NIGHTS = 3
 MIN_PRIOR_DF = 4
 #: one-sided level of the guard's F test (tonight's start means spread more than the prior allows)
 GUARD_LEVEL = 0.05
+#: level of the launch guard's F test (launch means spread more than their starts allow): starts made at once
+#: share their launch's moment, so a launch effect would make them agree too well (benchmarks/verdict_nested.py,
+#: table 5, says what each level costs and protects)
+LAUNCH_GUARD_LEVEL = 0.25
 
 Blocks = Sequence[Sequence[tuple[float, float]]]
 
@@ -331,8 +335,80 @@ def _with_prior(base: Decision, means: Sequence[float], use: PriorUse, threshold
                                upper=math.expm1(hi), pairs_needed=need, p_value=p_fail)
 
 
+LaunchStatus = Literal["none", "passed", "fired", "one launch"]
+
+
+@dataclass(frozen=True)
+class LaunchCheck:
+    """What the launch guard of :func:`decide_nested` found (starts made at once, ``campaign.starts_at_once``).
+
+    ``none``: every start had a launch of its own (nothing to check); ``passed``: the launch means spread no
+    more than their starts allow (one-way ANOVA F test at :data:`LAUNCH_GUARD_LEVEL`), the starts are the unit;
+    ``fired``: they spread more, the launches are the unit; ``one launch``: several starts, all of one launch,
+    where a launch effect cannot be told from the uplift.
+    """
+
+    status: LaunchStatus
+    launches: int
+    starts: int
+    f: float | None = None
+    p: float | None = None
+
+    def as_json(self) -> dict[str, object]:
+        return {"status": self.status, "launches": self.launches, "starts": self.starts, "f": self.f, "p": self.p,
+                "level": LAUNCH_GUARD_LEVEL}
+
+    def reason(self) -> str:
+        if self.status == "passed":
+            return (f"launch guard: {self.starts} starts in {self.launches} launches agree with their launches "
+                    f"(F = {self.f:.3g}, p = {self.p:.2g} >= {LAUNCH_GUARD_LEVEL:g})")
+        if self.status == "fired":
+            return (f"launch guard: the {self.launches} launches' means spread more than their starts allow "
+                    f"(F = {self.f:.3g}, p = {self.p:.2g} < {LAUNCH_GUARD_LEVEL:g}): judged on the launch means, "
+                    f"df = {self.launches - 1}")
+        if self.status == "one launch":
+            return (f"the {self.starts} starts were made at once, in one launch: a launch effect cannot be told "
+                    "from the uplift, at least 2 launches are needed")
+        return ""
+
+
+def launch_check(means: Sequence[float], launches: Sequence[object] | None) -> LaunchCheck:
+    """The launch guard on start means labelled by launch (any hashable label; ``None``: one launch each).
+
+    One-way ANOVA of the start means with the launch as the factor, unbalanced launches allowed: F =
+    MS between launches / MS within, on (L - 1, S - L) df. Why a test and not a third variance level: with 2-4
+    launches a launch component has 1-3 df, and judging on it always would give back what starts made at once
+    buy; the test sends the verdict to the launch means only when the data show a launch effect.
+    """
+    s = len(means)
+    if launches is None or len(set(launches)) == s:
+        return LaunchCheck("none", s, s)
+    if len(launches) != s:
+        raise StatsError(f"launch guard: {s} start means but {len(launches)} launch labels")
+    groups: dict[object, list[float]] = {}
+    for m, lab in zip(means, launches, strict=True):
+        groups.setdefault(lab, []).append(m)
+    n_l = len(groups)
+    if n_l == 1:
+        return LaunchCheck("one launch", 1, s)
+    grand = _mean(means)
+    msb = math.fsum(len(g) * (_mean(g) - grand) ** 2 for g in groups.values()) / (n_l - 1)
+    msw = math.fsum((x - _mean(g)) ** 2 for g in groups.values() for x in g) / (s - n_l)
+    f = msb / msw if msw > 0 else (math.inf if msb > 0 else 0.0)
+    p = f_sf(f, n_l - 1, s - n_l)
+    return LaunchCheck("fired" if p < LAUNCH_GUARD_LEVEL else "passed", n_l, s, f, p)
+
+
+def _launch_means(means: Sequence[float], launches: Sequence[object]) -> list[float]:
+    groups: dict[object, list[float]] = {}
+    for m, lab in zip(means, launches, strict=True):
+        groups.setdefault(lab, []).append(m)
+    return [_mean(g) for g in groups.values()]
+
+
 def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = True, alpha: float,
-                  quantity: str = "uplift", prior: StartPrior | None = None) -> Decision:
+                  quantity: str = "uplift", prior: StartPrior | None = None,
+                  launches: Sequence[object] | None = None) -> Decision:
     """Does ``on`` beat ``off`` by at least ``threshold`` (a fraction), judged with starts as the unit?
 
     The same three outcomes, one-sided ``alpha`` per wrong verdict and ``p_value`` as
@@ -362,6 +438,11 @@ def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = 
     honest nights (power at -10 % with 2 starts 95 -> 90 %) for 12.5 -> 11.5 % wrong at 4x.
 
     A prior of another design (window pairs per start) is ignored, and the reason says so.
+
+    ``launches``: a label per block naming the launch that made its start (``campaign.starts_at_once``: starts
+    made at once share their launch's moment). Through :func:`launch_check`: when the launch means spread more
+    than their starts allow, the point is judged on the launch means (df = launches - 1, no prior); several
+    starts of one launch only are inconclusive, as one start is.
     """
     ratios = _block_ratios(blocks, higher_is_better)
     comp = _components(ratios)
@@ -376,12 +457,22 @@ def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = 
     sizes = [len(r) for r in ratios]
     win = _windows_text(sizes)
     use = _prior_use(means, sizes, prior)
-    note = f"; {use.reason}" if use.reason else ""
+    check = launch_check(means, launches)
+    note = "".join(f"; {x}" for x in (use.reason, check.reason()) if x)
     if len(ratios) == 1:
         return dataclasses.replace(base, reason=(
             f"{quantity} {_pct(base.estimate)} ({win}) from one server start: the start-to-start spread is "
             f"unknown, at least 2 starts are needed{note}"))
-    if use.status == "used":
+    if check.status == "one launch":
+        return dataclasses.replace(base, outcome=Outcome.INCONCLUSIVE, pairs_needed=None, reason=(
+            f"{quantity} {_pct(base.estimate)} ({len(ratios)} starts x {win}): {check.reason()}"))
+    if check.status == "fired":
+        assert launches is not None
+        lm = _launch_means(means, launches)
+        base = decide_uplift([math.exp(m) for m in lm], [1.0] * len(lm), threshold=threshold, alpha=alpha,
+                             quantity=quantity)
+        use = PriorUse("ignored", "", use.nights, use.df, None) if prior is not None else use
+    elif use.status == "used":
         base = _with_prior(base, means, use, threshold, alpha, quantity)
     borrowed = f"; {prior.describe()}" if prior is not None and use.status == "used" else ""
     head = (f"{quantity} {_pct(base.estimate)} ({base.level * 100:.4g} % CI {_pct(base.lower)} .. "
@@ -393,7 +484,8 @@ def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = 
         why = f"{head}: the upper bound is below it{note}"
     else:
         per = round(comp.mean_windows_per_block)
-        more = (f"about {base.pairs_needed} starts of {per} window pairs would decide it"
+        unit = "launches" if check.status == "fired" else "starts"
+        more = (f"about {base.pairs_needed} {unit} of {per} window pairs would decide it"
                 if base.pairs_needed is not None
                 else "the estimate sits on the threshold: no number of starts decides it")
         why = f"{head}: inconclusive, the interval straddles the threshold; {more}{note}"
