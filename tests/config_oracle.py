@@ -102,6 +102,8 @@ POOL: dict[str, list[object]] = {
     # added after the recording (issue 24, parallel starts): its cases were recorded with the schema, and every
     # config recorded before it got its default, start_mode auto (the old validators had no such key)
     "start_mode": ["auto", "parallel", "sequential", "fast", None, 1],
+    # added after the recording too (issue 24, starts made at once), the same way: default 1 everywhere before
+    "starts_at_once": [1, 2, 16, 17, 0, None, "2"],
 }
 
 

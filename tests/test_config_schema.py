@@ -31,7 +31,8 @@ ALONE: dict[str, Any] = {json.dumps(c["input"], sort_keys=True): expand(c["outco
                          for c in CAMPAIGN["cases"] if len(c["input"]["__map__"]) == 1}
 #: errors that come from rules across keys (raised after every key is read, in the old code and the new)
 CROSS_FIELD = ("is below reps", "is below starts", "needs reps >= 2", "has no known direction", "min_uplift",
-               "start_mode parallel needs residency")
+               "start_mode parallel needs residency", "launch(es), at least 3 are needed",
+               "needs residency resident or auto, got residency")
 
 
 def _alone(key: str, value: object) -> Any:
