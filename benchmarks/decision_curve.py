@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from pytest_p2p.campaign.aggregate import group_by_start  # noqa: E402
 from pytest_p2p.errors import ResultsError  # noqa: E402
 from pytest_p2p.results.layout import REP_GLOB, REP_RE, RUN_META  # noqa: E402
 from pytest_p2p.results.read import optional_object, read_object, scenario_dirs  # noqa: E402
-from pytest_p2p.stats import StartPrior, StatsError, components, decide_nested  # noqa: E402
+from pytest_p2p.stats import StartPrior, StatsError, components, decide_nested, launch_check  # noqa: E402
 from pytest_p2p.stats.nested import prior_use  # noqa: E402
 
 
@@ -47,7 +48,19 @@ def _when(text: object) -> float | None:
     return None if t is None else t.timestamp()
 
 
-Window = tuple[int, float, float]  # (start, value, end of the window: epoch seconds)
+Window = tuple[int, float, float, object]  # (start, value, end of the window: epoch seconds, launch)
+
+
+def _launch(meta: dict[str, object], start: int) -> object:
+    """The launch that made ``start``: ``meta.launch`` (numbered by the campaign), else, for a rep file written
+    before it was kept, the launch ``at_once`` implies (starts 1..k, k+1..2k, ...; right unless a start was run
+    again alone), else the start itself (a launch of its own)."""
+    got, k = meta.get("launch"), meta.get("at_once")
+    if isinstance(got, int) and not isinstance(got, bool):
+        return ("launch", got)
+    if isinstance(k, int) and not isinstance(k, bool) and k > 1:
+        return ("at_once", (start - 1) // k)
+    return ("start", start)
 
 
 def _window(name: str, rec: dict[str, object], metric: str) -> tuple[int, Window] | None:
@@ -59,7 +72,7 @@ def _window(name: str, rec: dict[str, object], metric: str) -> tuple[int, Window
     start, value = meta.get("start"), rec.get(metric)
     t, w = _when(meta.get("started_at")), meta.get("window_s")
     if isinstance(start, int) and isinstance(value, (int, float)) and t is not None and isinstance(w, (int, float)):
-        return int(m.group(1)), (start, float(value), t + float(w))
+        return int(m.group(1)), (start, float(value), t + float(w), _launch(meta, start))
     return None
 
 
@@ -102,12 +115,12 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
     """One row per point and number of starts ``k``: the decision on starts 1..k and the wall time to it
     (``prior``: an assumed ``(start sd, df)`` of earlier nights, see the module doc)."""
     begin = _when(run.get("started_at"))
-    ends = [e for reps in wins.values() for (_, _, e) in reps.values()]
+    ends = [e for reps in wins.values() for (_, _, e, _) in reps.values()]
     if begin is None and ends:
         begin = min(ends)
     start_end: dict[int, float] = {}  # the end of each start's last window, any arm or point
     for reps in wins.values():
-        for s, _, e in reps.values():
+        for s, _, e, _ in reps.values():
             start_end[s] = max(e, start_end.get(s, e))
     points = sorted({p for (_, p) in wins}, key=lambda s: (len(s), s))
     rows: list[dict[str, object]] = []
@@ -116,12 +129,16 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
         common = sorted(set(a) & set(b))
         by_start = group_by_start((a[r][0], (a[r][1], b[r][1])) for r in common if a[r][0] == b[r][0])
         starts = sorted(by_start)
+        launch = {a[r][0]: a[r][3] for r in common}
         lent = _assumed_prior(prior, [by_start[s] for s in starts]) if prior and starts else None
         for k in range(2, len(starts) + 1):
+            if k < len(starts) and launch[starts[k]] == launch[starts[k - 1]]:
+                continue  # starts made at once: the campaign looks when their launch is done
             blocks = [by_start[s] for s in starts[:k]]
             done = max(e for s, e in start_end.items() if s <= starts[k - 1])
             try:
-                dec = decide_nested(blocks, threshold=threshold, alpha=alpha, prior=lent)
+                dec = decide_nested(blocks, threshold=threshold, alpha=alpha, prior=lent,
+                                    launches=[launch[s] for s in starts[:k]])
             except StatsError as exc:
                 rows.append({"point": point, "starts": k, "error": str(exc)})
                 continue
@@ -129,8 +146,17 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
             rows.append({"point": point, "starts": k, "windows": sum(len(x) for x in blocks),
                          "uplift": dec.estimate, "lo": lo, "hi": hi, "half": (hi - lo) / 2,
                          "outcome": dec.outcome.value, "wall_s": done - begin if begin is not None else None,
-                         **({"prior": prior_use(blocks, lent).status} if lent is not None else {})})
+                         **({"prior": prior_use(blocks, lent).status} if lent is not None else {}),
+                         **_guard(blocks, [launch[s] for s in starts[:k]])})
     return rows
+
+
+def _guard(blocks: list[list[tuple[float, float]]], launches: list[object]) -> dict[str, object]:
+    """The launch guard on these starts (``{}`` when each start had a launch of its own)."""
+    means = [math.fsum(math.log(x / y) for x, y in bl) / len(bl) for bl in blocks]
+    check = launch_check(means, launches)
+    return {} if check.status == "none" else {"launch_guard": check.status, "launches": check.launches,
+                                              "guard_p": check.p}
 
 
 def _assumed_prior(prior: tuple[float, float], blocks: list[list[tuple[float, float]]]) -> StartPrior | None:
@@ -178,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['point']:>6} {r['starts']:>6} {r['windows']:>7} {100 * float(r['uplift']):>+7.1f}% "
                   f"{100 * float(r['lo']):>+8.1f} .. {100 * float(r['hi']):>+6.1f}% {100 * float(r['half']):>6.1f}% "
                   f"{r['outcome']:>12} {'' if wall is None else f'{float(wall) / 60:.1f} min':>7}"
-                  + (f"  prior {r['prior']}" if "prior" in r else ""))
+                  + (f"  prior {r['prior']}" if "prior" in r else "")
+                  + (f"  launch guard {r['launch_guard']} ({r['launches']} launches, p = {float(r['guard_p']):.2g})"
+                     if r.get("guard_p") is not None else f"  {r['launch_guard']}" if "launch_guard" in r else ""))
     if a.json:
         a.json.write_text(json.dumps(everything, indent=1))
     return 0

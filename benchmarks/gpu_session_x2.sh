@@ -28,7 +28,8 @@
 #   campaign2 the resident 7B campaign with parallel starts (rig-set KV cache), 3 starts x 3 window pairs of
 #             10 s at c16/c64, then window_noise.py and campaign_compact.py (issue 24)                    ~15
 #             (CAMPAIGN_STARTS, CAMPAIGN_WINDOWS, CAMPAIGN_WINDOW_S change the design; CAMPAIGN_AT_ONCE k
-#             makes k starts per launch, CAMPAIGN_KV_GIB the KV cache of each server, default 16)
+#             makes k starts per launch (3 launches at least), CAMPAIGN_KV_GIB the KV cache of each server,
+#             default 16)
 # Steps run on the lane's pair ($PAIR, default 0,1).
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -56,3 +56,27 @@ def test_a_projection_with_an_assumed_history_is_labelled_and_the_guard_still_lo
     (run, wins), = decision_curve.load(_compact(tmp_path, [0.0, 0.2, -0.2]), "output_throughput").values()
     rows = decision_curve.curve(run, wins, 0.005, 0.0, "p2p_on", "p2p_off", prior=(0.004, 20.0))
     assert {r["prior"] for r in rows} == {"refused"}
+
+
+def test_starts_made_at_once_are_looked_at_per_launch_with_the_launch_guard(tmp_path: Path) -> None:
+    """Rep files of a launch of 2 starts at once (``meta.at_once``, the 2x H200 run of 2026-11-26 had no
+    ``meta.launch`` yet; a later file's ``launch`` wins): the campaign looks when a launch is done, never
+    between two starts of one launch, and the launch guard judges each look."""
+    path = _compact(tmp_path, [0.0, 0.01, -0.01, 0.005, 0.0, 0.008], windows=2)
+    body = json.loads(path.read_text())
+    for recs in body["/r/night1"]["scenarios"].values():
+        for rec in recs:
+            rec["meta"]["at_once"] = 2
+    path.write_text(json.dumps(body))
+    (run, wins), = decision_curve.load(path, "output_throughput").values()
+    rows = decision_curve.curve(run, wins, 0.005, 0.0, "p2p_on", "p2p_off")
+    assert [(r["starts"], r["launch_guard"], r["launches"]) for r in rows] == [
+        (2, "one launch", 1), (4, rows[1]["launch_guard"], 2), (6, rows[2]["launch_guard"], 3)]
+    assert rows[0]["outcome"] == "inconclusive" and {r["launch_guard"] for r in rows[1:]} <= {"passed", "fired"}
+    for recs in body["/r/night1"]["scenarios"].values():
+        for rec in recs:
+            rec["meta"]["launch"] = rec["meta"]["start"]  # every start a launch of its own, whatever at_once says
+    path.write_text(json.dumps(body))
+    (run, wins), = decision_curve.load(path, "output_throughput").values()
+    rows = decision_curve.curve(run, wins, 0.005, 0.0, "p2p_on", "p2p_off")
+    assert [r["starts"] for r in rows] == [2, 3, 4, 5, 6] and not any("launch_guard" in r for r in rows)
