@@ -43,7 +43,7 @@ from ..stats import (
     screen_windows,
     slot_shift,
 )
-from .aggregate import group_by_start, is_measurement, launch_of, start_of
+from .aggregate import group_by_start, is_measurement, launch_labels, launch_of, start_of
 from .config import CampaignConfig
 
 Json = dict[str, object]
@@ -197,11 +197,7 @@ def _launches(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[in
     """The launch of each start of :func:`_blocks`, in the same order (``None`` when every start had its own: a
     rep file without ``meta.launch`` counts as a launch of its own)."""
     groups = by_start(a, b, config.metric(kind), kind, reps)
-    labels: list[object] = []
-    for start, ws in groups.items():
-        got = launch_of(a.get(ws[0][0]))
-        labels.append(("launch", got) if got is not None else ("start", start))
-    return labels if len(set(labels)) < len(labels) else None
+    return launch_labels({start: launch_of(a.get(ws[0][0])) for start, ws in groups.items()})
 
 
 def launch_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> Json:

@@ -144,7 +144,8 @@ def uplift_at(a_reps: Mapping[int, Mapping[str, object]], b_reps: Mapping[int, M
         up: Json = dict(paired_uplift(av, bv, higher_is_better=higher))
         starts = [start_of(a_reps.get(k)) for k in reps]
         if any(s is not None for s in starts):
-            up.update(_nested_interval(av, bv, starts, higher, prior))
+            launches = {s: launch_of(a_reps.get(k)) for s, k in zip(starts, reps, strict=True) if s is not None}
+            up.update(_nested_interval(av, bv, starts, higher, prior, launches))
     except StatsError as exc:
         up = {"estimate": None, "ci95": None, "n": 0, "error": str(exc)}
     return {**up, "metric": metric, "faster_arm": config.arm_a, "slower_arm": config.arm_b}
@@ -165,6 +166,14 @@ def launch_of(d: Mapping[str, object] | None) -> int | None:
     return got if isinstance(got, int) and not isinstance(got, bool) else None
 
 
+def launch_labels(launch_of_start: Mapping[int, int | None]) -> list[object] | None:
+    """One launch label per start, in the mapping's order, for ``decide_nested(launches=)``: the campaign's
+    launch number, or the start itself where a rep file has none (a launch of its own); ``None`` when every
+    start was a launch of its own (nothing for the launch guard to check)."""
+    labels: list[object] = [("launch", got) if got is not None else ("start", s) for s, got in launch_of_start.items()]
+    return labels if len(set(labels)) < len(labels) else None
+
+
 def group_by_start(items: Iterable[tuple[int | None, T]]) -> dict[int, list[T]]:
     """``{start: [item, ...]}`` in start order; items of no start (a restart-per-rep rep) are left out."""
     out: dict[int, list[T]] = {}
@@ -175,18 +184,23 @@ def group_by_start(items: Iterable[tuple[int | None, T]]) -> dict[int, list[T]]:
 
 
 def _nested_interval(av: list[float | None], bv: list[float | None], starts: list[int | None],
-                     higher: bool, prior: StartPrior | None = None) -> Json:
+                     higher: bool, prior: StartPrior | None = None,
+                     launches: Mapping[int, int | None] | None = None) -> Json:
     """Windows nested in server starts: the estimate and 95 % interval on the start means (the start is the
     unit, :func:`pytest_p2p.stats.decide_nested`), not on windows as if each had its own start; with the
-    start spread from earlier nights where the decision borrows it (same guard), so the two intervals agree."""
+    start spread from earlier nights where the decision borrows it (same guard), and on the launch means where
+    the launch guard fires (starts made at once), so the two intervals agree."""
     groups = group_by_start((s, (a, b)) for a, b, s in zip(av, bv, starts, strict=True)
                             if a is not None and b is not None)
     blocks = list(groups.values())
-    d = decide_nested(blocks, threshold=0.0, higher_is_better=higher, alpha=0.025, prior=prior)
+    d = decide_nested(blocks, threshold=0.0, higher_is_better=higher, alpha=0.025, prior=prior,
+                      launches=launch_labels({s: (launches or {}).get(s) for s in groups}))
     ok = d.n >= 2 and math.isfinite(d.lower) and math.isfinite(d.upper)
     used = prior is not None and bool(blocks) and prior_use(blocks, prior, higher_is_better=higher).status == "used"
     df = (f"df = starts - 1 + {prior.df:.3g} from a start spread of {prior.nights} earlier nights"
           if used and prior is not None else "df = starts - 1")
+    if "judged on the launch means" in d.reason:
+        df = "the launch guard fired: df = launches - 1 on the launch means"
     return {"estimate": d.estimate if math.isfinite(d.estimate) else None,
             "ci95": [d.lower, d.upper] if ok else None, "starts": d.n,
             "kind": f"nested: windows within server starts; geometric mean of start means, t interval on "
