@@ -36,6 +36,11 @@ and the design, and earlier nights measured it: :func:`decide_nested` borrows it
 with a guard that refuses it when tonight is noisier than the nights (an F test), and
 :func:`plan_with_prior` / :func:`expected_halfwidth` (``prior_df``) plan with its df.
 
+Starts made at once (``campaign.starts_at_once``): a launch makes several starts together, and they share its
+moment. :func:`launch_check` (the launch guard) tests whether the launch means spread more than their starts
+allow; :func:`decide_nested` (``launches=``) then judges the launch means instead of the start means, and
+several starts of one launch only are inconclusive (``benchmarks/verdict_nested.py``, tables 4-5).
+
 Sequential looks: the campaign adds starts while a point is undecided.  That is
 :class:`~pytest_p2p.stats.decide.SequentialPlan` with starts as its unit
 (``SequentialPlan(alpha, min_starts, max_starts)``; ``alpha_at(starts)`` is the alpha of
