@@ -235,7 +235,8 @@ def test_only_nights_of_tonights_driver_and_rig_file_are_lent(tmp_path: Path) ->
 def test_the_design_says_what_makes_start_means_comparable() -> None:
     assert design_key("model", CAMPAIGN, METRIC, "higher") == design_key(
         "model", {**CAMPAIGN, "starts": 6, "window_s": 15}, METRIC, "higher")  # more starts, 15 == 15.0
-    for change in ({"windows": 4}, {"window_s": 30.0}, {"residency": "sleep"}):
+    assert design_key("model", {**CAMPAIGN, "starts_at_once": 1}, METRIC, "higher") == DESIGN  # as before the key
+    for change in ({"windows": 4}, {"window_s": 30.0}, {"residency": "sleep"}, {"starts_at_once": 2}):
         assert design_key("model", {**CAMPAIGN, **change}, METRIC, "higher") != DESIGN
     by_prompts = {**CAMPAIGN, "window_s": None}
     assert design_key("model", by_prompts, METRIC, "higher") != design_key(

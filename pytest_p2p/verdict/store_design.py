@@ -33,8 +33,9 @@ def design_key(kind: object, campaign: object, metric: object, direction: object
     ``direction`` are the uplift's (run.json's ``uplift``). The residency is the one the rig
     asked for (``auto`` stays ``auto``: a rig whose two servers do not fit falls back to sleep
     mode the same way every night). ``starts`` is not part of it: more starts of one design are
-    still comparable starts. A restart-per-rep campaign has a design too (it has no starts, so
-    no prior is learned from it). Probe campaigns and p2p-bench directories have none.
+    still comparable starts; ``starts_at_once`` is, above 1 (a start made among 2k servers on the pair, with a
+    2k-th of its memory, need not spread as a start made alone). A restart-per-rep campaign has a design too
+    (it has no starts, so no prior is learned from it). Probe campaigns and p2p-bench directories have none.
     """
     if kind != "model" or not isinstance(campaign, Mapping) or not isinstance(metric, str):
         return None
@@ -48,6 +49,9 @@ def design_key(kind: object, campaign: object, metric: object, direction: object
         design.update({"windows": as_int(campaign.get("windows")), "window_s": window_s,
                        "prompts_per_concurrency": as_int(campaign.get("prompts_per_concurrency"))
                        if window_s is None else None})
+        at_once = as_int(campaign.get("starts_at_once"))
+        if at_once is not None and at_once > 1:  # 1 (or a run.json before the key) keeps the key it always had
+            design["starts_at_once"] = at_once  # a start among 2k servers sharing the pair is another start
     return json.dumps(design, sort_keys=True, separators=(",", ":"))
 
 
