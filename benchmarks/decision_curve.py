@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from pytest_p2p.campaign.aggregate import group_by_start  # noqa: E402
 from pytest_p2p.errors import ResultsError  # noqa: E402
 from pytest_p2p.results.layout import REP_GLOB, REP_RE, RUN_META  # noqa: E402
 from pytest_p2p.results.read import optional_object, read_object, scenario_dirs  # noqa: E402
-from pytest_p2p.stats import StartPrior, StatsError, components, decide_nested, launch_check  # noqa: E402
+from pytest_p2p.stats import StartPrior, StatsError, components, decide_nested, launch_use  # noqa: E402
 from pytest_p2p.stats.nested import prior_use  # noqa: E402
 
 
@@ -153,8 +152,7 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
 
 def _guard(blocks: list[list[tuple[float, float]]], launches: list[object]) -> dict[str, object]:
     """The launch guard on these starts (``{}`` when each start had a launch of its own)."""
-    means = [math.fsum(math.log(x / y) for x, y in bl) / len(bl) for bl in blocks]
-    check = launch_check(means, launches)
+    check = launch_use(blocks, launches)
     return {} if check.status == "none" else {"launch_guard": check.status, "launches": check.launches,
                                               "guard_p": check.p}
 

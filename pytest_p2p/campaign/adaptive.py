@@ -34,8 +34,7 @@ from ..stats import (
     components,
     decide_nested,
     decide_uplift,
-    launch_check,
-    log_ratios,
+    launch_use,
     outlying_slots,
     prior_use,
     screen_pairs,
@@ -190,23 +189,23 @@ def by_start(a: Reps, b: Reps, metric: str, kind: str, reps: list[int]) -> dict[
 
 
 def _blocks(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> list[list[tuple[float, float]]]:
-    return [[(x, y) for _, x, y in ws] for ws in by_start(a, b, config.metric(kind), kind, reps).values()]
+    return _blocks_and_launches(a, b, config, kind, reps)[0]
 
 
-def _launches(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> list[object] | None:
-    """The launch of each start of :func:`_blocks`, in the same order (``None`` when every start had its own: a
-    rep file without ``meta.launch`` counts as a launch of its own)."""
+def _blocks_and_launches(a: Reps, b: Reps, config: CampaignConfig, kind: str,
+                         reps: list[int]) -> tuple[list[list[tuple[float, float]]], list[object] | None]:
+    """The blocks of :func:`_blocks` and the launch of each of their starts, in the same order (``None`` when every
+    start had its own: a rep file without ``meta.launch`` counts as a launch of its own)."""
     groups = by_start(a, b, config.metric(kind), kind, reps)
-    return launch_labels({start: launch_of(a.get(ws[0][0])) for start, ws in groups.items()})
+    return ([[(x, y) for _, x, y in ws] for ws in groups.values()],
+            launch_labels({start: launch_of(a.get(ws[0][0])) for start, ws in groups.items()}))
 
 
 def launch_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> Json:
     """What the launch guard found at one point (kept in ``run.json`` next to the decision, as ``launch_guard``)."""
-    blocks = _blocks(a, b, config, kind, reps)
+    blocks, launches = _blocks_and_launches(a, b, config, kind, reps)
     try:
-        ratios = [log_ratios([x for x, _ in bl], [y for _, y in bl],
-                             higher_is_better=config.direction(kind) == "higher") for bl in blocks]
-        check = launch_check([math.fsum(r) / len(r) for r in ratios], _launches(a, b, config, kind, reps))
+        check = launch_use(blocks, launches, higher_is_better=config.direction(kind) == "higher")
     except StatsError as exc:
         return {"error": str(exc)}
     return check.as_json()
@@ -226,12 +225,12 @@ def decide_starts(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: lis
     design (``CampaignRunner.start_priors``); :func:`pytest_p2p.stats.decide_nested` borrows it
     unless its guard refuses it, so fewer starts decide and the adaptive stop adds fewer.
     """
-    blocks = _blocks(a, b, config, kind, reps)
+    blocks, launches = _blocks_and_launches(a, b, config, kind, reps)
     sp = start_plan(config, alpha)
     look = sp.alpha_at(min(max(len(blocks), sp.min_pairs), sp.max_pairs)) or alpha
     return decide_nested(blocks, threshold=threshold, higher_is_better=config.direction(kind) == "higher",
                          alpha=min(look, 0.49), quantity=f"uplift of {config.arm_a} over {config.arm_b}", prior=prior,
-                         launches=_launches(a, b, config, kind, reps))
+                         launches=launches)
 
 
 def prior_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int],

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
-from ..stats.nested import StartPrior, decide_nested, prior_use
+from ..stats.nested import StartPrior, decide_nested, launch_use, prior_use
 from ..stats.summary import paired_uplift, summarize
 from ..stats.tdist import StatsError
 from .config import CampaignConfig
@@ -193,13 +193,13 @@ def _nested_interval(av: list[float | None], bv: list[float | None], starts: lis
     groups = group_by_start((s, (a, b)) for a, b, s in zip(av, bv, starts, strict=True)
                             if a is not None and b is not None)
     blocks = list(groups.values())
-    d = decide_nested(blocks, threshold=0.0, higher_is_better=higher, alpha=0.025, prior=prior,
-                      launches=launch_labels({s: (launches or {}).get(s) for s in groups}))
+    labels = launch_labels({s: (launches or {}).get(s) for s in groups})
+    d = decide_nested(blocks, threshold=0.0, higher_is_better=higher, alpha=0.025, prior=prior, launches=labels)
     ok = d.n >= 2 and math.isfinite(d.lower) and math.isfinite(d.upper)
     used = prior is not None and bool(blocks) and prior_use(blocks, prior, higher_is_better=higher).status == "used"
     df = (f"df = starts - 1 + {prior.df:.3g} from a start spread of {prior.nights} earlier nights"
           if used and prior is not None else "df = starts - 1")
-    if "judged on the launch means" in d.reason:
+    if blocks and launch_use(blocks, labels, higher_is_better=higher).status == "fired":
         df = "the launch guard fired: df = launches - 1 on the launch means"
     return {"estimate": d.estimate if math.isfinite(d.estimate) else None,
             "ci95": [d.lower, d.upper] if ok else None, "starts": d.n,

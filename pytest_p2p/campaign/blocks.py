@@ -141,6 +141,7 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     k = cfg.starts_at_once
     groups = [launches(b, cfg.starts, k) for b in range(1, cfg.starts + 1, k)]
     starts_s = sum(_start_estimate(runner, i, len(g)) for i, g in enumerate(groups, 1))
+    launch_s = _start_estimate(runner, 2, k)  # a later launch: what one more costs
     window_s = cfg.window_s if cfg.window_s is not None else 10.0
     window_took = window_s * (PLAN_WINDOW_OVERRUN if cfg.window_s is not None else 1.0)
     total = starts_s + cfg.starts * len(points) * n_arms * (cfg.windows * window_took + _warm_s(cfg.warmup))
@@ -153,14 +154,14 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     line = (f"plan: {mode} arms ({memory}): {cfg.starts} starts x {cfg.windows} window pairs x {len(points)} "
             f"point(s), windows of {_window_text(cfg.window_s, cfg.prompts_per_concurrency)}{more}; expected "
             f"{total / 60:.0f} min ({cfg.starts * n_arms} server starts of ~{start_s:.0f} s{_start_text(runner)}"
-            + (f", {len(groups)} launches of ~{_start_estimate(runner, 2, k):.0f} s" if k > 1 else "") + ", "
+            + (f", {len(groups)} launches of ~{launch_s:.0f} s" if k > 1 else "") + ", "
             f"{100 * (total - starts_s) / total:.0f} % of it under load)")
     if cfg.starts < 2:
         return line + "; one start cannot decide (the start-to-start spread is unknown)"
     try:
         window_sd = PLAN_WINDOW_SD * (PLAN_WINDOW_SD_AT_S / window_s) ** 0.5
         half = expected_halfwidth(PLAN_START_SD, window_sd, cfg.starts, cfg.windows, alpha)
-        best = plan_for(PLAN_START_SD, window_sd, PLAN_TARGET, alpha, _start_estimate(runner, 2, k) / k,
+        best = plan_for(PLAN_START_SD, window_sd, PLAN_TARGET, alpha, launch_s / k,
                         n_arms * window_took, MAX_PLAN_STARTS, points=len(points))
     except StatsError:
         return line
@@ -169,7 +170,7 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     return (line + f"; expected {(1 - 2 * alpha) * 100:.4g} % CI half-width ~{half * 100:.1f} % of the ratio if "
             f"window pairs vary by {window_sd * 100:.1f} % and starts by {PLAN_START_SD * 100:.1f} % (H100 figures); "
             f"+-{PLAN_TARGET * 100:.0f} % would take {best.describe()}"
-            + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, _start_estimate(runner, 2, k) / k,
+            + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, launch_s / k,
                                n_arms * window_took))
 
 

@@ -122,9 +122,10 @@ def api_key_for(arm: str, pair: Sequence[int]) -> str:
     night's first start, so the key is derived (HMAC-SHA256) from a per-user secret kept in :func:`key_file`;
     a nightly rig's first start loads the cache too. Where that file cannot be made or is not private, the key
     is random for this process (one warning naming the file: it costs only the compile). The arms' keys
-    differ, so servers started at once
-    never write one cache directory; the identity check still holds (/proc names the port's owner, and a
-    wrong key is refused). The key never appears in argv (other users can read /proc/<pid>/cmdline).
+    differ, so the two arms never share a cache directory; copies of one arm's server (starts made at once) do,
+    and eight of them compiling into it together raised no error on 2x H200. The identity check still holds
+    (/proc names the port's owner, and a wrong key is refused). The key never appears in argv (other users can
+    read /proc/<pid>/cmdline).
     """
     ident = (arm, tuple(int(g) for g in pair))
     if ident not in _KEYS:

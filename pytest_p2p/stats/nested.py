@@ -390,9 +390,7 @@ def launch_check(means: Sequence[float], launches: Sequence[object] | None) -> L
         return LaunchCheck("none", s, s)
     if len(launches) != s:
         raise StatsError(f"launch guard: {s} start means but {len(launches)} launch labels")
-    groups: dict[object, list[float]] = {}
-    for m, lab in zip(means, launches, strict=True):
-        groups.setdefault(lab, []).append(m)
+    groups = _by_launch(means, launches)
     n_l = len(groups)
     if n_l == 1:
         return LaunchCheck("one launch", 1, s)
@@ -404,11 +402,17 @@ def launch_check(means: Sequence[float], launches: Sequence[object] | None) -> L
     return LaunchCheck("fired" if p < LAUNCH_GUARD_LEVEL else "passed", n_l, s, f, p)
 
 
-def _launch_means(means: Sequence[float], launches: Sequence[object]) -> list[float]:
+def launch_use(blocks: Blocks, launches: Sequence[object] | None, *, higher_is_better: bool = True) -> LaunchCheck:
+    """What the launch guard of :func:`decide_nested` finds for these blocks (the same rule it applies)."""
+    return launch_check([_mean(r) for r in _block_ratios(blocks, higher_is_better)], launches)
+
+
+def _by_launch(means: Sequence[float], launches: Sequence[object]) -> dict[object, list[float]]:
+    """The start means of each launch, launches in order of their first start."""
     groups: dict[object, list[float]] = {}
     for m, lab in zip(means, launches, strict=True):
         groups.setdefault(lab, []).append(m)
-    return [_mean(g) for g in groups.values()]
+    return groups
 
 
 def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = True, alpha: float,
@@ -473,7 +477,7 @@ def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = 
             f"{quantity} {_pct(base.estimate)} ({len(ratios)} starts x {win}): {check.reason()}"))
     if check.status == "fired":
         assert launches is not None
-        lm = _launch_means(means, launches)
+        lm = [_mean(g) for g in _by_launch(means, launches).values()]
         base = decide_uplift([math.exp(m) for m in lm], [1.0] * len(lm), threshold=threshold, alpha=alpha,
                              quantity=quantity)
         use = PriorUse("ignored", "", use.nights, use.df, None) if prior is not None else use
