@@ -24,6 +24,8 @@
 #   cache     benchmarks/compile_cache_gpu.py: three starts of one arm reuse vLLM's compile cache (issue 24) ~4
 #   cache2    the same across two processes (a night's first start loads the cache: the key lasts)       ~3
 #   heartbeat benchmarks/heartbeat_gpu.py: the evidence and probe phases' progress lines (issue 26)      ~1
+#   selfcheck .ci/gpu-selfcheck: the project's suite (hermetic), the gpu-marked tests, doctor and the main job
+#             live, auto-detected and with a gen-config rig (issue 10's check, repeated on this tree)        ~8
 #   waitvllm  waits (<= 15 min) until vLLM imports: lets a lane start before the last stage call
 #   campaign2 the resident 7B campaign with parallel starts (rig-set KV cache), 3 starts x 3 window pairs of
 #             10 s at c16/c64, then window_noise.py and campaign_compact.py (issue 24)                    ~15
@@ -120,6 +122,7 @@ step() {
     cache2) (cd $P && for n in 1 2; do timeout 300 python3 benchmarks/compile_cache_gpu.py --starts 1 \
                --pair ${PAIR:-0,1} --cache-root $W/cache2_vllm --model-dir $W/cache2_tiny --out $W/cache2_p$n \
                $([ $n = 2 ] && echo --expect-cached); done > $W/cache2.txt 2>&1);;
+    selfcheck) (cd $P && OUT=$W/selfcheck JOBS=${JOBS:-12} timeout 1200 bash .ci/gpu-selfcheck > $W/selfcheck.txt 2>&1);;
     heartbeat) (cd $P && timeout 300 python3 benchmarks/heartbeat_gpu.py > $W/heartbeat.txt 2>&1);;
     *) say "unknown step $1";;
   esac
@@ -154,7 +157,7 @@ case "${1:-status}" in
   status)
     tail -n 6 $W/queue.log 2>/dev/null
     for f in faults.txt repeat.txt pvn.txt multinode.txt multinode_vllm.txt multinode_pytest.txt cache.txt cache2.txt windows.txt \
-             campaign2.txt heartbeat.txt; do
+             campaign2.txt heartbeat.txt selfcheck.txt; do
       [ -f "$W/$f" ] && echo "-- $f: $(tail -c 300 $W/$f | tr '\r' '\n' | grep -v '^$' | tail -1)"
     done
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
@@ -168,6 +171,6 @@ case "${1:-status}" in
       queue.log faults.txt faults multinode_pytest.txt multinode_pytest cache.txt cache cache2.txt cache2_p1 cache2_p2 \
       repeat.txt repeat_* pvn.txt multinode.txt multinode multinode_vllm.txt multinode_vllm windows.txt \
       rig_windows.yaml res_windows heartbeat.txt campaign2.txt rig_campaign2.yaml campaign2_compact.json \
-      campaign2_time.json res_campaign2 history.db queue_*.out 2>/dev/null
+      campaign2_time.json res_campaign2 history.db selfcheck.txt selfcheck queue_*.out 2>/dev/null
     ls -la "$OUT";;
 esac
