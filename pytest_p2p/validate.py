@@ -34,6 +34,13 @@ def join(path: str, key: object) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
+def _repr_text(text: str) -> str:
+    """``repr`` of a string, with every character beyond the Basic Multilingual Plane escaped: which of those
+    ``repr`` prints depends on the Unicode version of the Python that runs (3.11 escapes U+31E29, 3.12
+    prints it), and an error message must read the same on every machine."""
+    return "".join(c if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}" for c in repr(text))
+
+
 def show(value: object) -> str:
     """A value as the user wrote it, short — never rendering a huge value whole (no full ``repr``)."""
     if isinstance(value, bool) or value is None or isinstance(value, float):
@@ -42,7 +49,9 @@ def show(value: object) -> str:
         if value.bit_length() > 200:
             return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
         text = repr(value)
-    elif isinstance(value, (str, bytes)):
+    elif isinstance(value, str):
+        text = _repr_text(value[:80])
+    elif isinstance(value, bytes):
         text = repr(value[:80])
     elif isinstance(value, Mapping):
         keys = [show(k) for k, _ in zip(value, range(3), strict=False)]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import pytest_p2p
 from pytest_p2p import validate as v
 from pytest_p2p.errors import ConfigError, SnapshotError
 from pytest_p2p.evidence.snapshot import bundled_demo, load_snapshot
@@ -200,7 +201,11 @@ def test_hostile_snapshot_is_one_snapshot_error(tmp_path, text, fragment):
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTEST_P2P_NVML": "off"}
+    """The CLI of the copy of the package under test: first on the child's path, so a machine that also has
+    the package installed elsewhere on PYTHONPATH (the GPU machines' /tmp/site) runs this copy."""
+    here = str(Path(pytest_p2p.__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTEST_P2P_NVML": "off", "PYTHONPATH": path}
     return subprocess.run([sys.executable, "-m", "pytest_p2p", *args], capture_output=True, text=True, env=env,
                           cwd=cwd, timeout=120)
 

@@ -7,6 +7,7 @@ paragraph (no pluggy or ``_pytest`` frames, rc 4) and ``doctor --rig`` refuses t
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from pytest_p2p import cli
 from pytest_p2p.errors import ConfigError
 from pytest_p2p.plugin.rig import load_rig, parse_rig
 from pytest_p2p.util import parse_size
-from pytest_p2p.validate import yaml_document
+from pytest_p2p.validate import show, yaml_document
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_RIG = ROOT / "pytest_p2p" / "demo" / "rig.yaml"
@@ -99,3 +100,16 @@ def test_a_duplicate_yaml_key_is_an_error_naming_both_lines(tmp_path: Path) -> N
     rig.write_text(DEMO_RIG.read_text() + "campaign:\n  kind: probe\n")
     with pytest.raises(ConfigError, match=r"key 'campaign' appears twice in one mapping, at line \d+ and at line"):
         load_rig(rig)
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("\U0001f600 ok", "'\\U0001f600 ok'"),       # printable since Unicode 6: repr prints it
+    ("x\U00031e29", "'x\\U00031e29'"),           # printable on 3.12 (Unicode 15), escaped by 3.11's repr
+    ("caf\u00e9", "'caf\u00e9'"),                 # below U+10000 as repr prints it
+])
+def test_a_bad_value_reads_the_same_on_every_python(text: str, shown: str) -> None:
+    """A rig's value in an error is escaped beyond U+FFFF, so the message (and the recorded config oracle) do
+    not change with the Unicode version of the Python that reads the rig (the 2x H100 suite, 3.12, 2026-11-27)."""
+    assert show(text) == shown
+    with pytest.raises(ConfigError, match=re.escape(f"expected a mapping, got {shown}")):
+        parse_rig(text, "rig.yaml")
