@@ -21,6 +21,7 @@ looks. When the budget ends first, the decision records how many pairs would dec
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ from ..stats import (
     decide_nested,
     decide_uplift,
     launch_use,
+    outliers,
     outlying_slots,
     prior_use,
     screen_pairs,
@@ -284,7 +286,38 @@ def screen_windows_start(rep_data: Mapping[tuple[str, str], Reps], config: Campa
         if w is not None:
             why.setdefault(w, f"outlying window pair: {metric} {x:.4g} vs {y:.4g} (ratio {x / y:.3f}) against the "
                               f"start's other {len(ws) - 1}")
+    for arm, reps in ((config.arm_a, on), (b, off)):
+        for k, text in _odd_values(reps, metric, kind, point, arm, mine).items():
+            if window[k] is not None:
+                why.setdefault(window[k] or 0, text)
     return why
+
+
+def _odd_values(reps: Reps, metric: str, kind: str, point: str, arm: str, mine: list[int]) -> dict[int, str]:
+    """``{rep: why}`` for this start's windows whose value of ``metric`` is outlying against the arm's other windows
+    at the point, every start measured so far.
+
+    Why: this is the rule the finished run meets before it may become a baseline (``verdict.screen_run``:
+    :func:`~pytest_p2p.stats.outliers` on each arm's values), applied while the servers are still up. With
+    2 windows a start the ratio screen above cannot judge a window (it needs 3), and a run whose first window
+    came in cold (2x H100, 2026-11-27: 2400 output tok/s against 2872-3211) was judged with that window and then
+    refused as a baseline, with nothing measured again. A whole server that is slow (every window of this start
+    outlying) is left to the start screen: measuring it again on the same server would not help.
+    """
+    ks = [k for k in sorted(reps) if _value(reps.get(k), metric, kind) is not None]
+    vals = [_value(reps.get(k), metric, kind) or 0.0 for k in ks]
+    odd = [ks[i] for i in outliers(vals)]
+    here = [k for k in ks if k in mine]
+    out: dict[int, str] = {}
+    if not odd or all(k in odd for k in here):
+        return out
+    for k in odd:
+        if k in here:
+            rest = [v for j, v in zip(ks, vals, strict=True) if j != k]
+            out[k] = (f"outlying {arm} window: {metric} {vals[ks.index(k)]:.4g} against the median "
+                      f"{statistics.median(rest):.4g} of its "
+                      f"other {len(rest)} window(s) at {point}")
+    return out
 
 
 def _window_of(d: Mapping[str, object] | None) -> int | None:
