@@ -31,7 +31,8 @@
 #             10 s at c16/c64, then window_noise.py and campaign_compact.py (issue 24)                    ~15
 #             (CAMPAIGN_STARTS, CAMPAIGN_WINDOWS, CAMPAIGN_WINDOW_S change the design; CAMPAIGN_AT_ONCE k
 #             makes k starts per launch (3 launches at least), CAMPAIGN_KV_GIB the KV cache of each server,
-#             default 16)
+#             default 16); the step twice in one queue: two nights on the pair, the second with the start
+#             prior the first left in history.db (campaign2_night2.txt)
 # Steps run on the lane's pair ($PAIR, default 0,1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -109,12 +110,14 @@ step() {
       [ -f /tmp/m7b/config.json ] || python3 -m pytest_p2p.serve.tinymodel /tmp/m7b --hidden 4096 --layers 32 \
         --heads 32 --kv-heads 8 > $W/model.log 2>&1
       windows_rig campaign2
+      # a second campaign2 in one queue is the next night on the same pair (same history.db: the start prior)
+      local log=$W/campaign2.txt; [ -f $log ] && log=$W/campaign2_night$(( $(ls $W/campaign2*.txt | wc -l) + 1 )).txt
       (cd $W && timeout 1500 python3 -m pytest -m p2p --pyargs pytest_p2p.checks.test_campaign --p2p-live \
          --p2p-rig $W/rig_campaign2.yaml --p2p-results $W/res_campaign2 --p2p-db $W/history.db --p2p-save-baseline \
-         -rs -q -p no:cacheprovider > $W/campaign2.txt 2>&1)
-      python3 $P/benchmarks/window_noise.py $W/res_campaign2/*/ >> $W/campaign2.txt 2>&1
-      python3 $P/benchmarks/campaign_compact.py $W/res_campaign2/*/ --out $W/campaign2_compact.json >> $W/campaign2.txt 2>&1
-      python3 $P/benchmarks/campaign_time.py $W/res_campaign2/*/ --json $W/campaign2_time.json >> $W/campaign2.txt 2>&1;;
+         -rs -q -p no:cacheprovider > $log 2>&1)
+      python3 $P/benchmarks/window_noise.py $W/res_campaign2/*/ >> $log 2>&1
+      python3 $P/benchmarks/campaign_compact.py $W/res_campaign2/*/ --out $W/campaign2_compact.json >> $log 2>&1
+      python3 $P/benchmarks/campaign_time.py $W/res_campaign2/*/ --json $W/campaign2_time.json >> $log 2>&1;;
     raypytest) (cd $P && MULTINODE_GPUS=${PAIR:-0,1} timeout 450 python3 benchmarks/multinode_pytest_gpu.py \
                --out $W/multinode_pytest > $W/multinode_pytest.txt 2>&1);;
     cache) (cd $P && timeout 420 python3 benchmarks/compile_cache_gpu.py --starts 3 --pair ${PAIR:-0,1} --out $W/cache \
@@ -157,7 +160,7 @@ case "${1:-status}" in
   status)
     tail -n 6 $W/queue.log 2>/dev/null
     for f in faults.txt repeat.txt pvn.txt multinode.txt multinode_vllm.txt multinode_pytest.txt cache.txt cache2.txt windows.txt \
-             campaign2.txt heartbeat.txt selfcheck.txt; do
+             campaign2.txt campaign2_night2.txt campaign2_night3.txt heartbeat.txt selfcheck.txt; do
       [ -f "$W/$f" ] && echo "-- $f: $(tail -c 300 $W/$f | tr '\r' '\n' | grep -v '^$' | tail -1)"
     done
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
@@ -170,7 +173,7 @@ case "${1:-status}" in
       --exclude='*/scenarios/*/run_*.json' --exclude='multinode_vllm/tiny-model' --exclude='multinode_pytest/tiny-model' \
       queue.log faults.txt faults multinode_pytest.txt multinode_pytest cache.txt cache cache2.txt cache2_p1 cache2_p2 \
       repeat.txt repeat_* pvn.txt multinode.txt multinode multinode_vllm.txt multinode_vllm windows.txt \
-      rig_windows.yaml res_windows heartbeat.txt campaign2.txt rig_campaign2.yaml campaign2_compact.json \
+      rig_windows.yaml res_windows heartbeat.txt campaign2.txt campaign2_night*.txt rig_campaign2.yaml campaign2_compact.json \
       campaign2_time.json res_campaign2 history.db selfcheck.txt selfcheck queue_*.out 2>/dev/null
     ls -la "$OUT";;
 esac

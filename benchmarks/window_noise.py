@@ -1,6 +1,6 @@
 """Window-to-window noise of a resident campaign, per throughput metric (issue 24: windows sized for signal).
 
-    python benchmarks/window_noise.py RUN_DIR [RUN_DIR ...] [--arms p2p_on,p2p_off]
+    python benchmarks/window_noise.py RUN_DIR|COMPACT.json [...] [--arms p2p_on,p2p_off]
 
 Why: the time to a decided uplift is set by how much a window pair's ratio (arm A over arm B)
 varies. A window's ``output_throughput`` divides by the whole window, so the first wave's prefill
@@ -10,6 +10,11 @@ rep file; this reads them back from a campaign's results directory and prints, p
 metric: each arm's coefficient of variation over windows, the standard deviation of the window
 pairs' log ratio within a start (pooled over starts), and how many window pairs a 98 % interval of
 +-2 % would need at that spread (large-sample, ``(2.326 * sd / 0.02)^2``, before the start level).
+Then, per point, whether the windows are alike by position: each start's first window pair against its later
+ones (the first follows the server's own warm-up; later ones follow other servers' windows), the mean
+difference of their log ratios over starts and a paired t-test's two-sided p. On 2x H100 with starts made 2 at
+once (2026-11-27) the first windows' uplift ran 7-10 points below the later ones' (p = 0.02 at both points);
+with starts one at a time (2x H100, 5 windows) and 4 at once (2x H200) it did not (p >= 0.2).
 Windows that were set aside are not in the data (their files are ``*.try<n>.*``).
 """
 
@@ -23,13 +28,22 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from pytest_p2p.stats.tdist import t_cdf
+
 METRICS = ("output_throughput", "steady_output_throughput")
 Z98 = 2.326
 
 
 def windows(run_dir: Path, arm: str, point: str) -> dict[tuple[int, int], dict[str, float]]:
-    """(start, window) -> metric values of one arm at one point."""
+    """(start, window) -> metric values of one arm at one point (a results directory, or a JSON file of
+    ``benchmarks/campaign_compact.py`` or ``fixtures/results/*.windows.json``)."""
     out: dict[tuple[int, int], dict[str, float]] = {}
+    if run_dir.is_file():
+        for d in _compact(run_dir).get(f"{arm}-{point}", []):
+            meta = d.get("meta") or {}
+            key = (int(meta.get("start", 0)), int(meta.get("window", meta.get("rep", 0))))
+            out[key] = {m: float(d[m]) for m in METRICS if isinstance(d.get(m), (int, float))}
+        return out
     for f in sorted((run_dir / "scenarios" / f"{arm}-{point}").glob("run_*.json")):
         if ".try" in f.name:
             continue
@@ -40,6 +54,14 @@ def windows(run_dir: Path, arm: str, point: str) -> dict[tuple[int, int], dict[s
     return out
 
 
+def _compact(path: Path) -> dict[str, list[dict[str, object]]]:
+    """The scenarios of a compact file: ``{"scenarios": ...}`` or ``{run_id: {"scenarios": ...}}`` (its first run)."""
+    data = json.loads(path.read_text())
+    if "scenarios" not in data:
+        data = next(iter(data.values()))
+    return data["scenarios"]
+
+
 def pooled_sd(groups: dict[int, list[float]]) -> tuple[float, int]:
     """The within-group standard deviation pooled over groups, with its degrees of freedom."""
     ss = sum(sum((x - statistics.fmean(xs)) ** 2 for x in xs) for xs in groups.values() if len(xs) > 1)
@@ -48,8 +70,8 @@ def pooled_sd(groups: dict[int, list[float]]) -> tuple[float, int]:
 
 
 def report(run_dir: Path, arms: tuple[str, str]) -> None:
-    points = sorted({p.name.split("-", 1)[1] for p in (run_dir / "scenarios").iterdir() if "-" in p.name},
-                    key=lambda s: (len(s), s))
+    names = list(_compact(run_dir)) if run_dir.is_file() else [p.name for p in (run_dir / "scenarios").iterdir()]
+    points = sorted({n.split("-", 1)[1] for n in names if "-" in n}, key=lambda s: (len(s), s))
     print(f"== {run_dir.name}")
     print(f"{'point':>7} {'metric':>25} {'CV ' + arms[0]:>12} {'CV ' + arms[1]:>12} {'pair sd':>8} {'df':>4} "
           f"{'pairs for +-2%':>15}")
@@ -67,6 +89,26 @@ def report(run_dir: Path, arms: tuple[str, str]) -> None:
             sd, df = pooled_sd(groups)
             need = (Z98 * sd / 0.02) ** 2 if not math.isnan(sd) else math.nan
             print(f"{point:>7} {m:>25} {cvs[0]:>11.2%} {cvs[1]:>11.2%} {sd:>8.2%} {df:>4} {need:>15.0f}")
+    for point in points:
+        print(position(point, windows(run_dir, arms[0], point), windows(run_dir, arms[1], point)))
+
+
+def position(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tuple[int, int], dict[str, float]],
+             metric: str = "output_throughput") -> str:
+    """One line: each start's first window pair against its later ones (log ratio, percentage points)."""
+    by_start: dict[int, dict[int, float]] = defaultdict(dict)
+    for key in sorted(set(a) & set(b)):
+        if a[key].get(metric, 0) > 0 and b[key].get(metric, 0) > 0:
+            by_start[key[0]][key[1]] = math.log(a[key][metric] / b[key][metric])
+    d = [100 * (ws[min(ws)] - statistics.fmean(v for w, v in ws.items() if w != min(ws)))
+         for ws in by_start.values() if len(ws) > 1]
+    if len(d) < 2:
+        return f"{point:>7} first window vs later: too few starts with 2 windows"
+    sd = statistics.stdev(d)
+    t = statistics.fmean(d) / (sd / math.sqrt(len(d))) if sd > 0 else math.copysign(math.inf, statistics.fmean(d))
+    p = 2 * (1 - t_cdf(abs(t), len(d) - 1)) if math.isfinite(t) else 0.0
+    return (f"{point:>7} first window vs later ({metric} ratio): {statistics.fmean(d):+.2f} points "
+            f"(sd {sd:.2f} over {len(d)} starts, paired t p = {p:.3f})")
 
 
 def main(argv: list[str]) -> int:
@@ -76,8 +118,8 @@ def main(argv: list[str]) -> int:
     ns = ap.parse_args(argv)
     a, b = ns.arms.split(",")
     for d in ns.run_dirs:
-        if not (d / "scenarios").is_dir():
-            print(f"{d}: not a campaign results directory (no scenarios/)", file=sys.stderr)
+        if not (d / "scenarios").is_dir() and not d.is_file():
+            print(f"{d}: not a campaign results directory (no scenarios/) nor a compact JSON file", file=sys.stderr)
             return 2
         report(d, (a, b))
     return 0
