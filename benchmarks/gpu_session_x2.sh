@@ -32,7 +32,11 @@
 #             (CAMPAIGN_STARTS, CAMPAIGN_WINDOWS, CAMPAIGN_WINDOW_S change the design; CAMPAIGN_AT_ONCE k
 #             makes k starts per launch (3 launches at least), CAMPAIGN_KV_GIB the KV cache of each server,
 #             default 16); the step twice in one queue: two nights on the pair, the second with the start
-#             prior the first left in history.db (campaign2_night2.txt)
+#             prior the first left in history.db (campaign2_night2.txt). CAMPAIGN_RIG=FILE runs that rig file
+#             as it is (the prior and the baseline need the same file, byte for byte), HISTORY_DB=FILE starts
+#             from a carried store: e.g. .night1/ (git-ignored, carried) holds the 2026-11-26 late-night run's
+#             rig and history.db, so CAMPAIGN_RIG=.night1/rig_campaign2.yaml HISTORY_DB=.night1/history.db
+#             makes tonight its second night
 # Steps run on the lane's pair ($PAIR, default 0,1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -109,7 +113,9 @@ step() {
     campaign2)
       [ -f /tmp/m7b/config.json ] || python3 -m pytest_p2p.serve.tinymodel /tmp/m7b --hidden 4096 --layers 32 \
         --heads 32 --kv-heads 8 > $W/model.log 2>&1
-      windows_rig campaign2
+      if [ -n "${CAMPAIGN_RIG:-}" ]; then cp "$P/$CAMPAIGN_RIG" $W/rig_campaign2.yaml; else windows_rig campaign2; fi
+      # an earlier night's store (carried): tonight is judged against it and borrows its start spread
+      [ -n "${HISTORY_DB:-}" ] && [ ! -f $W/history.db ] && cp "$P/$HISTORY_DB" $W/history.db
       # a second campaign2 in one queue is the next night on the same pair (same history.db: the start prior)
       local log=$W/campaign2.txt; [ -f $log ] && log=$W/campaign2_night$(( $(ls $W/campaign2*.txt | wc -l) + 1 )).txt
       (cd $W && timeout 1500 python3 -m pytest -m p2p --pyargs pytest_p2p.checks.test_campaign --p2p-live \
