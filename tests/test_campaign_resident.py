@@ -231,3 +231,32 @@ def test_a_start_run_again_counts_its_windows_again(tmp_path: Path) -> None:
         for group, rerun, total in (([3], False, 24), ([1], True, 32), ([4], False, 40), ([5, 6], False, 56)):
             blocks._start_with_retries(runner, None, None, group, ["c1", "c2"], set(), rerun=rerun)  # type: ignore[arg-type]
             assert calls[-1] == (group[0], total)
+
+
+def test_no_server_is_sent_prompts_it_has_served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every warm-up and window a server serves draws its own prompts (a prefix cache would serve a repeat in part),
+    and both arms of a window pair draw the same. Until 2026-11-27 window k at c1 and at c2 used one seed."""
+    from pytest_p2p.serve import loadgen
+
+    sent: list[tuple[str, int, int]] = []  # (server url, seed, prompts)
+    real = loadgen.run_load
+
+    def spy(base_url: str, *args: Any, **kw: Any) -> dict[str, object]:
+        sent.append((base_url, int(kw["seed"]), int(kw["num_prompts"])))
+        return real(base_url, *args, **kw)
+
+    monkeypatch.setattr(loadgen, "run_load", spy)
+    res = _runner(tmp_path).run()
+    assert res.status == "complete", res.errors
+    by_server: dict[str, list[int]] = {}
+    for url, seed, _ in sent:
+        by_server.setdefault(url, []).append(seed)
+    assert len(by_server) >= 6  # 3 starts x 2 arms (a start the screen re-ran is one more of each)
+    for url, seeds in by_server.items():
+        assert len(seeds) == len(set(seeds)), (url, seeds)  # 2 warm-ups and 4 windows, each its own prompts
+    for point in ("c1", "c2"):
+        on, off = _reps(res.run_dir, "p2p_on", point), _reps(res.run_dir, "p2p_off", point)
+        for k in on:
+            assert on[k]["seed"] == off[k]["seed"], (point, k)
+    seeds = {(p, k): _reps(res.run_dir, "p2p_on", p)[k]["seed"] for p in ("c1", "c2") for k in range(1, 7)}
+    assert len(set(seeds.values())) == len(seeds)

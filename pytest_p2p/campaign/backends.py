@@ -63,6 +63,21 @@ def concurrency_of(point: str) -> int:
     return int(point[1:])
 
 
+def prompt_seed(point: str, rep: int, again: int = 0) -> int:
+    """Seed offset of the prompts of window ``rep`` at ``point`` (rep 0: the point's warm-up), sent for the
+    ``again``-th time before on the same server (a window measured again). Both arms of a window pair get the
+    same seed (equal work); no two windows a server serves share one.
+
+    Why: a server's prefix cache keeps the prompts it served, and a window that sends them again is served
+    partly from it (prefills skipped), which favours the arm whose prefill costs more (P2P off: a prefill's
+    all-reduce goes through host memory). Prompts are drawn one after another from the seed, so windows with
+    one seed share their first prompts. Until 2026-11-27 window k at c16 and window k at c64 of one server
+    both used ``seed + k`` (so the c64 window's first 168 of 588 prompts had been served at c16, on 2x H100),
+    every point's warm-up ``seed + 0``, and a window measured again resent the prompts of the one it replaced.
+    """
+    return concurrency_of(point) * 1_000_000 + again * 100_000 + rep
+
+
 PORT_CHECK_S = 2.0  # the port-ownership check walks /proc/*/fd: at most this often while a window runs
 
 
@@ -73,6 +88,7 @@ class ServerSlot:
     server: RunningServer
     born: Identity
     port_checked: float = float("-inf")  # monotonic time of the last port-ownership check
+    served: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)  # (point, rep) -> windows sent
 
 
 @dataclass
@@ -253,18 +269,25 @@ class ModelBackend:
         if self.campaign.warmup <= 0:
             return
         c = concurrency_of(point)
-        res = self._load(handle, c, max(self.campaign.warmup, c), reshard=True)  # outside the window: find the count
+        res = self._load(handle, c, max(self.campaign.warmup, c), reshard=True,  # outside the window: find the count
+                         seed_offset=self._seed(handle, point, 0))
         if self.campaign.window_s is not None and point not in self.window_prompts:
             self.window_prompts[point] = window_prompts(res, c, self.campaign.window_s)
 
     def measure(self, handle: ServerSlot, point: str, rep: int) -> Json:
         """One timed window. Windows with a time budget (``campaign.window_s``) send the prompt count the
         first warm-up at this point calibrated, the same for every arm and window (equal work per window);
-        each rep draws its own prompts (seed + rep), the same for both arms of a window pair, so a prefix
-        cache cannot favour a later window."""
+        each window draws prompts its server has not served (:func:`prompt_seed`), the same for both arms of a
+        window pair, so a prefix cache cannot favour one window over another."""
         c = concurrency_of(point)
         n = self.window_prompts.get(point, c * self.campaign.prompts_per_concurrency)
-        return self._load(handle, c, n, seed_offset=rep)
+        return self._load(handle, c, n, seed_offset=self._seed(handle, point, rep))
+
+    @staticmethod
+    def _seed(handle: ServerSlot, point: str, rep: int) -> int:
+        again = handle.served.get((point, rep), 0)
+        handle.served[(point, rep)] = again + 1
+        return prompt_seed(point, rep, again)
 
     def death(self, handle: ServerSlot) -> str | None:
         """The leader exited or was replaced (cheap, every call); else the serve stage's check that it still
