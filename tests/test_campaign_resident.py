@@ -260,3 +260,29 @@ def test_no_server_is_sent_prompts_it_has_served(tmp_path: Path, monkeypatch: py
             assert on[k]["seed"] == off[k]["seed"], (point, k)
     seeds = {(p, k): _reps(res.run_dir, "p2p_on", p)[k]["seed"] for p in ("c1", "c2") for k in range(1, 7)}
     assert len(set(seeds.values())) == len(seeds)
+
+
+def test_a_window_served_from_the_prefix_cache_is_measured_again(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The servers' own counters catch repeated prompts: with the seeds of before 2026-11-27 (window k drew
+    seed + k at every point) each c2 window repeats its c1 window's prompts on the same server, the stand-in
+    finds them in its prefix cache, and the window pairs are set aside and measured again; with fresh prompts
+    every window reports a hit rate of 0."""
+    from pytest_p2p.campaign import backends
+
+    res = _runner(tmp_path).run()
+    assert res.status == "complete", res.errors
+    for arm in ("p2p_on", "p2p_off"):
+        for point in ("c1", "c2"):
+            assert {r["prefix_cache"]["hit_rate"] for r in _reps(res.run_dir, arm, point).values()} == {0.0}
+    assert not any("prefix cache" in n for n in res.notes)
+
+    monkeypatch.setattr(backends, "prompt_seed", lambda point, rep, again=0: rep)  # the old seeds
+    (tmp_path / "old").mkdir()
+    res = _runner(tmp_path / "old").run()
+    assert res.status == "complete", res.errors
+    screened = [n for n in res.notes if "screened and re-measured" in n and "prefix cache" in n]
+    assert len(screened) == 6, res.notes  # every c2 window pair of the 3 starts
+    assert all("c2 start" in n for n in screened)
+    set_aside = list((res.run_dir / "scenarios" / "p2p_on-c2").glob("run_*.try*.json"))
+    assert len(set_aside) >= 6

@@ -287,10 +287,27 @@ def screen_windows_start(rep_data: Mapping[tuple[str, str], Reps], config: Campa
             why.setdefault(w, f"outlying window pair: {metric} {x:.4g} vs {y:.4g} (ratio {x / y:.3f}) against the "
                               f"start's other {len(ws) - 1}")
     for arm, reps in ((config.arm_a, on), (b, off)):
+        for k in mine:
+            hit = _prefix_hit_rate(reps.get(k))
+            if hit is not None and hit > PREFIX_HIT_LIMIT and window[k] is not None:
+                why.setdefault(window[k] or 0, f"{arm} window {window[k]} served {hit:.0%} of its prompt tokens from "
+                                               "the server's prefix cache (prompts it had served before)")
         for k, text in _odd_values(reps, metric, kind, point, arm, mine).items():
             if window[k] is not None:
                 why.setdefault(window[k] or 0, text)
     return why
+
+
+#: The share of a window's prompt tokens the server may find in its prefix cache (vLLM's counters, read by
+#: ``serve.prefix``): the campaign's prompts are new to every server, so anything above rounding is prompts
+#: repeated -- a prefill skipped, which favours the arm whose prefill costs more -- and the window pair is
+#: measured again with fresh prompts.
+PREFIX_HIT_LIMIT = 0.01
+
+
+def _prefix_hit_rate(d: Mapping[str, object] | None) -> float | None:
+    got = d.get("prefix_cache") if d is not None else None
+    return as_float(got.get("hit_rate")) if isinstance(got, Mapping) else None
 
 
 def _odd_values(reps: Reps, metric: str, kind: str, point: str, arm: str, mine: list[int]) -> dict[int, str]:

@@ -279,9 +279,18 @@ class ModelBackend:
         first warm-up at this point calibrated, the same for every arm and window (equal work per window);
         each window draws prompts its server has not served (:func:`prompt_seed`), the same for both arms of a
         window pair, so a prefix cache cannot favour one window over another."""
+        from ..serve.prefix import prefix_counts
+
         c = concurrency_of(point)
         n = self.window_prompts.get(point, c * self.campaign.prompts_per_concurrency)
-        return self._load(handle, c, n, seed_offset=self._seed(handle, point, rep))
+        srv = handle.server
+        before = prefix_counts(srv.base_url, srv.api_key)  # outside the load's own timing
+        res = self._load(handle, c, n, seed_offset=self._seed(handle, point, rep))
+        after = prefix_counts(srv.base_url, srv.api_key) if before is not None else None
+        got = after.since(before) if after is not None and before is not None else None
+        if got is not None:  # the server's word that the window's prompts were new to it (serve.prefix)
+            res["prefix_cache"] = {"queried_tokens": got[0], "hit_rate": got[1]}
+        return res
 
     @staticmethod
     def _seed(handle: ServerSlot, point: str, rep: int) -> int:

@@ -60,6 +60,9 @@ class State:
     success: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
+    prefix_queries: int = 0  # prompt tokens looked up in the (SIMULATED) prefix cache, and found: vLLM's counters
+    prefix_hits: int = 0
+    served_prompts: set[int] = field(default_factory=set)  # hashes of the prompts served (an unbounded cache)
     rng: random.Random = field(default_factory=lambda: random.Random(1234))
     ts_file: TextIO | None = None  # --timestamp-log: 'rid k time [step]' per token (benchmarks read it)
     engine_pid: int | None = None  # --engine-child: the SIMULATED EngineCore process (fault kill-engine)
@@ -217,7 +220,9 @@ class Server:
                 f'vllm:num_requests_running{{model_name="{name}"}} {st.running}\n'
                 f'vllm:request_success_total{{model_name="{name}"}} {st.success}\n'
                 f'vllm:prompt_tokens_total{{model_name="{name}"}} {st.prompt_tokens}\n'
-                f'vllm:generation_tokens_total{{model_name="{name}"}} {st.generation_tokens}\n')
+                f'vllm:generation_tokens_total{{model_name="{name}"}} {st.generation_tokens}\n'
+                f'vllm:prefix_cache_queries_total{{engine="0",model_name="{name}"}} {float(st.prefix_queries)}\n'
+                f'vllm:prefix_cache_hits_total{{engine="0",model_name="{name}"}} {float(st.prefix_hits)}\n')
 
     async def complete(self, chat: bool, body: bytes, headers: dict[str, str],
                        writer: asyncio.StreamWriter) -> int:
@@ -258,6 +263,7 @@ class Server:
             prompt = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
             max_tokens = req.get("max_tokens") or 16
         n_prompt = max(1, len(prompt.split()))
+        self.look_up(prompt, n_prompt)
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             writer.write(_error(400, "Bad Request", f"max_tokens must be a positive integer, got {max_tokens!r}"))
             return 400
@@ -286,6 +292,17 @@ class Server:
         finally:
             st.running -= 1
         return 200
+
+    def look_up(self, prompt: str, n_prompt: int) -> None:
+        """vLLM's prefix cache, as counted: a prompt served before is found but for its last token (which is
+        always computed); a new one is kept. No eviction: the stand-in's cache never forgets."""
+        st = self.state
+        st.prefix_queries += n_prompt
+        key = hash(prompt)
+        if key in st.served_prompts:
+            st.prefix_hits += n_prompt - 1
+        else:
+            st.served_prompts.add(key)
 
     def itl_s(self) -> float:
         m = self.state.model
