@@ -15,7 +15,8 @@ from pathlib import Path
 KEEP = ("output_throughput", "steady_output_throughput", "steady_s",
         "total_token_throughput", "request_throughput", "mean_ttft_ms", "median_ttft_ms",
         "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "completed", "failed",
-        "duration", "total_output_tokens", "tokens_per_joule", "avg_power_w", "cause", "screened", "set_aside")
+        "duration", "total_output_tokens", "tokens_per_joule", "avg_power_w", "cause", "screened", "set_aside",
+        "prefix_cache", "seed")
 
 
 def _rep(path: Path) -> dict[str, object]:

@@ -91,6 +91,20 @@ def report(run_dir: Path, arms: tuple[str, str]) -> None:
             print(f"{point:>7} {m:>25} {cvs[0]:>11.2%} {cvs[1]:>11.2%} {sd:>8.2%} {df:>4} {need:>15.0f}")
     for point in points:
         print(position(point, windows(run_dir, arms[0], point), windows(run_dir, arms[1], point)))
+    hits = [h for name in names for h in _hit_rates(run_dir, name)]
+    if hits:  # vLLM's own count of prompt tokens found in its prefix cache (0 when every prompt was new)
+        print(f"{'':>7} prefix cache: hit rate {max(hits):.1%} at most over {len(hits)} windows")
+
+
+def _hit_rates(run_dir: Path, name: str) -> list[float]:
+    """The ``prefix_cache.hit_rate`` of every window of one scenario that has one (rep files since 2026-11-27)."""
+    if run_dir.is_file():
+        reps = _compact(run_dir).get(name, [])
+    else:
+        reps = [json.loads(f.read_text()) for f in sorted((run_dir / "scenarios" / name).glob("run_*.json"))
+                if ".try" not in f.name]
+    return [float(r["prefix_cache"]["hit_rate"]) for r in reps  # type: ignore[index]
+            if isinstance(r.get("prefix_cache"), dict)]
 
 
 def position(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tuple[int, int], dict[str, float]],
