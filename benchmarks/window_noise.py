@@ -118,10 +118,12 @@ def position(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tup
          for ws in by_start.values() if len(ws) > 1]
     if len(d) < 2:
         return f"{point:>7} first window vs later: too few starts with 2 windows"
-    sd = statistics.stdev(d)
-    t = statistics.fmean(d) / (sd / math.sqrt(len(d))) if sd > 0 else math.copysign(math.inf, statistics.fmean(d))
+    sd, mean = statistics.stdev(d), statistics.fmean(d)
+    # every start the same gap (sd 0): a gap of none is no evidence, any other is certain
+    flat = 0.0 if abs(mean) <= 1e-9 else math.copysign(math.inf, mean)
+    t = mean / (sd / math.sqrt(len(d))) if sd > 1e-9 else flat
     p = 2 * (1 - t_cdf(abs(t), len(d) - 1)) if math.isfinite(t) else 0.0
-    return (f"{point:>7} first window vs later ({metric} ratio): {statistics.fmean(d):+.2f} points "
+    return (f"{point:>7} first window vs later ({metric} ratio): {mean:+.2f} points "
             f"(sd {sd:.2f} over {len(d)} starts, paired t p = {p:.3f})")
 
 

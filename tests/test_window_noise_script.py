@@ -1,0 +1,41 @@
+"""benchmarks/window_noise.py: the position line (each start's first window against its later ones), read from a
+compact file of real windows, and the prefix-cache line from a stand-in campaign's rep files."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import window_noise  # noqa: E402
+
+RUN = Path(__file__).resolve().parent.parent / "fixtures" / "results" / "h100x2-at-once-20261127.windows.json"
+
+
+def test_the_first_windows_of_the_real_run_sit_apart() -> None:
+    """The 2x H100 run of 2026-11-27 (the figures docs/gpu-runs.md quotes; scipy's ttest_1samp agrees)."""
+    lines = {p: window_noise.position(p, window_noise.windows(RUN, "p2p_on", p),
+                                      window_noise.windows(RUN, "p2p_off", p)) for p in ("c16", "c64")}
+    assert "-9.49 points (sd 7.12 over 6 starts, paired t p = 0.022)" in lines["c16"]
+    assert "-7.31 points (sd 5.32 over 6 starts, paired t p = 0.020)" in lines["c64"]
+
+
+def test_windows_alike_by_position_give_no_gap() -> None:
+    a = {(s, w): {"output_throughput": 100.0 + s + (w % 2)} for s in (1, 2, 3) for w in (1, 2, 3)}
+    b = {(s, w): {"output_throughput": 80.0 + 0.8 * (s + (w % 2))} for s in (1, 2, 3) for w in (1, 2, 3)}
+    line = window_noise.position("c8", a, b)  # every window pair's ratio is 1.25: no gap, no spread
+    assert "+0.00 points" in line and "p = 1.000" in line
+    one = {(1, 1): {"output_throughput": 1.0}}
+    assert "too few starts" in window_noise.position("c8", one, one)
+
+
+def test_the_report_names_the_prefix_cache_of_a_campaign(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from test_campaign_resident import _runner
+
+    res = _runner(tmp_path).run()
+    assert res.status == "complete", res.errors
+    assert window_noise.main([str(res.run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "prefix cache: hit rate 0.0% at most over 24 windows" in out and "first window vs later" in out
