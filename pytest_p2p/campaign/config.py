@@ -38,8 +38,8 @@ Example (every key optional; the values shown are the defaults unless noted)::
       window_s: 15            # resident/sleep: seconds of measured load per window (null: prompts_per_concurrency)
       max_starts: null        # resident/sleep adaptive: add starts up to this many while the uplift is inconclusive
       starts_at_once: 1       # resident: starts made together (each arm's server started this many times at
-                              # once, every copy its own start: df grows for the time of one start; GPU memory
-                              # split among all 2 x starts_at_once servers); 3 launches at least
+                              # once, every copy its own start; GPU memory split among all 2 x starts_at_once
+                              # servers); 3 launches at least. Paid off on 2x H200 (4 at once), not on 2x H100
       start_mode: auto        # resident: parallel (every arm's server started at once, the same
                               # --kv-cache-memory-bytes for all: the rig's, or learned from a sequential first
                               # start) | sequential (one after the other) | auto (parallel for resident,
