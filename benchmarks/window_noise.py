@@ -27,39 +27,46 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
+from pytest_p2p.results.layout import REP_GLOB, REP_RE
+from pytest_p2p.results.read import read_object, scenario_dirs
 from pytest_p2p.stats.tdist import t_cdf
 
 METRICS = ("output_throughput", "steady_output_throughput")
 Z98 = 2.326
 
 
-def windows(run_dir: Path, arm: str, point: str) -> dict[tuple[int, int], dict[str, float]]:
-    """(start, window) -> metric values of one arm at one point (a results directory, or a JSON file of
-    ``benchmarks/campaign_compact.py`` or ``fixtures/results/*.windows.json``)."""
+Reps = list[dict[str, object]]
+
+
+def scenarios(source: Path) -> dict[str, Reps]:
+    """``{"<arm>-<point>": [kept rep, ...]}`` read once: a results directory's rep files (set-aside attempts
+    ``run_<k>.try<n>.*`` left out, ``results.layout.REP_RE``), or a JSON file of ``benchmarks/campaign_compact.py``
+    (its first run) or ``fixtures/results/*.windows.json`` (records naming a set-aside file left out likewise)."""
+    if source.is_file():
+        data = json.loads(source.read_text())
+        body = data if "scenarios" in data else next(iter(data.values()))
+        return {name: [r for r in recs if "file" not in r or REP_RE.match(str(r["file"]))]
+                for name, recs in body["scenarios"].items()}
+    return {f"{arm}-{point}": [read_object(f) for f in sorted(d.glob(REP_GLOB)) if REP_RE.match(f.name)]
+            for arm, point, d in scenario_dirs(source)}
+
+
+def _windows(reps: Reps) -> dict[tuple[int, int], dict[str, float]]:
+    """(start, window) -> metric values of one scenario's reps."""
     out: dict[tuple[int, int], dict[str, float]] = {}
-    if run_dir.is_file():
-        for d in _compact(run_dir).get(f"{arm}-{point}", []):
-            meta = d.get("meta") or {}
-            key = (int(meta.get("start", 0)), int(meta.get("window", meta.get("rep", 0))))
-            out[key] = {m: float(d[m]) for m in METRICS if isinstance(d.get(m), (int, float))}
-        return out
-    for f in sorted((run_dir / "scenarios" / f"{arm}-{point}").glob("run_*.json")):
-        if ".try" in f.name:
-            continue
-        d = json.loads(f.read_text())
-        meta = d.get("meta") or {}
+    for d in reps:
+        got = d.get("meta")
+        meta: dict[str, Any] = got if isinstance(got, dict) else {}
         key = (int(meta.get("start", 0)), int(meta.get("window", meta.get("rep", 0))))
-        out[key] = {m: float(d[m]) for m in METRICS if isinstance(d.get(m), (int, float))}
+        out[key] = {m: float(v) for m in METRICS if isinstance(v := d.get(m), (int, float))}
     return out
 
 
-def _compact(path: Path) -> dict[str, list[dict[str, object]]]:
-    """The scenarios of a compact file: ``{"scenarios": ...}`` or ``{run_id: {"scenarios": ...}}`` (its first run)."""
-    data = json.loads(path.read_text())
-    if "scenarios" not in data:
-        data = next(iter(data.values()))
-    return data["scenarios"]
+def windows(source: Path, arm: str, point: str) -> dict[tuple[int, int], dict[str, float]]:
+    """(start, window) -> metric values of one arm at one point of ``source`` (see :func:`scenarios`)."""
+    return _windows(scenarios(source).get(f"{arm}-{point}", []))
 
 
 def pooled_sd(groups: dict[int, list[float]]) -> tuple[float, int]:
@@ -70,13 +77,14 @@ def pooled_sd(groups: dict[int, list[float]]) -> tuple[float, int]:
 
 
 def report(run_dir: Path, arms: tuple[str, str]) -> None:
-    names = list(_compact(run_dir)) if run_dir.is_file() else [p.name for p in (run_dir / "scenarios").iterdir()]
-    points = sorted({n.split("-", 1)[1] for n in names if "-" in n}, key=lambda s: (len(s), s))
+    scen = scenarios(run_dir)
+    points = sorted({n.split("-", 1)[1] for n in scen if "-" in n}, key=lambda s: (len(s), s))
+    wins = {(arm, p): _windows(scen.get(f"{arm}-{p}", [])) for arm in arms for p in points}
     print(f"== {run_dir.name}")
     print(f"{'point':>7} {'metric':>25} {'CV ' + arms[0]:>12} {'CV ' + arms[1]:>12} {'pair sd':>8} {'df':>4} "
           f"{'pairs for +-2%':>15}")
     for point in points:
-        a, b = windows(run_dir, arms[0], point), windows(run_dir, arms[1], point)
+        a, b = wins[(arms[0], point)], wins[(arms[1], point)]
         for m in METRICS:
             cvs = []
             for side in (a, b):
@@ -90,21 +98,11 @@ def report(run_dir: Path, arms: tuple[str, str]) -> None:
             need = (Z98 * sd / 0.02) ** 2 if not math.isnan(sd) else math.nan
             print(f"{point:>7} {m:>25} {cvs[0]:>11.2%} {cvs[1]:>11.2%} {sd:>8.2%} {df:>4} {need:>15.0f}")
     for point in points:
-        print(position(point, windows(run_dir, arms[0], point), windows(run_dir, arms[1], point)))
-    hits = [h for name in names for h in _hit_rates(run_dir, name)]
+        print(position(point, wins[(arms[0], point)], wins[(arms[1], point)]))
+    hits = [float(pc["hit_rate"]) for reps in scen.values() for r in reps  # rep files since 2026-11-27
+            if isinstance(pc := r.get("prefix_cache"), dict) and isinstance(pc.get("hit_rate"), (int, float))]
     if hits:  # vLLM's own count of prompt tokens found in its prefix cache (0 when every prompt was new)
         print(f"{'':>7} prefix cache: hit rate {max(hits):.1%} at most over {len(hits)} windows")
-
-
-def _hit_rates(run_dir: Path, name: str) -> list[float]:
-    """The ``prefix_cache.hit_rate`` of every window of one scenario that has one (rep files since 2026-11-27)."""
-    if run_dir.is_file():
-        reps = _compact(run_dir).get(name, [])
-    else:
-        reps = [json.loads(f.read_text()) for f in sorted((run_dir / "scenarios" / name).glob("run_*.json"))
-                if ".try" not in f.name]
-    return [float(r["prefix_cache"]["hit_rate"]) for r in reps  # type: ignore[index]
-            if isinstance(r.get("prefix_cache"), dict)]
 
 
 def position(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tuple[int, int], dict[str, float]],
