@@ -321,20 +321,15 @@ def _odd_values(reps: Reps, metric: str, kind: str, point: str, arm: str, mine: 
     refused as a baseline, with nothing measured again. A whole server that is slow (every window of this start
     outlying) is left to the start screen: measuring it again on the same server would not help.
     """
-    ks = [k for k in sorted(reps) if _value(reps.get(k), metric, kind) is not None]
-    vals = [_value(reps.get(k), metric, kind) or 0.0 for k in ks]
-    odd = [ks[i] for i in outliers(vals)]
+    vals = {k: v for k in sorted(reps) if (v := _value(reps.get(k), metric, kind)) is not None}
+    ks = list(vals)
+    odd = {ks[i] for i in outliers(list(vals.values()))}
     here = [k for k in ks if k in mine]
-    out: dict[int, str] = {}
-    if not odd or all(k in odd for k in here):
-        return out
-    for k in odd:
-        if k in here:
-            rest = [v for j, v in zip(ks, vals, strict=True) if j != k]
-            out[k] = (f"outlying {arm} window: {metric} {vals[ks.index(k)]:.4g} against the median "
-                      f"{statistics.median(rest):.4g} of its "
-                      f"other {len(rest)} window(s) at {point}")
-    return out
+    if all(k in odd for k in here):  # no window of this start yet, or all odd: a slow server (start screen)
+        return {}
+    return {k: f"outlying {arm} window: {metric} {vals[k]:.4g} against the median "
+               f"{statistics.median(v for j, v in vals.items() if j != k):.4g} of its other {len(ks) - 1} window(s) "
+               f"at {point}" for k in here if k in odd}
 
 
 def _window_of(d: Mapping[str, object] | None) -> int | None:

@@ -81,6 +81,11 @@ MAX_AT_ONCE = 16  # servers per arm resident together: 16 x 2 arms already split
 #: launch sd of 1-2 % makes 4-10 % of unchanged campaigns wrong; 3-4 launches of 2 hold 2.6 % up to 1 %
 #: (benchmarks/verdict_nested.py, table 5)
 MIN_LAUNCHES = 3
+
+
+def most_at_once(starts: int) -> int:
+    """The largest ``starts_at_once`` that still makes ``starts`` in :data:`MIN_LAUNCHES` launches."""
+    return max(1, starts // MIN_LAUNCHES)
 DEFAULT_SIZES = (8 * 1024, 32 * 1024, 128 * 1024, 512 * 1024)
 
 
@@ -217,7 +222,7 @@ class CampaignConfig:
             starts = min(reps, MAX_STARTS)
             out = replace(out, reps=reps, max_reps=None if out.max_reps is None else max(out.max_reps, reps),
                           starts=starts, max_starts=None if out.max_starts is None else max(out.max_starts, starts),
-                          starts_at_once=min(out.starts_at_once, max(1, starts // MIN_LAUNCHES)))
+                          starts_at_once=min(out.starts_at_once, most_at_once(starts)))
         if arms:
             out = replace(out, arms=tuple(arms))
         if kind is not None:
@@ -270,7 +275,7 @@ def parse_campaign(value: object, source: str, path: str = "campaign") -> Campai
                                                f"starts in {launches} launch(es), at least {MIN_LAUNCHES} are "
                                                "needed: starts of one launch share its moment, and the launch "
                                                "guard cannot see a launch effect in fewer (starts_at_once at most "
-                                               f"{max(1, cfg.starts // MIN_LAUNCHES)} for {cfg.starts} starts)")
+                                               f"{most_at_once(cfg.starts)} for {cfg.starts} starts)")
     if cfg.uplift_rule == "ci_lower" and cfg.reps < 2:
         raise ConfigError(source, join(path, "reps"), f"uplift_rule ci_lower needs reps >= 2 (a CI needs spread), "
                                                       f"got {cfg.reps}")
