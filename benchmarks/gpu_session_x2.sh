@@ -36,7 +36,8 @@
 #             as it is (the prior and the baseline need the same file, byte for byte), HISTORY_DB=FILE starts
 #             from a carried store: e.g. .night1/ (git-ignored, carried) holds the 2026-11-26 late-night run's
 #             rig and history.db, so CAMPAIGN_RIG=.night1/rig_campaign2.yaml HISTORY_DB=.night1/history.db
-#             makes tonight its second night (a start prior needs 3 earlier nights: bring history.db back)
+#             makes tonight its second night (a start prior needs 3 earlier nights: bring history.db back);
+#             with CAMPAIGN_RIG, CAMPAIGN_STARTS N is --p2p-reps N (starts are not part of the design key)
 # Steps run on the lane's pair ($PAIR, default 0,1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -118,9 +119,11 @@ step() {
       [ -n "${HISTORY_DB:-}" ] && [ ! -f $W/history.db ] && cp "$P/$HISTORY_DB" $W/history.db
       # a second campaign2 in one queue is the next night on the same pair (same history.db: the start prior)
       local log=$W/campaign2.txt; [ -f $log ] && log=$W/campaign2_night$(( $(ls $W/campaign2*.txt | wc -l) + 1 )).txt
+      # with a carried rig, CAMPAIGN_STARTS is --p2p-reps: fewer starts of the same design, the file unchanged
+      local starts=(); [ -n "${CAMPAIGN_RIG:-}" ] && [ -n "${CAMPAIGN_STARTS:-}" ] && starts=(--p2p-reps "$CAMPAIGN_STARTS")
       (cd $W && timeout 1500 python3 -m pytest -m p2p --pyargs pytest_p2p.checks.test_campaign --p2p-live \
          --p2p-rig $W/rig_campaign2.yaml --p2p-results $W/res_campaign2 --p2p-db $W/history.db --p2p-save-baseline \
-         -rs -q -p no:cacheprovider > $log 2>&1)
+         "${starts[@]}" -rs -q -p no:cacheprovider > $log 2>&1)
       python3 $P/benchmarks/window_noise.py $W/res_campaign2/*/ >> $log 2>&1
       python3 $P/benchmarks/campaign_compact.py $W/res_campaign2/*/ --out $W/campaign2_compact.json >> $log 2>&1
       python3 $P/benchmarks/campaign_time.py $W/res_campaign2/*/ --json $W/campaign2_time.json >> $log 2>&1;;
