@@ -38,10 +38,19 @@ IDENT = "0000:09:00.0+0000:0A:00.0"  # synthetic_runs.BUS, as fingerprint.pair_i
 def resident_run(root: Path, run_id: str, on: dict[int, tuple[int, float]], off: dict[int, tuple[int, float]],
                  *, campaign: dict[str, Any] | None = None, status: str = "complete", simulated: bool = False,
                  excluded: dict[str, list[int]] | None = None, started_at: str = "2026-11-20T10:00:00Z",
-                 driver: str = "595.71.05", rig_digest: str | None = None) -> Path:
-    """A resident campaign at c16: ``{rep: (start, output_throughput)}`` per arm, written by the one writer."""
+                 driver: str = "595.71.05", rig_digest: str | None = None,
+                 gpu_names: tuple[str | None, ...] | None = None) -> Path:
+    """A resident campaign at c16: ``{rep: (start, output_throughput)}`` per arm, written by the one writer;
+    ``gpu_names`` replaces the pair GPUs' names in run.json (None: that GPU's name left out)."""
     path = write_run(root, run_id, points=("c16",), started_at=started_at, driver=driver)
     rd = RunDir(path)
+    if gpu_names is not None:
+        pair = json.loads((path / "run.json").read_text())["pair"]
+        for g, name in zip(pair["gpus"], gpu_names, strict=True):
+            g.pop("name", None)
+            if name is not None:
+                g["name"] = name
+        rd.write_run_meta({"pair": pair})
     for arm, reps in (("p2p_on", on), ("p2p_off", off)):
         for k, (start, value) in reps.items():
             rd.write_rep(arm, "c16", k, {METRIC: value, "mean_ttft_ms": 40.0 + k,
@@ -230,6 +239,38 @@ def test_only_nights_of_tonights_driver_and_rig_file_are_lent(tmp_path: Path) ->
         assert len(start_blocks(st, query(driver="590.2"))) == 2
         assert len(start_blocks(st, query(driver="590.2", rig_digest="d1"))) == 1
         assert len(start_blocks(st, query(rig_digest="d1"))) == 2
+
+
+H100 = ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3")
+H200 = ("NVIDIA H200", "NVIDIA H200")
+
+
+def test_a_night_on_other_gpu_models_in_the_same_slots_is_not_lent(tmp_path: Path) -> None:
+    """Same rig, bus ids, driver and rig file; the slots held H100s that night and hold H200s tonight."""
+    same = night([10.0, 11.0, 12.0, 13.0], [9.0, 9.5, 10.0, 10.5])
+    with Store(str(tmp_path / "h.db")) as st:
+        st.save_run_dir(resident_run(tmp_path, "h100", *same, rig_digest="d1", gpu_names=H100))
+        lent = start_blocks(st, query(driver="595.71.05", rig_digest="d1", gpu_models=H100))
+        assert lent == [[[(10.0, 9.0), (11.0, 9.5)], [(12.0, 10.0), (13.0, 10.5)]]]
+        assert start_blocks(st, query(driver="595.71.05", rig_digest="d1", gpu_models=H200)) == []
+        # one slot changed model: a multiset of names, not a set
+        assert start_blocks(st, query(gpu_models=("NVIDIA H100 80GB HBM3", "NVIDIA H200"))) == []
+        assert start_blocks(st, query(gpu_models=None)) == lent  # tonight's models unknown: lent as before
+
+
+def test_gpu_models_compare_as_a_multiset_and_unknown_names_still_lend(tmp_path: Path) -> None:
+    same = night([10.0, 11.0, 12.0, 13.0], [9.0, 9.5, 10.0, 10.5])
+    mixed = ("NVIDIA H200", "NVIDIA H100 80GB HBM3")
+    with Store(str(tmp_path / "h.db")) as st:
+        st.save_run_dir(resident_run(tmp_path, "mixed", *same, gpu_names=mixed, started_at="2026-11-20T10:00:00Z"))
+        st.save_run_dir(resident_run(tmp_path, "no-names", *same, gpu_names=(None, None),
+                                     started_at="2026-11-21T10:00:00Z"))
+        st.save_run_dir(resident_run(tmp_path, "one-name", *same, gpu_names=("NVIDIA H100 80GB HBM3", None),
+                                     started_at="2026-11-22T10:00:00Z"))
+        # the pair in the other order: the same models (the ident sorts by bus id too)
+        assert len(start_blocks(st, query(gpu_models=mixed[::-1]))) == 3
+        assert len(start_blocks(st, query(gpu_models=H200))) == 2  # the nights without names stay lent
+        assert len(start_blocks(st, query(gpu_models=None))) == 3
 
 
 def test_the_design_says_what_makes_start_means_comparable() -> None:

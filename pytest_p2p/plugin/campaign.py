@@ -438,8 +438,13 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
             ge = None
             with contextlib.suppress(KeyError, AttributeError, P2PError):
                 ge = session.evidence.gpu(g)
-            gpus.append({"index": g, "bus_id": getattr(ge, "bus_id", None), "uuid": getattr(ge, "uuid", None)})
+            gpus.append({"index": g, "bus_id": getattr(ge, "bus_id", None), "uuid": getattr(ge, "uuid", None),
+                         "name": getattr(ge, "name", None)})
         ident = pair_ident({"run_id": None, "pair": {"gpus": gpus}})
+        # the GPU models: nights on other GPUs in the same slots (same bus ids) measured another spread
+        names = [g["name"] for g in gpus]
+        models = tuple(n for n in names if isinstance(n, str) and n)
+        gpu_models = models if len(models) == len(names) else None
         driver = None
         with contextlib.suppress(P2PError, AttributeError):
             driver = session.evidence.driver_version or None
@@ -450,7 +455,8 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
                                                         point=point, arm_a=cfg.arm_a, arm_b=cfg.arm_b,
                                                         metric=cfg.metric(p.kind), design=design,
                                                         simulated=bool(session.simulated), driver=driver,
-                                                        rig_digest=str(session.rig.digest or "") or None))
+                                                        rig_digest=str(session.rig.digest or "") or None,
+                                                        gpu_models=gpu_models))
                 prior = start_prior(nights, higher_is_better=higher) if nights else None
                 if prior is not None:
                     out[point] = prior

@@ -16,7 +16,10 @@ which stored runs count and how their values become blocks:
   nights of the same one: a rig whose start-to-start spread grew cannot be told from 2-3 starts
   tonight (``benchmarks/verdict_prior.py``: 4-15 % wrong verdicts when it doubled or quadrupled), so
   the history lent must be this rig as it is now — a driver update or an edited rig file starts a
-  new history of spreads.
+  new history of spreads;
+* where tonight's GPU models are known (:attr:`BlockQuery.gpu_models`), only nights on the same models:
+  the pair ident is the slots' bus ids, and a night on other GPUs in the same slots measured another
+  spread.
 
 A store that cannot be read raises :class:`~pytest_p2p.errors.StoreError` (the glue warns and
 runs without a prior).
@@ -52,10 +55,30 @@ class BlockQuery:
     simulated: bool
     driver: str | None = None  # tonight's driver version: nights of another driver are not lent
     rig_digest: str | None = None  # tonight's rig file digest: nights of another rig file are not lent
+    # tonight's GPU model names, in pair order (None: unknown): the pair ident is the slots' bus ids, and a
+    # night on other GPUs in the same slots measured another spread, so it is not lent
+    gpu_models: tuple[str, ...] | None = None
+
+
+def _gpu_names(fp: dict[str, object]) -> list[str] | None:
+    """The names of the night's pair GPUs (``pair.gpus[*].name``), sorted; None where any is not known."""
+    pair = fp.get("pair")
+    gpus = pair.get("gpus") if isinstance(pair, dict) else None
+    if not isinstance(gpus, list) or not gpus:
+        return None
+    names = [g.get("name") if isinstance(g, dict) else None for g in gpus]
+    known = [n for n in names if isinstance(n, str) and n]
+    return sorted(known) if len(known) == len(names) else None
 
 
 def _same_rig(fingerprint: object, q: BlockQuery) -> bool:
-    """The night's fingerprint names tonight's driver and rig digest (where both are known)."""
+    """The night's fingerprint names tonight's driver, rig digest and GPU models (each where both are known).
+
+    The GPU models compare as sorted lists (a multiset, as the pair ident sorts by bus id): the pair ident
+    names only the slots, and a night on other GPUs in the same slots (H100s one night, H200s the next)
+    measured another start spread. UUIDs are not compared: a GPU replaced by one of the same model keeps
+    the design's spread (the baseline attribution reports that change).
+    """
     try:
         fp = json.loads(fingerprint) if isinstance(fingerprint, str) else None
     except ValueError:
@@ -65,8 +88,10 @@ def _same_rig(fingerprint: object, q: BlockQuery) -> bool:
     versions = fp.get("versions")
     driver = versions.get("driver") if isinstance(versions, dict) else None
     digest = fp.get("rig_digest")
+    names = _gpu_names(fp) if q.gpu_models is not None else None
     return ((q.driver is None or driver in (None, q.driver))
-            and (not q.rig_digest or not digest or digest == q.rig_digest))
+            and (not q.rig_digest or not digest or digest == q.rig_digest)
+            and (q.gpu_models is None or names is None or names == sorted(q.gpu_models)))
 
 
 def _json_list(value: object, run_id: str, column: str) -> list[object]:
