@@ -50,6 +50,10 @@ if not REAL_GPU:
 os.environ["PYTEST_P2P_LOCK_DIR"] = tempfile.mkdtemp(prefix="pytest-p2p-test-locks-")
 # The servers' API-key secret (serve/server.py key_file) likewise: the suite never writes the user's cache.
 os.environ["PYTEST_P2P_KEY_FILE"] = os.path.join(tempfile.mkdtemp(prefix="pytest-p2p-test-key-"), "server-key")
+# The benchmarks write their results under $OUT when it is set (the device machines' result folder); a test
+# that runs one must not write there (2026-11-27, the suite on 1x H200: a run of arrivals_vs_bench.py under
+# test left its JSON among the device call's results).
+os.environ.pop("OUT", None)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
