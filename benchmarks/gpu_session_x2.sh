@@ -2,7 +2,8 @@
 # The GPU runs still owed on a 2-GPU machine (issues 30, 24, 27), as one detached queue of chosen steps.
 #
 #   bash benchmarks/gpu_session_x2.sh stage K        # calls 1..8, each carrying .vwK: vLLM 0.24 (../shared/vllm);
-#                                                    # the first also carries .whl (project + deps): stage 8 installs them after vLLM
+#                                                    # the last also carries .whl (project + deps) and installs them after
+#                                                    # vLLM (carried earlier, a machine lost between calls loses them too)
 #   bash benchmarks/gpu_session_x2.sh launch STEP... # the queue, detached (steps below, in the order given)
 #   bash benchmarks/gpu_session_x2.sh lane NAME A,B STEP...  # a queue of its own on GPUs A,B (4-GPU machines:
 #                                                    # one lane per pair, e.g. lane a 0,1 ... and lane b 2,3 ...)
@@ -179,7 +180,7 @@ case "${1:-status}" in
   collect)
     mkdir -p "$OUT"
     tar -C $W -czf "$OUT/x2_logs.tgz" --exclude='proj' --exclude='nccltests' --exclude='vllm-cache' \
-      --exclude='*/scenarios/*/run_*.json' --exclude='multinode_vllm/tiny-model' --exclude='multinode_pytest/tiny-model' \
+      --exclude='res_windows/*/scenarios/*/run_*.json' --exclude='multinode_vllm/tiny-model' --exclude='multinode_pytest/tiny-model' \
       queue.log faults.txt faults multinode_pytest.txt multinode_pytest cache.txt cache cache2.txt cache2_p1 cache2_p2 \
       repeat.txt repeat_* pvn.txt multinode.txt multinode multinode_vllm.txt multinode_vllm windows.txt \
       rig_windows.yaml res_windows heartbeat.txt campaign2.txt campaign2_night*.txt rig_campaign2.yaml campaign2_compact.json \
