@@ -25,12 +25,16 @@ Noise model, on log values of the metric (tok/s):
   test of the start means with the launch as the factor; where it fires (p < gamma) the point is judged on the
   L launch means (df ``L - 1``) instead of the B start means.
 
+* table 6 (``--only screens``): the campaign's in-run window screens (``campaign.adaptive.screen_windows_start``:
+  a window pair off against its start, or an arm's window off against that arm's windows at the point over every
+  start so far, is measured again once on the same server), with and without a cold first window.
+
 Each point is judged by ``stats.decide_nested`` (threshold ``THR``, one-sided alpha 1 % per
 wrong verdict).  The rules are re-implemented in numpy for speed; ``fidelity()`` first checks
 them against the package on random inputs and aborts on any disagreement.
 
 Usage: python benchmarks/verdict_nested.py [--trials 4000] [--seed 1] [--quick]
-           [--only {grid,adaptive,old_vs_new,launch,guard}]
+           [--only {grid,adaptive,old_vs_new,launch,guard,screens}]
 ``--only launch`` runs tables 4 and 5 (table 5 after table 4 on the same rng, as a full run does);
 ``--only guard`` runs table 5 alone (same code, other random numbers: the rng has not drawn table 4's).
 Needs numpy and scipy (benchmarks only; the plugin needs neither).
@@ -575,7 +579,148 @@ def table_guard(rng: np.random.Generator, t: int) -> dict[str, dict[str, float]]
     return res
 
 
-TABLES = ("grid", "adaptive", "old_vs_new", "launch", "guard")
+# ----------------------------------------------------------------------------- table 6: the in-run window screens
+
+def draw_arms(rng: np.random.Generator, t: int, b: int, w: int, start_sd: float, window_sd: float,
+              up: float) -> tuple[np.ndarray, np.ndarray]:
+    """(start effects (T, A, P, B, 1), log values (T, A, P, B, W)) of each arm: ``draw``'s model, kept per arm.
+
+    The screens below look at each arm's values (not only the paired ratio), so the arms are kept apart; the
+    start effect is returned too, since a window measured again runs on the same server (same effect, fresh
+    noise)."""
+    s = start_sd / math.sqrt(2)
+    eff = (math.sqrt(SHARED) * rng.normal(0, s, (t, A, 1, b, 1))
+           + math.sqrt(1 - SHARED) * rng.normal(0, s, (t, A, P, b, 1)))
+    eff[:, 0] += math.log1p(up)
+    return eff, eff + rng.normal(0, window_sd / math.sqrt(2), (t, A, P, b, w))
+
+
+def screen_windows_np(rng: np.random.Generator, eff: np.ndarray, x: np.ndarray,
+                      window_sd: float) -> tuple[np.ndarray, np.ndarray]:
+    """The campaign's window screens as it runs them (``campaign.adaptive.screen_windows_start``, once per start
+    and point, right after the start's windows at that point): a window pair whose ratio sits off against its
+    start's other pairs (``stats.screen_windows``, >= 3 pairs), or whose value of either arm sits off against that
+    arm's windows at the point over every start so far (``stats.outliers``; none where every window of this start
+    would be flagged: a slow server, left to the start screen), is measured again once on the same servers.
+
+    x (T, A, P, B, W) is changed in place; returns (x, re-measured (T, P, B, W))."""
+    t, _, p_n, b_n, w_n = x.shape
+    again = np.zeros((t, p_n, b_n, w_n), bool)
+    for b in range(b_n):
+        for p in range(p_n):
+            odd = outliers_np(x[:, 0, p, b] - x[:, 1, p, b]) if w_n >= 3 else np.zeros((t, w_n), bool)
+            for a in range(A):
+                mine = outliers_np(x[:, a, p, :b + 1].reshape(t, -1))[:, b * w_n:]
+                mine[mine.all(-1)] = False
+                odd |= mine
+            if odd.any():
+                fresh = eff[:, :, p, b] + rng.normal(0, window_sd / math.sqrt(2), (t, A, w_n))
+                x[:, :, p, b] = np.where(odd[:, None], fresh, x[:, :, p, b])
+                again[:, p, b] = odd
+    return x, again
+
+
+def fidelity_window_screens(rng: np.random.Generator, trials: int = 200) -> None:
+    """The numpy window screens against ``campaign.adaptive.screen_windows_start`` on random campaigns (before any
+    window is measured again: the first start's flags, then each later start's on the values so far)."""
+    from pytest_p2p.campaign import adaptive
+    from pytest_p2p.campaign.config import parse_campaign
+
+    bad = flagged = 0
+    for _ in range(trials):
+        b_n, w_n = int(rng.integers(1, 5)), int(rng.integers(2, 6))
+        cfg = parse_campaign({"kind": "model", "arms": ["p2p_on", "p2p_off"], "concurrency": [16, 64],
+                              "starts": b_n, "windows": w_n, "residency": "resident", "min_uplift": "0%"}, "sim.yaml")
+        eff, x = draw_arms(rng, 1, b_n, w_n, float(rng.uniform(0, 0.03)), float(rng.uniform(0.002, 0.04)),
+                           float(rng.uniform(-0.1, 0.5)))
+        if rng.uniform() < 0.5:  # a cold or slow window (or a slow server) somewhere
+            x[0, int(rng.integers(A)), int(rng.integers(P)), int(rng.integers(b_n)),
+              slice(None) if rng.uniform() < 0.2 else int(rng.integers(w_n))] += BAD
+        vals = np.exp(x[0]) * 3000.0
+        data: dict[tuple[str, str], dict[int, dict[str, object]]] = {}
+        for a, arm in enumerate(("p2p_on", "p2p_off")):
+            for p, point in enumerate(("c16", "c64")):
+                data[(arm, point)] = {blk * w_n + wi + 1: {"output_throughput": float(vals[a, p, blk, wi]), "completed": 100,
+                                                           "meta": {"start": blk + 1, "window": wi + 1}}
+                                      for blk in range(b_n) for wi in range(w_n)}
+        for blk in range(b_n):
+            for p, point in enumerate(("c16", "c64")):
+                upto = {k: {r: d for r, d in reps.items() if r <= (blk + 1) * w_n} for k, reps in data.items()}
+                want = sorted(adaptive.screen_windows_start(upto, cfg, "model", point, blk + 1))
+                odd = outliers_np(x[:1, 0, p, blk] - x[:1, 1, p, blk]) if w_n >= 3 else np.zeros((1, w_n), bool)
+                for a in range(A):
+                    mine = outliers_np(x[:1, a, p, :blk + 1].reshape(1, -1))[:, blk * w_n:]
+                    mine[mine.all(-1)] = False
+                    odd |= mine
+                got = [int(i) + 1 for i in np.flatnonzero(odd[0])]
+                bad += int(got != want)
+                flagged += len(want)
+    if bad:
+        raise SystemExit(f"fidelity: the numpy window screens disagree with campaign.adaptive.screen_windows_start "
+                         f"in {bad} checks")
+    print(f"fidelity: the numpy window screens agree with campaign.adaptive.screen_windows_start on {trials} random "
+          f"campaigns (1-4 starts x 2-5 window pairs, a cold window or slow server in half; {flagged} windows "
+          "flagged)")
+
+
+def table_window_screens(rng: np.random.Generator, t: int, quick: bool) -> dict[str, float]:
+    """Table 6: do the in-run window screens move the verdict's error rates?  They re-measure a window only by
+    looking at the measured values, so they could bias what is judged; they must not."""
+    bs, ws = ((3,), (2, 5)) if quick else ((3, 6), (2, 5))
+    print(f"\n## 6. The in-run window screens (ratio within a start, and each arm's values at the point over every "
+          f"start so far), {t} campaigns a cell, alpha {ALPHA:.2%} per wrong verdict")
+    print("Rates in %.  'screens off / on': the same campaigns judged as measured, and after the screens re-measured "
+          "the window pairs they flagged (once, same server, fresh noise); re-measured = window pairs measured again "
+          "per 100 campaigns; cold = the campaign's first window (p2p_on, c16, start 1) 20 % low (the 2x H100 run of "
+          "2026-11-27: 2400 tok/s against 2872-3211 after its warm-up); found = campaigns whose cold window the screens "
+          "re-measured (with 2 window pairs a start the first start's arm values are 2 a point, too few to judge: a cold "
+          "window there is the start screen's, table 1); both points pooled\n")
+    print("| starts | window pairs | start sd | window pair sd | true 0: pass / fail, screens off -> on "
+          "| re-measured per 100 (true 0) | +5 %: pass off -> on | cold, true 0: pass / fail off -> on "
+          "| cold, +20 %: c16 half-width off -> on | cold found |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    worst = {"null_on": 0.0, "cold_on": 0.0, "remeasured": 0.0, "found_min": 1.0}
+    for b in bs:
+        for w in ws:
+            for s_sd in (0.0, 0.006, 0.02):
+                for w_sd in (0.005, 0.02, 0.04, 0.08):
+                    eff, x = draw_arms(rng, t, b, w, s_sd, w_sd, 0.0)
+                    off = judge(x[:, 0] - x[:, 1])
+                    x, again = screen_windows_np(rng, eff, x, w_sd)
+                    on = judge(x[:, 0] - x[:, 1])
+                    eff5, x5 = draw_arms(rng, t, b, w, s_sd, w_sd, 0.05)
+                    up_off = judge(x5[:, 0] - x5[:, 1])
+                    x5 = screen_windows_np(rng, eff5, x5, w_sd)[0]
+                    up_on = judge(x5[:, 0] - x5[:, 1])
+                    effc, xc = draw_arms(rng, t, b, w, s_sd, w_sd, 0.0)
+                    xc[:, 0, 0, 0, 0] += BAD
+                    cold_off = judge(xc[:, 0] - xc[:, 1])
+                    xc, again_c = screen_windows_np(rng, effc, xc, w_sd)
+                    cold_on = judge(xc[:, 0] - xc[:, 1])
+                    eff20, x20 = draw_arms(rng, t, b, w, s_sd, w_sd, 0.20)
+                    x20[:, 0, 0, 0, 0] += BAD
+                    h_off = judge(x20[:, 0] - x20[:, 1])["half"][:, 0]
+                    x20 = screen_windows_np(rng, eff20, x20, w_sd)[0]
+                    h_on = judge(x20[:, 0] - x20[:, 1])["half"][:, 0]
+                    found = rate(again_c[:, 0, 0, 0])
+                    per100 = 100 * float(again.sum((1, 2, 3)).mean())
+                    worst["null_on"] = max(worst["null_on"], rate(on["pass"]), rate(on["fail"]))
+                    worst["cold_on"] = max(worst["cold_on"], rate(cold_on["pass"]), rate(cold_on["fail"]))
+                    worst["remeasured"] = max(worst["remeasured"], per100)
+                    if w >= 3 and w_sd <= 0.02:
+                        worst["found_min"] = min(worst["found_min"], found)
+                    print(f"| {b} | {w} | {s_sd:.1%} | {w_sd:.1%} | {pf(off)} -> {pf(on)} | {per100:.1f} | "
+                          f"{pct(rate(up_off['pass']))} -> {pct(rate(up_on['pass']))} | {pf(cold_off)} -> "
+                          f"{pf(cold_on)} | {100 * float(np.mean(h_off)):.2f} -> {100 * float(np.mean(h_on)):.2f} | "
+                          f"{pct(found)} |", flush=True)
+    print(f"\nscreens on: worst wrong-verdict rate per decision and kind at true 0 %: {pct(worst['null_on'])} %; "
+          f"with a cold first window: {pct(worst['cold_on'])} %; most window pairs re-measured per 100 unchanged "
+          f"campaigns: {worst['remeasured']:.1f}; the cold window found in at least {pct(worst['found_min'])} % of "
+          "campaigns of >= 3 window pairs a start where window pairs vary by <= 2 %")
+    return worst
+
+
+TABLES = ("grid", "adaptive", "old_vs_new", "launch", "guard", "screens")
 
 
 def main() -> None:
@@ -609,6 +754,9 @@ def main() -> None:
         table_launch(rng, t)
     if "launch" in run or "guard" in run:
         table_guard(rng, t)
+    if "screens" in run:
+        fidelity_window_screens(rng, 60 if args.quick else 200)
+        table_window_screens(rng, t, args.quick)
     print(f"\nelapsed {time.time() - t0:.0f} s")
 
 
