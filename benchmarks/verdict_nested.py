@@ -640,7 +640,8 @@ def fidelity_window_screens(rng: np.random.Generator, trials: int = 200) -> None
         data: dict[tuple[str, str], dict[int, dict[str, object]]] = {}
         for a, arm in enumerate(("p2p_on", "p2p_off")):
             for p, point in enumerate(("c16", "c64")):
-                data[(arm, point)] = {blk * w_n + wi + 1: {"output_throughput": float(vals[a, p, blk, wi]), "completed": 100,
+                data[(arm, point)] = {blk * w_n + wi + 1: {"output_throughput": float(vals[a, p, blk, wi]),
+                                                           "completed": 100,
                                                            "meta": {"start": blk + 1, "window": wi + 1}}
                                       for blk in range(b_n) for wi in range(w_n)}
         for blk in range(b_n):
@@ -672,9 +673,9 @@ def table_window_screens(rng: np.random.Generator, t: int, quick: bool) -> dict[
     print("Rates in %.  'screens off / on': the same campaigns judged as measured, and after the screens re-measured "
           "the window pairs they flagged (once, same server, fresh noise); re-measured = window pairs measured again "
           "per 100 campaigns; cold = the campaign's first window (p2p_on, c16, start 1) 20 % low (the 2x H100 run of "
-          "2026-11-27: 2400 tok/s against 2872-3211 after its warm-up); found = campaigns whose cold window the screens "
-          "re-measured (with 2 window pairs a start the first start's arm values are 2 a point, too few to judge: a cold "
-          "window there is the start screen's, table 1); both points pooled\n")
+          "2026-11-27: 2400 tok/s against 2872-3211 after its warm-up); found = campaigns whose cold window the "
+          "screens re-measured (with 2 window pairs a start the first start's arm values are 2 a point, too few to "
+          "judge: a cold window there is the start screen's, table 1); both points pooled\n")
     print("| starts | window pairs | start sd | window pair sd | true 0: pass / fail, screens off -> on "
           "| re-measured per 100 (true 0) | +5 %: pass off -> on | cold, true 0: pass / fail off -> on "
           "| cold, +20 %: c16 half-width off -> on | cold found |")
