@@ -259,6 +259,27 @@ def components_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: l
     return {"start_sd": c.start_sd, "window_sd": c.window_sd, "starts": c.blocks, "window_pairs": c.windows}
 
 
+#: The window pair spread up to which the in-run window screens are shown not to move the verdict's error rates
+#: (``benchmarks/verdict_nested.py`` table 6: at 8 % they re-measure 1-3 window pairs a campaign and a 1 % wrong
+#: verdict rate becomes up to 1.5 %). A campaign noisier than this says so in its notes.
+SCREENED_WINDOW_SD = 0.04
+
+
+def noisy_window_notes(decisions: Mapping[str, Json]) -> list[str]:
+    """A note per point whose window pairs varied by more than :data:`SCREENED_WINDOW_SD` (``components`` of its
+    decision): the screens' error-rate figures do not cover it, and longer windows are the remedy."""
+    notes: list[str] = []
+    for point, d in decisions.items():
+        comp = d.get("components") if isinstance(d, Mapping) else None
+        sd = as_float(comp.get("window_sd")) if isinstance(comp, Mapping) else None
+        if sd is not None and sd > SCREENED_WINDOW_SD:
+            notes.append(f"{point}: window pairs varied by {100 * sd:.1f} % (above {100 * SCREENED_WINDOW_SD:.0f} %): "
+                         "the in-run window screens re-measure often at such noise, and the verdict's 1 % error rate "
+                         "is shown with them only up to 4 % (docs/campaign-design.md, table 6); longer windows "
+                         "(campaign.window_s) or fewer servers on the pair quiet them")
+    return notes
+
+
 def screen_windows_start(rep_data: Mapping[tuple[str, str], Reps], config: CampaignConfig, kind: str, point: str,
                          start: int) -> dict[int, str]:
     """``{window: why}`` for window pairs of one start to measure again: telemetry flags, then windows that sit

@@ -317,6 +317,7 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
                                     "launch_guard": adaptive.launch_json(*runner._arm_reps(result, p), cfg,
                                                                          runner.kind, reps)}
                                 for p, d in decisions.items()}
+            result.notes.extend(adaptive.noisy_window_notes(result.decisions))
             return
         more = launches(start + 1, last, cfg.starts_at_once)
         result.notes.append(f"uplift inconclusive at {start} start(s): adding {starts_text(more)}")
