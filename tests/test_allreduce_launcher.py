@@ -140,7 +140,7 @@ def test_a_dying_rank_fails_fast_and_its_peer_is_killed(tmp_path, fake_worker):
     t0 = time.monotonic()
     with pytest.raises(ProbeError) as info:
         run_allreduce((0, 1), PRESETS["p2p_on"], CFG, {"FAKE_MODE": "fail"}, tmp_path, worker=fake_worker)
-    assert time.monotonic() - t0 < 10  # did not wait for the 20 s timeout
+    assert time.monotonic() - t0 < 19  # did not wait for the 20 s timeout (the bound is that, not this box's speed)
     msg = str(info.value)
     assert "rank 1 exited with status 7" in msg and "peer access is not supported" in msg and "p2p_on" in msg
 

@@ -200,8 +200,10 @@ def test_5_full_accept_queue_ends_within_its_timeouts(transport: str) -> None:
                 s.close()
     assert res.completed == 0 and res.failed == 4
     assert all("timeout" in e for e in res.errors), res.error_summary()
-    # 4 requests over 2 streams: 2 waves, each bounded by the request timeout, plus the connects opened ahead
-    assert wall < 1.0 + 2 * TIMEOUT_S + 3.0, wall
+    # 4 requests over 2 streams: 2 waves, each bounded by the request timeout (~7 s here). The bound is what is
+    # proven, not this box's speed: a connect left to the kernel's SYN retries waits about 2 minutes, while a bound
+    # near 7 s is a bet on how loaded the machine is (the suite runs with 14 workers on the GPU machines)
+    assert wall < 60.0, wall
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
