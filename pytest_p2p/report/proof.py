@@ -293,6 +293,12 @@ def proof_for_run(run_dir: Path, summary: Mapping[str, object]) -> Proof:
             proof.telemetry_rows.append(row)
     if not proof.telemetry_rows:
         proof.notes.append("no telemetry samples (telemetry_run<k>.csv) in this run")
+    # a point noisier than the in-run screens were proven at: said where the verdict is read, not only in run.json
+    decisions = meta.get("decisions")
+    if isinstance(decisions, Mapping):
+        from pytest_p2p.campaign.adaptive import noisy_window_notes
+
+        proof.notes += noisy_window_notes(decisions)
     return proof
 
 
