@@ -274,9 +274,8 @@ def noisy_window_notes(decisions: Mapping[str, Json]) -> list[str]:
         sd = as_float(comp.get("window_sd")) if isinstance(comp, Mapping) else None
         if sd is not None and sd > SCREENED_WINDOW_SD:
             notes.append(f"{point}: window pairs varied by {100 * sd:.1f} % (above {100 * SCREENED_WINDOW_SD:.0f} %): "
-                         "the in-run window screens re-measure often at such noise, and the verdict's 1 % error rate "
-                         "is shown with them only up to 4 % (docs/campaign-design.md, table 6); longer windows "
-                         "(campaign.window_s) or fewer servers on the pair quiet them")
+                         "the verdict's error rate is shown with the window screens only up to that "
+                         "(docs/campaign-design.md, table 6); longer windows or fewer servers on the pair")
     return notes
 
 
