@@ -170,6 +170,24 @@ def test_the_plan_counts_a_launch_once_and_says_how_many_servers_share_the_pair(
     assert "expected 21 min" in plan_line(runner, ["c16", "c64"]), plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]
 
 
+
+def test_the_plan_says_what_the_store_held_of_earlier_nights_where_nothing_is_borrowed(tmp_path: Path) -> None:
+    """A night that decides on its own starts says why before it starts: how many earlier nights of its design the
+    store held for this pair, against what a borrowed spread needs (3 nights, 4 df)."""
+    config = parse_campaign({**BASE, "starts": 2, "windows": 5, "window_s": 8}, "rig.yaml")
+    server = parse_server({"command": ["vllm", "serve"], "model": "m", "args": KV}, "rig.yaml")
+    runner = CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS,
+                            backend=ModelBackend(server=server, campaign=config, pair=(0, 1), rig_env={}),
+                            results_root=tmp_path, rig_name="r", lease=GpuLease(tmp_path / "locks"))
+    assert "earlier nights" not in plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]  # no store read
+    runner.prior_history = {"c16": "1 earlier night (2 df)", "c64": "1 earlier night (2 df)"}
+    assert plan_line(runner, ["c16", "c64"]).endswith(  # type: ignore[arg-type]
+        "; earlier nights of this design on this pair (same rig file, driver and GPU models): 1 earlier night "
+        "(2 df) at every point; a start spread is borrowed from 3 nights and 4 df")
+    runner.prior_history = {"c16": "none", "c64": "2 earlier nights (3 df)"}
+    assert "GPU models): c16 none, c64 2 earlier nights (3 df); a start" in plan_line(  # type: ignore[arg-type]
+        runner, ["c16", "c64"])
+
 TIGHT_AT_ONCE = r"""
 import os, sys
 share = float(sys.argv[sys.argv.index("--gpu-memory-utilization") + 1])

@@ -390,12 +390,19 @@ def test_three_saved_nights_lend_the_fourth_a_real_prior(demo: Any, pytester: py
     rig["campaign"].update({"starts": 3, "max_starts": None})
     rig_file.write_text(yaml.safe_dump(rig))
     db = tmp_path / "history.db"
-    offered = []
+    offered, outs = [], []
     for night_no in range(4):
         r, got = run("--p2p-save-baseline", f"--p2p-db={db}")
         assert r.ret == 0, (night_no, r.stdout.str()[-2000:])
         offered.append(got)
+        outs.append(r.stdout.lines)
     assert offered[:3] == [[{}], [{}], [{}]]  # fewer than 3 earlier nights, or 2 x 2 df: no prior yet
+    said = [[ln for ln in o if "earlier nights of this design" in ln] for o in outs]
+    assert said[0] == []  # the first night: no store yet
+    assert ["1 earlier night (2 df); a start spread is borrowed from 3 nights and 4 df" in ln for ln in said[1]] == [
+        True], said[1]
+    assert ["2 earlier nights (4 df); a start spread" in ln for ln in said[2]] == [True], said[2]
+    assert said[3] == []  # the fourth borrows one: the plan says what +-2 % takes with it instead
     (fourth,) = offered[3]
     assert fourth["c1"]["nights"] == 3 and fourth["c1"]["windows"] == 2
     # 3 nights x (3 starts - 1) = 6 df pooled; nights that disagree lend fewer (the moderated fit's d0)

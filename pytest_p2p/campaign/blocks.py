@@ -49,6 +49,7 @@ from .. import signals
 from ..errors import P2PError, RepFailed
 from ..jsontypes import as_dict
 from ..stats import StartPrior, StatsError, expected_halfwidth, plan_for, plan_with_prior
+from ..stats.nested import MIN_PRIOR_DF, MIN_PRIOR_NIGHTS
 from . import adaptive
 from .backends import ModelBackend, ServerSlot
 from .gpu import wait_vram_free
@@ -83,6 +84,7 @@ class ResidentRunner(Protocol):
     progress: Progress | None
     sleep: Callable[[float], None]
     start_priors: Mapping[str, StartPrior]
+    prior_history: Mapping[str, str]
     _attempts: dict[tuple[str, int], int]
 
     @property
@@ -171,7 +173,7 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
             f"window pairs vary by {window_sd * 100:.1f} % and starts by {PLAN_START_SD * 100:.1f} % (H100 figures); "
             f"+-{PLAN_TARGET * 100:.0f} % would take {best.describe()}"
             + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, launch_s / k,
-                               n_arms * window_took))
+                               n_arms * window_took) + _history_text(runner.prior_history, points))
 
 
 def _prior_plan_text(priors: Mapping[str, StartPrior], points: list[str], windows: int, alpha: float,
@@ -194,6 +196,19 @@ def _prior_plan_text(priors: Mapping[str, StartPrior], points: list[str], window
             continue
         parts.append(f"{p}: +-{PLAN_TARGET * 100:.0f} % would take {plan.describe()}")
     return "".join(f"; {x}" for x in parts)
+
+
+def _history_text(history: Mapping[str, str], points: list[str]) -> str:
+    """What the store held of earlier nights where no start spread is borrowed (one clause; the points named
+    only where they differ), so a rig owner reads before the campaign why tonight decides on its own starts."""
+    got = [(p, history[p]) for p in points if p in history]
+    if not got:
+        return ""
+    texts = {t for _, t in got}
+    body = (f"{next(iter(texts))}{' at every point' if len(got) > 1 else ''}" if len(texts) == 1
+            else ", ".join(f"{p} {t}" for p, t in got))
+    return (f"; earlier nights of this design on this pair (same rig file, driver and GPU models): {body}; a start "
+            f"spread is borrowed from {MIN_PRIOR_NIGHTS} nights and {MIN_PRIOR_DF} df")
 
 
 MAX_PLAN_STARTS = 40

@@ -86,6 +86,9 @@ class CampaignRunner(Generic[H]):
     on_finished: Callable[[CampaignOutcome], None] | None = None  # the pytest hook, or a test's callback
     #: per point, the spread of a start mean learned from earlier nights (resident arms; filled from the store)
     start_priors: Mapping[str, StartPrior] = field(default_factory=dict)
+    #: per point without a prior, what the store held of earlier nights (for the plan line), e.g. ``1 earlier
+    #: night (2 df)``; empty where no store is configured
+    prior_history: Mapping[str, str] = field(default_factory=dict)
     _attempts: dict[tuple[str, int], int] = field(default_factory=dict, init=False, repr=False)
 
     @property

@@ -77,9 +77,11 @@ def from_session(session: SessionLike, pair: tuple[int, int], config: CampaignCo
                  run_id: str | None = None, progress: Progress | None = None, lease: GpuLease | None = None,
                  on_finished: Callable[[CampaignOutcome], None] | None = None,
                  start_priors: Mapping[str, StartPrior] | None = None,
+                 prior_history: Mapping[str, str] | None = None,
                  ) -> CampaignRunner[ServerSlot] | CampaignRunner[ProbeSlot]:
     """Wire a runner from the session (rig, evidence, results root); ``start_priors``: per point, the start
-    spread learned from earlier nights (the pytest glue reads them from the baseline store)."""
+    spread learned from earlier nights (the pytest glue reads them from the baseline store); ``prior_history``:
+    per point without one, what the store held of earlier nights (for the plan line)."""
     rig = session.rig
     rig_env: dict[str, str] = dict(rig.env or {})
     arms = rig.arms
@@ -90,7 +92,8 @@ def from_session(session: SessionLike, pair: tuple[int, int], config: CampaignCo
               "rig_name": rig.name, "rig_digest": str(rig.digest or ""),
               "evidence": session.evidence, "snapshot": snapshot, "simulated": bool(session.simulated),
               "live": bool(session.live), "run_id": run_id, "lease": lease or GpuLease(), "progress": progress,
-              "on_finished": on_finished, "start_priors": dict(start_priors or {})}
+              "on_finished": on_finished, "start_priors": dict(start_priors or {}),
+              "prior_history": dict(prior_history or {})}
     if kind == "model":
         return CampaignRunner(backend=ModelBackend(server=rig.server, campaign=config, pair=pair, rig_env=rig_env),
                               **common)  # type: ignore[arg-type]

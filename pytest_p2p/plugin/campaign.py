@@ -390,10 +390,11 @@ def run_campaign(config: pytest.Config, pair: tuple[int, int]) -> CampaignResult
     progress = progress_for(config, f"{p.kind} campaign {pair_key}{' (SIMULATED)' if session.simulated else ''}",
                             0)
     try:
+        priors, history = start_priors(config, session, (int(pair[0]), int(pair[1])), p)
         runner = from_session(session, (int(pair[0]), int(pair[1])), p.config, p.kind, progress=progress,
                               run_id=_run_id(config, session.rig.name, pair_key, session.results_root),
                               on_finished=lambda outcome: _publish(config, outcome),
-                              start_priors=start_priors(config, session, (int(pair[0]), int(pair[1])), p))
+                              start_priors=priors, prior_history=history)
         result = runner.run()
     except P2PError as exc:
         cache[pair] = exc
@@ -402,8 +403,11 @@ def run_campaign(config: pytest.Config, pair: tuple[int, int]) -> CampaignResult
     return result
 
 
-def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, int], p: Plan) -> dict[str, StartPrior]:
-    """Per point, the start spread learned from earlier nights in the baseline store (issue 24); ``{}`` for none.
+def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, int],
+                 p: Plan) -> tuple[dict[str, StartPrior], dict[str, str]]:
+    """The runner's ``start_priors`` (per point, the start spread learned from earlier nights in the baseline store,
+    issue 24) and ``prior_history`` (per point without one, what the store held: ``1 earlier night (2 df)``, for
+    the plan line); both ``{}`` where no store is read.
 
     Why here: the campaign never imports the verdict stage (stage order), so the glue reads the
     store and hands the campaign plain data. Only for resident arms (a restart-per-rep campaign
@@ -414,12 +418,12 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
     """
     cfg = p.config
     if p.kind != "model" or cfg.resident_mode(p.kind) is None or cfg.arm_b is None:
-        return {}
+        return {}, {}  # nothing read
     from .verdict import SESSION_KEY as BASELINE_KEY
 
     baseline = config.stash.get(BASELINE_KEY, None)
     if baseline is None or not baseline.saving:
-        return {}
+        return {}, {}  # nothing read
     from ..stats.nested import start_prior
     from ..verdict.fingerprint import pair_ident
     from ..verdict.store import Store
@@ -431,7 +435,7 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
     try:
         design = design_key(p.kind, cfg.to_dict(), cfg.metric(p.kind), cfg.direction(p.kind))
         if design is None:
-            return {}
+            return {}, {}  # nothing read
         higher = cfg.direction(p.kind) == "higher"
         gpus: list[dict[str, object]] = []
         for g in pair:
@@ -449,6 +453,7 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
         with contextlib.suppress(P2PError, AttributeError):
             driver = session.evidence.driver_version or None
         out: dict[str, StartPrior] = {}
+        history: dict[str, str] = {}
         with Store(target, create=False) as store:
             for point in p.points:
                 nights = start_blocks(store, BlockQuery(rig=session.rig.name, pair_ident=ident, kind=p.kind,
@@ -460,14 +465,18 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
                 prior = start_prior(nights, higher_is_better=higher) if nights else None
                 if prior is not None:
                     out[point] = prior
-        return out
+                else:
+                    df = sum(len(night) - 1 for night in nights)
+                    history[point] = (f"{len(nights)} earlier night{'' if len(nights) == 1 else 's'} ({df} df)"
+                                      if nights else "none")
+        return out, history
     except StoreMissing:
-        return {}
+        return {}, {}  # nothing read
     except P2PError as exc:
         warnings.warn(pytest.PytestWarning(
             f"pytest-p2p: no start-spread prior from the baseline store {redact(target)} "
             f"({' '.join(str(exc).split())}); the campaign runs on its own starts"), stacklevel=1)
-        return {}
+        return {}, {}  # nothing read
 
 
 def progress_for(config: pytest.Config, label: str, total: int) -> Progress:
