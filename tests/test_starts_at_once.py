@@ -71,7 +71,10 @@ def test_each_launch_starts_k_servers_per_arm_together_and_every_one_is_a_start(
     assert on[3]["meta"]["started_at"] < on[2]["meta"]["started_at"] or alone & {1, 2}
     decision = res.decisions["c1"]
     guard = decision["launch_guard"]
-    assert guard["starts"] == decision["components"]["starts"] == 6 and guard["launches"] == 3 + len(alone)
+    # a launch whose every start was re-run alone has no start left in the verdict (seen with starts 1 and 2 both
+    # re-run on a loaded box: 4 launches, not 3 + 2)
+    kept = sum(1 for launch in ({1, 2}, {3, 4}, {5, 6}) if launch - alone)
+    assert guard["starts"] == decision["components"]["starts"] == 6 and guard["launches"] == kept + len(alone)
     # judged on the 4 start means (df = 3, not 1) unless the launch guard saw a launch effect
     assert guard["status"] in ("passed", "fired") and 0 <= guard["p"] <= 1
     assert decision["n"] == (6 if guard["status"] == "passed" else guard["launches"])
