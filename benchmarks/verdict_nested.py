@@ -157,6 +157,13 @@ def positions(b: int, w: int, schedule: str) -> np.ndarray:
     return pos
 
 
+def start_effects(rng: np.random.Generator, t: int, b: int, start_sd: float) -> np.ndarray:
+    """(T, A, P, B, 1) start effects: SD ``start_sd / sqrt(2)`` per arm, half the variance shared by the points."""
+    s = start_sd / math.sqrt(2)
+    return (math.sqrt(SHARED) * rng.normal(0, s, (t, A, 1, b, 1))
+            + math.sqrt(1 - SHARED) * rng.normal(0, s, (t, A, P, b, 1)))
+
+
 def draw(rng: np.random.Generator, t: int, b: int, w: int, start_sd: float, window_sd: float, up: float,
          drift: float = 0.0, schedule: str = "abba", bad: bool = False, first_block: int = 0,
          launch: int = 1, launch_sd: float = 0.0) -> np.ndarray:
@@ -172,10 +179,7 @@ def draw(rng: np.random.Generator, t: int, b: int, w: int, start_sd: float, wind
         raise ValueError(f"{b} starts are not whole launches of {launch}")
     if drift and launch > 1:
         raise ValueError("drift follows the sequential time order; starts made at once interleave it differently")
-    s = start_sd / math.sqrt(2)
-    u = (math.sqrt(SHARED) * rng.normal(0, s, (t, A, 1, b, 1))
-         + math.sqrt(1 - SHARED) * rng.normal(0, s, (t, A, P, b, 1)))
-    x = u + rng.normal(0, window_sd / math.sqrt(2), (t, A, P, b, w))
+    x = start_effects(rng, t, b, start_sd) + rng.normal(0, window_sd / math.sqrt(2), (t, A, P, b, w))
     if launch_sd > 0:
         c = rng.normal(0, launch_sd, (t, b // launch, 1))  # (T, L, 1)
         x[:, 0] += np.repeat(c, launch, axis=1)[:, None]  # (T, 1, B, 1): the k starts of a launch share it
@@ -588,11 +592,22 @@ def draw_arms(rng: np.random.Generator, t: int, b: int, w: int, start_sd: float,
     The screens below look at each arm's values (not only the paired ratio), so the arms are kept apart; the
     start effect is returned too, since a window measured again runs on the same server (same effect, fresh
     noise)."""
-    s = start_sd / math.sqrt(2)
-    eff = (math.sqrt(SHARED) * rng.normal(0, s, (t, A, 1, b, 1))
-           + math.sqrt(1 - SHARED) * rng.normal(0, s, (t, A, P, b, 1)))
+    eff = start_effects(rng, t, b, start_sd)
     eff[:, 0] += math.log1p(up)
     return eff, eff + rng.normal(0, window_sd / math.sqrt(2), (t, A, P, b, w))
+
+
+def window_flags_np(x: np.ndarray, p: int, b: int) -> np.ndarray:
+    """(T, W) window pairs of start ``b`` at point ``p`` the campaign's window screens flag, on x (T, A, P, B, W) as
+    measured so far: a ratio off against its start (>= 3 pairs), or either arm's value off against that arm's
+    windows at the point over starts 0..b (none where every window of this start is: a slow server)."""
+    t, w_n = x.shape[0], x.shape[-1]
+    odd = outliers_np(x[:, 0, p, b] - x[:, 1, p, b]) if w_n >= 3 else np.zeros((t, w_n), bool)
+    for a in range(A):
+        mine = outliers_np(x[:, a, p, :b + 1].reshape(t, -1))[:, b * w_n:]
+        mine[mine.all(-1)] = False
+        odd |= mine
+    return odd
 
 
 def screen_windows_np(rng: np.random.Generator, eff: np.ndarray, x: np.ndarray,
@@ -608,11 +623,7 @@ def screen_windows_np(rng: np.random.Generator, eff: np.ndarray, x: np.ndarray,
     again = np.zeros((t, p_n, b_n, w_n), bool)
     for b in range(b_n):
         for p in range(p_n):
-            odd = outliers_np(x[:, 0, p, b] - x[:, 1, p, b]) if w_n >= 3 else np.zeros((t, w_n), bool)
-            for a in range(A):
-                mine = outliers_np(x[:, a, p, :b + 1].reshape(t, -1))[:, b * w_n:]
-                mine[mine.all(-1)] = False
-                odd |= mine
+            odd = window_flags_np(x, p, b)
             if odd.any():
                 fresh = eff[:, :, p, b] + rng.normal(0, window_sd / math.sqrt(2), (t, A, w_n))
                 x[:, :, p, b] = np.where(odd[:, None], fresh, x[:, :, p, b])
@@ -648,12 +659,7 @@ def fidelity_window_screens(rng: np.random.Generator, trials: int = 200) -> None
             for p, point in enumerate(("c16", "c64")):
                 upto = {k: {r: d for r, d in reps.items() if r <= (blk + 1) * w_n} for k, reps in data.items()}
                 want = sorted(adaptive.screen_windows_start(upto, cfg, "model", point, blk + 1))
-                odd = outliers_np(x[:1, 0, p, blk] - x[:1, 1, p, blk]) if w_n >= 3 else np.zeros((1, w_n), bool)
-                for a in range(A):
-                    mine = outliers_np(x[:1, a, p, :blk + 1].reshape(1, -1))[:, blk * w_n:]
-                    mine[mine.all(-1)] = False
-                    odd |= mine
-                got = [int(i) + 1 for i in np.flatnonzero(odd[0])]
+                got = [int(i) + 1 for i in np.flatnonzero(window_flags_np(x, p, blk)[0])]
                 bad += int(got != want)
                 flagged += len(want)
     if bad:
