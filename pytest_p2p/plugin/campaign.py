@@ -418,12 +418,12 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
     """
     cfg = p.config
     if p.kind != "model" or cfg.resident_mode(p.kind) is None or cfg.arm_b is None:
-        return {}, {}  # nothing read
+        return {}, {}
     from .verdict import SESSION_KEY as BASELINE_KEY
 
     baseline = config.stash.get(BASELINE_KEY, None)
     if baseline is None or not baseline.saving:
-        return {}, {}  # nothing read
+        return {}, {}
     from ..stats.nested import start_prior
     from ..verdict.fingerprint import pair_ident
     from ..verdict.store import Store
@@ -435,7 +435,7 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
     try:
         design = design_key(p.kind, cfg.to_dict(), cfg.metric(p.kind), cfg.direction(p.kind))
         if design is None:
-            return {}, {}  # nothing read
+            return {}, {}
         higher = cfg.direction(p.kind) == "higher"
         gpus: list[dict[str, object]] = []
         for g in pair:
@@ -471,12 +471,12 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
                                       if nights else "none")
         return out, history
     except StoreMissing:
-        return {}, {}  # nothing read
+        return {}, {}
     except P2PError as exc:
         warnings.warn(pytest.PytestWarning(
             f"pytest-p2p: no start-spread prior from the baseline store {redact(target)} "
             f"({' '.join(str(exc).split())}); the campaign runs on its own starts"), stacklevel=1)
-        return {}, {}  # nothing read
+        return {}, {}
 
 
 def progress_for(config: pytest.Config, label: str, total: int) -> Progress:
