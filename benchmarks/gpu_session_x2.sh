@@ -179,11 +179,17 @@ case "${1:-status}" in
     [ -n "${OUT:-}" ] && bash "$0" collect > /dev/null 2>&1 && echo "collected into \$OUT";;
   collect)
     mkdir -p "$OUT"
+    # a campaign's rep files hold every request (101 MiB for a 3-start night, 2026-11-27: over the 16 MiB a
+    # returned file may have), so every poll keeps their metrics and meta instead, in a compact of its own
+    for d in res_windows res_campaign2; do ls -d $W/$d/*/ > /dev/null 2>&1 || continue
+      python3 $W/proj/benchmarks/campaign_compact.py $W/$d/*/ --out $W/${d}_poll_compact.json > /dev/null 2>&1
+    done
     tar -C $W -czf "$OUT/x2_logs.tgz" --exclude='proj' --exclude='nccltests' --exclude='vllm-cache' \
-      --exclude='res_windows/*/scenarios/*/run_*.json' --exclude='multinode_vllm/tiny-model' --exclude='multinode_pytest/tiny-model' \
+      --exclude='res_*/*/scenarios/*/run_*.json' --exclude='multinode_vllm/tiny-model' --exclude='multinode_pytest/tiny-model' \
       queue.log faults.txt faults multinode_pytest.txt multinode_pytest cache.txt cache cache2.txt cache2_p1 cache2_p2 \
       repeat.txt repeat_* pvn.txt multinode.txt multinode multinode_vllm.txt multinode_vllm windows.txt \
       rig_windows.yaml res_windows heartbeat.txt campaign2.txt campaign2_night*.txt rig_campaign2.yaml campaign2_compact.json \
-      campaign2_time.json res_campaign2 history.db selfcheck.txt selfcheck queue_*.out 2>/dev/null
+      campaign2_time.json res_campaign2 res_windows_poll_compact.json res_campaign2_poll_compact.json history.db \
+      selfcheck.txt selfcheck queue_*.out 2>/dev/null
     ls -la "$OUT";;
 esac

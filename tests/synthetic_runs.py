@@ -53,6 +53,8 @@ def write_run(
     points: tuple[str, ...] = ("c8",),
     kind: str = "model",
     throttled: Mapping[str, list[int]] | None = None,
+    gpu_names: tuple[str, str] = ("NVIDIA GeForce RTX 5060 Ti", "NVIDIA GeForce RTX 5060 Ti"),
+    uuids: tuple[str, str] = UUIDS,
 ) -> Path:
     rng = random.Random(seed)
     rd = RunDir.create(root, "demo-rig", "gpu1-gpu2", kind, run_id=run_id)
@@ -61,7 +63,7 @@ def write_run(
     for i in range(2):
         reading = PcieReading(gen[i], width[i])
         gpus.append(GpuEvidence(
-            index=i + 1, name="NVIDIA GeForce RTX 5060 Ti", uuid=UUIDS[i], bus_id=BUS[i],
+            index=i + 1, name=gpu_names[i], uuid=uuids[i], bus_id=BUS[i],
             pcie=PcieLink(idle=PcieReading(1, width[i]), loaded=reading, max=reading,
                           gpu_max=PcieReading(5, 8), load_method="cuda-kernel"),
             nvlinks=[NvLinkState(link=0, active=False)]))
@@ -87,8 +89,8 @@ def write_run(
             rd.write_proof(arm, point, {"nccl_version": nccl, "transport": t})
     rd.write_run_meta({
         "run_id": run_id, "rig": "demo-rig", "rig_digest": "sha256:abc", "kind": kind,
-        "pair": {"key": "gpu1-gpu2", "gpus": [{"index": i + 1, "bus_id": BUS[i], "uuid": UUIDS[i],
-                                                "name": "NVIDIA GeForce RTX 5060 Ti"} for i in range(2)]},
+        "pair": {"key": "gpu1-gpu2", "gpus": [{"index": i + 1, "bus_id": BUS[i], "uuid": uuids[i],
+                                                "name": gpu_names[i]} for i in range(2)]},
         "arms": arms, "points": list(points), "reps": reps, "schedule": "AB-AB-AB", "simulated": False,
         "status": "complete", "missing": [], "started_at": started_at, "finished_at": started_at,
         "server": {"command": ["vllm", "serve", model], "model": model, "args": ["--tensor-parallel-size", "2"],

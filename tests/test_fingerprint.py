@@ -5,7 +5,7 @@ import json
 import pytest
 from synthetic_runs import write_run
 
-from pytest_p2p.verdict.fingerprint import ResultsError, build_fingerprint, comparability, flatten
+from pytest_p2p.verdict.fingerprint import ResultsError, build_fingerprint, comparability, flatten, incomparable
 
 
 def test_fingerprint_reads_the_results_dir(tmp_path):
@@ -32,6 +32,17 @@ def test_comparability_is_per_arm_and_ignores_env(tmp_path):
     assert comparability(a, "p2p_on") == comparability(b, "p2p_on")  # env change is a cause, not a redefinition
     c = build_fingerprint(write_run(tmp_path, "c", model="other/model"))
     assert comparability(a, "p2p_on")["model"] != comparability(c, "p2p_on")["model"]
+
+
+def test_gpu_models_compare_as_a_multiset_and_unknown_models_are_no_difference(tmp_path):
+    a = comparability(build_fingerprint(write_run(tmp_path, "a", gpu_names=("NVIDIA H100", "NVIDIA H200"))), "p2p_on")
+    b = comparability(build_fingerprint(write_run(tmp_path, "b", gpu_names=("NVIDIA H200", "NVIDIA H100"))), "p2p_on")
+    c = comparability(build_fingerprint(write_run(tmp_path, "c", gpu_names=("NVIDIA H200", "NVIDIA H200"))), "p2p_on")
+    assert a["gpu models"] == ["NVIDIA H100", "NVIDIA H200"]
+    assert incomparable(a, b) == [] and incomparable(c, a) == ["gpu models"]
+    unknown = dict(a, **{"gpu models": None})  # a run saved before the names were recorded
+    assert incomparable(unknown, c) == [] and incomparable(c, unknown) == []
+    assert incomparable(dict(a, model=None), a) == ["model"]  # only the GPU models may be unknown
 
 
 def test_missing_and_bad_files_are_named(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from synthetic_runs import baseline_runs, write_run
 
 from pytest_p2p.verdict.campaign_judge import compare_campaign, screen_run
-from pytest_p2p.verdict.compare import INCONCLUSIVE, NO_BASELINE, REGRESSION, UNCHANGED
+from pytest_p2p.verdict.compare import INCONCLUSIVE, NO_BASELINE, NOT_COMPARABLE, REGRESSION, UNCHANGED
 from pytest_p2p.verdict.config import BaselineConfig
 from pytest_p2p.verdict.store import Store
 
@@ -95,6 +95,27 @@ def test_no_baseline(tmp_path: Path) -> None:
     assert camp.scenarios[("p2p_on", "c1")].verdict == NO_BASELINE
     assert camp.uplift_verdict("c1")[0] == NO_BASELINE
     st.close()
+
+
+def test_a_pair_of_other_gpu_models_in_the_same_slots_is_not_judged_against_the_baseline(
+        store: Store, tmp_path: Path) -> None:
+    """A cloud runner hands out H100s one night and H200s the next at the same virtual bus ids (2026-11-27):
+    the pair ident names the slots only, and the H200s' throughput is no evidence about the H100s' links."""
+    cur = _cur(tmp_path, gpu_names=("NVIDIA H200", "NVIDIA H200"), scale={"output_throughput": 1.6})
+    camp = compare_campaign(store, cur, BaselineConfig())
+    sc = camp.scenarios[("p2p_on", "c8")]
+    assert sc.verdict == NOT_COMPARABLE and not sc.baseline_runs
+    assert "gpu models ['NVIDIA GeForce RTX 5060 Ti', 'NVIDIA GeForce RTX 5060 Ti'] -> " \
+           "['NVIDIA H200', 'NVIDIA H200']" in sc.message
+    assert camp.uplift_verdict("c8")[0] == NO_BASELINE
+
+
+def test_a_gpu_replaced_by_one_of_the_same_model_is_still_judged(store: Store, tmp_path: Path) -> None:
+    cur = _cur(tmp_path, uuids=("GPU-bbbbbbbb-0000-0000-0000-000000000009", "GPU-aaaaaaaa-0000-0000-0000-000000000002"),
+               scale={"output_throughput": 0.85})
+    camp = compare_campaign(store, cur, BaselineConfig())
+    sc = camp.scenarios[("p2p_on", "c8")]
+    assert len(sc.baseline_runs) == 8 and sc.verdict == REGRESSION
 
 
 def test_screen_flags_throttled_and_outlying_reps(tmp_path: Path) -> None:

@@ -126,7 +126,7 @@ def _ratio_stats(on: Sample, off: Sample, higher: bool) -> RunStats | None:
 def compare_campaign(store: Store, run_dir: Path, cfg: BaselineConfig, name: str | None = None) -> CampaignComparison:
     """Judge every scenario of ``run_dir`` and its uplift history against baseline ``name``."""
     from .attribution import explain
-    from .fingerprint import build_fingerprint, comparability
+    from .fingerprint import build_fingerprint, comparability, incomparable
     from .store import aggregate_rows
 
     run_dir = Path(run_dir)
@@ -142,7 +142,7 @@ def compare_campaign(store: Store, run_dir: Path, cfg: BaselineConfig, name: str
         want = comparability(fp, arm)
         for rec in candidates:
             have = comparability(rec.fingerprint, arm)
-            diff = [k for k in want if want[k] != have.get(k)]
+            diff = incomparable(want, have)
             if diff:
                 excluded_by_arm.setdefault(arm, []).append(
                     f"{rec.run_id}: " + ", ".join(f"{k} {have.get(k)!r} -> {want[k]!r}" for k in diff))

@@ -252,11 +252,28 @@ def build_fingerprint(run_dir: str | Path) -> Fingerprint:
     }
 
 
+def gpu_models(fp: Mapping[str, object]) -> list[str] | None:
+    """The names of the pair's GPUs (``pair.gpus[*].name``), sorted; None where any is not known.
+
+    Sorted because the pair ident orders the GPUs by bus id: the models compare as a multiset.
+    """
+    gpus = as_dict(fp.get("pair")).get("gpus")
+    if not isinstance(gpus, list) or not gpus:
+        return None
+    names = [g.get("name") if isinstance(g, dict) else None for g in gpus]
+    known = [n for n in names if isinstance(n, str) and n]
+    return sorted(known) if len(known) == len(names) else None
+
+
 def comparability(fp: Mapping[str, object], arm: str) -> JSONObject:
-    """What must be equal for a scenario of ``arm`` to be compared at all (model, args, arm definition).
+    """What must be equal for a scenario of ``arm`` to be compared at all (model, args, arm definition, GPUs).
 
     The arm's *environment* is deliberately not here: an env change (``NCCL_P2P_LEVEL=LOC``
     under the same arm name) is a candidate cause that attribution reports, not a new arm.
+    The GPU *models* are: the pair ident names the slots only, and a pair of other GPUs in the same slots
+    (H100s one night, H200s the next on a cloud runner: the same virtual bus ids, 2026-11-27) runs at
+    another level, so no throughput of one says anything about the other's interconnect. A GPU replaced
+    by one of the same model stays comparable; its UUID change is a cause attribution names.
     """
     server = as_dict(fp.get("server"))
     arm_def = as_dict(as_dict(fp.get("arms")).get(arm))
@@ -267,7 +284,19 @@ def comparability(fp: Mapping[str, object], arm: str) -> JSONObject:
         "server args": server.get("args"),
         "arm expect_transport": arm_def.get("expect_transport"),
         "arm custom_all_reduce": arm_def.get("custom_all_reduce"),
+        "gpu models": gpu_models(fp),
     }
+
+
+# keys of comparability() that a fingerprint may not know (runs saved before it was recorded): unknown on
+# either side is no difference
+_MAY_BE_UNKNOWN = frozenset({"gpu models"})
+
+
+def incomparable(want: Mapping[str, object], have: Mapping[str, object]) -> list[str]:
+    """The keys of :func:`comparability` on which a baseline run (``have``) differs from tonight (``want``)."""
+    return [k for k in want if want[k] != have.get(k)
+            and not (k in _MAY_BE_UNKNOWN and (want[k] is None or have.get(k) is None))]
 
 
 def flatten(obj: object, prefix: str = "") -> JSONObject:

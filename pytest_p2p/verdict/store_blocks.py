@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import StoreError
+from .fingerprint import gpu_models
 from .store import Store
 
 #: how many earlier nights a prior is learned from at most (a month of nightly runs)
@@ -60,17 +61,6 @@ class BlockQuery:
     gpu_models: tuple[str, ...] | None = None
 
 
-def _gpu_names(fp: dict[str, object]) -> list[str] | None:
-    """The names of the night's pair GPUs (``pair.gpus[*].name``), sorted; None where any is not known."""
-    pair = fp.get("pair")
-    gpus = pair.get("gpus") if isinstance(pair, dict) else None
-    if not isinstance(gpus, list) or not gpus:
-        return None
-    names = [g.get("name") if isinstance(g, dict) else None for g in gpus]
-    known = [n for n in names if isinstance(n, str) and n]
-    return sorted(known) if len(known) == len(names) else None
-
-
 def _same_rig(fingerprint: object, q: BlockQuery) -> bool:
     """The night's fingerprint names tonight's driver, rig digest and GPU models (each where both are known).
 
@@ -88,7 +78,7 @@ def _same_rig(fingerprint: object, q: BlockQuery) -> bool:
     versions = fp.get("versions")
     driver = versions.get("driver") if isinstance(versions, dict) else None
     digest = fp.get("rig_digest")
-    names = _gpu_names(fp) if q.gpu_models is not None else None
+    names = gpu_models(fp) if q.gpu_models is not None else None
     return ((q.driver is None or driver in (None, q.driver))
             and (not q.rig_digest or not digest or digest == q.rig_digest)
             and (q.gpu_models is None or names is None or names == sorted(q.gpu_models)))
