@@ -110,6 +110,18 @@ def test_a_pair_of_other_gpu_models_in_the_same_slots_is_not_judged_against_the_
     assert camp.uplift_verdict("c8")[0] == NO_BASELINE
 
 
+def test_once_a_run_on_the_new_gpus_is_accepted_they_are_judged_against_their_own(
+        store: Store, tmp_path: Path) -> None:
+    h200 = ("NVIDIA H200", "NVIDIA H200")
+    first = write_run(tmp_path / "h200", "h200-1", started_at="2026-06-24T10:00:00Z", seed=7, points=POINTS,
+                      cv=0.01, gpu_names=h200)
+    store.accept(store.save_run_dir(first), "accepted")  # what a person does, once
+    camp = compare_campaign(store, _cur(tmp_path, gpu_names=h200), BaselineConfig())
+    sc = camp.scenarios[("p2p_on", "c8")]
+    assert sc.baseline_runs == ["h200-1"] and sc.verdict != NOT_COMPARABLE
+    assert len(sc.excluded) == 8 and all("gpu models" in why for why in sc.excluded)
+
+
 def test_a_gpu_replaced_by_one_of_the_same_model_is_still_judged(store: Store, tmp_path: Path) -> None:
     cur = _cur(tmp_path, uuids=("GPU-bbbbbbbb-0000-0000-0000-000000000009", "GPU-aaaaaaaa-0000-0000-0000-000000000002"),
                scale={"output_throughput": 0.85})
