@@ -55,6 +55,7 @@ def write_run(
     throttled: Mapping[str, list[int]] | None = None,
     gpu_names: tuple[str, str] = ("NVIDIA GeForce RTX 5060 Ti", "NVIDIA GeForce RTX 5060 Ti"),
     uuids: tuple[str, str] = UUIDS,
+    load: Mapping[str, Any] | None = None,  # run.json server.load (None: a run saved before it was recorded)
 ) -> Path:
     rng = random.Random(seed)
     rd = RunDir.create(root, "demo-rig", "gpu1-gpu2", kind, run_id=run_id)
@@ -94,7 +95,7 @@ def write_run(
         "arms": arms, "points": list(points), "reps": reps, "schedule": "AB-AB-AB", "simulated": False,
         "status": "complete", "missing": [], "started_at": started_at, "finished_at": started_at,
         "server": {"command": ["vllm", "serve", model], "model": model, "args": ["--tensor-parallel-size", "2"],
-                   "flags": {}} if kind == "model" else None,
+                   "flags": {}, **({"load": dict(load)} if load is not None else {})} if kind == "model" else None,
         "versions": {"driver": driver, "cuda_driver": "13.0", "nccl": nccl, "torch": "2.11.0",
                      "vllm": "0.24.0", "plugin": "0.1.0", "python": "3.12.3", "kernel": "6.8.0-60-generic",
                      "git_commit": "deadbeef"},

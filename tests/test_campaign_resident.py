@@ -66,9 +66,19 @@ def test_each_arm_starts_once_per_start_and_windows_alternate_abba(tmp_path: Pat
     assert comp["starts"] == 3 and comp["window_pairs"] == 6 and comp["window_sd"] is not None
     meta = json.loads((res.run_dir / "run.json").read_text())
     assert meta["schedule"].startswith("resident: 3 start(s)") and meta["status"] == "complete"
+    # what every request asked of the server, so that a night of other requests is never judged against it
+    assert meta["server"]["load"] == {"input_len": 8, "output_len": 4, "endpoint": "completions",
+                                      "request_rate": "inf", "burstiness": 1.0, "extra_body": {}}
     assert any(n.startswith("plan: resident arms") for n in res.notes)
     up = res.uplift["c2"]
     assert up["starts"] == 3 and str(up["kind"]).startswith("nested")
+
+
+def test_the_campaign_s_lengths_are_the_load_shape_it_records(tmp_path: Path) -> None:
+    config = parse_campaign({**BASE, "input_len": 256}, "resident-rig.yaml")
+    backend = ModelBackend(server=_server(tmp_path, {}), campaign=config, pair=(0, 1), rig_env={})
+    shape = backend.load_shape()
+    assert (shape["input_len"], shape["output_len"]) == (256, 4)  # the campaign's, else the server.load's
 
 
 def test_sleep_mode_wakes_only_the_arm_it_measures(tmp_path: Path) -> None:

@@ -45,6 +45,16 @@ def test_gpu_models_compare_as_a_multiset_and_unknown_models_are_no_difference(t
     assert incomparable(dict(a, model=None), a) == ["model"]  # only the GPU models may be unknown
 
 
+def test_another_request_shape_is_not_comparable_and_an_unrecorded_one_is_unknown(tmp_path):
+    shape = {"input_len": 128, "output_len": 128, "endpoint": "completions", "request_rate": "inf",
+             "burstiness": 1.0, "extra_body": {}}
+    a = comparability(build_fingerprint(write_run(tmp_path, "a", load=shape)), "p2p_on")
+    b = comparability(build_fingerprint(write_run(tmp_path, "b", load={**shape, "input_len": 1024})), "p2p_on")
+    old = comparability(build_fingerprint(write_run(tmp_path, "old")), "p2p_on")
+    assert a["load"] == shape and old["load"] is None
+    assert incomparable(b, a) == ["load"] and incomparable(a, old) == [] and incomparable(old, b) == []
+
+
 def test_missing_and_bad_files_are_named(tmp_path):
     with pytest.raises(ResultsError, match="run.json: file not found"):
         build_fingerprint(tmp_path)

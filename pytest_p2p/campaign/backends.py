@@ -323,7 +323,22 @@ class ModelBackend:
     def describe(self) -> Json | None:
         s = self.server
         return {"command": list(s.command), "model": s.model, "args": dict(s.args or {}),
-                "flags": list(s.flags or ()), "simulated": bool(s.simulated)}
+                "flags": list(s.flags or ()), "simulated": bool(s.simulated), "load": self.load_shape()}
+
+    def load_shape(self) -> Json:
+        """What each request asks of the server: a window's throughput is a number about this shape only.
+
+        Why in run.json: a results directory said which server ran but not what it was asked (the rig's
+        ``server.load`` and the campaign's lengths), so a baseline of 128/128-token requests could be
+        judged against a night of 1024/128 as a 60 % "regression". Client-side keys (processes, transport,
+        timeouts, headers, seed) are left out: they change how the load is sent, not the work.
+        """
+        load = self.server.load
+        inp, out = self._lens()
+        rate = load.request_rate
+        return {"input_len": inp, "output_len": out, "endpoint": load.endpoint,
+                "request_rate": "inf" if rate == float("inf") else rate, "burstiness": load.burstiness,
+                "extra_body": dict(load.extra_body)}
 
 
 KV_BYTES = ("kv-cache-memory-bytes", "kv_cache_memory_bytes")

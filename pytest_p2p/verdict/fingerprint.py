@@ -37,6 +37,7 @@ class ServerFacts(TypedDict):
     model: JSONValue
     args: JSONValue
     flags: JSONValue
+    load: JSONValue  # the requests' shape (ModelBackend.load_shape); None in runs saved before 2026-11-27
 
 
 class ArmFacts(TypedDict):
@@ -240,7 +241,8 @@ def build_fingerprint(run_dir: str | Path) -> Fingerprint:
                      "driver": versions.get("driver") or (evidence.driver_version if evidence is not None else None)},
         "kernel_cmdline": cmdline,
         "server": None if not isinstance(server, dict) else {
-            "model": server.get("model"), "args": server.get("args"), "flags": server.get("flags")},
+            "model": server.get("model"), "args": server.get("args"), "flags": server.get("flags"),
+            "load": server.get("load")},
         "arms": {name: {"env": dict(as_dict(a.get("env"))), "expect_transport": a.get("expect_transport"),
                         "custom_all_reduce": a.get("custom_all_reduce")}
                  for name, a in as_dict(run.get("arms")).items() if isinstance(a, dict)},
@@ -266,7 +268,7 @@ def gpu_models(fp: Mapping[str, object]) -> list[str] | None:
 
 
 def comparability(fp: Mapping[str, object], arm: str) -> JSONObject:
-    """What must be equal for a scenario of ``arm`` to be compared at all (model, args, arm definition, GPUs).
+    """What must be equal for a scenario of ``arm`` to be compared at all (model, args, load, arm, GPUs).
 
     The arm's *environment* is deliberately not here: an env change (``NCCL_P2P_LEVEL=LOC``
     under the same arm name) is a candidate cause that attribution reports, not a new arm.
@@ -282,6 +284,7 @@ def comparability(fp: Mapping[str, object], arm: str) -> JSONObject:
         "simulated": bool(fp.get("simulated")),
         "model": server.get("model"),
         "server args": server.get("args"),
+        "load": server.get("load"),
         "arm expect_transport": arm_def.get("expect_transport"),
         "arm custom_all_reduce": arm_def.get("custom_all_reduce"),
         "gpu models": gpu_models(fp),
@@ -290,7 +293,7 @@ def comparability(fp: Mapping[str, object], arm: str) -> JSONObject:
 
 # keys of comparability() that a fingerprint may not know (runs saved before it was recorded): unknown on
 # either side is no difference
-_MAY_BE_UNKNOWN = frozenset({"gpu models"})
+_MAY_BE_UNKNOWN = frozenset({"gpu models", "load"})
 
 
 def incomparable(want: Mapping[str, object], have: Mapping[str, object]) -> list[str]:

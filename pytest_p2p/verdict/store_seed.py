@@ -105,7 +105,8 @@ def seed_record(path: str | Path) -> tuple[JSONObject, SeedFingerprint, list[Met
                  "gpus": [{k: g.get(k) for k in ("index", "bus_id", "uuid", "name")} for g in gpus]},
         "versions": {**{k: None for k in VERSION_KEYS}, "nccl": nccl, "driver": versions.get("driver_version")},
         "kernel_cmdline": None,
-        "server": {"model": first.get("model"), "args": first.get("args"), "flags": first.get("flags")},
+        "server": {"model": first.get("model"), "args": first.get("args"), "flags": first.get("flags"),
+                   "load": None},  # the seed's harness does not record its request shape: unknown, as for old runs
         "arms": arms,
         "transport": transport, "links": {}, "pair_facts": {}, "throttled": {}, "downtrained": {},
     }
