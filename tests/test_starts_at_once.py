@@ -27,6 +27,7 @@ from pytest_p2p.errors import ConfigError
 from pytest_p2p.lease import GpuLease
 from pytest_p2p.probes.arms import PRESETS
 from pytest_p2p.serve.config import parse_server
+from pytest_p2p.stats import SpreadSeen
 
 KV = {"kv-cache-memory-bytes": 1 << 30}
 
@@ -183,13 +184,39 @@ def test_the_plan_says_what_the_store_held_of_earlier_nights_where_nothing_is_bo
                             backend=ModelBackend(server=server, campaign=config, pair=(0, 1), rig_env={}),
                             results_root=tmp_path, rig_name="r", lease=GpuLease(tmp_path / "locks"))
     assert "earlier nights" not in plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]  # no store read
-    runner.prior_history = {"c16": "1 earlier night (2 df)", "c64": "1 earlier night (2 df)"}
+    runner.prior_history = {"c16": SpreadSeen(1, 2), "c64": SpreadSeen(1, 2)}
     assert plan_line(runner, ["c16", "c64"]).endswith(  # type: ignore[arg-type]
         "; earlier nights of this design on this pair (same rig file, driver and GPU models): 1 earlier night "
         "(2 df) at every point; a start spread is borrowed from 3 nights and 4 df")
-    runner.prior_history = {"c16": "none", "c64": "2 earlier nights (3 df)"}
+    runner.prior_history = {"c16": SpreadSeen(0, 0), "c64": SpreadSeen(2, 3)}
     assert "GPU models): c16 none, c64 2 earlier nights (3 df); a start" in plan_line(  # type: ignore[arg-type]
         runner, ["c16", "c64"])
+
+
+def test_the_plan_is_sized_with_the_spreads_earlier_nights_measured_on_this_pair(tmp_path: Path) -> None:
+    """One night of this design in the store knows this rig better than figures from another GPU model: the
+    H200 night of 2026-11-27 (c16: start sd 1.3 %, window pair 2.4 %; c64: 0.0 %, 1.6 %) sizes the next."""
+    config = parse_campaign({**BASE, "starts": 3, "windows": 5, "window_s": 8}, "rig.yaml")
+    server = parse_server({"command": ["vllm", "serve"], "model": "m", "args": KV}, "rig.yaml")
+    runner = CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS,
+                            backend=ModelBackend(server=server, campaign=config, pair=(0, 1), rig_env={}),
+                            results_root=tmp_path, rig_name="r", lease=GpuLease(tmp_path / "locks"))
+    assumed = plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]
+    assert "starts by 1.0 % (H100 figures)" in assumed
+    runner.prior_history = {"c16": SpreadSeen(1, 2, 5, 0.013, 0.024), "c64": SpreadSeen(1, 2, 5, 0.0, 0.016)}
+    line = plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]
+    # the point whose start mean varies most sizes the plan: c16 here
+    assert "if window pairs vary by 2.4 % and starts by 1.3 % (measured on 1 earlier night here)" in line, line
+    assert _half(line) > _half(assumed)  # a wider start spread than assumed: a wider interval expected
+    # a point the nights did not measure, or another design's windows: the assumed figures again
+    for partial in ({"c16": SpreadSeen(1, 2, 5, 0.013, 0.024)},
+                    {"c16": SpreadSeen(1, 2, 4, 0.013, 0.024), "c64": SpreadSeen(1, 2, 4, 0.0, 0.016)}):
+        runner.prior_history = partial
+        assert "(H100 figures)" in plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]
+
+
+def _half(line: str) -> float:
+    return float(line.split("CI half-width ~")[1].split(" %")[0])
 
 TIGHT_AT_ONCE = r"""
 import os, sys

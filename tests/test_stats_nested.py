@@ -328,3 +328,30 @@ def test_sequential_plan_spends_alpha_over_starts() -> None:
                                     alpha=0.05).decided
     assert wrong / trials <= 0.075
     assert wrong_flat / trials > 0.3
+
+
+def test_spread_seen_recovers_both_spreads_over_nights_and_counts_every_night() -> None:
+    """Known truth: start sd 1 %, window pair sd 2 %, 40 nights of 3 starts x 5 window pairs."""
+    from pytest_p2p.stats import spread_seen
+
+    rng = random.Random(7)
+    nights = []
+    for _ in range(40):
+        night = []
+        for _ in range(3):
+            effect = rng.gauss(0.0, 0.01)
+            night.append([(1.2 * math.exp(effect + rng.gauss(0.0, 0.02)), 1.0) for _ in range(5)])
+        nights.append(night)
+    seen = spread_seen(nights)
+    assert (seen.nights, seen.df, seen.windows) == (40, 80, 5)
+    assert seen.start_sd == pytest.approx(0.01, abs=0.002) and seen.window_sd == pytest.approx(0.02, abs=0.001)
+    # a night of one start counts (it is history) but has no spread; nights of another design are not pooled
+    one_start = [[(1.2, 1.0), (1.21, 1.0)]]
+    other = [[(1.2, 1.0)] * 4, [(1.3, 1.0)] * 4]
+    mixed = spread_seen([*nights[:2], one_start, other])
+    assert (mixed.nights, mixed.df, mixed.windows) == (4, 5, 5)
+    assert mixed.start_sd == spread_seen(nights[:2]).start_sd
+    assert spread_seen([one_start]).start_sd is None and spread_seen([]).describe() == "none"
+    assert spread_seen(nights[:1]).describe() == "1 earlier night (2 df)"
+    with pytest.raises(StatsError, match="earlier night 2: start 1"):
+        spread_seen([nights[0], [[(1.0, 0.0)]]])

@@ -403,6 +403,12 @@ def test_three_saved_nights_lend_the_fourth_a_real_prior(demo: Any, pytester: py
         True], said[1]
     assert ["2 earlier nights (4 df); a start spread" in ln for ln in said[2]] == [True], said[2]
     assert said[3] == []  # the fourth borrows one: the plan says what +-2 % takes with it instead
+    # from the second night on, the plan is sized with the spreads the earlier nights measured on this pair
+    plans = [[ln for ln in o if "plan: resident arms" in ln] for o in outs]
+    assert ["(H100 figures)" in ln for ln in plans[0]] == [True], plans[0]
+    for night_no in (1, 2, 3):
+        assert [f"(measured on {night_no} earlier night{'s' if night_no > 1 else ''} here)" in ln
+                for ln in plans[night_no]] == [True], plans[night_no]
     (fourth,) = offered[3]
     assert fourth["c1"]["nights"] == 3 and fourth["c1"]["windows"] == 2
     # 3 nights x (3 starts - 1) = 6 df pooled; nights that disagree lend fewer (the moderated fit's d0)

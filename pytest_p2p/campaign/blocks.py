@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Protocol
 from .. import signals
 from ..errors import P2PError, RepFailed
 from ..jsontypes import as_dict
-from ..stats import StartPrior, StatsError, expected_halfwidth, plan_for, plan_with_prior
+from ..stats import SpreadSeen, StartPrior, StatsError, expected_halfwidth, plan_for, plan_with_prior
 from ..stats.nested import MIN_PRIOR_DF, MIN_PRIOR_NIGHTS
 from . import adaptive
 from .backends import ModelBackend, ServerSlot
@@ -84,7 +84,7 @@ class ResidentRunner(Protocol):
     progress: Progress | None
     sleep: Callable[[float], None]
     start_priors: Mapping[str, StartPrior]
-    prior_history: Mapping[str, str]
+    prior_history: Mapping[str, SpreadSeen]
     _attempts: dict[tuple[str, int], int]
 
     @property
@@ -160,20 +160,20 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
             f"{100 * (total - starts_s) / total:.0f} % of it under load)")
     if cfg.starts < 2:
         return line + "; one start cannot decide (the start-to-start spread is unknown)"
+    start_sd, window_sd, whose = _plan_spreads(runner.prior_history, points, cfg.windows, window_s)
     try:
-        window_sd = PLAN_WINDOW_SD * (PLAN_WINDOW_SD_AT_S / window_s) ** 0.5
-        half = expected_halfwidth(PLAN_START_SD, window_sd, cfg.starts, cfg.windows, alpha)
-        best = plan_for(PLAN_START_SD, window_sd, PLAN_TARGET, alpha, launch_s / k,
+        half = expected_halfwidth(start_sd, window_sd, cfg.starts, cfg.windows, alpha)
+        best = plan_for(start_sd, window_sd, PLAN_TARGET, alpha, launch_s / k,
                         n_arms * window_took, MAX_PLAN_STARTS, points=len(points))
     except StatsError:
         return line
     # half-widths are of the on/off ratio (log scale): in uplift points they are (1 + uplift) times that, so a
     # +55 % uplift decided to +-2 % of its ratio is +-3.1 uplift points (2x H100, 2026-11-26)
     return (line + f"; expected {(1 - 2 * alpha) * 100:.4g} % CI half-width ~{half * 100:.1f} % of the ratio if "
-            f"window pairs vary by {window_sd * 100:.1f} % and starts by {PLAN_START_SD * 100:.1f} % (H100 figures); "
+            f"window pairs vary by {window_sd * 100:.1f} % and starts by {start_sd * 100:.1f} % ({whose}); "
             f"+-{PLAN_TARGET * 100:.0f} % would take {best.describe()}"
             + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, launch_s / k,
-                               n_arms * window_took) + _history_text(runner.prior_history, points))
+                               n_arms * window_took) + _history_text(runner.prior_history, points, runner.start_priors))
 
 
 def _prior_plan_text(priors: Mapping[str, StartPrior], points: list[str], windows: int, alpha: float,
@@ -198,10 +198,30 @@ def _prior_plan_text(priors: Mapping[str, StartPrior], points: list[str], window
     return "".join(f"; {x}" for x in parts)
 
 
-def _history_text(history: Mapping[str, str], points: list[str]) -> str:
+def _plan_spreads(history: Mapping[str, SpreadSeen], points: list[str], windows: int,
+                  window_s: float) -> tuple[float, float, str]:
+    """``(start sd, window sd, whose figures)`` the plan assumes: what earlier nights of this design measured
+    here, at the point whose start mean varied most, where every point has them; else the H100 figures
+    (the window sd scaled to this window length).
+
+    Why: the H100 figures (start 1.0 %, window pair 2.0 % at 10 s) sized an H200 night's plan as if its c16
+    start spread were 1.0 % when it was 1.3 % (2026-11-27); the nights on this pair say better.
+    """
+    seen = [history.get(p) for p in points]
+    if points and all(s is not None and s.start_sd is not None and s.window_sd is not None and s.windows == windows
+                      for s in seen):
+        got = [(s.start_sd, s.window_sd, s.nights) for s in seen if s is not None and s.start_sd is not None
+               and s.window_sd is not None]
+        start_sd, window_sd, _ = max(got, key=lambda g: g[0] ** 2 + g[1] ** 2 / windows)
+        nights = min(g[2] for g in got)
+        return start_sd, window_sd, f"measured on {nights} earlier night{'' if nights == 1 else 's'} here"
+    return PLAN_START_SD, PLAN_WINDOW_SD * (PLAN_WINDOW_SD_AT_S / window_s) ** 0.5, "H100 figures"
+
+
+def _history_text(history: Mapping[str, SpreadSeen], points: list[str], borrowed: Mapping[str, StartPrior]) -> str:
     """What the store held of earlier nights where no start spread is borrowed (one clause; the points named
     only where they differ), so a rig owner reads before the campaign why tonight decides on its own starts."""
-    got = [(p, history[p]) for p in points if p in history]
+    got = [(p, history[p].describe()) for p in points if p in history and p not in borrowed]
     if not got:
         return ""
     texts = {t for _, t in got}

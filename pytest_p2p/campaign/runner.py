@@ -53,7 +53,7 @@ from .telemetry import Row, Sampler, _Reader, assess, make_reader
 if TYPE_CHECKING:
     from ..evidence.model import Evidence
     from ..probes.arms import Arm
-    from ..stats import StartPrior
+    from ..stats import SpreadSeen, StartPrior
 
 __all__ = ["CampaignError", "CampaignResult", "CampaignRunner", "ModelBackend", "ProbeBackend", "sysctl_text"]
 
@@ -86,9 +86,10 @@ class CampaignRunner(Generic[H]):
     on_finished: Callable[[CampaignOutcome], None] | None = None  # the pytest hook, or a test's callback
     #: per point, the spread of a start mean learned from earlier nights (resident arms; filled from the store)
     start_priors: Mapping[str, StartPrior] = field(default_factory=dict)
-    #: per point without a prior, what the store held of earlier nights (for the plan line), e.g. ``1 earlier
-    #: night (2 df)``; empty where no store is configured
-    prior_history: Mapping[str, str] = field(default_factory=dict)
+    #: per point, what the store held of earlier nights of this design and the spreads they measured (the plan
+    #: line sizes the campaign with them, and says ``1 earlier night (2 df)`` where no prior is borrowed); empty
+    #: where no store is configured
+    prior_history: Mapping[str, SpreadSeen] = field(default_factory=dict)
     _attempts: dict[tuple[str, int], int] = field(default_factory=dict, init=False, repr=False)
 
     @property

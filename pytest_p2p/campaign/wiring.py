@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..probes.arms import Arm
     from ..probes.config import ProbeConfig
     from ..serve.config import ServerConfig
-    from ..stats import StartPrior
+    from ..stats import SpreadSeen, StartPrior
     from .backends import ProbeSlot, ServerSlot
 
 
@@ -77,11 +77,11 @@ def from_session(session: SessionLike, pair: tuple[int, int], config: CampaignCo
                  run_id: str | None = None, progress: Progress | None = None, lease: GpuLease | None = None,
                  on_finished: Callable[[CampaignOutcome], None] | None = None,
                  start_priors: Mapping[str, StartPrior] | None = None,
-                 prior_history: Mapping[str, str] | None = None,
+                 prior_history: Mapping[str, SpreadSeen] | None = None,
                  ) -> CampaignRunner[ServerSlot] | CampaignRunner[ProbeSlot]:
     """Wire a runner from the session (rig, evidence, results root); ``start_priors``: per point, the start
     spread learned from earlier nights (the pytest glue reads them from the baseline store); ``prior_history``:
-    per point without one, what the store held of earlier nights (for the plan line)."""
+    per point, what the store held of earlier nights and the spreads they measured (for the plan line)."""
     rig = session.rig
     rig_env: dict[str, str] = dict(rig.env or {})
     arms = rig.arms

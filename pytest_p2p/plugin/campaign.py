@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from ..campaign.outcome import CampaignOutcome
     from ..campaign.progress import Progress
     from ..campaign.result import CampaignResult
-    from ..stats import StartPrior
+    from ..stats import SpreadSeen, StartPrior
     from .session import P2PSession
 
 T = TypeVar("T")
@@ -404,10 +404,10 @@ def run_campaign(config: pytest.Config, pair: tuple[int, int]) -> CampaignResult
 
 
 def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, int],
-                 p: Plan) -> tuple[dict[str, StartPrior], dict[str, str]]:
+                 p: Plan) -> tuple[dict[str, StartPrior], dict[str, SpreadSeen]]:
     """The runner's ``start_priors`` (per point, the start spread learned from earlier nights in the baseline store,
-    issue 24) and ``prior_history`` (per point without one, what the store held: ``1 earlier night (2 df)``, for
-    the plan line); both ``{}`` where no store is read.
+    issue 24) and ``prior_history`` (per point, what the store held of those nights and the spreads they measured,
+    for the plan line); both ``{}`` where no store is read.
 
     Why here: the campaign never imports the verdict stage (stage order), so the glue reads the
     store and hands the campaign plain data. Only for resident arms (a restart-per-rep campaign
@@ -424,7 +424,7 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
     baseline = config.stash.get(BASELINE_KEY, None)
     if baseline is None or not baseline.saving:
         return {}, {}
-    from ..stats.nested import start_prior
+    from ..stats.nested import spread_seen, start_prior
     from ..verdict.fingerprint import pair_ident
     from ..verdict.store import Store
     from ..verdict.store_base import StoreMissing, redact
@@ -453,7 +453,7 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
         with contextlib.suppress(P2PError, AttributeError):
             driver = session.evidence.driver_version or None
         out: dict[str, StartPrior] = {}
-        history: dict[str, str] = {}
+        history: dict[str, SpreadSeen] = {}
         with Store(target, create=False) as store:
             for point in p.points:
                 nights = start_blocks(store, BlockQuery(rig=session.rig.name, pair_ident=ident, kind=p.kind,
@@ -465,10 +465,7 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
                 prior = start_prior(nights, higher_is_better=higher) if nights else None
                 if prior is not None:
                     out[point] = prior
-                else:
-                    df = sum(len(night) - 1 for night in nights)
-                    history[point] = (f"{len(nights)} earlier night{'' if len(nights) == 1 else 's'} ({df} df)"
-                                      if nights else "none")
+                history[point] = spread_seen(nights, higher_is_better=higher)
         return out, history
     except StoreMissing:
         return {}, {}

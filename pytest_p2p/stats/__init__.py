@@ -32,6 +32,7 @@ from .nested import (
     LaunchCheck,
     NestedPlan,
     PriorUse,
+    SpreadSeen,
     StartPrior,
     components,
     decide_nested,
@@ -43,6 +44,7 @@ from .nested import (
     prior_use,
     screen_starts,
     screen_windows,
+    spread_seen,
     start_prior,
     windows_for,
 )
@@ -56,6 +58,6 @@ __all__ = [
     "decide_change", "decide_nested", "decide_uplift", "expected_halfwidth", "family_wise", "holm_adjust",
     "holm_reject", "launch_check", "launch_use", "log_ratios", "outliers", "outlying_slots", "paired_uplift",
     "pairs_for", "plan_for", "plan_with_prior", "prior_use", "screen_pairs", "screen_starts", "screen_windows",
-    "slot_shift", "spread_prior", "StartPrior", "start_prior", "summarise", "summarize", "t_cdf", "t_quantile",
-    "windows_for", "z_quantile",
+    "slot_shift", "spread_prior", "spread_seen", "SpreadSeen", "StartPrior", "start_prior", "summarise",
+    "summarize", "t_cdf", "t_quantile", "windows_for", "z_quantile",
 ]

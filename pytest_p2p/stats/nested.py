@@ -213,6 +213,63 @@ def _night_spreads(past: Sequence[Blocks], higher_is_better: bool) -> dict[int, 
     return out
 
 
+@dataclass(frozen=True)
+class SpreadSeen:
+    """What the store held of earlier nights of this design at one point, and the two spreads they measured.
+
+    Why beside the prior: a :class:`StartPrior` needs 3 nights before it may narrow an interval, but one
+    earlier night already tells the planner more about this rig than figures measured on another GPU
+    model (c16 start sd 0.6 % on an H100 pair, 1.3 % on an H200 pair, 2026-11-26/27). It sizes the plan
+    and says what the store held; no decision borrows it.
+    """
+
+    nights: int  # earlier nights of this design (0: none)
+    df: int  # their starts less one each: what a prior would have
+    windows: int | None = None  # window pairs per start of the nights the spreads come from
+    start_sd: float | None = None  # a start's effect (log units): pooled method of moments, truncated at 0
+    window_sd: float | None = None  # one window pair within a start (log units), pooled
+
+    def describe(self) -> str:
+        """``1 earlier night (2 df)`` / ``none``: the plan line's words."""
+        if not self.nights:
+            return "none"
+        return f"{self.nights} earlier night{'' if self.nights == 1 else 's'} ({self.df} df)"
+
+
+def spread_seen(past: Sequence[Blocks], *, higher_is_better: bool = True) -> SpreadSeen:
+    """The nights in ``past`` and both spreads pooled over those of 2 starts or more and one design.
+
+    The window variance is the nights' within-start mean squares pooled on their df; the start variance
+    is the pooled variance of the start means less ``window_var / W``, truncated at 0 (the nested model's
+    own components, over nights). Nights of unequal windows per start are counted but not pooled, and
+    the spreads come from the nights of the design most of them ran.
+    """
+    by_w: dict[int, list[list[list[float]]]] = {}
+    for k, night in enumerate(past):
+        try:
+            ratios = _block_ratios(night, higher_is_better)
+        except StatsError as e:
+            raise StatsError(f"earlier night {k + 1}: {e}") from e
+        sizes = {len(r) for r in ratios}
+        if len(ratios) >= 2 and len(sizes) == 1:
+            by_w.setdefault(sizes.pop(), []).append(ratios)
+    seen = SpreadSeen(len(past), sum(max(0, len(night) - 1) for night in past))
+    if not by_w:
+        return seen
+    w, nights = max(by_w.items(), key=lambda kv: (len(kv[1]), kv[0]))
+    ssw = ssb = 0.0
+    dfw = dfb = 0
+    for ratios in nights:
+        means = [_mean(r) for r in ratios]
+        ssw += math.fsum((x - m) ** 2 for r, m in zip(ratios, means, strict=True) for x in r)
+        dfw += len(ratios) * (w - 1)
+        ssb += _var(means) * (len(means) - 1)
+        dfb += len(means) - 1
+    window_var = ssw / dfw if dfw else 0.0
+    start_var = max(0.0, ssb / dfb - window_var / w)
+    return dataclasses.replace(seen, windows=w, start_sd=math.sqrt(start_var), window_sd=math.sqrt(window_var))
+
+
 def start_prior(past: Sequence[Blocks], *, higher_is_better: bool = True,
                 windows: int | None = None) -> StartPrior | None:
     """The prior of one start's mean log ratio from earlier nights' blocks at this point (``None``: too little).
