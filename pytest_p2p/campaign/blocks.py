@@ -207,11 +207,9 @@ def _plan_spreads(history: Mapping[str, SpreadSeen], points: list[str], windows:
     Why: the H100 figures (start 1.0 %, window pair 2.0 % at 10 s) sized an H200 night's plan as if its c16
     start spread were 1.0 % when it was 1.3 % (2026-11-27); the nights on this pair say better.
     """
-    seen = [history.get(p) for p in points]
-    if points and all(s is not None and s.start_sd is not None and s.window_sd is not None and s.windows == windows
-                      for s in seen):
-        got = [(s.start_sd, s.window_sd, s.nights) for s in seen if s is not None and s.start_sd is not None
-               and s.window_sd is not None]
+    got = [(s.start_sd, s.window_sd, s.nights) for p in points if (s := history.get(p)) is not None
+           and s.start_sd is not None and s.window_sd is not None and s.windows == windows]
+    if points and len(got) == len(points):
         start_sd, window_sd, _ = max(got, key=lambda g: g[0] ** 2 + g[1] ** 2 / windows)
         nights = min(g[2] for g in got)
         return start_sd, window_sd, f"measured on {nights} earlier night{'' if nights == 1 else 's'} here"
