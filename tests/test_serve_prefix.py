@@ -75,3 +75,19 @@ def test_the_stand_in_finds_a_prompt_it_served_but_its_last_token(srv: RunningSe
     assert window(11, 4) == (32.0, 0.0)
     assert window(11, 8) == (64.0, 4 * 7 / 64)  # the first 4 prompts of seed 11 again: 7 of their 8 tokens each
     assert window(12, 4) == (32.0, 0.0)
+
+
+def test_a_request_the_stand_in_rejects_is_never_looked_up_in_its_prefix_cache(srv: RunningServer) -> None:
+    """vLLM refuses a bad ``max_tokens`` with HTTP 400 before the scheduler sees the prompt, so the counters stay."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    before = prefix_counts(srv.base_url, srv.api_key)
+    req = urllib.request.Request(f"{srv.base_url}/v1/completions", method="POST",
+                                 data=json.dumps({"model": srv.model, "prompt": "a b c", "max_tokens": -1}).encode(),
+                                 headers={"Authorization": f"Bearer {srv.api_key}", "Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert err.value.code == 400
+    assert prefix_counts(srv.base_url, srv.api_key) == before

@@ -263,10 +263,10 @@ class Server:
             prompt = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
             max_tokens = req.get("max_tokens") or 16
         n_prompt = max(1, len(prompt.split()))
-        self.look_up(prompt, n_prompt)
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             writer.write(_error(400, "Bad Request", f"max_tokens must be a positive integer, got {max_tokens!r}"))
             return 400
+        self.look_up(prompt, n_prompt)  # after validation: vLLM rejects a bad request before its scheduler looks
         n_out = max_tokens
         stream_opts = req.get("stream_options") or {}
         rid = headers.get("x-request-id") or f"{st.completions_seen}"
