@@ -139,6 +139,34 @@ def test_a_step_in_the_stored_history_fails_the_check_naming_the_night(tmp_path:
     assert "night 21" in sc.message
 
 
+def test_nights_on_other_gpus_in_the_same_slots_neither_hide_a_step_nor_make_one(
+        tmp_path: Path, store_target: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A runner handed 5060 Tis and H200s on alternate nights at the same bus ids (cloud VMs: the same virtual
+    slots, 2026-11-27). The 5060 Tis lose 8 % from their 7th night on: their own series shows the step, where
+    the H200 nights (50 % faster) between them would have hidden it; and the H200s' series shows none."""
+    h200 = ("NVIDIA H200", "NVIDIA H200")
+    with Store(store_target) as st:
+        for i in range(24):
+            kw: dict[str, object] = ({"gpu_names": h200, "scale": {"output_throughput": 1.5}} if i % 2 else
+                                     {"scale": {"output_throughput": 0.92}} if i >= 12 else {})
+            d = write_run(tmp_path, f"202601{i + 1:02d}-030000_rig_p", seed=i, cv=0.01, reps=4,
+                          started_at=f"2026-01-{i + 1:02d}T03:00:00Z", **kw)  # type: ignore[arg-type]
+            # a person accepts the first night on each model (the first on new GPUs waits for one)
+            st.save_run_dir(d, accept="accepted" if i in (0, 1) else None)
+    cur = write_run(tmp_path, "20260201-030000_rig_p", seed=99, cv=0.01, reps=4, started_at="2026-02-01T03:00:00Z",
+                    scale={"output_throughput": 0.92})
+    with Store(store_target, create=False) as st:
+        camp = compare_campaign(st, cur, BaselineConfig())
+    sc = camp.scenarios[("p2p_on", "c8")]
+    assert sc.baseline_runs == ["20260101-030000_rig_p"], sc.baseline_runs
+    assert [len(rep.nights) for rep in sc.history.values()] == [13]  # the twelve 5060 Ti nights and tonight
+    assert sc.history_failures and "step" in sc.history_failures[0], sc.history_failures
+    # the CLI's series are those of each pair's newest run: the H200 nights alone, unchanged
+    assert baseline_main(["--db", store_target, "history", "--metric", "output_throughput"]) == 0
+    out = capsys.readouterr().out
+    assert "(12 runs, baseline 'accepted')" in out and "FAILS" not in out
+
+
 def test_baseline_history_cli_lists_runs_and_the_change(tmp_path: Path, store_target: str,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     _fill(tmp_path, store_target, 24, drop_from=20)

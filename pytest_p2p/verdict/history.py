@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from ..stats import StatsError, t_cdf
 from ..stats.changepoint import MAX_RUNS, STEP, Change, scan, segments
 from .compare import Sample
+from .fingerprint import comparability, incomparable
 
 if TYPE_CHECKING:
     from .store import Store
@@ -37,6 +38,8 @@ HISTORY_ALPHA = 0.0005
 DISPLAY_ALPHA = 0.01
 #: the baseline health checks' false-alarm rate per series
 HEALTH_ALPHA = 0.001
+#: how many times the series' length of stored runs is read before the incomparable ones are left out
+HISTORY_READ_DEPTH = 4
 #: acceptances written by the safe nightly recipe start with this note
 AUTO_NOTE = "auto:"
 #: fewest other runs a baseline run is judged against
@@ -132,13 +135,23 @@ def _good(sample: Sample, higher: bool) -> float | None:
 
 def load_nights(store: Store, fp: Mapping[str, object], arm: str, point: str, metric: str, higher: bool,
                 name: str, current: Sample | None = None, limit: int = MAX_RUNS) -> list[Night]:
-    """The stored history of this metric (oldest first), with ``current`` (tonight's run, ``fp``) last."""
+    """The stored history of this metric (oldest first), with ``current`` (tonight's run, ``fp``) last.
+
+    Only runs comparable with ``fp`` (:func:`.fingerprint.comparability`: model, server args, request shape,
+    arm definition, GPU models, simulated) are a night of its series. Why: the baseline comparison already
+    leaves the others out, and a series that mixes them steps at every switch — a runner handed H100s and
+    H200s on alternate nights in the same slots would show an adverse change point on every H100 night.
+    A change that keeps runs comparable (a driver, a cable, NCCL) stays in the series: that is what it is for.
+    """
     rig, kind = str(fp.get("rig")), fp.get("kind")
     pair = fp.get("pair")
     ident = str(pair.get("ident")) if isinstance(pair, Mapping) else ""
     run_id = str(fp.get("run_id"))
+    want = comparability(fp, arm)
+    # read deeper than the series keeps, so that runs left out do not shorten it
     rows = [(rec, row) for rec, row in store.history(rig, ident, kind if isinstance(kind, str) else None, arm, point,
-                                                     metric, limit + 1) if rec.run_id != run_id]
+                                                     metric, HISTORY_READ_DEPTH * limit + 1)
+            if rec.run_id != run_id and not incomparable(want, comparability(rec.fingerprint, arm))]
     rows = rows[-(limit - (1 if current is not None else 0)):] if limit > 1 else rows
     notes = store.acceptances(name, [rec.run_id for rec, _ in rows])
     nights = []

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .. import metrics as registry
+from ..jsontypes import as_dict
 from .compare import direction
 from .history import HISTORY_ALPHA, SeriesReport, judge_series, load_nights
 
@@ -39,7 +40,8 @@ def reports(store: Store, rig: str | None, metric: str | None, name: str) -> lis
     for rec, arm, point, m in series_keys(store, rig, metric):
         higher = direction(m) == "higher"
         fp = dict(rec.fingerprint)
-        fp.update(rig=rec.rig, kind=rec.kind, run_id="", pair={"ident": rec.pair_ident})
+        # the newest run's own pair (its GPUs too): the series is the runs comparable with it
+        fp.update(rig=rec.rig, kind=rec.kind, run_id="", pair={**as_dict(fp.get("pair")), "ident": rec.pair_ident})
         nights = load_nights(store, fp, arm, point, m, higher, name)
         out.append((rec, judge_series(arm, point, m, higher, nights)))
     return out
