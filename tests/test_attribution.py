@@ -59,3 +59,17 @@ def test_no_change_says_so(tmp_path):
     a = build_fingerprint(write_run(tmp_path, "a"))
     text = explain("x dropped", a, a)
     assert "no fingerprint change" in text and "driver 595.71.05 unchanged" in text
+
+
+def test_a_replaced_gpu_is_named_by_its_slot_model_and_uuid(tmp_path):
+    a = build_fingerprint(write_run(tmp_path, "a"))
+    b = build_fingerprint(write_run(tmp_path, "b", uuids=("GPU-aaaaaaaa-0000-0000-0000-000000000001",
+                                                          "GPU-bbbbbbbb-0000-0000-0000-000000000009")))
+    c = build_fingerprint(write_run(tmp_path, "c", gpu_names=("NVIDIA GeForce RTX 5060 Ti", "NVIDIA GeForce RTX 5070")))
+    texts = [ch.text for ch in fingerprint_changes(a, b)]
+    assert ("GPU 0000:0A:00.0 NVIDIA GeForce RTX 5060 Ti GPU-aaaaaaaa -> NVIDIA GeForce RTX 5060 Ti GPU-bbbbbbbb "
+            "(a GPU replaced)") in texts, texts
+    assert not any("0000:09:00.0" in t for t in texts if t.startswith("GPU 0000"))  # the other slot is unchanged
+    assert any(t.startswith("GPU 0000:0A:00.0 NVIDIA GeForce RTX 5060 Ti GPU-aaaaaaaa -> NVIDIA GeForce RTX 5070 "
+                            "GPU-aaaaaaaa") and t.endswith("(other GPU model)") for t in
+               (ch.text for ch in fingerprint_changes(a, c))), [ch.text for ch in fingerprint_changes(a, c)]

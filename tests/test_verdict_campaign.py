@@ -122,6 +122,24 @@ def test_once_a_run_on_the_new_gpus_is_accepted_they_are_judged_against_their_ow
     assert len(sc.excluded) == 8 and all("gpu models" in why for why in sc.excluded)
 
 
+def test_newer_runs_on_other_gpus_neither_crowd_the_baseline_out_nor_explain_its_regression(
+        store: Store, tmp_path: Path) -> None:
+    """The newest accepted runs are H200 nights in the same slots: the 5060 Tis' regression is judged against the
+    5060 Ti runs behind them (the baseline's depth counts comparable runs), and explained against the newest of
+    those (a downtrained link), not against an H200 night's fingerprint (where the GPUs would be the change)."""
+    for i in range(3):
+        d = write_run(tmp_path / "h200", f"h200-{i}", started_at=f"2026-06-2{i}T10:00:00Z", seed=50 + i,
+                      points=POINTS, cv=0.01, gpu_names=("NVIDIA H200", "NVIDIA H200"))
+        store.accept(store.save_run_dir(d), "accepted")
+    cur = _cur(tmp_path, gen=(4, 3), scale={"output_throughput": 0.85})
+    camp = compare_campaign(store, cur, BaselineConfig(depth=4))
+    sc = camp.scenarios[("p2p_on", "c8")]
+    assert len(sc.baseline_runs) == 4 and not any(r.startswith("h200") for r in sc.baseline_runs)
+    assert sc.verdict == REGRESSION
+    assert "Gen4 x4 -> Gen3 x4 since baseline 2026-06-17" in sc.message, sc.message
+    assert "GPU replaced" not in sc.message, sc.message
+
+
 def test_a_gpu_replaced_by_one_of_the_same_model_is_still_judged(store: Store, tmp_path: Path) -> None:
     cur = _cur(tmp_path, uuids=("GPU-bbbbbbbb-0000-0000-0000-000000000009", "GPU-aaaaaaaa-0000-0000-0000-000000000002"),
                scale={"output_throughput": 0.85})

@@ -57,6 +57,32 @@ def _show(x: object) -> str:
     return text if len(text) <= 48 else text[:45] + "..."
 
 
+def _gpus_changed(base: object, cur: object) -> str:
+    """``GPU 0000:0A:00.0 NVIDIA H100 80GB HBM3 GPU-1a2b3c4d -> NVIDIA H200 GPU-5e6f7a8b (other GPU model)``.
+
+    Why per slot: the pair's GPUs are a list of objects, and its text cut at 48 characters named neither
+    the slot nor what became of it. The pair ident is the slots' bus ids, so a change here is a GPU of
+    the same slot replaced (same model: a cause to read; another model: not comparable, docs/baselines.md).
+    """
+    def by_bus(gpus: object) -> dict[str, Mapping[str, object]]:
+        return {str(g.get("bus_id")): g for g in gpus if isinstance(g, Mapping)} if isinstance(gpus, list) else {}
+
+    def label(g: Mapping[str, object] | None) -> str:
+        if not g:
+            return "none"
+        uuid = str(g.get("uuid") or "no UUID")
+        return f"{g.get('name') or 'unnamed GPU'} {uuid[:12]}"
+
+    b, c = by_bus(base), by_bus(cur)
+    parts = []
+    for bus in sorted(set(b) | set(c)):
+        gb, gc = b.get(bus), c.get(bus)
+        if gb is None or gc is None or (gb.get("name"), gb.get("uuid")) != (gc.get("name"), gc.get("uuid")):
+            what = "other GPU model" if gb and gc and gb.get("name") != gc.get("name") else "a GPU replaced"
+            parts.append(f"GPU {bus} {label(gb)} -> {label(gc)} ({what})")
+    return "; ".join(parts) or f"pair GPUs {_show(base)} -> {_show(cur)}"
+
+
 def _links(fp: Mapping[str, object]) -> JSONObject:
     return as_dict(fp.get("links"))
 
@@ -106,7 +132,7 @@ def fingerprint_changes(base: Mapping[str, object], cur: Mapping[str, object], *
         elif key.startswith("arms."):
             text = f"arm {key.split('.')[1]} {'.'.join(key.split('.')[2:])} {_show(b)} -> {_show(c)}"
         elif key.startswith("pair.gpus"):
-            text = f"pair GPUs {_show(b)} -> {_show(c)} (a GPU replaced or moved)"
+            text = _gpus_changed(b, c)
         else:
             text = f"{_NAMES.get(key, key)} {_show(b)} -> {_show(c)}"
         changes.append(Change(_rank(key), key, text + (when if _rank(key) <= 4 else ""), b, c))

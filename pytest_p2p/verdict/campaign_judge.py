@@ -126,7 +126,7 @@ def _ratio_stats(on: Sample, off: Sample, higher: bool) -> RunStats | None:
 def compare_campaign(store: Store, run_dir: Path, cfg: BaselineConfig, name: str | None = None) -> CampaignComparison:
     """Judge every scenario of ``run_dir`` and its uplift history against baseline ``name``."""
     from .attribution import explain
-    from .fingerprint import build_fingerprint, comparability, incomparable
+    from .fingerprint import READ_DEPTH, build_fingerprint, comparability, incomparable
     from .store import aggregate_rows
 
     run_dir = Path(run_dir)
@@ -134,13 +134,16 @@ def compare_campaign(store: Store, run_dir: Path, cfg: BaselineConfig, name: str
     fp = build_fingerprint(run_dir)
     kind = fp["kind"]
     out = CampaignComparison(run_dir, name, kind, cfg.alpha)
-    candidates = store.baseline_runs(name, fp["rig"], fp["pair"]["ident"], kind, cfg.depth, exclude=fp["run_id"])
+    candidates = store.baseline_runs(name, fp["rig"], fp["pair"]["ident"], kind, READ_DEPTH * cfg.depth,
+                                     exclude=fp["run_id"])
     scen = _scenarios(run_dir)
     usable_by_arm: dict[str, list[RunRecord]] = {}
     excluded_by_arm: dict[str, list[str]] = {}
     for arm in sorted({a for (a, _), _ in scen}):
         want = comparability(fp, arm)
         for rec in candidates:
+            if len(usable_by_arm.get(arm, ())) >= cfg.depth:
+                break
             have = comparability(rec.fingerprint, arm)
             diff = incomparable(want, have)
             if diff:
@@ -192,12 +195,14 @@ def compare_campaign(store: Store, run_dir: Path, cfg: BaselineConfig, name: str
     _uplift_history(out, cfg, usable_by_arm, base_rows, current)
     _multiplicity(out, cfg)
     _history(out, store, fp, cfg, name, current)
-    newest_fp: Mapping[str, object] = candidates[0].fingerprint if candidates else {}
-    newest = candidates[0] if candidates else None
-    since = ((newest.started_at or newest.saved_at or "")[:10] or None) if newest else None
     for (arm, point), sc in out.scenarios.items():
         if sc.verdict in (NO_BASELINE, NOT_COMPARABLE):
             continue
+        # what changed since the newest baseline run this scenario was judged against (not the newest accepted
+        # run of any GPUs: a regression on 5060 Tis is not explained by an H200 night's fingerprint)
+        newest = usable_by_arm[arm][0]
+        newest_fp: Mapping[str, object] = newest.fingerprint
+        since = (newest.started_at or newest.saved_at or "")[:10] or None
         sc.verdict = overall([j.verdict for j in sc.metrics.values() if j.primary])
         heads = [describe(m, arm, point, j) for m, j in sorted(sc.regressions.items())]
         if sc.history_failures:

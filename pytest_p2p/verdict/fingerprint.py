@@ -291,6 +291,10 @@ def comparability(fp: Mapping[str, object], arm: str) -> JSONObject:
     }
 
 
+#: a baseline or history reads this many times its length of stored runs, so that the runs :func:`incomparable`
+#: leaves out (other GPUs in the same slots, another request shape) do not crowd the comparable ones out of it
+READ_DEPTH = 4
+
 # keys of comparability() that a fingerprint may not know (runs saved before it was recorded): unknown on
 # either side is no difference
 _MAY_BE_UNKNOWN = frozenset({"gpu models", "load"})

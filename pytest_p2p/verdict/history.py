@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from ..stats import StatsError, t_cdf
 from ..stats.changepoint import MAX_RUNS, STEP, Change, scan, segments
 from .compare import Sample
-from .fingerprint import comparability, incomparable
+from .fingerprint import READ_DEPTH, comparability, incomparable
 
 if TYPE_CHECKING:
     from .store import Store
@@ -38,8 +38,6 @@ HISTORY_ALPHA = 0.0005
 DISPLAY_ALPHA = 0.01
 #: the baseline health checks' false-alarm rate per series
 HEALTH_ALPHA = 0.001
-#: how many times the series' length of stored runs is read before the incomparable ones are left out
-HISTORY_READ_DEPTH = 4
 #: acceptances written by the safe nightly recipe start with this note
 AUTO_NOTE = "auto:"
 #: fewest other runs a baseline run is judged against
@@ -150,7 +148,7 @@ def load_nights(store: Store, fp: Mapping[str, object], arm: str, point: str, me
     want = comparability(fp, arm)
     # read deeper than the series keeps, so that runs left out do not shorten it
     rows = [(rec, row) for rec, row in store.history(rig, ident, kind if isinstance(kind, str) else None, arm, point,
-                                                     metric, HISTORY_READ_DEPTH * limit + 1)
+                                                     metric, READ_DEPTH * limit + 1)
             if rec.run_id != run_id and not incomparable(want, comparability(rec.fingerprint, arm))]
     rows = rows[-(limit - (1 if current is not None else 0)):] if limit > 1 else rows
     notes = store.acceptances(name, [rec.run_id for rec, _ in rows])
