@@ -14,7 +14,7 @@ to one scenario is found in >= 95 % of campaigns while the run-to-run spread is 
 baseline:
   db: .p2p/history.db        # relative to the rootdir
   name: accepted             # default baseline for --p2p-compare
-  depth: 20                  # most recent accepted runs used per key
+  depth: 20                  # most recent accepted runs comparable with tonight, per key
   rule: noise                # noise (bounds + tolerance) | fixed (tolerance only)
   alpha: 1%                  # family-wise false-alarm rate of a whole campaign (Holm)
   min_reps: 2
