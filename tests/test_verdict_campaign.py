@@ -140,6 +140,18 @@ def test_newer_runs_on_other_gpus_neither_crowd_the_baseline_out_nor_explain_its
     assert "GPU replaced" not in sc.message, sc.message
 
 
+def test_a_night_of_other_requests_is_not_comparable_and_says_which_entry_changed(tmp_path: Path) -> None:
+    shape = {"input_len": 128, "output_len": 128, "endpoint": "completions", "request_rate": "inf",
+             "burstiness": 1.0, "extra_body": {}}
+    with Store(tmp_path / "h.db") as st:
+        for d in baseline_runs(tmp_path / "base", count=3, points=POINTS, cv=0.01, load=shape):
+            st.accept(st.save_run_dir(d), "accepted")
+        camp = compare_campaign(st, _cur(tmp_path, load={**shape, "input_len": 1024}), BaselineConfig())
+    sc = camp.scenarios[("p2p_on", "c8")]
+    assert sc.verdict == NOT_COMPARABLE
+    assert sc.message.endswith("load input_len 128 -> 1024"), sc.message  # the entry, not the whole shape
+
+
 def test_a_gpu_replaced_by_one_of_the_same_model_is_still_judged(store: Store, tmp_path: Path) -> None:
     cur = _cur(tmp_path, uuids=("GPU-bbbbbbbb-0000-0000-0000-000000000009", "GPU-aaaaaaaa-0000-0000-0000-000000000002"),
                scale={"output_throughput": 0.85})

@@ -126,7 +126,7 @@ def _ratio_stats(on: Sample, off: Sample, higher: bool) -> RunStats | None:
 def compare_campaign(store: Store, run_dir: Path, cfg: BaselineConfig, name: str | None = None) -> CampaignComparison:
     """Judge every scenario of ``run_dir`` and its uplift history against baseline ``name``."""
     from .attribution import explain
-    from .fingerprint import READ_DEPTH, build_fingerprint, comparability, incomparable
+    from .fingerprint import READ_DEPTH, build_fingerprint, comparability, difference_text, incomparable
     from .store import aggregate_rows
 
     run_dir = Path(run_dir)
@@ -148,7 +148,7 @@ def compare_campaign(store: Store, run_dir: Path, cfg: BaselineConfig, name: str
             diff = incomparable(want, have)
             if diff:
                 excluded_by_arm.setdefault(arm, []).append(
-                    f"{rec.run_id}: " + ", ".join(f"{k} {have.get(k)!r} -> {want[k]!r}" for k in diff))
+                    f"{rec.run_id}: " + ", ".join(difference_text(k, have.get(k), want[k]) for k in diff))
             else:
                 usable_by_arm.setdefault(arm, []).append(rec)
     base_cache: dict[tuple[str, str, str], dict[str, Sample]] = {}

@@ -300,6 +300,15 @@ READ_DEPTH = 4
 _MAY_BE_UNKNOWN = frozenset({"gpu models", "load"})
 
 
+def difference_text(key: str, have: object, want: object) -> str:
+    """``load input_len 128 -> 1024``: one :func:`comparability` key's change, a mapping's by the entries
+    that differ (a whole request shape or argument list on one line named none of them)."""
+    if isinstance(have, Mapping) and isinstance(want, Mapping):
+        keys = sorted({*have, *want}, key=str)
+        return ", ".join(f"{key} {k} {have.get(k)!r} -> {want.get(k)!r}" for k in keys if have.get(k) != want.get(k))
+    return f"{key} {have!r} -> {want!r}"
+
+
 def incomparable(want: Mapping[str, object], have: Mapping[str, object]) -> list[str]:
     """The keys of :func:`comparability` on which a baseline run (``have``) differs from tonight (``want``)."""
     return [k for k in want if want[k] != have.get(k)
