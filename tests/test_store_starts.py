@@ -225,6 +225,15 @@ def test_the_reader_pairs_by_rep_groups_by_start_and_skips_what_does_not_compare
         assert start_blocks(st, query(driver="600.10.01")) == []  # a driver update starts a new history
 
 
+def test_a_window_that_measured_nothing_is_left_out_not_the_night(tmp_path: Path) -> None:
+    """0 tok/s (every request failed, the rep kept) has no log ratio: the prior and the plan were lost to a
+    StatsError for one such window; now that window pair is left out and the night still counts."""
+    on, off = night([10.0, 0.0, 12.0, 13.0], [9.0, 9.5, 10.0, 10.5])
+    with Store(str(tmp_path / "h.db")) as st:
+        st.save_run_dir(resident_run(tmp_path, "n1", on, off))
+        assert start_blocks(st, query()) == [[[(10.0, 9.0)], [(12.0, 10.0), (13.0, 10.5)]]]
+
+
 def test_only_nights_of_tonights_driver_and_rig_file_are_lent(tmp_path: Path) -> None:
     same = night([10.0, 11.0, 12.0, 13.0], [9.0, 9.5, 10.0, 10.5])
     runs = [resident_run(tmp_path, "old-driver", *same, driver="580.1", rig_digest="d1",

@@ -424,6 +424,7 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
     baseline = config.stash.get(BASELINE_KEY, None)
     if baseline is None or not baseline.saving:
         return {}, {}
+    from ..stats import StatsError
     from ..stats.nested import spread_seen, start_prior
     from ..verdict.fingerprint import pair_ident
     from ..verdict.store import Store
@@ -469,7 +470,7 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
         return out, history
     except StoreMissing:
         return {}, {}
-    except P2PError as exc:
+    except (P2PError, StatsError) as exc:  # a store it cannot read, or nights no spread can be computed from
         warnings.warn(pytest.PytestWarning(
             f"pytest-p2p: no start-spread prior from the baseline store {redact(target)} "
             f"({' '.join(str(exc).split())}); the campaign runs on its own starts"), stacklevel=1)

@@ -28,6 +28,7 @@ runs without a prior).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -103,7 +104,9 @@ def _by_rep(vals: object, starts: object, reps: object, run_id: str) -> dict[int
                          f"({len(v)}, {len(s)}, {len(k)}): a damaged store")
     out: dict[int, tuple[int, float]] = {}
     for value, start, rep in zip(v, s, k, strict=True):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        # a window that measured nothing (0 tok/s: every request failed) or a damaged value has no log ratio,
+        # and one such rep must not cost the campaign its whole prior: that window pair is left out
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             continue
         if isinstance(start, int) and isinstance(rep, int) and not isinstance(start, bool):
             out[rep] = (start, float(value))
