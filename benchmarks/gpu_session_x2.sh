@@ -8,7 +8,8 @@
 #   bash benchmarks/gpu_session_x2.sh lane NAME A,B STEP...  # a queue of its own on GPUs A,B (4-GPU machines:
 #                                                    # one lane per pair, e.g. lane a 0,1 ... and lane b 2,3 ...)
 #   bash benchmarks/gpu_session_x2.sh status         # where it is, and collect (a call every < 30 s keeps the machine)
-#   bash benchmarks/gpu_session_x2.sh collect        # results under $OUT
+#   bash benchmarks/gpu_session_x2.sh collect        # results under $OUT: logs, run.json, history.db and every rep's
+#                                                    # metrics as res_*_poll_compact.json (the rep files stay: 101 MiB)
 #
 # Steps (minutes on 2x H100, estimated from the 4x H100 session of 2026-11-26):
 #   faults    benchmarks/gpu_faults.py --vllm --trials 3: six faults x 3, one line each (issue 30)      ~12
