@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -197,9 +197,9 @@ class StartPrior:
         return f"start spread from {self.nights} earlier nights ({self.df:.3g} df{how})"
 
 
-def _night_spreads(past: Sequence[Blocks], higher_is_better: bool) -> dict[int, list[tuple[float, float]]]:
-    """``{windows per start: [(variance of the night's start means, starts - 1), ...]}`` of balanced nights."""
-    out: dict[int, list[tuple[float, float]]] = {}
+def _balanced_nights(past: Sequence[Blocks], higher_is_better: bool) -> dict[int, list[list[list[float]]]]:
+    """``{windows per start: [a night's log ratios per start, ...]}`` of the nights with a spread to give."""
+    out: dict[int, list[list[list[float]]]] = {}
     for k, night in enumerate(past):
         try:
             ratios = _block_ratios(night, higher_is_better)
@@ -208,9 +208,19 @@ def _night_spreads(past: Sequence[Blocks], higher_is_better: bool) -> dict[int, 
         sizes = {len(r) for r in ratios}
         if len(ratios) < 2 or len(sizes) != 1:
             continue  # one start has no spread; starts of unequal windows are of no one design
-        means = [_mean(r) for r in ratios]
-        out.setdefault(sizes.pop(), []).append((_var(means), float(len(means) - 1)))
+        out.setdefault(sizes.pop(), []).append(ratios)
     return out
+
+
+def _most_run(by_w: Mapping[int, Sequence[object]]) -> int:
+    """The windows per start that most nights ran (the larger on a tie): the design a history is of."""
+    return max(by_w, key=lambda w: (len(by_w[w]), w))
+
+
+def _night_spreads(past: Sequence[Blocks], higher_is_better: bool) -> dict[int, list[tuple[float, float]]]:
+    """``{windows per start: [(variance of the night's start means, starts - 1), ...]}`` of balanced nights."""
+    return {w: [(_var(means := [_mean(r) for r in ratios]), float(len(means) - 1)) for ratios in nights]
+            for w, nights in _balanced_nights(past, higher_is_better).items()}
 
 
 @dataclass(frozen=True)
@@ -244,19 +254,12 @@ def spread_seen(past: Sequence[Blocks], *, higher_is_better: bool = True) -> Spr
     own components, over nights). Nights of unequal windows per start are counted but not pooled, and
     the spreads come from the nights of the design most of them ran.
     """
-    by_w: dict[int, list[list[list[float]]]] = {}
-    for k, night in enumerate(past):
-        try:
-            ratios = _block_ratios(night, higher_is_better)
-        except StatsError as e:
-            raise StatsError(f"earlier night {k + 1}: {e}") from e
-        sizes = {len(r) for r in ratios}
-        if len(ratios) >= 2 and len(sizes) == 1:
-            by_w.setdefault(sizes.pop(), []).append(ratios)
+    by_w = _balanced_nights(past, higher_is_better)
     seen = SpreadSeen(len(past), sum(max(0, len(night) - 1) for night in past))
     if not by_w:
         return seen
-    w, nights = max(by_w.items(), key=lambda kv: (len(kv[1]), kv[0]))
+    w = _most_run(by_w)
+    nights = by_w[w]
     ssw = ssb = 0.0
     dfw = dfb = 0
     for ratios in nights:
@@ -298,7 +301,7 @@ def start_prior(past: Sequence[Blocks], *, higher_is_better: bool = True,
     by_w = _night_spreads(past, higher_is_better)
     if not by_w:
         return None
-    w = windows if windows is not None else max(by_w, key=lambda k: (len(by_w[k]), k))
+    w = windows if windows is not None else _most_run(by_w)
     got = by_w.get(w, [])
     df = math.fsum(d for _, d in got)
     if len(got) < MIN_PRIOR_NIGHTS or df < MIN_PRIOR_DF:
