@@ -426,7 +426,7 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
         return {}, {}
     from ..stats import StatsError
     from ..stats.nested import spread_seen, start_prior
-    from ..verdict.fingerprint import pair_ident
+    from ..verdict.fingerprint import gpu_models, pair_ident
     from ..verdict.store import Store
     from ..verdict.store_base import StoreMissing, redact
     from ..verdict.store_blocks import BlockQuery, start_blocks
@@ -446,10 +446,8 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
             gpus.append({"index": g, "bus_id": getattr(ge, "bus_id", None), "uuid": getattr(ge, "uuid", None),
                          "name": getattr(ge, "name", None)})
         ident = pair_ident({"run_id": None, "pair": {"gpus": gpus}})
-        # the GPU models: nights on other GPUs in the same slots (same bus ids) measured another spread
-        names = [g["name"] for g in gpus]
-        models = tuple(n for n in names if isinstance(n, str) and n)
-        gpu_models = models if len(models) == len(names) else None
+        # the GPU models, read as a stored night's are: nights on other GPUs in the same slots are not lent
+        models = gpu_models({"pair": {"gpus": gpus}})
         driver = None
         with contextlib.suppress(P2PError, AttributeError):
             driver = session.evidence.driver_version or None
@@ -462,7 +460,7 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
                                                         metric=cfg.metric(p.kind), design=design,
                                                         simulated=bool(session.simulated), driver=driver,
                                                         rig_digest=str(session.rig.digest or "") or None,
-                                                        gpu_models=gpu_models))
+                                                        gpu_models=tuple(models) if models else None))
                 prior = start_prior(nights, higher_is_better=higher) if nights else None
                 if prior is not None:
                     out[point] = prior

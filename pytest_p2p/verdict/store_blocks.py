@@ -57,7 +57,7 @@ class BlockQuery:
     simulated: bool
     driver: str | None = None  # tonight's driver version: nights of another driver are not lent
     rig_digest: str | None = None  # tonight's rig file digest: nights of another rig file are not lent
-    # tonight's GPU model names, in pair order (None: unknown): the pair ident is the slots' bus ids, and a
+    # tonight's GPU model names, in any order (None: unknown): the pair ident is the slots' bus ids, and a
     # night on other GPUs in the same slots measured another spread, so it is not lent
     gpu_models: tuple[str, ...] | None = None
 
