@@ -169,6 +169,8 @@ case "${1:-status}" in
     for s in $(cat $W/steps${2:+_$2}); do say "${2:+[$2] }step $s starts"; step "$s"; say "${2:+[$2] }step $s done"; done
     say "${2:+[$2] }queue done";;
   status)
+    # which threads are busy, and whose (benchmarks/thread_cpu.py): a resident campaign's idle arm may spin
+    [ -f $W/proj/benchmarks/thread_cpu.py ] && python3 $W/proj/benchmarks/thread_cpu.py >> $W/threads.log 2>&1
     tail -n 6 $W/queue.log 2>/dev/null
     for f in faults.txt repeat.txt pvn.txt multinode.txt multinode_vllm.txt multinode_pytest.txt cache.txt cache2.txt windows.txt \
              campaign2.txt campaign2_night2.txt campaign2_night3.txt heartbeat.txt selfcheck.txt; do
@@ -191,6 +193,6 @@ case "${1:-status}" in
       repeat.txt repeat_* pvn.txt multinode.txt multinode multinode_vllm.txt multinode_vllm windows.txt \
       rig_windows.yaml res_windows heartbeat.txt campaign2.txt campaign2_night*.txt rig_campaign2.yaml campaign2_compact.json \
       campaign2_time.json res_campaign2 res_windows_poll_compact.json res_campaign2_poll_compact.json history.db \
-      selfcheck.txt selfcheck queue_*.out 2>/dev/null
+      selfcheck.txt selfcheck queue_*.out threads.log 2>/dev/null
     ls -la "$OUT";;
 esac
