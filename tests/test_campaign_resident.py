@@ -224,6 +224,31 @@ def test_the_progress_line_counts_every_window_of_every_start(tmp_path: Path) ->
     assert early and not [line for line in early if f"scenario {windows}/" in line]
 
 
+def test_the_progress_line_is_told_every_launch_and_the_launches_of_the_plan_still_ahead(tmp_path: Path) -> None:
+    """The ETA charges launches their own time (``Progress.pace``): the runner marks each launch and says how many
+    of the plan come after it; a start the screen re-ran is a launch the plan did not count."""
+    from pytest_p2p.campaign.progress import Progress
+
+    runner = _runner(tmp_path)
+    runner.progress = Progress("gpu0-gpu1", total=1)
+    ahead: list[int] = []
+    real = Progress.launch_begins
+
+    def spy(self: Progress) -> None:
+        assert self.pace is not None
+        ahead.append(self.pace.launches_ahead)
+        real(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Progress, "launch_begins", spy)
+        res = runner.run()
+    assert res.status == "complete", res.errors
+    reruns = sum(1 for n in res.notes if n.startswith("start ") and " re-run" in n)
+    assert ahead[:3] == [2, 1, 0] and ahead[3:] == [0] * reruns
+    assert runner.progress.launches_done == 3 + reruns and runner.progress.launch_spent > 0
+    assert runner.progress.pace is not None and runner.progress.pace.window_s > 0
+
+
 def test_a_start_run_again_counts_its_windows_again(tmp_path: Path) -> None:
     """A screened start's re-run and an added start are work the plan did not count: each adds its windows."""
     from pytest_p2p.campaign import blocks

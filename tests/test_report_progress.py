@@ -126,3 +126,67 @@ def test_quiet_progress_starts_no_heartbeat_thread() -> None:
         assert beat.thread is None
     assert len(p.lines) == 1 and p.lines[0].startswith("[p2p] gpu0-gpu1: scenario 1/1 start 1 rep 1/1 waiting for "
                                                         "free VRAM | elapsed ")
+
+
+class _Clock:
+    """A clock the test moves: the ETA's arithmetic, without this box's speed in it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_resident_campaigns_eta_charges_launches_and_windows_each_their_own_time() -> None:
+    """Night 1 of the 2x H200 chain (2026-11-27) read "ETA 2:37:16" after its first window, in a campaign its plan
+    put at 17 min and that took 17.6: elapsed / windows done x windows left charged the first launch (2.5 min of
+    server starts, nothing measured) to every window. With the plan's pace, each gets its own mean."""
+    from pytest_p2p.campaign.progress import Pace, Progress
+
+    clock = _Clock()
+    pace = Pace(window_s=10.0, launch_s=100.0, launches_ahead=3)
+    p = Progress("gpu0-gpu1", total=30, pace=pace, clock=clock, started=0.0)
+    assert p.eta() == pytest.approx(30 * 10 + 3 * 100)  # before anything: the plan
+    pace.launches_ahead = 2
+    p.launch_begins()
+    clock.now = 60.0  # 60 s into launch 1: the plan's 100 s for it, 40 s of it left
+    assert p.eta() == pytest.approx(30 * 10 + 2 * 100 + 40)
+    clock.now = 150.0
+    p.launch_ready()  # launch 1 took 150 s: the launches to come are charged that now
+    clock.now = 160.0
+    p.done = 1
+    assert p.eta() == pytest.approx(29 * 10 + 2 * 150)  # the plain ratio said 160 / 1 x 29 = 4640 s
+    clock.now = 250.0
+    p.done = 10
+    pace.launches_ahead = 1
+    p.launch_begins()
+    clock.now = 290.0  # 40 s into launch 2; windows took 10 s each
+    assert p.eta() == pytest.approx(20 * 10 + 1 * 150 + (150 - 40))
+
+
+def test_a_launch_that_never_came_up_is_time_spent_not_a_launch() -> None:
+    from pytest_p2p.campaign.progress import Pace, Progress
+
+    clock = _Clock()
+    p = Progress("gpu0-gpu1", total=4, pace=Pace(window_s=10.0, launch_s=100.0), clock=clock, started=0.0)
+    p.launch_begins()
+    clock.now = 30.0  # the servers died at 30 s; the launch is made again
+    p.launch_begins()
+    clock.now = 130.0
+    p.launch_ready()
+    assert (p.launches_done, p.launch_spent) == (1, pytest.approx(130.0))
+    clock.now = 140.0
+    p.done = 1
+    assert p.eta() == pytest.approx(3 * 10)  # no launch ahead: the windows left, at the measured 10 s
+
+
+def test_without_a_pace_the_eta_is_elapsed_per_slot_times_slots_left() -> None:
+    """A server start per rep: every slot costs alike, and the plain ratio is the right estimate."""
+    from pytest_p2p.campaign.progress import Progress
+
+    clock = _Clock()
+    p = Progress("gpu0-gpu1", total=4, clock=clock, started=0.0)
+    assert p.eta() is None
+    clock.now, p.done = 90.0, 1
+    assert p.eta() == pytest.approx(270.0)

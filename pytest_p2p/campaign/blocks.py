@@ -53,6 +53,7 @@ from ..stats.nested import MIN_PRIOR_DF, MIN_PRIOR_NIGHTS
 from . import adaptive
 from .backends import ModelBackend, ServerSlot
 from .gpu import wait_vram_free
+from .progress import Pace
 from .telemetry import Row, _Reader
 
 if TYPE_CHECKING:
@@ -174,6 +175,22 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
             f"+-{PLAN_TARGET * 100:.0f} % would take {best.describe()}"
             + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, launch_s / k,
                                n_arms * window_took) + _history_text(runner.prior_history, points, runner.start_priors))
+
+
+def pace(runner: ResidentRunner, points: list[str]) -> Pace:
+    """The plan line's figures as the progress line's pace: a window (its share of a warm-up included) and a
+    later launch, and the launches of the plan; the campaign replaces both figures with what it measures."""
+    cfg = runner.config
+    window_s = cfg.window_s if cfg.window_s is not None else 10.0
+    took = window_s * (PLAN_WINDOW_OVERRUN if cfg.window_s is not None else 1.0)
+    return Pace(window_s=took + _warm_s(cfg.warmup) / max(1, cfg.windows),
+                launch_s=_start_estimate(runner, 2, cfg.starts_at_once),
+                launches_ahead=len(range(1, cfg.starts + 1, cfg.starts_at_once)))
+
+
+def _launches_after(group: list[int], planned: int, at_once: int) -> int:
+    """Launches of the plan still to come after the one making ``group`` (none after an added or re-run start)."""
+    return len(range(group[-1] + 1, planned + 1, at_once))
 
 
 def _prior_plan_text(priors: Mapping[str, StartPrior], points: list[str], windows: int, alpha: float,
@@ -312,6 +329,7 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
         start = group[-1]
         pending.update((a, p, rep_of(s, w, cfg.windows)) for s in group for a in cfg.arms for p in points
                        for w in range(1, cfg.windows + 1))
+        _pace_ahead(runner, _launches_after(group, cfg.starts, cfg.starts_at_once))
         _start_with_retries(runner, rd, result, group, points, pending)
         if result.errors:
             return
@@ -326,6 +344,7 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
             result.notes.append(f"start {bad} screened and re-run: {why}")
             pending.update((a, p, rep_of(bad, w, cfg.windows)) for a in cfg.arms for p in points
                            for w in range(1, cfg.windows + 1))
+            _pace_ahead(runner, 0)
             _start_with_retries(runner, rd, result, [bad], points, pending, rerun=True)
         if result.errors:
             return
@@ -396,6 +415,11 @@ def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignR
             return
 
 
+def _pace_ahead(runner: ResidentRunner, launches: int) -> None:
+    if runner.progress is not None and runner.progress.pace is not None:
+        runner.progress.pace.launches_ahead = launches
+
+
 def _count_more(runner: ResidentRunner, windows: int) -> None:
     """Windows the plan did not count (a start or a window pair measured again, an added start): the progress
     line counts them too, so it never runs out while work is left."""
@@ -463,6 +487,7 @@ def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, gr
     total = max(cfg.starts, group[-1])
     what = starts_text(group)
     with runner.lease.hold(runner.pair, f"{runner.pair_key} {what}"):
+        runner.progress.launch_begins()
         with runner.progress.waiting(what, first_rep, total * w_n, "waiting for free VRAM"):
             vram_note = wait_vram_free(runner.pair, cfg.vram_free_mib, cfg.vram_free_timeout_s, live=runner.live)
         reader = runner._reader()
@@ -474,6 +499,7 @@ def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, gr
                                          + (f", attempt {attempt}" if attempt > 1 else "")) as beat, \
                     backend.resident([runner.arms[a] for a, _ in servers], logs, mode, labels) as by_label:
                 beat.stop()  # the servers are up: the heartbeat covered their start only
+                runner.progress.launch_ready()
                 slots = {key: by_label[label] for key, label in zip(servers, labels, strict=True)}
                 how = _record_start(rd, result, backend, group, attempt, time.monotonic() - t0)
                 run = _Start(runner, rd, result, slots, reader, idle_rows, attempt, mode, vram_note, pending, how)

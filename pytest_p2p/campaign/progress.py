@@ -15,6 +15,16 @@ thread belongs to that one phase: it is stopped and joined when the phase ends (
 by an exception, or as soon as the phase's own work begins: :meth:`Waiting.stop`), so no
 thread outlives it; without a reporter (quiet, xdist workers) none is started.
 
+A resident campaign's time is not uniform per window: a launch (every arm's server started,
+1.5-2.5 min on real GPUs) measures nothing, then its windows run 10-15 s each. Dividing the
+elapsed time by the windows done charges the first launch to every window: night 1 of the 2x
+H200 chain (2026-11-27) read ``ETA 2:37:16`` after its first window, ``58:26`` after its fourth,
+in a campaign its plan line put at 17 min and that took 17.6. :class:`Pace` is the plan's
+split (seconds a window, seconds a launch, launches still to come); the runner marks each
+launch (:meth:`Progress.launch_begins` / :meth:`Progress.launch_ready`), and :meth:`Progress.eta`
+charges windows and launches each their own measured mean, the plan's figure until one is
+measured. Without a pace (a server start per rep: every slot costs alike) the plain ratio holds.
+
 Fixture setup runs under pytest's output capture, so a plain write would land in the
 captured buffer and show only if the test fails. Like pytest's own live-logging
 handler, each write is done inside the capture manager's
@@ -26,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -88,6 +98,17 @@ def _clock(seconds: float) -> str:
 
 
 @dataclass
+class Pace:
+    """A resident campaign's plan, split as its time splits: what a window and a launch are expected to take
+    (the plan line's figures, until the campaign has measured one of each) and how many launches of the plan
+    have not begun (set by the runner before each launch; 0 for a launch the plan did not count)."""
+
+    window_s: float
+    launch_s: float
+    launches_ahead: int = 0
+
+
+@dataclass
 class Progress:
     """Counts scenarios (arm x point x rep) done; ``line()`` formats; ``show()`` prints if it can."""
 
@@ -98,6 +119,11 @@ class Progress:
     done: int = 0
     started: float = field(default_factory=time.monotonic)
     lines: list[str] = field(default_factory=list)  # everything shown, for tests and the log
+    pace: Pace | None = None  # a resident campaign's split of time (None: every slot alike)
+    clock: Callable[[], float] = time.monotonic  # the ETA's clock (``started`` must come from the same one)
+    launch_spent: float = 0.0  # seconds in launches that are over (a failed one's included)
+    launches_done: int = 0  # launches whose servers came up
+    _launch_began: float | None = None
     _rewrote: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)  # a heartbeat writes from its thread
 
@@ -109,14 +135,35 @@ class Progress:
         with self.capture.global_and_fixture_disabled():
             yield
 
+    def launch_begins(self) -> None:
+        """A launch starts its servers now (the VRAM wait included); one that never came up is charged as spent."""
+        now = self.clock()
+        if self._launch_began is not None:
+            self.launch_spent += now - self._launch_began
+        self._launch_began = now
+
+    def launch_ready(self) -> None:
+        """The launch's servers are up: its time counts toward the mean launch, not the windows'."""
+        if self._launch_began is None:
+            return
+        self.launch_spent += self.clock() - self._launch_began
+        self.launches_done += 1
+        self._launch_began = None
+
     def eta(self) -> float | None:
-        if self.done == 0:
-            return None
-        elapsed = time.monotonic() - self.started
-        return elapsed / self.done * (self.total - self.done)
+        """Seconds left: windows and launches at their own mean (the pace), else the plain ratio of elapsed/done."""
+        elapsed = self.clock() - self.started
+        pace = self.pace
+        if pace is None:
+            return elapsed / self.done * (self.total - self.done) if self.done else None
+        in_launch = self.clock() - self._launch_began if self._launch_began is not None else 0.0
+        launch = self.launch_spent / self.launches_done if self.launches_done else pace.launch_s
+        window = (elapsed - self.launch_spent - in_launch) / self.done if self.done else pace.window_s
+        left = max(0, self.total - self.done) * window + pace.launches_ahead * launch
+        return left + (max(0.0, launch - in_launch) if self._launch_began is not None else 0.0)
 
     def line(self, scenario: str, rep: int, reps: int, phase: str = "") -> str:
-        elapsed = time.monotonic() - self.started
+        elapsed = self.clock() - self.started
         eta = self.eta()
         k = min(self.done + 1, self.total)
         text = (f"[p2p] {self.label}: scenario {k}/{self.total} {scenario} rep {rep}/{reps}"

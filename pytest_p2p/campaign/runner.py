@@ -162,9 +162,11 @@ class CampaignRunner(Generic[H]):
             if self.progress is None:
                 self.progress = Progress(label=self.pair_key, total=total)
             self.progress.total = total
+            self.progress.pace = None
             if resident:
                 from . import blocks
 
+                self.progress.pace = blocks.pace(self, points)  # type: ignore[arg-type]
                 line = blocks.plan_line(self, points)  # type: ignore[arg-type]
                 self.progress.show(f"[p2p] {self.pair_key}: {line}")
                 result.notes.append(line)
