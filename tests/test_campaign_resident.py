@@ -249,6 +249,28 @@ def test_the_progress_line_is_told_every_launch_and_the_launches_of_the_plan_sti
     assert runner.progress.pace is not None and runner.progress.pace.window_s > 0
 
 
+def test_the_stand_ins_plan_expects_the_stand_ins_time_not_a_real_servers(tmp_path: Path) -> None:
+    """The README's demo printed "expected 12 min" before a campaign of one minute: windows of so many prompts were
+    planned at 10 s each, a real server's figure, though the stand-in answers them in about a second."""
+    import dataclasses
+    import re
+
+    from pytest_p2p.campaign import blocks
+
+    runner = _runner(tmp_path)  # the stand-in behind a wrapper: say so, as a rig naming the stand-in does
+    runner.backend.server = dataclasses.replace(runner.backend.server, simulated=True)
+
+    def minutes() -> int:
+        m = re.search(r"expected (\d+) min", blocks.plan_line(runner, ["c1", "c2"]))  # type: ignore[arg-type]
+        assert m is not None
+        return int(m.group(1))
+
+    stand_in = minutes()
+    assert stand_in <= 1, stand_in  # 3 starts x 2 pairs x 2 points of ~1 s
+    runner.backend.server = dataclasses.replace(runner.backend.server, simulated=False)
+    assert minutes() >= 10 * max(1, stand_in)  # the same design against vLLM: starts of ~2 min, windows of ~10 s
+
+
 def test_a_start_run_again_counts_its_windows_again(tmp_path: Path) -> None:
     """A screened start's re-run and an added start are work the plan did not count: each adds its windows."""
     from pytest_p2p.campaign import blocks

@@ -146,8 +146,8 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     starts_s = sum(_start_estimate(runner, i, len(g)) for i, g in enumerate(groups, 1))
     launch_s = _start_estimate(runner, 2, k)  # a later launch: what one more costs
     window_s = cfg.window_s if cfg.window_s is not None else 10.0
-    window_took = window_s * (PLAN_WINDOW_OVERRUN if cfg.window_s is not None else 1.0)
-    total = starts_s + cfg.starts * len(points) * n_arms * (cfg.windows * window_took + _warm_s(cfg.warmup))
+    window_took = _window_took(runner)
+    total = starts_s + cfg.starts * len(points) * n_arms * (cfg.windows * window_took + _warm_s(runner))
     memory = ("GPU memory split between the arms' servers" if mode == "resident" and k == 1
               else f"GPU memory split among {n_arms * k} servers: {k} starts at once" if mode == "resident"
               else "the idle arm's server asleep (vLLM sleep mode)")
@@ -181,11 +181,20 @@ def pace(runner: ResidentRunner, points: list[str]) -> Pace:
     """The plan line's figures as the progress line's pace: a window (its share of a warm-up included) and a
     later launch, and the launches of the plan; the campaign replaces both figures with what it measures."""
     cfg = runner.config
-    window_s = cfg.window_s if cfg.window_s is not None else 10.0
-    took = window_s * (PLAN_WINDOW_OVERRUN if cfg.window_s is not None else 1.0)
-    return Pace(window_s=took + _warm_s(cfg.warmup) / max(1, cfg.windows),
+    return Pace(window_s=_window_took(runner) + _warm_s(runner) / max(1, cfg.windows),
                 launch_s=_start_estimate(runner, 2, cfg.starts_at_once),
                 launches_ahead=len(range(1, cfg.starts + 1, cfg.starts_at_once)))
+
+
+def _window_took(runner: ResidentRunner) -> float:
+    """Seconds one window is expected to take: its time budget with the slower arm's overrun, else (a window of
+    so many prompts) 10 s on a real server and 1 s on the stand-in, which answers a window's prompts in about
+    that (the README's demo planned "expected 12 min" for a campaign of one minute until 2026-11-27)."""
+    cfg = runner.config
+    if cfg.window_s is not None:
+        return cfg.window_s * PLAN_WINDOW_OVERRUN
+    backend = runner.backend
+    return 1.0 if isinstance(backend, ModelBackend) and backend.server.simulated else 10.0
 
 
 def _launches_after(group: list[int], planned: int, at_once: int) -> int:
@@ -253,8 +262,12 @@ def _window_text(window_s: float | None, prompts: int) -> str:
     return f"{window_s:g} s" if window_s is not None else f"{prompts} prompts per concurrency"
 
 
-def _warm_s(warmup: int) -> float:
-    return 2.0 if warmup > 0 else 0.0
+def _warm_s(runner: ResidentRunner) -> float:
+    """Seconds a server's warm-up at a point is expected to take: about 2 s on a real server, 0.5 s on the stand-in."""
+    if runner.config.warmup <= 0:
+        return 0.0
+    backend = runner.backend
+    return 0.5 if isinstance(backend, ModelBackend) and backend.server.simulated else 2.0
 
 
 #: Seconds each server beyond two adds to a parallel launch: eight 7B-shape servers (4 starts at once) were ready
