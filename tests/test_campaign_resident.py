@@ -271,6 +271,30 @@ def test_the_stand_ins_plan_expects_the_stand_ins_time_not_a_real_servers(tmp_pa
     assert minutes() >= 10 * max(1, stand_in)  # the same design against vLLM: starts of ~2 min, windows of ~10 s
 
 
+def test_every_start_records_where_its_servers_start_went(tmp_path: Path) -> None:
+    """run.json's ``server_starts`` split each server's start as its log tells it (``serve.start_phases``): the
+    launcher marks the launch, so the stand-in's 2 s before its engine comes up count as starting processes."""
+    res = _runner(tmp_path, {"PYTEST_P2P_STANDIN_STARTUP_DELAY_S": "2"}).run()
+    assert res.status == "complete", res.errors
+    meta = json.loads((res.run_dir / "run.json").read_text())
+    phases = [srv["phases"] for rec in meta["server_starts"] for srv in rec["servers"].values()]
+    assert len(phases) >= 6 and all(p["from_launch"] and p["processes_s"] >= 1 and p["gpu_s"] >= 0 for p in phases)
+    assert sum(1 for n in res.notes if "; slowest p2p_o" in n and " s starting vLLM's processes" in n) >= 3
+
+
+def test_a_later_start_that_compiled_again_is_named() -> None:
+    """An earlier launch of the campaign filled vLLM's compile cache, so a later start should load it; one that
+    compiled (a per-start API key in the cache key made every start compile, 2x H100, 2026-11-26) is said."""
+    from pytest_p2p.campaign.blocks import _compiled_again
+
+    later = {"p2p_on": {"phases": {"compile_cache": "loaded", "compile_s": 4.2}},
+             "p2p_off": {"phases": {"compile_cache": "compiled", "compile_s": 20.4}}}
+    assert _compiled_again(later, []) == ""  # the campaign's first launch: compiling is what fills the cache
+    note = _compiled_again(later, [{"servers": {"p2p_on": {}, "p2p_off": {}}}])
+    assert note.startswith("torch.compile compiled again (p2p_off 20 s)") and "VLLM_CACHE_ROOT" in note
+    assert _compiled_again({"p2p_on": {"phases": {"compile_cache": "loaded"}}}, [{"servers": {"p2p_on": {}}}]) == ""
+
+
 def test_a_start_run_again_counts_its_windows_again(tmp_path: Path) -> None:
     """A screened start's re-run and an added start are work the plan did not count: each adds its windows."""
     from pytest_p2p.campaign import blocks

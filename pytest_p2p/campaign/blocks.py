@@ -40,7 +40,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -547,13 +547,43 @@ def _record_start(rd: RunWriter, result: CampaignResult, backend: ModelBackend, 
                         + (f", --kv-cache-memory-bytes {kv} ({rec.get('kv_source')})" if kv is not None else "")
                         + (f"; next starts: --kv-cache-memory-bytes {rec['kv_learned_bytes']} (learned)"
                            if "kv_learned_bytes" in rec else "")
-                        + (f"; {rec['kv_note']}" if "kv_note" in rec else ""))
+                        + (f"; {rec['kv_note']}" if "kv_note" in rec else "") + _phases_text(servers))
+    again = _compiled_again(servers, backend.start_log)
+    if again:
+        result.notes.append(f"{starts_text(group)}: {again}")
     backend.start_log.append(rec)
     rd.write_run_meta({"server_starts": list(backend.start_log)})
     # ``launch`` numbers every launch (attempt) of the campaign: the launch guard groups starts by it, and a start
     # re-run alone after the screen is a launch of its own even though it keeps its start number
     return {"start_mode": rec.get("start_mode"), "start_s": rec.get("start_s"), "kv_cache_memory_bytes": kv,
             "kv_source": rec.get("kv_source"), "at_once": len(group), "launch": len(backend.start_log)}
+
+
+def _phases_text(servers: Mapping[str, object]) -> str:
+    """``; slowest p2p_off: 63 s starting vLLM's processes, 58 s on the GPU (...)``: where the launch's time went
+    (``serve.start_phases``, from the slowest server's log); empty when no log says."""
+    best: tuple[float, str, str] | None = None
+    for label, v in servers.items():
+        ready, text = as_dict(v).get("ready_s"), as_dict(as_dict(v).get("phases")).get("text")
+        if isinstance(ready, (int, float)) and isinstance(text, str) and text and (best is None or ready > best[0]):
+            best = (float(ready), label, text)
+    return "" if best is None else f"; slowest {best[1]}: {best[2]}"
+
+
+def _compiled_again(servers: Mapping[str, object], earlier: Sequence[Json]) -> str:
+    """A server of a later launch that compiled with torch.compile again: an earlier launch of this campaign filled
+    vLLM's compile cache, so a start after it should load (2x H100, 2026-11-26: a per-start API key in the cache key
+    made every start compile, ~20 s each). Says which and how long; empty when none did or no launch came before."""
+    if not any(as_dict(r.get("servers")) for r in earlier):
+        return ""
+    slow = {label: as_dict(as_dict(v).get("phases")).get("compile_s") for label, v in servers.items()
+            if as_dict(as_dict(v).get("phases")).get("compile_cache") == "compiled"}
+    if not slow:
+        return ""
+    took = ", ".join(f"{label} {s:.0f} s" if isinstance(s, (int, float)) else label for label, s in slow.items())
+    return (f"torch.compile compiled again ({took}) though an earlier start of this campaign filled its cache: "
+            "vLLM's compile cache did not last between starts (is VLLM_CACHE_ROOT kept, and the same for every "
+            "start?); each such start costs that time again")
 
 
 def _same_transport(runner: ResidentRunner, result: CampaignResult, slot: ServerSlot, arm: str,

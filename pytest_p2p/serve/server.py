@@ -56,6 +56,7 @@ from .procs import (
 )
 from .ready import API_KEY_ENV, check_port_free, free_port, prove_identity, wait_ready
 from .running import GpuUse, RunningServer, ServerDeath
+from .start_phases import launched_line
 
 if TYPE_CHECKING:
     from ..probes.arms import ServerArm
@@ -298,6 +299,7 @@ def spawn(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: Ma
             fh.write(f"# pytest-p2p: killed processes of a server whose pytest is gone: pids {swept}\n".encode())
         fh.write(f"# pytest-p2p: launching arm {arm.name} on {pair_key(pair)} (API key in ${API_KEY_ENV}): "
                  f"{' '.join(argv)}\n".encode())
+        fh.write(launched_line().encode())  # where the start's phases begin (serve.start_phases)
         fh.flush()
         try:
             proc = subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT,

@@ -248,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print_nccl_lines(max(1, args.tensor_parallel_size), transport, not args.disable_custom_all_reduce)
     print_kv_cache_lines(max(1, args.tensor_parallel_size), args.gpu_memory_utilization, args.kv_cache_memory_bytes)
+    for r in range(max(1, args.tensor_parallel_size)):  # vLLM's milestones of a start (serve.start_phases)
+        _log(f"Worker_TP{r}", "Model loading took 0.00 GiB and 0.000000 seconds (SIMULATED)")
     state = State(model=model, api_key=args.api_key, engine_pid=None if engine is None else engine[0].pid)
     try:
         asyncio.run(_serve(args.host, args.port, state))
@@ -326,6 +328,7 @@ async def _serve(host: str, port: int, state: State) -> None:
         state.ts_file = open(state.model.timestamp_log, "a", encoding="ascii")  # noqa: SIM115
     handler = Server(state)
     server = await asyncio.start_server(handler.handle, host, port, backlog=1024)
+    _log("APIServer", f"Starting vLLM server on http://{host}:{port} (SIMULATED)")
     print(f"INFO:     Started server process [{os.getpid()}]", flush=True)
     print("INFO:     Application startup complete.", flush=True)
     print(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)", flush=True)
