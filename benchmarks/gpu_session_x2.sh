@@ -26,6 +26,9 @@
 #   cache     benchmarks/compile_cache_gpu.py: three starts of one arm reuse vLLM's compile cache (issue 24) ~4
 #   cache2    the same across two processes (a night's first start loads the cache: the key lasts)       ~3
 #   heartbeat benchmarks/heartbeat_gpu.py: the evidence and probe phases' progress lines (issue 26)      ~1
+#   startfork benchmarks/start_phases_gpu.py: one arm's tiny server started 1 + 2 x 2 times, default and
+#             VLLM_WORKER_MULTIPROC_METHOD=fork alternated: does fork hold, and does it skip re-importing vLLM
+#             in the engine core and the workers (~40 s of a ~100 s start on 2x H200)? (issue 24)           ~6
 #   selfcheck .ci/gpu-selfcheck: the project's suite (hermetic), the gpu-marked tests, doctor and the main job
 #             live, auto-detected and with a gen-config rig (issue 10's check, repeated on this tree)        ~8
 #   waitvllm  waits (<= 15 min) until vLLM imports: lets a lane start before the last stage call
@@ -138,6 +141,8 @@ step() {
                $([ $n = 2 ] && echo --expect-cached); done > $W/cache2.txt 2>&1);;
     selfcheck) (cd $P && OUT=$W/selfcheck JOBS=${JOBS:-12} timeout 1200 bash .ci/gpu-selfcheck > $W/selfcheck.txt 2>&1);;
     heartbeat) (cd $P && timeout 300 python3 benchmarks/heartbeat_gpu.py > $W/heartbeat.txt 2>&1);;
+    startfork) (cd $P && timeout 900 python3 benchmarks/start_phases_gpu.py --rounds 2 --pair ${PAIR:-0,1} \
+               --out $W/startfork > $W/startfork.txt 2>&1);;
     *) say "unknown step $1";;
   esac
 }
@@ -173,7 +178,7 @@ case "${1:-status}" in
     [ -f $W/proj/benchmarks/thread_cpu.py ] && python3 $W/proj/benchmarks/thread_cpu.py >> $W/threads.log 2>&1
     tail -n 6 $W/queue.log 2>/dev/null
     for f in faults.txt repeat.txt pvn.txt multinode.txt multinode_vllm.txt multinode_pytest.txt cache.txt cache2.txt windows.txt \
-             campaign2.txt campaign2_night2.txt campaign2_night3.txt heartbeat.txt selfcheck.txt; do
+             campaign2.txt campaign2_night2.txt campaign2_night3.txt heartbeat.txt startfork.txt selfcheck.txt; do
       [ -f "$W/$f" ] && echo "-- $f: $(tail -c 300 $W/$f | tr '\r' '\n' | grep -v '^$' | tail -1)"
     done
     nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
@@ -193,6 +198,7 @@ case "${1:-status}" in
       repeat.txt repeat_* pvn.txt multinode.txt multinode multinode_vllm.txt multinode_vllm windows.txt \
       rig_windows.yaml res_windows heartbeat.txt campaign2.txt campaign2_night*.txt rig_campaign2.yaml campaign2_compact.json \
       campaign2_time.json res_campaign2 res_windows_poll_compact.json res_campaign2_poll_compact.json history.db \
-      selfcheck.txt selfcheck queue_*.out threads.log 2>/dev/null
+      selfcheck.txt selfcheck queue_*.out threads.log \
+      startfork.txt startfork 2>/dev/null
     ls -la "$OUT";;
 esac
