@@ -27,6 +27,10 @@ __all__ = ["LAUNCH_MARK", "StartPhases", "launched_line", "start_phases"]
 
 LAUNCH_MARK = "# pytest-p2p: launched at "
 _STAMP = "%m-%d %H:%M:%S"  # vLLM's logging date format (local time)
+#: the most seconds from the launch to the API server's first line that are believed (22-28 s on 2x H200): a mark
+#: further off was written on another clock (the server's ``TZ`` differs from ours), and the split counts from
+#: the API server's first line instead
+MAX_TO_FIRST_LINE_S = 600.0
 _HEADER = "# pytest-p2p: launching arm "
 _LINE = re.compile(r"^\((?P<proc>APIServer|EngineCore|Worker)\S* pid=\d+\) [A-Z]+ (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d) ",
                    re.MULTILINE)
@@ -111,7 +115,7 @@ def start_phases(log_text: str) -> StartPhases | None:
             launch = _at(text[mark + len(LAUNCH_MARK):].split(" (", 1)[0].strip())
         except ValueError:
             launch = None
-    if launch is not None and launch > first["APIServer"]:
+    if launch is not None and not 0 <= (first["APIServer"] - launch).total_seconds() <= MAX_TO_FIRST_LINE_S:
         launch = None  # a clock stepped or another time zone: count from the API server's line instead
     t0 = launch if launch is not None else first["APIServer"]
     workers = first.get("Worker")
