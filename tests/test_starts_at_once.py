@@ -69,7 +69,9 @@ def test_each_launch_starts_k_servers_per_arm_together_and_every_one_is_a_start(
         first = "p2p_on" if d["meta"]["started_at"] < off[k]["meta"]["started_at"] else "p2p_off"
         assert first == order(["p2p_on", "p2p_off"], d["meta"]["start"], d["meta"]["window"])[0]
     # the starts of one launch take turns window by window: start 2's window 1 runs before start 1's window 2
-    assert on[3]["meta"]["started_at"] < on[2]["meta"]["started_at"] or alone & {1, 2}
+    # (unless the screen measured one of them again, after the launch's windows: seen on the loaded box)
+    again = {(int(n.split()[2]), int(n.split()[4])) for n in res.notes if " screened and re-measured" in n}
+    assert on[3]["meta"]["started_at"] < on[2]["meta"]["started_at"] or alone & {1, 2} or again & {(2, 1), (1, 2)}
     decision = res.decisions["c1"]
     guard = decision["launch_guard"]
     # a launch whose every start was re-run alone has no start left in the verdict (seen with starts 1 and 2 both
