@@ -369,3 +369,27 @@ def test_a_window_served_from_the_prefix_cache_is_measured_again(tmp_path: Path,
                                                           for w in (1, 2)}, screened
     set_aside = list((res.run_dir / "scenarios" / "p2p_on-c2").glob("run_*.try*.json"))
     assert len(set_aside) >= 6
+
+
+def test_a_rig_that_captures_graphs_the_campaign_never_runs_is_told_how_to_start_faster(tmp_path: Path) -> None:
+    """vLLM captures CUDA graphs up to min(2 x max-num-seqs, 512) at every start (51 sizes for the 7B rig); at 8
+    servers at once that capture took ~60 s a start (2x H200). A campaign whose top concurrency is 64 is told
+    that max-num-seqs: 64 captures fewer; a rig that set it, runs eager, or is the stand-in is told nothing."""
+    import dataclasses
+
+    backend = _runner(tmp_path, concurrency=[16, 64]).backend
+    assert isinstance(backend, ModelBackend) and not backend.server.simulated
+    note = backend.graph_capture_note()
+    assert note is not None and "max-num-seqs: 64 would capture up to 128" in note
+    (tmp_path / "run").mkdir()
+    runner = _runner(tmp_path / "run")  # concurrency 1 and 2: what this box's stand-in serves at ease
+    res = runner.run()
+    assert res.status == "complete", res.errors
+    assert [n for n in res.notes if "max-num-seqs: 2 would capture up to 4" in n]
+    server = backend.server
+    for quiet in (dataclasses.replace(server, args={**server.args, "max-num-seqs": 64}),
+                  dataclasses.replace(server, args={**server.args, "max_num_seqs": 128}),
+                  dataclasses.replace(server, flags=("--enforce-eager",)),
+                  dataclasses.replace(server, simulated=True)):
+        backend.server = quiet
+        assert backend.graph_capture_note() is None, quiet

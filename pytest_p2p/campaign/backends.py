@@ -326,6 +326,28 @@ class ModelBackend:
         return {"command": list(s.command), "model": s.model, "args": dict(s.args or {}),
                 "flags": list(s.flags or ()), "simulated": bool(s.simulated), "load": self.load_shape()}
 
+    def graph_capture_note(self) -> str | None:
+        """A hint when vLLM will capture CUDA graphs for batches the campaign never runs.
+
+        vLLM captures a graph per batch size up to ``min(2 x max-num-seqs, 512)`` (51 sizes at its default), at
+        every start; a closed loop of concurrency C never holds more than C requests, so ``max-num-seqs`` at the
+        campaign's top concurrency captures fewer graphs without changing what is measured. Capture took
+        10-12 s of a 7B start alone and about 60 s with 8 servers starting at once (2x H200, 2026-11-26: read
+        from the servers' logs by ``serve.start_phases``). ``None`` for the stand-in, a rig that sets
+        ``max-num-seqs`` or runs without CUDA graphs (``enforce-eager``), or a top concurrency of 256 or more.
+        """
+        s = self.server
+        args = {str(k).lstrip("-").replace("_", "-"): v for k, v in (s.args or {}).items()}
+        flags = {str(f).lstrip("-").replace("_", "-") for f in (s.flags or ())}
+        top = max(self.campaign.concurrency, default=0)
+        if s.simulated or "max-num-seqs" in args or "enforce-eager" in flags or args.get("enforce-eager") is True \
+                or not 0 < top < 256:
+            return None
+        return (f"vLLM captures CUDA graphs for batch sizes up to min(2 x max-num-seqs, 512) at every start (512 "
+                f"at its default); this campaign's top concurrency is {top}, and a closed loop of {top} never "
+                f"batches more: server.args max-num-seqs: {top} would capture up to {2 * top} and shorten every "
+                "start (docs/campaign-design.md, where a start's time goes)")
+
     def load_shape(self) -> Json:
         """What each request asks of the server: a window's throughput is a number about this shape only.
 

@@ -163,6 +163,9 @@ class CampaignRunner(Generic[H]):
                 self.progress = Progress(label=self.pair_key, total=total)
             self.progress.total = total
             self.progress.pace = None
+            hint = self.backend.graph_capture_note() if isinstance(self.backend, ModelBackend) else None
+            if hint is not None:
+                result.notes.append(hint)
             if resident:
                 from . import blocks
 
