@@ -26,9 +26,10 @@
 #   cache     benchmarks/compile_cache_gpu.py: three starts of one arm reuse vLLM's compile cache (issue 24) ~4
 #   cache2    the same across two processes (a night's first start loads the cache: the key lasts)       ~3
 #   heartbeat benchmarks/heartbeat_gpu.py: the evidence and probe phases' progress lines (issue 26)      ~1
-#   startfork benchmarks/start_phases_gpu.py: one arm's tiny server started 1 + 2 x 2 times, default and
-#             VLLM_WORKER_MULTIPROC_METHOD=fork alternated: does fork hold, and does it skip re-importing vLLM
-#             in the engine core and the workers (~40 s of a ~100 s start on 2x H200)? (issue 24)           ~6
+#   startfork benchmarks/start_phases_gpu.py: one arm's tiny server started 1 + 3 x 2 times, default,
+#             VLLM_WORKER_MULTIPROC_METHOD=fork and max-num-seqs 64 alternated: does fork hold and skip
+#             re-importing vLLM in the engine core and the workers (~40 s of a ~100 s start on 2x H200), and
+#             what do fewer CUDA graphs save? (issue 24)                                                      ~8
 #   selfcheck .ci/gpu-selfcheck: the project's suite (hermetic), the gpu-marked tests, doctor and the main job
 #             live, auto-detected and with a gen-config rig (issue 10's check, repeated on this tree)        ~8
 #   waitvllm  waits (<= 15 min) until vLLM imports: lets a lane start before the last stage call
