@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from pytest_p2p.campaign.blocks import PLAN_PER_SERVER_S, PLAN_WINDOW_OVERRUN
+from pytest_p2p.campaign.blocks import PLAN_PER_SERVER_S, PLAN_WARM_S, PLAN_WINDOW_OVERRUN
 from pytest_p2p.campaign.progress import Pace, Progress
 
 LINE = re.compile(r"scenario (\d+)/(\d+) (\S+(?: [\d-]+)?) rep \d+/\d+ (.*?) \| elapsed ([\d:]+) \| ETA (\S+)")
@@ -49,7 +49,7 @@ def replay(text: str, wall: float) -> list[tuple[float, float | None, float | No
     m = AT_ONCE.search(text)
     at_once = int(m[1]) if m else 1
     launches = len(range(1, starts + 1, at_once))
-    pace = Pace(window_s=window_s * PLAN_WINDOW_OVERRUN + 2.0 / windows,  # what blocks.pace() plans
+    pace = Pace(window_s=window_s * PLAN_WINDOW_OVERRUN + PLAN_WARM_S / windows,  # what blocks.pace() plans
                 launch_s=start_s + PLAN_PER_SERVER_S * max(0, 2 * at_once - 2), launches_ahead=launches)
     clock = _Clock()
     p = Progress("replay", total=starts * windows * 2 * points, pace=pace, clock=clock, started=0.0)

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ..errors import CampaignError, RepFailed, ServerError
-from ..serve.start_phases import start_phases
 from .config import CampaignConfig
 from .liveness import Identity, death_cause
 
@@ -394,18 +393,8 @@ class StartPlan:
                 "why": self.why, "kv_cache_memory_bytes": self.kv_bytes, "kv_source": self.kv_source,
                 "servers": {arm: {"spawned_s": round(s.server.spawned_at - t0, 3),
                                   "ready_s": round(s.server.spawned_at + s.server.ready_s - t0, 3),
-                                  "phases": _phases(s.server.log_path)}
+                                  "phases": None if (ph := s.server.start_phases()) is None else ph.as_json()}
                             for arm, s in slots.items()}}
-
-
-def _phases(log: Path) -> Json | None:
-    """Where this server's start went, from its log (``serve.start_phases``); ``None`` when the log cannot say."""
-    try:
-        text = log.read_text(errors="replace")
-    except OSError:
-        return None
-    got = start_phases(text)
-    return None if got is None else {**got.as_json(), "text": got.text()}
 
 
 MEMORY_UTILIZATION = ("gpu-memory-utilization", "gpu_memory_utilization")

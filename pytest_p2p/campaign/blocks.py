@@ -193,8 +193,13 @@ def _window_took(runner: ResidentRunner) -> float:
     cfg = runner.config
     if cfg.window_s is not None:
         return cfg.window_s * PLAN_WINDOW_OVERRUN
+    return 1.0 if _stand_in(runner) else 10.0
+
+
+def _stand_in(runner: ResidentRunner) -> bool:
+    """Whether the campaign's server is the stand-in, whose starts and windows take about a second."""
     backend = runner.backend
-    return 1.0 if isinstance(backend, ModelBackend) and backend.server.simulated else 10.0
+    return isinstance(backend, ModelBackend) and backend.server.simulated
 
 
 def _launches_after(group: list[int], planned: int, at_once: int) -> int:
@@ -262,12 +267,15 @@ def _window_text(window_s: float | None, prompts: int) -> str:
     return f"{window_s:g} s" if window_s is not None else f"{prompts} prompts per concurrency"
 
 
+#: seconds a server's warm-up at a point is expected to take: on a real server, and on the stand-in
+PLAN_WARM_S = 2.0
+STAND_IN_WARM_S = 0.5
+
+
 def _warm_s(runner: ResidentRunner) -> float:
-    """Seconds a server's warm-up at a point is expected to take: about 2 s on a real server, 0.5 s on the stand-in."""
     if runner.config.warmup <= 0:
         return 0.0
-    backend = runner.backend
-    return 0.5 if isinstance(backend, ModelBackend) and backend.server.simulated else 2.0
+    return STAND_IN_WARM_S if _stand_in(runner) else PLAN_WARM_S
 
 
 #: Seconds each server beyond two adds to a parallel launch: eight 7B-shape servers (4 starts at once) were ready
@@ -306,8 +314,7 @@ def _start_text(runner: ResidentRunner) -> str:
 def _server_start_s(runner: ResidentRunner) -> float:
     """Seconds one server start is expected to take: the stand-in starts in about a second, vLLM in a minute
     or two (model load, torch.compile, CUDA graphs); measured starts replace the guess in the run's notes."""
-    backend = runner.backend
-    if isinstance(backend, ModelBackend) and backend.server.simulated:
+    if _stand_in(runner):
         return 1.0
     # measured, 7B-shape TP=2 on H100 (docs/gpu-runs.md): 115-130 s a start that compiles, 93-99 s one that loads
     # vLLM's compile cache (every start after a night's first, and the first too since the key lasts), 156 s

@@ -18,6 +18,7 @@ from ..errors import ServerError
 from .config import ServerConfig
 from .logs import likely_cause, pair_key, tail
 from .procs import cmdline, has_token, port_owners, session_of
+from .start_phases import StartPhases, start_phases
 
 if TYPE_CHECKING:
     from ..probes.vllm_log import Attestation
@@ -138,6 +139,13 @@ class RunningServer:
         from ..probes.vllm_log import parse_server_log
 
         return parse_server_log(self.log_text(), str(self.log_path))
+
+    def start_phases(self) -> StartPhases | None:
+        """Where this server's start went, from its log (``serve.start_phases``); ``None`` when the log cannot say."""
+        try:
+            return start_phases(self.log_text())
+        except OSError:
+            return None
 
     def to_dict(self) -> dict[str, object]:
         return {"base_url": self.base_url, "model": self.model, "log_path": str(self.log_path), "pid": self.pid,

@@ -73,7 +73,7 @@ class StartPhases:
     def as_json(self) -> JSONObject:
         return {"processes_s": self.processes_s, "from_launch": self.from_launch, "gpu_s": self.gpu_s,
                 "load_s": self.load_s, "compile_s": self.compile_s, "graphs_s": self.graphs_s,
-                "compile_cache": self.compile_cache}
+                "compile_cache": self.compile_cache, "text": self.text()}
 
     def text(self) -> str:
         """``66 s starting vLLM's processes, 42 s on the GPU (weights 2 s, torch.compile 4 s from its cache, ...)``."""
