@@ -136,8 +136,10 @@ def test_a_server_dying_sets_the_whole_launch_aside_and_makes_it_again(tmp_path:
     for arm in ("p2p_on", "p2p_off"):
         reps = _reps(res.run_dir, arm, "c1")
         assert sorted(reps) == list(range(1, 13))
-        # starts 1-2: the fresh launch (a start the screen re-ran alone on this loaded box counts its own attempts)
-        assert {d["meta"]["attempt"] for k, d in reps.items() if k <= 4 and d["meta"]["start"] not in alone} == {2}
+        # starts 1-2: the fresh launch (a start the screen re-ran alone on this loaded box counts its own attempts;
+        # with both re-run alone, as seen in CI under the README's main job, none of the launch's windows is left)
+        assert {d["meta"]["attempt"] for k, d in reps.items() if k <= 4 and d["meta"]["start"] not in alone} == (
+            {2} if {1, 2} - alone else set())
 
 
 @pytest.mark.parametrize(("campaign", "message"), [
