@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ..probes.arms import Arm
     from ..probes.config import ProbeConfig
     from ..serve.config import ServerConfig
+    from ..serve.hold import Held
     from ..serve.server import RunningServer
 
 H = TypeVar("H")
@@ -118,9 +119,31 @@ class ModelBackend:
         with launch(self.server, arm, self.pair, self.rig_env, log_path) as srv:
             yield ServerSlot(srv, Identity.of(srv.process))
 
+    def start_ahead(self, arms: Sequence[Arm], log_paths: Sequence[Path], mode: str,
+                    taken_ports: Sequence[int] = ()) -> list[Held] | None:
+        """The servers of the next launch, started now and held before their GPU work (``serve.hold``).
+
+        ``None`` where the next launch cannot be made this way: ``campaign.start_ahead`` off, sleep mode (each
+        server sleeps before the next one starts), or a start that is not parallel (a sequential start sizes the
+        KV cache by profiling, one server at a time). The arms, logs and order are those :meth:`resident` is then
+        given with ``ahead=``."""
+        from ..serve.server import spawn_ahead
+
+        if mode != "resident" or not self.campaign.start_ahead:
+            return None
+        plan = self.start_plan(mode)
+        if not plan.parallel:
+            return None
+        config, extra_env = resident_config(self.server, len(arms), mode)
+        if plan.learned:
+            config = dataclasses.replace(config, args={**config.args, KV_BYTES[0]: plan.kv_bytes})
+        return spawn_ahead(config, arms, self.pair, self.rig_env, list(log_paths), extra_env=extra_env,
+                           taken_ports=taken_ports)
+
     @contextlib.contextmanager
     def resident(self, arms: Sequence[Arm], log_paths: Sequence[Path], mode: str,
-                 labels: Sequence[str] | None = None) -> Iterator[dict[str, ServerSlot]]:
+                 labels: Sequence[str] | None = None, ahead: Sequence[Held] | None = None
+                 ) -> Iterator[dict[str, ServerSlot]]:
         """A server per entry of ``arms`` up at once for one launch; torn down together, at once.
 
         ``arms`` names an arm once per server: once each for one start, ``k`` times each for ``k`` starts made at
@@ -131,11 +154,13 @@ class ModelBackend:
         (vLLM's default 0.9 when the rig sets none), so all fit and none waits for memory.
         ``sleep``: each server keeps the rig's share, starts with ``--enable-sleep-mode`` and
         is put to sleep before the next one starts; :meth:`activate` wakes the arm to measure.
+        ``ahead``: the servers :meth:`start_ahead` started for this launch (same arms and order), continued
+        instead of started.
 
         The servers start in parallel or one after the other (:meth:`start_plan`); how, in how long and
         with which KV cache size is :attr:`last_start` (set before the slots are yielded).
         """
-        from ..serve.server import launch, launch_all
+        from ..serve.server import continue_all, launch, launch_all
 
         names = list(labels) if labels is not None else [a.name for a in arms]
         if len(names) != len(arms) or len(set(names)) != len(names) or len(log_paths) != len(arms):
@@ -148,7 +173,14 @@ class ModelBackend:
         t0 = time.monotonic()
         slots: dict[str, ServerSlot] = {}
         with contextlib.ExitStack() as stack:
-            if plan.parallel:
+            if ahead is not None:
+                try:
+                    servers = stack.enter_context(continue_all(ahead))
+                except ServerError as exc:
+                    raise RepFailed(f"start made ahead: {exc}") from None
+                slots = {name: ServerSlot(srv, Identity.of(srv.process)) for name, srv in zip(names, servers,
+                                                                                                strict=True)}
+            elif plan.parallel:
                 try:
                     servers = stack.enter_context(launch_all(config, arms, self.pair, self.rig_env, list(log_paths),
                                                              extra_env=extra_env))
@@ -170,6 +202,8 @@ class ModelBackend:
 
                         put_to_sleep(srv)
             self.last_start = plan.record(slots, t0, time.monotonic())
+            if ahead is not None:
+                self.last_start["ahead"] = {name: h.as_json(t0) for name, h in zip(names, ahead, strict=True)}
             if not plan.parallel and plan.learn:
                 self.last_start.update(self._learn_kv(slots))
             self.awake = None if mode == "sleep" else "*"

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from ..lease import GpuLease
     from ..probes.arms import Arm
     from ..results.write import RunWriter
+    from ..serve.hold import Held
     from .backends import Backend
     from .config import CampaignConfig
     from .progress import Progress
@@ -341,6 +342,16 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
     cfg = runner.config
     last = max(cfg.starts, cfg.max_starts or cfg.starts)
     deadline = started + cfg.max_time_s if cfg.max_time_s is not None else None
+    ahead = _Ahead()
+    try:
+        _run_launches(runner, rd, result, points, pending, deadline, last, ahead)
+    finally:
+        ahead.drop(result)
+
+
+def _run_launches(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, points: list[str],
+                  pending: set[tuple[str, str, int]], deadline: float | None, last: int, ahead: _Ahead) -> None:
+    cfg = runner.config
     rule = cfg.uplift_rule_for(runner.kind)
     rerun: set[int] = set()
     start = 0
@@ -350,7 +361,8 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
         pending.update((a, p, rep_of(s, w, cfg.windows)) for s in group for a in cfg.arms for p in points
                        for w in range(1, cfg.windows + 1))
         _pace_ahead(runner, _launches_after(group, cfg.starts, cfg.starts_at_once))
-        _start_with_retries(runner, rd, result, group, points, pending)
+        following = launches(start + 1, cfg.starts, cfg.starts_at_once) if start < cfg.starts else None
+        _start_with_retries(runner, rd, result, group, points, pending, ahead=ahead, following=following)
         if result.errors:
             return
         result.reps = start * cfg.windows
@@ -396,15 +408,20 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
 
 
 def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, group: list[int],
-                        points: list[str], pending: set[tuple[str, str, int]], *, rerun: bool = False) -> None:
+                        points: list[str], pending: set[tuple[str, str, int]], *, rerun: bool = False,
+                        ahead: _Ahead | None = None, following: list[int] | None = None) -> None:
     """One launch (the starts of ``group``, made at once); a launch whose server died (or measured nothing) is set
     aside whole and made again: every start of it, since all of them went down with the launch.
 
     Every start the plan did not count (an added start, a screened start's re-run, a retry) adds its windows to
-    what the progress line counts down: the line must not read ``ETA 0:00`` while a start is still to come."""
+    what the progress line counts down: the line must not read ``ETA 0:00`` while a start is still to come.
+
+    ``ahead``: servers started ahead for this launch are its first attempt's (``campaign.start_ahead``), and
+    this launch starts those of ``following`` (the next planned launch) during its last point."""
     cfg = runner.config
     what = starts_text(group)
     for attempt in range(1, cfg.rep_retries + 2):
+        held = ahead.take(group, result) if ahead is not None and attempt == 1 else None
         if rerun or attempt > 1 or group[-1] > cfg.starts:
             _count_more(runner, cfg.windows * len(cfg.arms) * len(points) * len(group))
         for s in group:
@@ -412,7 +429,8 @@ def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignR
                 for w in range(1, cfg.windows + 1):
                     runner._attempts[(arm, rep_of(s, w, cfg.windows))] = attempt
         try:
-            _run_start(runner, rd, result, group, points, attempt, pending)
+            _run_start(runner, rd, result, group, points, attempt, pending, held=held, ahead=ahead,
+                       following=following)
             return
         except RepFailed as exc:
             first = str(exc).splitlines()[0]
@@ -487,12 +505,17 @@ def _set_aside_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResu
 
 
 def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, group: list[int],
-               points: list[str], attempt: int, pending: set[tuple[str, str, int]]) -> None:
+               points: list[str], attempt: int, pending: set[tuple[str, str, int]], *,
+               held: list[Held] | None = None, ahead: _Ahead | None = None,
+               following: list[int] | None = None) -> None:
     """One launch: every arm's server once per start of ``group``, all up at once, then the windows.
 
     Window pair ``w`` of each start runs in turn (ABBA over windows, the first arm alternating between starts), so
     the starts of one launch see the same stretch of time; each server gets its own warm-up before its first
-    window at a point and proves its transport from its own log."""
+    window at a point and proves its transport from its own log.
+
+    ``held``: this launch's servers, started ahead and held (continued instead of started). Before the last
+    point's windows the servers of ``following`` are started ahead into ``ahead`` (see :class:`_Ahead`)."""
     assert runner.progress is not None  # set by run()
     backend = runner.backend
     assert isinstance(backend, ModelBackend)
@@ -514,16 +537,20 @@ def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, gr
         try:
             idle_rows = runner._idle_rows(reader)
             t0 = time.monotonic()
+            doing = "continuing" if held is not None else "starting"
             with runner.progress.waiting(what, first_rep, total * w_n,
-                                         f"starting {len(servers)} servers ({mode})"
+                                         f"{doing} {len(servers)} servers ({mode})"
                                          + (f", attempt {attempt}" if attempt > 1 else "")) as beat, \
-                    backend.resident([runner.arms[a] for a, _ in servers], logs, mode, labels) as by_label:
+                    backend.resident([runner.arms[a] for a, _ in servers], logs, mode, labels,
+                                     ahead=held) as by_label:
                 beat.stop()  # the servers are up: the heartbeat covered their start only
                 runner.progress.launch_ready()
                 slots = {key: by_label[label] for key, label in zip(servers, labels, strict=True)}
                 how = _record_start(rd, result, backend, group, attempt, time.monotonic() - t0)
                 run = _Start(runner, rd, result, slots, reader, idle_rows, attempt, mode, vram_note, pending, how)
-                for point in points:
+                for i, point in enumerate(points):
+                    if i == len(points) - 1 and ahead is not None and following:
+                        ahead.start(run, following, points)
                     for w in range(1, w_n + 1):
                         for s in group:
                             for arm in order(arms, s, w):
@@ -554,7 +581,8 @@ def _record_start(rd: RunWriter, result: CampaignResult, backend: ModelBackend, 
                         + (f", --kv-cache-memory-bytes {kv} ({rec.get('kv_source')})" if kv is not None else "")
                         + (f"; next starts: --kv-cache-memory-bytes {rec['kv_learned_bytes']} (learned)"
                            if "kv_learned_bytes" in rec else "")
-                        + (f"; {rec['kv_note']}" if "kv_note" in rec else "") + _phases_text(servers))
+                        + (f"; {rec['kv_note']}" if "kv_note" in rec else "") + _ahead_text(as_dict(rec.get("ahead")))
+                        + _phases_text(servers))
     again = _compiled_again(servers, backend.start_log)
     if again:
         result.notes.append(f"{starts_text(group)}: {again}")
@@ -564,6 +592,85 @@ def _record_start(rd: RunWriter, result: CampaignResult, backend: ModelBackend, 
     # re-run alone after the screen is a launch of its own even though it keeps its start number
     return {"start_mode": rec.get("start_mode"), "start_s": rec.get("start_s"), "kv_cache_memory_bytes": kv,
             "kv_source": rec.get("kv_source"), "at_once": len(group), "launch": len(backend.start_log)}
+
+
+def _ahead_text(ahead: Mapping[str, object]) -> str:
+    """``; started ahead 95 s before the launch, held 41-47 s before their GPU work``, and any server that was not
+    held in time (its GPU work began beside the windows); empty for a launch that started its servers itself."""
+    if not ahead:
+        return ""
+    entries = [as_dict(v) for v in ahead.values()]
+    before = [float(x) for e in entries if isinstance(x := e.get("spawned_before_s"), (int, float))]
+    held = [float(x) for e in entries if isinstance(x := e.get("held_s"), (int, float))]
+    text = f"; started ahead {max(before):.0f} s before the launch" if before else "; started ahead"
+    if held:
+        lo, hi = min(held), max(held)
+        text += f", held {lo:.0f} s" if round(lo) == round(hi) else f", held {lo:.0f}-{hi:.0f} s"
+        text += " before their GPU work"
+    late = [f"{label}: {e['late']}" for label, e in zip(ahead, entries, strict=True) if e.get("late")]
+    if late:
+        text += f" (not held in time: {'; '.join(late)})"
+    return text
+
+
+@dataclass
+class _Ahead:
+    """The servers of the next planned launch, started during this launch's last point and held before their GPU
+    work (``campaign.start_ahead``, ``serve.hold``): the minute of Python every vLLM start pays (API server, then
+    engine core) runs beside this launch's windows instead of between the launches.
+
+    Only planned launches are started ahead: an added start waits for the decision that adds it, a start re-run
+    after the screen for the screen. Servers that are gone by their launch (one exited, or was stopped for good
+    because its GPU work began beside the windows) are dropped and the launch starts its servers itself; servers
+    no launch will use (the campaign failed or was interrupted first) are stopped at the end of the campaign."""
+
+    group: list[int] | None = None
+    held: list[Held] | None = None
+
+    def start(self, run: _Start, group: list[int], points: list[str]) -> None:
+        if self.held is not None:
+            return  # started during an earlier attempt of the present launch
+        r = run.runner
+        backend = r.backend
+        assert isinstance(backend, ModelBackend)
+        servers = [(a, s) for s in group for a in r.config.arms]
+        logs = [start_log(run.rd, a, points[0], s) for a, s in servers]
+        try:
+            held = backend.start_ahead([r.arms[a] for a, _ in servers], logs, run.mode,
+                                       taken_ports=[sl.server.port for sl in run.slots.values()])
+        except P2PError as exc:  # not an error of the campaign: the launch starts its servers itself
+            run.result.notes.append(f"{starts_text(group)}: not started ahead ({str(exc).splitlines()[0]})")
+            return
+        if held is not None:
+            self.group, self.held = list(group), held
+
+    def take(self, group: list[int], result: CampaignResult) -> list[Held] | None:
+        """The servers started ahead for ``group``, if they are still there to be continued."""
+        if self.held is None or self.group != group:
+            return None
+        held, self.group, self.held = self.held, None, None
+        gone = [h for h in held if not h.server.alive()]
+        if gone:
+            why = "; ".join(f"{h.server.arm}: {h.late or 'exited'}" for h in gone)
+            result.notes.append(f"{starts_text(group)}: the servers started ahead are gone ({why}); the launch "
+                                "starts its servers itself")
+            _drop(held, result)
+            return None
+        return held
+
+    def drop(self, result: CampaignResult) -> None:
+        held, self.group, self.held = self.held, None, None
+        if held:
+            _drop(held, result)
+
+
+def _drop(held: list[Held], result: CampaignResult) -> None:
+    from ..serve.server import drop_ahead
+
+    try:
+        drop_ahead(held)
+    except P2PError as exc:
+        result.errors.append(f"servers started ahead: {exc}")
 
 
 def _phases_text(servers: Mapping[str, object]) -> str:

@@ -163,6 +163,10 @@ def kill_tree(session_id: int, token: str, *, grace_s: float = 10.0,
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(session_id, signal.SIGTERM)
     _signal(pids, signal.SIGTERM)
+    # a server held before its GPU work (serve.hold) is stopped: it sees its SIGTERM only once continued
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(session_id, signal.SIGCONT)
+    _signal(pids, signal.SIGCONT)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if proc is not None:

@@ -45,6 +45,7 @@ from ..envs import subprocess_env
 from ..errors import ServerError, WriteError
 from ..util import write_error
 from .config import ServerConfig
+from .hold import Held
 from .logs import likely_cause, pair_key, tail
 from .procs import (
     OWNER_ENV,
@@ -61,9 +62,9 @@ from .start_phases import launched_line
 if TYPE_CHECKING:
     from ..probes.arms import ServerArm
 __all__ = ["API_KEY_ENV", "KEY_FILE_ENV", "TOKEN_ENV", "GpuUse", "RunningServer", "ServerDeath", "api_key_for",
-           "check_port_free", "find_leftovers", "free_port", "gpu_usage", "key_file", "kill_tree", "launch",
-           "launch_all", "likely_cause", "pair_key", "prove_identity", "prove_ready", "spawn", "tail", "teardown",
-           "teardown_all"]
+           "check_port_free", "continue_all", "drop_ahead", "find_leftovers", "free_port", "gpu_usage",
+           "key_file", "kill_tree", "launch", "launch_all", "likely_cause", "pair_key", "prove_identity",
+           "prove_ready", "spawn", "spawn_ahead", "tail", "teardown", "teardown_all"]
 _LIVE: dict[int, tuple[int, str]] = {}  # leader pid -> (session id, token): killed at interpreter exit
 _KEYS: dict[tuple[str, tuple[int, ...]], str] = {}  # (arm, pair) -> the API key for its servers
 #: where the per-user secret behind the API keys is kept; a test points it elsewhere
@@ -371,6 +372,64 @@ def launch_all(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[i
         yield servers
     finally:
         teardown_all(servers)
+
+
+def spawn_ahead(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[int],
+                rig_env: Mapping[str, str] | None, log_paths: Sequence[str | os.PathLike[str]], *,
+                host: str = "127.0.0.1", extra_env: Mapping[str, str] | None = None,
+                taken_ports: Sequence[int] = ()) -> list[Held]:
+    """Start one server per arm now, each held at its engine core's first line (:mod:`.hold`), for a launch to come.
+
+    The servers of the present launch still run: their ports are not offered again (``taken_ports``), and the
+    pair's idle GPU use is taken when these are continued (:func:`continue_all`), after the present ones are gone.
+    The caller owns them: :func:`continue_all` makes them its launch, :func:`drop_ahead` stops them unused.
+    """
+    if len(arms) != len(log_paths):
+        raise ServerError(f"spawn_ahead: {len(arms)} arms but {len(log_paths)} server logs")
+    pair = tuple(int(g) for g in pair)
+    before: tuple[list[int], list[GpuUse] | None] = (sweep_orphans(), None)
+    servers: list[RunningServer] = []
+    try:
+        for arm, log in zip(arms, log_paths, strict=True):
+            port = _distinct_port(host, {s.port for s in servers} | set(taken_ports))
+            spawn(config, arm, pair, rig_env, log, host=host, port=port, extra_env=extra_env, before=before,
+                  into=servers)
+            before = ([], None)
+    except BaseException:
+        teardown_all(servers)
+        raise
+    held = [Held(srv) for srv in servers]
+    for h in held:
+        h.watch()
+    return held
+
+
+@contextlib.contextmanager
+def continue_all(held: Sequence[Held], startup_timeout_s: float | None = None) -> Iterator[list[RunningServer]]:
+    """The servers :func:`spawn_ahead` started, continued and proven ready together; always torn down at once.
+
+    The idle GPU use their teardown is checked against is taken now, before they continue: the launch before
+    theirs is gone, and they have not touched the GPUs. The startup timeout counts from here."""
+    servers = [h.server for h in held]
+    try:
+        if servers:
+            idle = gpu_usage(servers[0].pair)
+            for srv in servers:
+                srv.idle = idle
+        for h in held:
+            h.resume()
+        if servers:
+            _ready_together(servers, startup_timeout_s or servers[0].config.startup_timeout_s)
+        yield servers
+    finally:
+        teardown_all(servers)
+
+
+def drop_ahead(held: Sequence[Held]) -> None:
+    """Stop servers started ahead that no launch will use (the campaign ended or failed first)."""
+    for h in held:
+        h.resume()  # a stopped server sees its SIGTERM only once continued (kill_tree continues it too)
+    teardown_all([h.server for h in held])
 
 
 def _distinct_port(host: str, taken: set[int]) -> int:

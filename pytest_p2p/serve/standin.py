@@ -226,8 +226,10 @@ def main(argv: list[str] | None = None) -> int:
         }
         _log("EngineCore", f"SIMULATED fault fail-start: {causes.get(fault_arg or 'oom', causes['oom'])}", "ERROR")
         return 1
+    # a vLLM start is Python first (API server, engine core), then GPU work after the engine core's first line:
+    # half the delay on each side of that line, so a server held there (serve.hold) has work left after it
     if args.startup_delay_s:
-        time.sleep(args.startup_delay_s)
+        time.sleep(args.startup_delay_s / 2)
     child = None
     if args.orphan_child:
         from .procs import OWNER_ENV, owner_mark
@@ -243,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     _log("EngineCore", f"Initializing a V1 LLM engine (vSIMULATED) with config: model={name!r}, "
                        f"tensor_parallel_size={max(1, args.tensor_parallel_size)}, "
                        f"disable_custom_all_reduce={bool(args.disable_custom_all_reduce)}")
+    if args.startup_delay_s:
+        time.sleep(args.startup_delay_s / 2)
     if args.distributed_executor_backend == "ray":
         print_ray_worker_lines(max(1, args.tensor_parallel_size) * max(1, args.pipeline_parallel_size), NCCL_VERSION)
     else:

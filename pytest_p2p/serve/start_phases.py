@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..jsontypes import JSONObject
+from .hold import HELD_MARK, RESUMED_MARK
 
 __all__ = ["LAUNCH_MARK", "StartPhases", "launched_line", "start_phases"]
 
@@ -69,18 +70,20 @@ class StartPhases:
     compile_s: float | None
     graphs_s: float | None
     compile_cache: str | None
+    held_s: float | None = None  # stopped before its GPU work, started ahead (serve.hold): not in processes_s
 
     def as_json(self) -> JSONObject:
         return {"processes_s": self.processes_s, "from_launch": self.from_launch, "gpu_s": self.gpu_s,
                 "load_s": self.load_s, "compile_s": self.compile_s, "graphs_s": self.graphs_s,
-                "compile_cache": self.compile_cache, "text": self.text()}
+                "compile_cache": self.compile_cache, "held_s": self.held_s, "text": self.text()}
 
     def text(self) -> str:
         """``66 s starting vLLM's processes, 42 s on the GPU (weights 2 s, torch.compile 4 s from its cache, ...)``."""
         parts = []
         if self.processes_s is not None:
             parts.append(f"{self.processes_s:.0f} s starting vLLM's processes"
-                         + ("" if self.from_launch else " (from the API server's first line)"))
+                         + ("" if self.from_launch else " (from the API server's first line)")
+                         + ("" if self.held_s is None else f" (and {self.held_s:.0f} s held, started ahead)"))
         detail = []
         if self.load_s is not None:
             detail.append(f"weights {self.load_s:.0f} s")
@@ -108,23 +111,36 @@ def start_phases(log_text: str) -> StartPhases | None:
         first.setdefault(m.group("proc"), _at(m.group("stamp")))
     if "APIServer" not in first:
         return None
-    launch = None
-    mark = text.find(LAUNCH_MARK)
-    if mark >= 0:
-        try:
-            launch = _at(text[mark + len(LAUNCH_MARK):].split(" (", 1)[0].strip())
-        except ValueError:
-            launch = None
+    launch = _mark_at(text, LAUNCH_MARK)
     if launch is not None and not 0 <= (first["APIServer"] - launch).total_seconds() <= MAX_TO_FIRST_LINE_S:
         launch = None  # a clock stepped or another time zone: count from the API server's line instead
     t0 = launch if launch is not None else first["APIServer"]
     workers = first.get("Worker")
     serving = _SERVING.search(text)
     ready = _at(serving.group(1)) if serving else None
-    processes = (workers - t0).total_seconds() if workers is not None else None
+    held = _held_s(text)
+    processes = (workers - t0).total_seconds() - (held or 0.0) if workers is not None else None
     gpu = (ready - workers).total_seconds() if workers is not None and ready is not None else None
     if (processes is not None and processes < 0) or (gpu is not None and gpu < 0):
         processes = gpu = None  # lines out of order (a log from two runs): say nothing rather than nonsense
     cache = "loaded" if _FROM_CACHE in text else "compiled" if _COMPILING in text else None
     return StartPhases(processes, launch is not None, gpu, _max(_LOAD, text), _max(_COMPILE, text),
-                       _max(_GRAPHS, text), cache)
+                       _max(_GRAPHS, text), cache, held)
+
+
+def _mark_at(text: str, mark: str) -> datetime | None:
+    at = text.find(mark)
+    if at < 0:
+        return None
+    try:
+        return _at(text[at + len(mark):].split(" (", 1)[0].strip())
+    except ValueError:
+        return None
+
+
+def _held_s(text: str) -> float | None:
+    """Seconds the server was held before its GPU work (``serve.hold`` writes both moments), else ``None``."""
+    held, resumed = _mark_at(text, HELD_MARK), _mark_at(text, RESUMED_MARK)
+    if held is None or resumed is None or resumed < held:
+        return None
+    return (resumed - held).total_seconds()

@@ -1,0 +1,169 @@
+"""Servers started ahead and held before their GPU work: the next start's imports hide under this start's windows.
+
+Why: about half of a warm vLLM start is Python, not GPU. On 2x H200 (2026-11-27, docs/gpu-runs.md) the API server
+wrote its first line 22-28 s after the launch and the engine core its first line 17-25 s later, with nothing on
+the GPUs yet; the workers came 20-23 s after that, then the GPU part (weights, torch.compile, CUDA graphs, KV
+cache). A resident campaign tears a launch's servers down and starts the next ones, so every launch after the
+first paid that minute with no window running. Started ahead, while the present launch measures its last point,
+the next servers do their Python part then; each is **stopped** (``SIGSTOP`` to its process group) at the first
+line of its engine core, before any worker exists, and continued (``SIGCONT``) once the present servers are gone.
+The windows never share the GPUs with a server start: what runs beside them is two processes importing.
+
+The hold point is the engine core's first log line (``(EngineCore pid=N) ...``): vLLM's engine core makes its
+workers only after it, and a worker touches CUDA only after importing the model runner, seconds later. The log is
+read every :data:`POLL_S`. A server whose log shows a worker's line, a model load or a serving line before it
+was stopped started its GPU work beside the windows: :attr:`Held.late` says so, and the campaign writes it down.
+
+Each server's log gets the moments it was stopped and continued (``# pytest-p2p: held at ...``), so its start
+split (:mod:`.start_phases`) counts the held time apart instead of as "starting vLLM's processes".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from ..jsontypes import JSONObject
+
+if TYPE_CHECKING:
+    from .running import RunningServer
+
+__all__ = ["HOLD_MARK", "HELD_MARK", "POLL_S", "RESUMED_MARK", "Held", "held_line", "resumed_line"]
+
+POLL_S = 0.1  # the log is read this often: the workers come 17-25 s after the engine core's first line
+#: the first line of vLLM's engine core (``EngineCore``, ``EngineCore_0``, ``EngineCore_DP0``): no worker yet
+HOLD_MARK = re.compile(r"^\(EngineCore\S* pid=\d+\) ", re.MULTILINE)
+#: a line that means the GPU work began (or is done): too late to hold the server before it
+_GPU_BEGAN = re.compile(r"^\((?:Worker|VllmWorker)\S* pid=\d+\) |Model loading took|Starting vLLM (?:API )?server on",
+                        re.MULTILINE)
+HELD_MARK = "# pytest-p2p: held at "
+RESUMED_MARK = "# pytest-p2p: continued at "
+_STAMP = "%m-%d %H:%M:%S"  # vLLM's stamp format, local time (as the launch mark: serve.start_phases)
+
+
+def held_line(now: datetime | None = None) -> str:
+    return f"{HELD_MARK}{(now or datetime.now()).strftime(_STAMP)} (local time): the engine core's first line\n"
+
+
+def resumed_line(now: datetime | None = None) -> str:
+    return f"{RESUMED_MARK}{(now or datetime.now()).strftime(_STAMP)} (local time)\n"
+
+
+@dataclass
+class Held:
+    """One server started ahead: a thread watches its log and stops it at :data:`HOLD_MARK`.
+
+    ``held_at`` / ``resumed_at``: monotonic moments (``None``: not (yet) stopped / continued). ``late``: why it
+    was not stopped before its GPU work began ("" when it was, or while it is still on its way there).
+    """
+
+    server: RunningServer
+    held_at: float | None = None
+    resumed_at: float | None = None
+    late: str = ""
+    _done: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+
+    def watch(self) -> None:
+        """Start the watcher thread (a daemon: it only reads a log and sends one signal)."""
+        self._thread = threading.Thread(target=self._run, name=f"p2p-hold-{self.server.arm}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        seen = 0
+        path = self.server.log_path
+        while True:
+            with self._lock:
+                if self._done:
+                    return
+            if self.server.process.poll() is not None:
+                with self._lock:
+                    self.late = self.late or f"exited (code {self.server.process.returncode}) before it was held"
+                    self._done = True
+                return
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(seen)
+                    chunk = fh.read()
+            except OSError:
+                chunk = b""
+            cut = chunk.rfind(b"\n") + 1  # whole lines only: a line being written is read next time
+            if cut:
+                text = chunk[:cut].decode("utf-8", errors="replace")
+                seen += cut
+                began = _GPU_BEGAN.search(text)
+                mark = HOLD_MARK.search(text)
+                if began is not None and (mark is None or began.start() < mark.start()):
+                    with self._lock:  # its GPU work began beside the windows: it must not go on doing so
+                        self.late = (f"its log reached {began.group(0).strip()!r} before the engine core's first "
+                                     "line; stopped for good")
+                        self._done = True
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.killpg(self.server.pid, signal.SIGKILL)
+                    return
+                if mark is not None:
+                    self._stop(text[mark.end():])
+                    return
+            time.sleep(POLL_S)
+
+    def _stop(self, after_mark: str) -> None:
+        with self._lock:
+            if self._done:
+                return
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.server.pid, signal.SIGSTOP)
+                self.held_at = time.monotonic()
+            self._done = True
+        _note(self.server, held_line())
+        began = _GPU_BEGAN.search(after_mark + _rest(self.server))  # written between our read and the stop
+        if began is not None:
+            self.late = f"its log reached {began.group(0).strip()!r} before it was stopped"
+
+    def resume(self) -> None:
+        """Stop watching; continue the server if it was stopped (its log says when)."""
+        with self._lock:  # not yet at the mark: nothing to hold, it simply goes on (its GPU work is to come)
+            self._done = True
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        if self.held_at is not None and self.resumed_at is None:
+            _note(self.server, resumed_line())
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.server.pid, signal.SIGCONT)
+            self.resumed_at = time.monotonic()
+
+    def as_json(self, launch_t0: float) -> JSONObject:
+        """What run.json says of this server's start ahead (seconds relative to its launch's beginning)."""
+        return {"spawned_before_s": round(launch_t0 - self.server.spawned_at, 3),
+                "held_s": None if self.held_at is None or self.resumed_at is None
+                else round(self.resumed_at - self.held_at, 3),
+                "to_hold_s": None if self.held_at is None else round(self.held_at - self.server.spawned_at, 3),
+                "late": self.late or None}
+
+
+def _rest(srv: RunningServer) -> str:
+    """The log after the hold mark's line (what the server wrote before the stop took effect)."""
+    try:
+        text = srv.log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    mark = HOLD_MARK.search(text, text.rfind("# pytest-p2p: launching arm ") + 1)
+    return text[mark.end():] if mark is not None else ""
+
+
+def _note(srv: RunningServer, line: str) -> None:
+    with contextlib.suppress(OSError), open(srv.log_path, "ab") as fh:
+        fh.write(line.encode())
+
+
+def resume_all(held: Sequence[Held]) -> None:
+    for h in held:
+        h.resume()
