@@ -35,7 +35,8 @@
 #   waitvllm  waits (<= 15 min) until vLLM imports: lets a lane start before the last stage call
 #   campaign2 the resident 7B campaign with parallel starts (rig-set KV cache), 3 starts x 3 window pairs of
 #             10 s at c16/c64, then window_noise.py and campaign_compact.py (issue 24)                    ~15
-#             (CAMPAIGN_STARTS, CAMPAIGN_WINDOWS, CAMPAIGN_WINDOW_S change the design; CAMPAIGN_AT_ONCE k
+#             (CAMPAIGN_AHEAD=1: campaign.start_ahead, the next launch's servers started and held ahead;
+#             CAMPAIGN_STARTS, CAMPAIGN_WINDOWS, CAMPAIGN_WINDOW_S change the design; CAMPAIGN_AT_ONCE k
 #             makes k starts per launch (3 launches at least), CAMPAIGN_KV_GIB the KV cache of each server,
 #             default 16); the step twice in one queue: two nights on the pair, the second judged against
 #             the first's baseline in history.db (campaign2_night2.txt). CAMPAIGN_RIG=FILE runs that rig file
@@ -70,6 +71,7 @@ else:  # both arms' servers start at once; the KV cache is set by the rig, so ev
                             "windows": int(os.environ.get("CAMPAIGN_WINDOWS", 3)),
                             "window_s": float(os.environ.get("CAMPAIGN_WINDOW_S", 10)),
                             "starts_at_once": int(os.environ.get("CAMPAIGN_AT_ONCE", 1)),
+                            "start_ahead": os.environ.get("CAMPAIGN_AHEAD", "0") == "1",
                             "max_starts": None, "max_time_s": None})
     # 16 GiB for two servers; starts made at once share the pair among more (CAMPAIGN_KV_GIB each)
     rig["server"]["args"]["kv-cache-memory-bytes"] = int(float(os.environ.get("CAMPAIGN_KV_GIB", 16)) * 2**30)

@@ -104,7 +104,7 @@ POOL: dict[str, list[object]] = {
     "start_mode": ["auto", "parallel", "sequential", "fast", None, 1],
     # added after the recording too (issue 24, starts made at once), the same way: default 1 everywhere before
     "starts_at_once": [1, 2, 16, 17, 0, None, "2"],
-    # and again (issue 24, starts made ahead): default true everywhere before
+    # and again (issue 24, starts made ahead): default false everywhere before
     "start_ahead": [True, False, None, "yes", 1],
 }
 

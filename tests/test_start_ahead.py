@@ -8,6 +8,7 @@ half after, as a vLLM start is Python first and GPU work after).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -24,9 +25,9 @@ from test_campaign_resident import _reps, _runner
 from pytest_p2p.campaign.config import parse_campaign
 from pytest_p2p.errors import ConfigError
 from pytest_p2p.serve import hold as hold_mod
-from pytest_p2p.serve.hold import HELD_MARK, RESUMED_MARK, Held
+from pytest_p2p.serve.hold import Held
 from pytest_p2p.serve.procs import kill_tree, proc_state
-from pytest_p2p.serve.start_phases import start_phases
+from pytest_p2p.serve.start_phases import HELD_MARK, RESUMED_MARK, start_phases
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "fixtures" / "logs"
@@ -151,15 +152,37 @@ def test_the_start_split_counts_the_held_time_apart() -> None:
 
 
 STANDIN = {"PYTEST_P2P_STANDIN_STARTUP_DELAY_S": "3"}
-WINDOWS = {"window_s": 1.0}  # the last point's 4 windows outlast the stand-in's 1.5 s to its engine line
+
+
+def _ahead_runner(tmp_path: Path, env: dict[str, str], command: list[str] | None = None, **cfg: Any) -> Any:
+    """A resident campaign on the stand-in with ``start_ahead`` on and the KV cache set by the rig, so that every
+    launch is parallel from the first (a rig without it learns the size in a first, sequential launch)."""
+    from test_campaign_resident import BASE
+
+    from pytest_p2p.campaign.backends import ModelBackend
+    from pytest_p2p.campaign.runner import CampaignRunner
+    from pytest_p2p.lease import GpuLease
+    from pytest_p2p.probes.arms import PRESETS
+    from pytest_p2p.serve.config import parse_server
+
+    server = parse_server({"command": command or [sys.executable, "-m", "pytest_p2p.serve.standin"], "model": "m",
+                           "args": {"tensor-parallel-size": 2, "kv-cache-memory-bytes": 2**30},
+                           "env": {"PYTEST_P2P_STANDIN_TTFT_MS": "2", "PYTEST_P2P_STANDIN_TPOT_MS": "1", **env},
+                           "startup_timeout_s": 60, "load": {"input_len": 8, "output_len": 4, "warmup": 0}},
+                          "resident-rig.yaml")
+    config = parse_campaign({**BASE, "start_ahead": True, **cfg}, "resident-rig.yaml")
+    return CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS,
+                          backend=ModelBackend(server=server, campaign=config, pair=(0, 1), rig_env={}),
+                          results_root=tmp_path / "results", rig_name="resident", simulated=True,
+                          lease=GpuLease(tmp_path / "locks"))
 
 
 def test_a_resident_campaign_starts_the_next_launch_ahead_and_holds_it_until_then(tmp_path: Path) -> None:
-    res = _runner(tmp_path, STANDIN, **WINDOWS).run()
+    res = _ahead_runner(tmp_path, STANDIN).run()
     assert res.status == "complete", res.errors
     meta = json.loads((res.run_dir / "run.json").read_text())
     starts = {rec["start"]: rec for rec in meta["server_starts"] if rec["attempt"] == 1}
-    assert "ahead" not in starts[1]  # the first launch has nothing to start during
+    assert "ahead" not in starts[1]  # the first launch has no launch before it to start during
     for s in (2, 3):
         ahead = starts[s]["ahead"]
         assert set(ahead) == {"p2p_on", "p2p_off"}
@@ -175,12 +198,27 @@ def test_a_resident_campaign_starts_the_next_launch_ahead_and_holds_it_until_the
             # stopped before the engine's GPU part (the stand-in's second half of its delay), continued later
             assert text.count("launching arm") == 1
             assert text.index(HELD_MARK) < text.index(RESUMED_MARK) < text.index("Model loading took")
-            # held while the launch before measured: its windows ran before this start's servers continued
         assert sorted(_reps(res.run_dir, arm, "c2")) == [1, 2, 3, 4, 5, 6]
+    # no window ran beside a server's Python start-up: the launch before theirs waited for the hold
+    for s in (1, 2):
+        first = min(r["meta"]["started_at"] for arm in ("p2p_on", "p2p_off") for p in ("c1", "c2")
+                    for r in _reps(res.run_dir, arm, p).values() if r["meta"]["start"] == s)
+        for arm in ("p2p_on", "p2p_off"):
+            text = (res.run_dir / "scenarios" / f"{arm}-c1" / f"server_start{s + 1}.log").read_text()
+            held = text[text.index(HELD_MARK) + len(HELD_MARK):].split(" (")[0]
+            assert held <= _local_stamp(first), (s, arm, held, first)
 
 
-def test_start_ahead_off_starts_every_launch_itself(tmp_path: Path) -> None:
-    res = _runner(tmp_path, STANDIN, start_ahead=False).run()
+def _local_stamp(iso: str) -> str:
+    """A rep's UTC ``started_at`` as the log's local ``MM-DD HH:MM:SS``."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).astimezone().strftime("%m-%d %H:%M:%S")
+
+
+def test_start_ahead_is_off_by_default_and_then_every_launch_starts_itself(tmp_path: Path) -> None:
+    assert parse_campaign({}, "r.yaml").start_ahead is False
+    res = _runner(tmp_path, STANDIN).run()
     assert res.status == "complete", res.errors
     meta = json.loads((res.run_dir / "run.json").read_text())
     assert all("ahead" not in rec for rec in meta["server_starts"])
@@ -206,7 +244,7 @@ def test_servers_started_ahead_that_are_gone_leave_the_launch_to_start_its_own(t
         return real(*args, **kw)
 
     monkeypatch.setattr(server_mod, "spawn_ahead", failing)
-    res = _runner(tmp_path, STANDIN).run()
+    res = _ahead_runner(tmp_path, STANDIN).run()
     assert res.status == "complete", res.errors
     gone = [n for n in res.notes if "the servers started ahead are gone" in n]
     assert {n.split(":")[0] for n in gone} == {"start 2", "start 3"}
@@ -227,14 +265,14 @@ def test_servers_started_ahead_are_stopped_when_the_campaign_ends_first(tmp_path
     made: list[Held] = []
     real_start = blocks._Ahead.start
 
-    def start(self: Any, run: Any, group: list[int], points: list[str]) -> None:
-        real_start(self, run, group, points)
+    def start(self: Any, *args: Any) -> None:
+        real_start(self, *args)
         made.extend(self.held or [])
         _wait(lambda: all(h.held_at is not None for h in made))
         raise RepFailed("the server died (injected)")
 
     monkeypatch.setattr(blocks._Ahead, "start", start)
-    res = _runner(tmp_path, STANDIN, rep_retries=0).run()
+    res = _ahead_runner(tmp_path, STANDIN, rep_retries=0).run()
     assert res.status != "complete" and any("injected" in e for e in res.errors)
     assert len(made) == 2
     for h in made:
@@ -252,3 +290,99 @@ def test_the_hold_mark_is_vllms_engine_core_line() -> None:
         mark = hold_mod.HOLD_MARK.search(text)
         began = hold_mod._GPU_BEGAN.search(text)
         assert mark is not None and (began is None or mark.start() < began.start()), p.name
+
+
+def test_a_server_started_ahead_on_another_transport_fails_the_campaign(tmp_path: Path) -> None:
+    """Start 2's p2p_on server, started ahead, comes up on SHM (a changed environment): it is held, continued,
+    and its own log still proves its transport against the first start's."""
+    wrapper = tmp_path / "switching.py"
+    wrapper.write_text(SWITCH_START2)
+    res = _ahead_runner(tmp_path, STANDIN, [sys.executable, str(wrapper)], starts=2, concurrency=[1]).run()
+    assert res.status == "failed"
+    assert any("arm p2p_on: the server of start 2 used transport SHM" in e for e in res.errors), res.errors
+    meta = json.loads((res.run_dir / "run.json").read_text())
+    assert [rec["start"] for rec in meta["server_starts"] if "ahead" in rec] == [2]
+
+
+# start 2's p2p_on server (its log, on stdout, is server_start2.log) comes up on SHM, as a changed environment would
+SWITCH_START2 = r"""
+import os, sys
+if "server_start2" in os.readlink("/proc/self/fd/1") and os.environ.get("NCCL_P2P_DISABLE") != "1":
+    os.environ["NCCL_P2P_DISABLE"] = "1"
+os.execv(sys.executable, [sys.executable, "-m", "pytest_p2p.serve.standin", *sys.argv[1:]])
+"""
+
+
+PARENT = r'''
+import subprocess, sys, time
+from types import SimpleNamespace
+from pytest_p2p.children import die_with_parent
+from pytest_p2p.serve.hold import Held
+script, log, first = sys.argv[1], sys.argv[2], sys.argv[3]
+with open(log, "ab") as fh:
+    proc = subprocess.Popen([sys.executable, script, "APIServer", "1.5", first], stdout=fh, stderr=subprocess.STDOUT,
+                            start_new_session=True, preexec_fn=die_with_parent())
+srv = SimpleNamespace(process=proc, pid=proc.pid, log_path=__import__("pathlib").Path(log), arm="p2p_on",
+                      spawned_at=time.monotonic())
+h = Held(srv)
+h.watch()
+while h.held_at is None:
+    time.sleep(0.05)
+print(proc.pid, flush=True)
+time.sleep(600)
+'''
+
+# SCRIPT, with a SIGTERM handler that writes a file: its own shutdown ran
+GRACEFUL = SCRIPT.replace("import sys, time\n", "import pathlib, signal, sys, time\n"
+                          "signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path(sys.argv[3]).write_text('bye'),"
+                          " sys.exit(0)))\n")
+
+
+def test_a_held_server_shuts_itself_down_when_pytest_is_sigkilled(tmp_path: Path) -> None:
+    """pytest SIGKILLed while a server is held: the kernel's death signal to the server (SIGTERM) would wait for
+    ever in a stopped process; its guard continues it, so the server's own shutdown runs and nothing is left."""
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(GRACEFUL)
+    parent = tmp_path / "parent.py"
+    parent.write_text(PARENT)
+    bye = tmp_path / "bye"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, str(parent), str(script), str(tmp_path / "server.log"), str(bye)],
+                            stdout=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    pid = int(proc.stdout.readline())
+    try:
+        state = proc_state(pid)
+        assert state is not None and state[0] == "T"
+        proc.kill()
+        proc.wait(timeout=10)
+        _wait(lambda: bye.exists(), timeout=20)
+        _wait(lambda: proc_state(pid) is None or proc_state(pid)[0] == "Z", timeout=20)  # type: ignore[index]
+    finally:
+        if proc_state(pid) is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+# servers of starts 2 and 3 (their logs, on stdout) take 4 s longer to reach their engine line than start 1's
+SLOW_AHEAD = r"""
+import os, sys, time
+if "server_start1" not in os.readlink("/proc/self/fd/1"):
+    time.sleep(4)
+os.execv(sys.executable, [sys.executable, "-m", "pytest_p2p.serve.standin", *sys.argv[1:]])
+"""
+
+
+def test_the_windows_wait_until_the_servers_started_ahead_are_held(tmp_path: Path) -> None:
+    """The servers started ahead reach their hold after this launch's own servers are up: its first window waits
+    for them (on 2x H200, imports beside windows took 5-8 % off some of them)."""
+    wrapper = tmp_path / "slow.py"
+    wrapper.write_text(SLOW_AHEAD)
+    res = _ahead_runner(tmp_path, STANDIN, [sys.executable, str(wrapper)], starts=2, concurrency=[1]).run()
+    assert res.status == "complete", res.errors
+    first = min(r["meta"]["started_at"] for arm in ("p2p_on", "p2p_off")
+                for r in _reps(res.run_dir, arm, "c1").values() if r["meta"]["start"] == 1)
+    for arm in ("p2p_on", "p2p_off"):
+        text = (res.run_dir / "scenarios" / f"{arm}-c1" / "server_start2.log").read_text()
+        held = text[text.index(HELD_MARK) + len(HELD_MARK):].split(" (")[0]
+        assert held <= _local_stamp(first), (arm, held, first)

@@ -142,8 +142,8 @@ class ModelBackend:
 
     @contextlib.contextmanager
     def resident(self, arms: Sequence[Arm], log_paths: Sequence[Path], mode: str,
-                 labels: Sequence[str] | None = None, ahead: Sequence[Held] | None = None
-                 ) -> Iterator[dict[str, ServerSlot]]:
+                 labels: Sequence[str] | None = None, ahead: Sequence[Held] | None = None,
+                 taken_ports: Sequence[int] = ()) -> Iterator[dict[str, ServerSlot]]:
         """A server per entry of ``arms`` up at once for one launch; torn down together, at once.
 
         ``arms`` names an arm once per server: once each for one start, ``k`` times each for ``k`` starts made at
@@ -155,7 +155,7 @@ class ModelBackend:
         ``sleep``: each server keeps the rig's share, starts with ``--enable-sleep-mode`` and
         is put to sleep before the next one starts; :meth:`activate` wakes the arm to measure.
         ``ahead``: the servers :meth:`start_ahead` started for this launch (same arms and order), continued
-        instead of started.
+        instead of started; ``taken_ports``: those of servers started ahead for a later launch (not bound yet).
 
         The servers start in parallel or one after the other (:meth:`start_plan`); how, in how long and
         with which KV cache size is :attr:`last_start` (set before the slots are yielded).
@@ -183,7 +183,7 @@ class ModelBackend:
             elif plan.parallel:
                 try:
                     servers = stack.enter_context(launch_all(config, arms, self.pair, self.rig_env, list(log_paths),
-                                                             extra_env=extra_env))
+                                                             extra_env=extra_env, taken_ports=taken_ports))
                 except ServerError as exc:
                     if "out of GPU memory" in str(exc):
                         raise  # residency auto goes on in sleep mode (blocks._fall_back_to_sleep)

@@ -514,8 +514,9 @@ def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, gr
     the starts of one launch see the same stretch of time; each server gets its own warm-up before its first
     window at a point and proves its transport from its own log.
 
-    ``held``: this launch's servers, started ahead and held (continued instead of started). Before the last
-    point's windows the servers of ``following`` are started ahead into ``ahead`` (see :class:`_Ahead`)."""
+    ``held``: this launch's servers, started ahead and held (continued instead of started). As this launch begins,
+    the servers of ``following`` are started ahead into ``ahead``, and its windows wait until they are held
+    (see :class:`_Ahead`)."""
     assert runner.progress is not None  # set by run()
     backend = runner.backend
     assert isinstance(backend, ModelBackend)
@@ -537,20 +538,23 @@ def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, gr
         try:
             idle_rows = runner._idle_rows(reader)
             t0 = time.monotonic()
+            if ahead is not None and following:
+                # this launch's own servers, if they were started ahead, bind their ports only once continued
+                ahead.start(runner, rd, result, following, points, mode, [h.server.port for h in held or ()])
             doing = "continuing" if held is not None else "starting"
             with runner.progress.waiting(what, first_rep, total * w_n,
                                          f"{doing} {len(servers)} servers ({mode})"
                                          + (f", attempt {attempt}" if attempt > 1 else "")) as beat, \
                     backend.resident([runner.arms[a] for a, _ in servers], logs, mode, labels,
-                                     ahead=held) as by_label:
+                                     ahead=held, taken_ports=ahead.ports() if ahead is not None else ()) as by_label:
+                if ahead is not None:
+                    ahead.settle(result)  # no window runs beside a server's Python start-up
                 beat.stop()  # the servers are up: the heartbeat covered their start only
                 runner.progress.launch_ready()
                 slots = {key: by_label[label] for key, label in zip(servers, labels, strict=True)}
                 how = _record_start(rd, result, backend, group, attempt, time.monotonic() - t0)
                 run = _Start(runner, rd, result, slots, reader, idle_rows, attempt, mode, vram_note, pending, how)
-                for i, point in enumerate(points):
-                    if i == len(points) - 1 and ahead is not None and following:
-                        ahead.start(run, following, points)
+                for point in points:
                     for w in range(1, w_n + 1):
                         for s in group:
                             for arm in order(arms, s, w):
@@ -595,7 +599,7 @@ def _record_start(rd: RunWriter, result: CampaignResult, backend: ModelBackend, 
 
 
 def _ahead_text(ahead: Mapping[str, object]) -> str:
-    """``; started ahead 95 s before the launch, held 41-47 s before their GPU work``, and any server that was not
+    """``; started ahead 110 s before the launch, held 64-66 s before their GPU work``, and any server that was not
     held in time (its GPU work began beside the windows); empty for a launch that started its servers itself."""
     if not ahead:
         return ""
@@ -615,34 +619,53 @@ def _ahead_text(ahead: Mapping[str, object]) -> str:
 
 @dataclass
 class _Ahead:
-    """The servers of the next planned launch, started during this launch's last point and held before their GPU
-    work (``campaign.start_ahead``, ``serve.hold``): the minute of Python every vLLM start pays (API server, then
-    engine core) runs beside this launch's windows instead of between the launches.
+    """The servers of the next planned launch, started as this launch begins and held before their GPU work
+    (``campaign.start_ahead``, ``serve.hold``): the minute of Python every vLLM start pays (API server, then
+    engine core) runs beside this launch's own start, which needs the GPUs, not beside its windows. The windows
+    wait until every server started ahead is held (:meth:`settle`): on 2x H200 (2026-11-27) servers started
+    ahead *during* the last point's windows took 5-8 % off some of the faster arm's c64 windows.
 
     Only planned launches are started ahead: an added start waits for the decision that adds it, a start re-run
     after the screen for the screen. Servers that are gone by their launch (one exited, or was stopped for good
-    because its GPU work began beside the windows) are dropped and the launch starts its servers itself; servers
-    no launch will use (the campaign failed or was interrupted first) are stopped at the end of the campaign."""
+    because its GPU work began too early) are dropped and the launch starts its servers itself; servers no launch
+    will use (the campaign failed or was interrupted first) are stopped at the end of the campaign."""
 
     group: list[int] | None = None
     held: list[Held] | None = None
 
-    def start(self, run: _Start, group: list[int], points: list[str]) -> None:
+    def start(self, runner: ResidentRunner, rd: RunWriter, result: CampaignResult, group: list[int],
+              points: list[str], mode: str, taken_ports: Sequence[int]) -> None:
         if self.held is not None:
             return  # started during an earlier attempt of the present launch
-        r = run.runner
-        backend = r.backend
+        backend = runner.backend
         assert isinstance(backend, ModelBackend)
-        servers = [(a, s) for s in group for a in r.config.arms]
-        logs = [start_log(run.rd, a, points[0], s) for a, s in servers]
+        servers = [(a, s) for s in group for a in runner.config.arms]
+        logs = [start_log(rd, a, points[0], s) for a, s in servers]
         try:
-            held = backend.start_ahead([r.arms[a] for a, _ in servers], logs, run.mode,
-                                       taken_ports=[sl.server.port for sl in run.slots.values()])
+            held = backend.start_ahead([runner.arms[a] for a, _ in servers], logs, mode, taken_ports)
         except P2PError as exc:  # not an error of the campaign: the launch starts its servers itself
-            run.result.notes.append(f"{starts_text(group)}: not started ahead ({str(exc).splitlines()[0]})")
+            result.notes.append(f"{starts_text(group)}: not started ahead ({str(exc).splitlines()[0]})")
             return
         if held is not None:
             self.group, self.held = list(group), held
+
+    def ports(self) -> list[int]:
+        """The ports of the servers started ahead: they bind them only once continued, so none may be given twice."""
+        return [h.server.port for h in self.held or ()]
+
+    def settle(self, result: CampaignResult) -> None:
+        """Wait until every server started ahead is held (or gone); one that is not by its startup timeout is
+        dropped with the rest, so that no window runs beside it."""
+        if not self.held:
+            return
+        deadline = time.monotonic() + min(h.server.config.startup_timeout_s for h in self.held)
+        while not all(h.settled() for h in self.held) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not all(h.settled() for h in self.held):
+            group = self.group or []
+            result.notes.append(f"{starts_text(group)}: the servers started ahead did not reach their hold by the "
+                                "startup timeout; stopped (the launch starts its servers itself)")
+            self.drop(result)
 
     def take(self, group: list[int], result: CampaignResult) -> list[Held] | None:
         """The servers started ahead for ``group``, if they are still there to be continued."""

@@ -44,9 +44,9 @@ Example (every key optional; the values shown are the defaults unless noted)::
                               # --kv-cache-memory-bytes for all: the rig's, or learned from a sequential first
                               # start) | sequential (one after the other) | auto (parallel for resident,
                               # sequential for sleep and restart)
-      start_ahead: true       # resident, parallel starts of vLLM: the next launch's servers start during this
-                              # launch's last point and are held (SIGSTOP) before their GPU work, so their
-                              # Python start-up (about a minute) runs beside windows (serve.hold)
+      start_ahead: false      # resident, parallel starts of vLLM: the next launch's servers start as this
+                              # launch begins and are held (SIGSTOP) before their GPU work, so their Python
+                              # start-up (about a minute) runs beside this launch's own start (serve.hold)
 
 Every number is range-checked (``reps: 100000000`` or ``concurrency: 1e29`` is a
 ConfigError naming the key and the range, not a hang or a MemoryError an hour later).
@@ -166,7 +166,7 @@ class CampaignConfig:
     max_starts: int | None = key(None, whole(1, MAX_STARTS), null=True)
     start_mode: str = key("auto", word(*START_MODES))
     starts_at_once: int = key(1, whole(1, MAX_AT_ONCE))
-    start_ahead: bool = key(True, flag)
+    start_ahead: bool = key(False, flag)
     source: str = "rig.yaml"
     explicit: frozenset[str] = field(default_factory=frozenset)  # keys the rig file set
 

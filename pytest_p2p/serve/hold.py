@@ -14,6 +14,11 @@ workers only after it, and a worker touches CUDA only after importing the model 
 read every :data:`POLL_S`. A server whose log shows a worker's line, a model load or a serving line before it
 was stopped started its GPU work beside the windows: :attr:`Held.late` says so, and the campaign writes it down.
 
+A stopped process acts on no signal but SIGKILL and SIGCONT, so the SIGTERM the kernel sends a server when pytest
+dies (``children.die_with_parent``) would wait for ever. Each held server therefore has a **guard**: a tiny
+process that dies with pytest the same way and, on its SIGTERM, continues the server's group, so the server's
+pending SIGTERM acts and vLLM's own shutdown runs. The guard is stopped when its server is continued or dropped.
+
 Each server's log gets the moments it was stopped and continued (``# pytest-p2p: held at ...``), so its start
 split (:mod:`.start_phases`) counts the held time apart instead of as "starting vLLM's processes".
 """
@@ -24,19 +29,22 @@ import contextlib
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING
 
+from ..children import die_with_parent
 from ..jsontypes import JSONObject
+from .start_phases import HEADER, held_line, resumed_line
 
 if TYPE_CHECKING:
     from .running import RunningServer
 
-__all__ = ["HOLD_MARK", "HELD_MARK", "POLL_S", "RESUMED_MARK", "Held", "held_line", "resumed_line"]
+__all__ = ["HOLD_MARK", "POLL_S", "Held"]
 
 POLL_S = 0.1  # the log is read this often: the workers come 17-25 s after the engine core's first line
 #: the first line of vLLM's engine core (``EngineCore``, ``EngineCore_0``, ``EngineCore_DP0``): no worker yet
@@ -44,17 +52,19 @@ HOLD_MARK = re.compile(r"^\(EngineCore\S* pid=\d+\) ", re.MULTILINE)
 #: a line that means the GPU work began (or is done): too late to hold the server before it
 _GPU_BEGAN = re.compile(r"^\((?:Worker|VllmWorker)\S* pid=\d+\) |Model loading took|Starting vLLM (?:API )?server on",
                         re.MULTILINE)
-HELD_MARK = "# pytest-p2p: held at "
-RESUMED_MARK = "# pytest-p2p: continued at "
-_STAMP = "%m-%d %H:%M:%S"  # vLLM's stamp format, local time (as the launch mark: serve.start_phases)
 
 
-def held_line(now: datetime | None = None) -> str:
-    return f"{HELD_MARK}{(now or datetime.now()).strftime(_STAMP)} (local time): the engine core's first line\n"
-
-
-def resumed_line(now: datetime | None = None) -> str:
-    return f"{RESUMED_MARK}{(now or datetime.now()).strftime(_STAMP)} (local time)\n"
+#: the guard: waits; on SIGTERM (pytest died: its death signal) continues the held group given as argv[1] and exits
+GUARD = ("import os, signal, sys\n"
+         "def bye(*_):\n"
+         "    try:\n"
+         "        os.killpg(int(sys.argv[1]), signal.SIGCONT)\n"
+         "    except OSError:\n"
+         "        pass\n"
+         "    os._exit(0)\n"
+         "signal.signal(signal.SIGTERM, bye)\n"
+         "while True:\n"
+         "    signal.pause()\n")
 
 
 @dataclass
@@ -72,11 +82,20 @@ class Held:
     _done: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
+    _guard: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def watch(self) -> None:
-        """Start the watcher thread (a daemon: it only reads a log and sends one signal)."""
+        """Start the guard (see the module doc), then the watcher thread (a daemon: it reads a log, sends a signal)."""
+        self._guard = subprocess.Popen([sys.executable, "-c", GUARD, str(self.server.pid)], stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       preexec_fn=die_with_parent())
         self._thread = threading.Thread(target=self._run, name=f"p2p-hold-{self.server.arm}", daemon=True)
         self._thread.start()
+
+    def settled(self) -> bool:
+        """Whether the watcher is done: the server is held, was found too late, or exited."""
+        with self._lock:
+            return self._done
 
     def _run(self) -> None:
         seen = 0
@@ -139,6 +158,10 @@ class Held:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.server.pid, signal.SIGCONT)
             self.resumed_at = time.monotonic()
+        if self._guard is not None:
+            self._guard.kill()  # SIGKILL: its SIGTERM handler is for pytest's death only
+            self._guard.wait()
+            self._guard = None
 
     def as_json(self, launch_t0: float) -> JSONObject:
         """What run.json says of this server's start ahead (seconds relative to its launch's beginning)."""
@@ -155,7 +178,7 @@ def _rest(srv: RunningServer) -> str:
         text = srv.log_path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
-    mark = HOLD_MARK.search(text, text.rfind("# pytest-p2p: launching arm ") + 1)
+    mark = HOLD_MARK.search(text, text.rfind(HEADER) + 1)
     return text[mark.end():] if mark is not None else ""
 
 

@@ -57,7 +57,7 @@ from .procs import (
 )
 from .ready import API_KEY_ENV, check_port_free, free_port, prove_identity, wait_ready
 from .running import GpuUse, RunningServer, ServerDeath
-from .start_phases import launched_line
+from .start_phases import HEADER, launched_line
 
 if TYPE_CHECKING:
     from ..probes.arms import ServerArm
@@ -298,7 +298,7 @@ def spawn(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: Ma
     with fh, signals.held():
         if swept:
             fh.write(f"# pytest-p2p: killed processes of a server whose pytest is gone: pids {swept}\n".encode())
-        fh.write(f"# pytest-p2p: launching arm {arm.name} on {pair_key(pair)} (API key in ${API_KEY_ENV}): "
+        fh.write(f"{HEADER}{arm.name} on {pair_key(pair)} (API key in ${API_KEY_ENV}): "
                  f"{' '.join(argv)}\n".encode())
         fh.write(launched_line().encode())  # where the start's phases begin (serve.start_phases)
         fh.flush()
@@ -342,7 +342,8 @@ def prove_ready(srv: RunningServer, deadline: float, *, siblings: Sequence[Runni
 def launch_all(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[int],
                rig_env: Mapping[str, str] | None, log_paths: Sequence[str | os.PathLike[str]], *,
                host: str = "127.0.0.1", extra_env: Mapping[str, str] | None = None,
-               startup_timeout_s: float | None = None) -> Iterator[list[RunningServer]]:
+               startup_timeout_s: float | None = None,
+               taken_ports: Sequence[int] = ()) -> Iterator[list[RunningServer]]:
     """Start one server per arm on ``pair`` at once, wait for all of them together, always tear all down.
 
     Why: a vLLM start takes minutes (115-130 s, 7B-shape TP=2 on H100) and a resident start launches every
@@ -364,7 +365,7 @@ def launch_all(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[i
     servers: list[RunningServer] = []
     try:
         for arm, log in zip(arms, log_paths, strict=True):
-            port = _distinct_port(host, {s.port for s in servers})
+            port = _distinct_port(host, {s.port for s in servers} | set(taken_ports))
             spawn(config, arm, pair, rig_env, log, host=host, port=port, extra_env=extra_env, before=before,
                   into=servers)
             before = ([], before[1])  # the swept pids are noted in the first server's log only
@@ -380,8 +381,9 @@ def spawn_ahead(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[
                 taken_ports: Sequence[int] = ()) -> list[Held]:
     """Start one server per arm now, each held at its engine core's first line (:mod:`.hold`), for a launch to come.
 
-    The servers of the present launch still run: their ports are not offered again (``taken_ports``), and the
-    pair's idle GPU use is taken when these are continued (:func:`continue_all`), after the present ones are gone.
+    Other servers may start or run beside them: their ports are not offered again (``taken_ports``; these bind
+    theirs only once continued, so the launch beside them is given theirs to avoid), and the pair's idle GPU use
+    is taken when these are continued (:func:`continue_all`), after the servers before them are gone.
     The caller owns them: :func:`continue_all` makes them its launch, :func:`drop_ahead` stops them unused.
     """
     if len(arms) != len(log_paths):

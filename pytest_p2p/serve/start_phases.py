@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..jsontypes import JSONObject
-from .hold import HELD_MARK, RESUMED_MARK
 
-__all__ = ["LAUNCH_MARK", "StartPhases", "launched_line", "start_phases"]
+__all__ = ["HEADER", "HELD_MARK", "LAUNCH_MARK", "RESUMED_MARK", "StartPhases", "held_line", "launched_line",
+           "resumed_line", "start_phases"]
 
 LAUNCH_MARK = "# pytest-p2p: launched at "
 _STAMP = "%m-%d %H:%M:%S"  # vLLM's logging date format (local time)
@@ -32,7 +32,10 @@ _STAMP = "%m-%d %H:%M:%S"  # vLLM's logging date format (local time)
 #: further off was written on another clock (the server's ``TZ`` differs from ours), and the split counts from
 #: the API server's first line instead
 MAX_TO_FIRST_LINE_S = 600.0
-_HEADER = "# pytest-p2p: launching arm "
+HEADER = "# pytest-p2p: launching arm "
+#: a server started ahead and held before its GPU work (serve.hold), then continued: its split counts that apart
+HELD_MARK = "# pytest-p2p: held at "
+RESUMED_MARK = "# pytest-p2p: continued at "
 _LINE = re.compile(r"^\((?P<proc>APIServer|EngineCore|Worker)\S* pid=\d+\) [A-Z]+ (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d) ",
                    re.MULTILINE)
 _SERVING = re.compile(r"^\(APIServer\S* pid=\d+\) [A-Z]+ (\d\d-\d\d \d\d:\d\d:\d\d) .*Starting vLLM (?:API )?server on",
@@ -42,6 +45,15 @@ _COMPILE = re.compile(r"torch\.compile took ([\d.]+) s in total")
 _GRAPHS = re.compile(r"Graph capturing finished in ([\d.]+) secs")
 _FROM_CACHE = "Directly load the compiled graph"
 _COMPILING = "Compiling a graph for compile range"
+
+
+def held_line(now: datetime | None = None) -> str:
+    """The line ``serve.hold`` writes when it stops a server started ahead (see :func:`_held_s`)."""
+    return f"{HELD_MARK}{(now or datetime.now()).strftime(_STAMP)} (local time): the engine core's first line\n"
+
+
+def resumed_line(now: datetime | None = None) -> str:
+    return f"{RESUMED_MARK}{(now or datetime.now()).strftime(_STAMP)} (local time)\n"
 
 
 def launched_line(now: datetime | None = None) -> str:
@@ -104,7 +116,7 @@ def _max(pattern: re.Pattern[str], text: str) -> float | None:
 
 def start_phases(log_text: str) -> StartPhases | None:
     """The phases of the last start in a server log, or ``None`` when it holds no vLLM start (see module doc)."""
-    head = log_text.rfind(_HEADER)
+    head = log_text.rfind(HEADER)
     text = log_text[head:] if head >= 0 else log_text
     first: dict[str, datetime] = {}
     for m in _LINE.finditer(text):
