@@ -387,7 +387,7 @@ os.execv(sys.executable, [sys.executable, "-m", "pytest_p2p.serve.standin", *sys
 
 def test_the_windows_wait_until_the_servers_started_ahead_are_held(tmp_path: Path) -> None:
     """The servers started ahead reach their hold after this launch's own servers are up: its first window waits
-    for them (on 2x H200, imports beside windows took 5-8 % off some of them)."""
+    for them (on 2x H200, windows beside servers starting ahead dipped, cause not settled: docs/campaign-design.md)."""
     wrapper = tmp_path / "slow.py"
     wrapper.write_text(SLOW_AHEAD)
     res = _ahead_runner(tmp_path, STANDIN, [sys.executable, str(wrapper)], starts=2, concurrency=[1]).run()

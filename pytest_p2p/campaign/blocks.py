@@ -622,8 +622,9 @@ class _Ahead:
     """The servers of the next planned launch, started as this launch begins and held before their GPU work
     (``campaign.start_ahead``, ``serve.hold``): the minute of Python every vLLM start pays (API server, then
     engine core) runs beside this launch's own start, which needs the GPUs, not beside its windows. The windows
-    wait until every server started ahead is held (:meth:`settle`): on 2x H200 (2026-11-27) servers started
-    ahead *during* the last point's windows took 5-8 % off some of the faster arm's c64 windows.
+    wait until every server started ahead is held (:meth:`settle`): on 2x H200 (2026-11-27), with servers started
+    ahead *during* the last point's windows, some of the faster arm's c64 windows dipped 3-8 % (cause not
+    settled: docs/campaign-design.md), and a window beside a start-up is a doubt the design can avoid.
 
     Only planned launches are started ahead: an added start waits for the decision that adds it, a start re-run
     after the screen for the screen. Servers that are gone by their launch (one exited, or was stopped for good
