@@ -64,6 +64,11 @@ def _wait(cond: Any, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+def _stopped(pid: int) -> bool:
+    state = proc_state(pid)
+    return state is not None and state[0] == "T"
+
+
 def _kill(srv: Any) -> None:
     os.killpg(srv.pid, signal.SIGKILL)
     srv.process.wait(timeout=10)
@@ -75,8 +80,7 @@ def test_a_server_is_held_at_its_engine_cores_first_line_and_goes_on_when_contin
     try:
         h.watch()
         _wait(lambda: h.held_at is not None)
-        state = proc_state(srv.pid)
-        assert state is not None and state[0] == "T"  # stopped
+        _wait(lambda: _stopped(srv.pid), timeout=5.0)  # SIGSTOP takes effect a moment after it is sent
         time.sleep(2.5)  # longer than the pause before its worker line: a running server would have written it
         text = srv.log_path.read_text()
         assert "(Worker pid=" not in text and HELD_MARK in text
@@ -375,8 +379,7 @@ def test_a_held_server_shuts_itself_down_when_pytest_is_sigkilled(tmp_path: Path
     assert proc.stdout is not None
     pid = int(proc.stdout.readline())
     try:
-        state = proc_state(pid)
-        assert state is not None and state[0] == "T"
+        _wait(lambda: _stopped(pid), timeout=5.0)
         proc.kill()
         proc.wait(timeout=10)
         _wait(lambda: bye.exists(), timeout=20)
