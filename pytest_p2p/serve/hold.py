@@ -1,18 +1,20 @@
-"""Servers started ahead and held before their GPU work: the next start's imports hide under this start's windows.
+"""Servers started ahead and held before their GPU work: the next launch's Python start-up hides under this one's.
 
 Why: about half of a warm vLLM start is Python, not GPU. On 2x H200 (2026-11-27, docs/gpu-runs.md) the API server
 wrote its first line 22-28 s after the launch and the engine core its first line 17-25 s later, with nothing on
 the GPUs yet; the workers came 20-23 s after that, then the GPU part (weights, torch.compile, CUDA graphs, KV
 cache). A resident campaign tears a launch's servers down and starts the next ones, so every launch after the
-first paid that minute with no window running. Started ahead, while the present launch measures its last point,
-the next servers do their Python part then; each is **stopped** (``SIGSTOP`` to its process group) at the first
-line of its engine core, before any worker exists, and continued (``SIGCONT``) once the present servers are gone.
-The windows never share the GPUs with a server start: what runs beside them is two processes importing.
+first paid that minute with no window running. Started ahead, as the present launch begins (``campaign.blocks``),
+the next servers do their Python part beside the present servers' own start; each is **stopped** (``SIGSTOP`` to
+its process group) at the first line of its engine core, before any worker exists, and continued (``SIGCONT``)
+once the present servers are gone. The campaign's windows wait until every server started ahead is held
+(:meth:`Held.settled`), so no window shares the machine with a server start.
 
 The hold point is the engine core's first log line (``(EngineCore pid=N) ...``): vLLM's engine core makes its
 workers only after it, and a worker touches CUDA only after importing the model runner, seconds later. The log is
-read every :data:`POLL_S`. A server whose log shows a worker's line, a model load or a serving line before it
-was stopped started its GPU work beside the windows: :attr:`Held.late` says so, and the campaign writes it down.
+read every :data:`POLL_S`. A server whose log shows a worker's line, a model load or a serving line before the
+engine core's line would start its GPU work unheld: it is killed at once (:attr:`Held.late` says why) and its
+launch starts its own servers; one that shows them only just after the stop is kept, with the same note.
 
 A stopped process acts on no signal but SIGKILL and SIGCONT, so the SIGTERM the kernel sends a server when pytest
 dies (``children.die_with_parent``) would wait for ever. Each held server therefore has a **guard**: a tiny
@@ -33,7 +35,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -185,8 +186,3 @@ def _rest(srv: RunningServer) -> str:
 def _note(srv: RunningServer, line: str) -> None:
     with contextlib.suppress(OSError), open(srv.log_path, "ab") as fh:
         fh.write(line.encode())
-
-
-def resume_all(held: Sequence[Held]) -> None:
-    for h in held:
-        h.resume()
