@@ -417,7 +417,7 @@ def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignR
     what the progress line counts down: the line must not read ``ETA 0:00`` while a start is still to come.
 
     ``ahead``: servers started ahead for this launch are its first attempt's (``campaign.start_ahead``), and
-    this launch starts those of ``following`` (the next planned launch) during its last point."""
+    this launch starts those of ``following`` (the next planned launch) as it begins."""
     cfg = runner.config
     what = starts_text(group)
     for attempt in range(1, cfg.rep_retries + 2):
