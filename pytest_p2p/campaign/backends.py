@@ -134,9 +134,7 @@ class ModelBackend:
         plan = self.start_plan(mode)
         if not plan.parallel:
             return None
-        config, extra_env = resident_config(self.server, len(arms), mode)
-        if plan.learned:
-            config = dataclasses.replace(config, args={**config.args, KV_BYTES[0]: plan.kv_bytes})
+        config, extra_env = self._launch_config(plan, len(arms), mode)
         return spawn_ahead(config, arms, self.pair, self.rig_env, list(log_paths), extra_env=extra_env,
                            taken_ports=taken_ports)
 
@@ -167,9 +165,7 @@ class ModelBackend:
             raise CampaignError(f"resident: {len(arms)} servers need as many distinct labels and logs, got "
                                 f"{names} and {len(log_paths)} log(s)")
         plan = self.start_plan(mode)
-        config, extra_env = resident_config(self.server, len(arms), mode)
-        if plan.parallel and plan.learned:
-            config = dataclasses.replace(config, args={**config.args, KV_BYTES[0]: plan.kv_bytes})
+        config, extra_env = self._launch_config(plan, len(arms), mode)
         t0 = time.monotonic()
         slots: dict[str, ServerSlot] = {}
         with contextlib.ExitStack() as stack:
@@ -208,6 +204,14 @@ class ModelBackend:
                 self.last_start.update(self._learn_kv(slots))
             self.awake = None if mode == "sleep" else "*"
             yield slots
+
+    def _launch_config(self, plan: StartPlan, n_servers: int, mode: str) -> tuple[ServerConfig, dict[str, str]]:
+        """The server section and env of each of a launch's ``n_servers``: its memory share, and the learned KV
+        cache size where a parallel start uses it."""
+        config, extra_env = resident_config(self.server, n_servers, mode)
+        if plan.parallel and plan.learned:
+            config = dataclasses.replace(config, args={**config.args, KV_BYTES[0]: plan.kv_bytes})
+        return config, extra_env
 
     def start_plan(self, mode: str) -> StartPlan:
         """How the next start launches its servers (``campaign.start_mode``), and the KV cache size they share.

@@ -131,11 +131,11 @@ class Held:
                             os.killpg(self.server.pid, signal.SIGKILL)
                     return
                 if mark is not None:
-                    self._stop(text[mark.end():])
+                    self._stop()
                     return
             time.sleep(POLL_S)
 
-    def _stop(self, after_mark: str) -> None:
+    def _stop(self) -> None:
         with self._lock:
             if self._done:
                 return
@@ -144,7 +144,7 @@ class Held:
                 self.held_at = time.monotonic()
             self._done = True
         _note(self.server, held_line())
-        began = _GPU_BEGAN.search(after_mark + _rest(self.server))  # written between our read and the stop
+        began = _GPU_BEGAN.search(_rest(self.server))  # written between our read and the stop
         if began is not None:
             self.late = f"its log reached {began.group(0).strip()!r} before it was stopped"
 

@@ -361,14 +361,10 @@ def launch_all(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[i
     if len(arms) != len(log_paths):
         raise ServerError(f"launch_all: {len(arms)} arms but {len(log_paths)} server logs")
     pair = tuple(int(g) for g in pair)
-    before = (sweep_orphans(), gpu_usage(pair))
     servers: list[RunningServer] = []
     try:
-        for arm, log in zip(arms, log_paths, strict=True):
-            port = _distinct_port(host, {s.port for s in servers} | set(taken_ports))
-            spawn(config, arm, pair, rig_env, log, host=host, port=port, extra_env=extra_env, before=before,
-                  into=servers)
-            before = ([], before[1])  # the swept pids are noted in the first server's log only
+        before = (sweep_orphans(), gpu_usage(pair))  # swept first: an orphan's memory is not idle
+        _spawn_each(config, arms, pair, rig_env, log_paths, host, extra_env, before, taken_ports, servers)
         _ready_together(servers, startup_timeout_s or config.startup_timeout_s)
         yield servers
     finally:
@@ -389,14 +385,10 @@ def spawn_ahead(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[
     if len(arms) != len(log_paths):
         raise ServerError(f"spawn_ahead: {len(arms)} arms but {len(log_paths)} server logs")
     pair = tuple(int(g) for g in pair)
-    before: tuple[list[int], list[GpuUse] | None] = (sweep_orphans(), None)
     servers: list[RunningServer] = []
     try:
-        for arm, log in zip(arms, log_paths, strict=True):
-            port = _distinct_port(host, {s.port for s in servers} | set(taken_ports))
-            spawn(config, arm, pair, rig_env, log, host=host, port=port, extra_env=extra_env, before=before,
-                  into=servers)
-            before = ([], None)
+        _spawn_each(config, arms, pair, rig_env, log_paths, host, extra_env, (sweep_orphans(), None), taken_ports,
+                    servers)
     except BaseException:
         teardown_all(servers)
         raise
@@ -432,6 +424,18 @@ def drop_ahead(held: Sequence[Held]) -> None:
     for h in held:
         h.resume()  # a stopped server sees its SIGTERM only once continued (kill_tree continues it too)
     teardown_all([h.server for h in held])
+
+
+def _spawn_each(config: ServerConfig, arms: Sequence[ServerArm], pair: tuple[int, ...],
+                rig_env: Mapping[str, str] | None, log_paths: Sequence[str | os.PathLike[str]], host: str,
+                extra_env: Mapping[str, str] | None, before: tuple[list[int], list[GpuUse] | None],
+                taken_ports: Sequence[int], into: list[RunningServer]) -> None:
+    """One server per arm into ``into``, each on a port none of the others (nor ``taken_ports``) has; ``before``
+    (the swept orphans and the pair's idle GPU use) is shared, its pids noted in the first server's log only."""
+    for arm, log in zip(arms, log_paths, strict=True):
+        port = _distinct_port(host, {s.port for s in into} | set(taken_ports))
+        spawn(config, arm, pair, rig_env, log, host=host, port=port, extra_env=extra_env, before=before, into=into)
+        before = ([], before[1])
 
 
 def _distinct_port(host: str, taken: set[int]) -> int:
