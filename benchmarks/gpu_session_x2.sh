@@ -33,9 +33,12 @@
 #   selfcheck .ci/gpu-selfcheck: the project's suite (hermetic), the gpu-marked tests, doctor and the main job
 #             live, auto-detected and with a gen-config rig (issue 10's check, repeated on this tree)        ~8
 #   waitvllm  waits (<= 15 min) until vLLM imports: lets a lane start before the last stage call
+#   noiseab   one output length against lengths within a range (CAMPAIGN_RANGE, default 0.5), interleaved on
+#             the 7B rig's two servers started once: NOISEAB_ROUNDS (8) rounds at NOISEAB_C (16), windows of
+#             NOISEAB_WINDOW_S (6) s (benchmarks/window_noise_ab.py)                                       ~6
 #   campaign2 the resident 7B campaign with parallel starts (rig-set KV cache), 3 starts x 3 window pairs of
 #             10 s at c16/c64, then window_noise.py and campaign_compact.py (issue 24)                    ~15
-#             (CAMPAIGN_AHEAD=1: campaign.start_ahead, the next launch's servers started and held ahead;
+#             (CAMPAIGN_RANGE r: server.load.range_ratio r; CAMPAIGN_AHEAD=1: campaign.start_ahead, the next launch's servers started and held ahead;
 #             CAMPAIGN_STARTS, CAMPAIGN_WINDOWS, CAMPAIGN_WINDOW_S change the design; CAMPAIGN_AT_ONCE k
 #             makes k starts per launch (3 launches at least), CAMPAIGN_KV_GIB the KV cache of each server,
 #             default 16); the step twice in one queue: two nights on the pair, the second judged against
@@ -75,6 +78,8 @@ else:  # both arms' servers start at once; the KV cache is set by the rig, so ev
                             "max_starts": None, "max_time_s": None})
     # 16 GiB for two servers; starts made at once share the pair among more (CAMPAIGN_KV_GIB each)
     rig["server"]["args"]["kv-cache-memory-bytes"] = int(float(os.environ.get("CAMPAIGN_KV_GIB", 16)) * 2**30)
+    if os.environ.get("CAMPAIGN_RANGE"):  # server.load.range_ratio: each request's lengths within L * (1 -+ r)
+        rig["server"].setdefault("load", {})["range_ratio"] = float(os.environ["CAMPAIGN_RANGE"])
 rig["server"].setdefault("env", {})["VLLM_CACHE_ROOT"] = f"{w}/vllm-cache"
 yaml.safe_dump(rig, open(f"{w}/rig_{design}.yaml", "w"), sort_keys=False)
 EOF
@@ -108,6 +113,13 @@ step() {
                --max-s ${REPEAT_MAX_S:-1000} --out $W/$r > $W/$r.txt 2>&1; cat $W/$r.txt >> $W/repeat.txt);;
     nccltests) (cd $P && timeout 900 python3 benchmarks/probe_vs_nccl_tests.py --nccl-tests-src $W/nccltests \
                --rounds 4 --out $W/pvn > $W/pvn.txt 2>&1);;
+    noiseab)  # fixed against ranged lengths, interleaved on the 7B rig's two resident servers (window_noise_ab.py)
+      [ -f /tmp/m7b/config.json ] || python3 -m pytest_p2p.serve.tinymodel /tmp/m7b --hidden 4096 --layers 32 \
+        --heads 32 --kv-heads 8 > $W/model.log 2>&1
+      CAMPAIGN_RANGE= windows_rig campaign2 && cp $W/rig_campaign2.yaml $W/rig_noiseab.yaml
+      (cd $P && timeout 900 python3 benchmarks/window_noise_ab.py --rig $W/rig_noiseab.yaml --out $W/noiseab \
+         --concurrency ${NOISEAB_C:-16} --windows ${NOISEAB_ROUNDS:-8} --window-s ${NOISEAB_WINDOW_S:-6} \
+         --ratio ${CAMPAIGN_RANGE:-0.5} > $W/noiseab.txt 2>&1);;
     ray) (cd $P && MULTINODE_GPUS=${PAIR:-0,1} timeout 300 python3 benchmarks/multinode_gpu.py --out $W/multinode > $W/multinode.txt 2>&1);;
     rayvllm) (cd $P && MULTINODE_GPUS=${PAIR:-0,1} timeout 420 python3 benchmarks/multinode_vllm_gpu.py \
                --out $W/multinode_vllm > $W/multinode_vllm.txt 2>&1);;
@@ -180,7 +192,7 @@ case "${1:-status}" in
     # which threads are busy, and whose (benchmarks/thread_cpu.py): a resident campaign's idle arm may spin
     [ -f $W/proj/benchmarks/thread_cpu.py ] && python3 $W/proj/benchmarks/thread_cpu.py >> $W/threads.log 2>&1
     tail -n 6 $W/queue.log 2>/dev/null
-    for f in faults.txt repeat.txt pvn.txt multinode.txt multinode_vllm.txt multinode_pytest.txt cache.txt cache2.txt windows.txt \
+    for f in noiseab.txt faults.txt repeat.txt pvn.txt multinode.txt multinode_vllm.txt multinode_pytest.txt cache.txt cache2.txt windows.txt \
              campaign2.txt campaign2_night2.txt campaign2_night3.txt heartbeat.txt startfork.txt selfcheck.txt; do
       [ -f "$W/$f" ] && echo "-- $f: $(tail -c 300 $W/$f | tr '\r' '\n' | grep -v '^$' | tail -1)"
     done
@@ -197,7 +209,7 @@ case "${1:-status}" in
     done
     tar -C $W -czf "$OUT/x2_logs.tgz" --exclude='proj' --exclude='nccltests' --exclude='vllm-cache' \
       --exclude='res_*/*/scenarios/*/run_*.json' --exclude='multinode_vllm/tiny-model' --exclude='multinode_pytest/tiny-model' \
-      queue.log faults.txt faults multinode_pytest.txt multinode_pytest cache.txt cache cache2.txt cache2_p1 cache2_p2 \
+      queue.log noiseab.txt noiseab rig_noiseab.yaml faults.txt faults multinode_pytest.txt multinode_pytest cache.txt cache cache2.txt cache2_p1 cache2_p2 \
       repeat.txt repeat_* pvn.txt multinode.txt multinode multinode_vllm.txt multinode_vllm windows.txt \
       rig_windows.yaml res_windows heartbeat.txt campaign2.txt campaign2_night*.txt rig_campaign2.yaml campaign2_compact.json \
       campaign2_time.json res_campaign2 res_windows_poll_compact.json res_campaign2_poll_compact.json history.db \

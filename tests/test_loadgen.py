@@ -155,7 +155,7 @@ def test_closed_loop_client_processes_draw_from_one_pool(monkeypatch: pytest.Mon
     from pytest_p2p.serve import loadclients
     from pytest_p2p.serve.loadgen import make_spec
 
-    async def fake_request(transport: object, job: loadclients.Job, prompt: str, rid: str,
+    async def fake_request(transport: object, job: loadclients.Job, k: int, rid: str,
                            keep: bool) -> RequestRecord:
         await asyncio.sleep(0.5 if job.cpu == 1 else 0)  # job "1" is the slow client
         rec = RequestRecord(prompt_len=1)

@@ -284,7 +284,10 @@ class ModelBackend:
         inp, out = self._lens()
         return dict(run_load(srv.base_url, srv.api_key, srv.model, concurrency=concurrency, num_prompts=num_prompts,
                              warmup=0, input_len=input_len or inp, output_len=output_len or out,
-                             seed=load.seed + seed_offset,
+                             seed=load.seed + seed_offset, range_ratio=load.range_ratio,
+                             # every window asks the same lengths (only its prompts are new): a window's
+                             # throughput then varies with the server, not with its draw of lengths
+                             lengths_seed=load.seed,
                              request_timeout_s=self.campaign.request_timeout_s or self.server.request_timeout_s,
                              endpoint=load.endpoint, transport=load.transport,
                              tokenizer=load.tokenizer,  # None: the loadgen asks the server (finds a stand-in too)
@@ -396,9 +399,12 @@ class ModelBackend:
         load = self.server.load
         inp, out = self._lens()
         rate = load.request_rate
-        return {"input_len": inp, "output_len": out, "endpoint": load.endpoint,
-                "request_rate": "inf" if rate == float("inf") else rate, "burstiness": load.burstiness,
-                "extra_body": dict(load.extra_body)}
+        shape: Json = {"input_len": inp, "output_len": out, "endpoint": load.endpoint,
+                       "request_rate": "inf" if rate == float("inf") else rate, "burstiness": load.burstiness,
+                       "extra_body": dict(load.extra_body)}
+        if load.range_ratio:  # fixed lengths keep the shape they always had: their baselines stay comparable
+            shape["range_ratio"] = load.range_ratio
+        return shape
 
 
 KV_BYTES = ("kv-cache-memory-bytes", "kv_cache_memory_bytes")

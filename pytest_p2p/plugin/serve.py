@@ -175,7 +175,7 @@ class LoadRunner:
             output_len=output_len or d.output_len, warmup=d.warmup if warmup is None else warmup,
             seed=d.seed if seed is None else seed, endpoint=endpoint or d.endpoint,
             request_timeout_s=srv.config.request_timeout_s, transport=d.transport,
-            tokenizer=d.tokenizer or srv.tokenizer_id, request_rate=d.request_rate,
+            tokenizer=d.tokenizer or srv.tokenizer_id, request_rate=d.request_rate, range_ratio=d.range_ratio,
             client_processes=d.client_processes if client_processes is None else client_processes,
             **d.client_options())
         try:

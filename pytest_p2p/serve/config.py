@@ -127,6 +127,8 @@ class LoadDefaults:
     # requests/s (Poisson); inf: closed loop
     request_rate: float = key(float("inf"), _request_rate, accepts="`inf` or requests/s 1e-06 .. 1e+06")
     burstiness: float = key(1.0, real(1e-3, 1e3))  # gamma shape of the arrival gaps, as vllm bench serve's
+    # bench's --random-range-ratio: each request's lengths drawn in L * (1 -+ r) (serve/workload.request_lengths)
+    range_ratio: float = key(0.0, real(0.0, 0.99))
     # a user-supplied endpoint (serve/transport.py ClientOptions; docs/metrics.md)
     headers: Mapping[str, str] = key_factory(dict, lambda v, s, p: _headers(v, s, p) if v else {},
                                                accepts="a mapping of header lines")

@@ -130,6 +130,12 @@ class Job:
     concurrency: int
     cpu: int | None = None
     rid_prefix: str = "req"  # request ids are f"{rid_prefix}-{i}": a re-run's differ from the run it replaces
+    # (input, output) tokens of each prompt (workload.request_lengths); empty: the spec's lengths for all
+    lengths: tuple[tuple[int, int], ...] = ()
+
+    def request_lengths(self, k: int) -> tuple[int, int]:
+        """Prompt ``k``'s input and output tokens."""
+        return self.lengths[k] if self.lengths else (self.spec.input_len, self.spec.output_len)
 
 
 @dataclass
@@ -143,7 +149,7 @@ class Shard:
     stats: ClientStats
 
 
-def _payload(job: Job, prompt: str) -> dict[str, object]:
+def _payload(job: Job, prompt: str, output_len: int) -> dict[str, object]:
     s = job.spec
     opts: dict[str, object] = {"include_usage": True}
     if s.continuous_usage:
@@ -152,21 +158,24 @@ def _payload(job: Job, prompt: str) -> dict[str, object]:
     # (Sending temperature 0 made greedy decoding of dummy weights repeat tokens: other server work per token.)
     body: dict[str, object] = {"model": job.model, "stream": True, "stream_options": opts, "ignore_eos": True}
     if s.endpoint == "chat":
-        body.update(messages=[{"role": "user", "content": prompt}], max_completion_tokens=s.output_len)
+        body.update(messages=[{"role": "user", "content": prompt}], max_completion_tokens=output_len)
     else:
-        body.update(prompt=prompt, max_tokens=s.output_len)
+        body.update(prompt=prompt, max_tokens=output_len)
     body.update(s.extra_body)  # the user's fields win, as bench's --extra-body does
     return body
 
 
-async def _request(transport: Transport, job: Job, prompt: str, rid: str, keep_times: bool) -> RequestRecord:
-    rec = RequestRecord(prompt_len=job.spec.input_len, request_id=rid)
+async def _request(transport: Transport, job: Job, k: int, rid: str, keep_times: bool) -> RequestRecord:
+    """Prompt ``k`` of ``job`` sent and streamed back; every failure is in the record, none escapes."""
+    prompt = job.prompts[k]
+    input_len, output_len = job.request_lengths(k)
+    rec = RequestRecord(prompt_len=input_len, request_id=rid)
     parser = StreamParser(rec, chat=job.spec.endpoint == "chat", keep_times=keep_times)
     path = "chat/completions" if job.spec.endpoint == "chat" else "completions"
     timeout = job.spec.request_timeout_s
     rec.start_time = time.perf_counter()
     try:
-        await asyncio.wait_for(transport.stream(path, _payload(job, prompt), rid, parser.feed), timeout)
+        await asyncio.wait_for(transport.stream(path, _payload(job, prompt, output_len), rid, parser.feed), timeout)
         parser.finish()
         rec.success = True
     except (asyncio.TimeoutError, TimeoutError):
@@ -230,7 +239,7 @@ async def drive(job: Job, gate: Callable[[], object] | None = None,
 
         async def warm_one(i: int) -> RequestRecord:
             async with sem:
-                return await _request(transport, job, job.prompts[i], f"warmup-{i}", False)
+                return await _request(transport, job, i, f"warmup-{i}", False)
 
         warm = list(await asyncio.gather(*(warm_one(i) for i in job.warm_ids)))
         await transport.open(job.concurrency)  # no handshakes inside the measured window
@@ -240,7 +249,7 @@ async def drive(job: Job, gate: Callable[[], object] | None = None,
         base = s.warmup
 
         async def one(i: int) -> None:
-            records[i] = await _request(transport, job, job.prompts[base + i], f"{job.rid_prefix}-{i}",
+            records[i] = await _request(transport, job, base + i, f"{job.rid_prefix}-{i}",
                                         s.keep_chunk_times)
 
         lags: list[float] = []

@@ -7,7 +7,8 @@ that streams tens of thousands of tokens per second. So this module reimplements
 JSON keys -- docs/metrics.md) with:
 
 * the workload of :mod:`.workload`: prompts of exactly ``input_len`` tokens of the
-  served model's tokenizer, ``ignore_eos`` and ``max_tokens = output_len``, seeded so
+  served model's tokenizer, ``ignore_eos`` and ``max_tokens = output_len`` (or each request's own
+  lengths within ``range_ratio``, bench's ``--random-range-ratio``), seeded so
   every arm gets byte-identical work; closed loop (``request_rate=inf``) or seeded
   Poisson/gamma arrivals capped at ``concurrency``;
 * a transport that keeps up (:mod:`.transport`; ``raw`` by default, the ``openai`` SDK
@@ -41,7 +42,7 @@ from .loadspec import LoadSpec
 from .metrics import RequestRecord, goodput, peaks, steady_state, summarize
 from .result import ClientStats, LoadResult
 from .transport import require_client
-from .workload import Tokenizer, arrival_offsets, discover_tokenizer, load_tokenizer, token_prompts
+from .workload import Tokenizer, arrival_offsets, discover_tokenizer, load_tokenizer, request_lengths, token_prompts
 
 __all__ = ["PLANNER", "ClientPlanner", "free_cores", "generate_load", "make_spec", "process_cap",
            "run_load", "run_load_async"]
@@ -79,7 +80,7 @@ def _planned(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Token
              planner: ClientPlanner) -> tuple[LoadResult, list[RequestRecord]]:
     """Runs on the planner's process count; a late one is replaced (``spec.reshard``) while more may help."""
     workload = (model, tokenizer_id, spec.endpoint, spec.transport, spec.concurrency, spec.request_rate,
-                spec.input_len, spec.output_len)
+                spec.input_len, spec.output_len, spec.range_ratio)
     cap = min(process_cap(spec.concurrency), spec.num_prompts)
     n = planner.start(workload, cap)
     late: list[str] = []
@@ -96,7 +97,10 @@ def _planned(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Token
 def _run(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Tokenizer, tokenizer_id: str, n: int,
          rid_prefix: str) -> tuple[LoadResult, list[RequestRecord]]:
     """One run over ``n`` client processes (one in this process, or spawned and pinned); its measured records."""
-    prompts = tuple(token_prompts(tok, spec.warmup + spec.num_prompts, spec.input_len, spec.seed))
+    lengths_seed = spec.seed if spec.lengths_seed is None else spec.lengths_seed
+    lengths = tuple(request_lengths(spec.warmup + spec.num_prompts, spec.input_len, spec.output_len,
+                                    spec.range_ratio, lengths_seed))
+    prompts = tuple(token_prompts(tok, len(lengths), [i for i, _ in lengths], spec.seed))
     offsets = tuple(arrival_offsets(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed))
     cores = sorted(os.sched_getaffinity(0))
     pins = client_cpus(n, cores) if spec.pin and n > 1 and len(cores) > n else []
@@ -105,7 +109,8 @@ def _run(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Tokenizer
         share = spec.concurrency // n + (1 if w < spec.concurrency % n else 0)
         cpu = pins[w] if pins else None
         jobs.append(Job(base_url, api_key, model, spec, prompts, offsets, tuple(range(w, spec.warmup, n)),
-                        tuple(range(w, spec.num_prompts, n)), share, cpu, rid_prefix))
+                        tuple(range(w, spec.num_prompts, n)), share, cpu, rid_prefix,
+                        lengths if spec.range_ratio else ()))
     shards = run_sharded(jobs) if n > 1 else [run_coroutine(jobs[0])]
     warm = [r for sh in shards for r in sh.warm]
     recs: dict[int, RequestRecord] = {}
@@ -162,7 +167,7 @@ def _result(spec: LoadSpec, model: str, tokenizer_id: str, warm: Sequence[Reques
         output_lens=[r.output_tokens for r in done], ttfts=[r.ttft for r in done], itls=[list(r.itl) for r in done],
         errors=[r.error for r in done], warmup_failed=sum(1 for r in warm if not r.success),
         goodput_slos_ms=slos, clients=clients, steady_output_throughput=steady[0] if steady else None,
-        steady_s=steady[1] if steady else None)
+        steady_s=steady[1] if steady else None, range_ratio=spec.range_ratio)
 
 
 def run_load(base_url: str, api_key: str, model: str, *, concurrency: int, num_prompts: int, input_len: int,

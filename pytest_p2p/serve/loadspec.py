@@ -26,6 +26,8 @@ class LoadSpec:
     output_len: int
     seed: int = 0
     warmup: int = 1
+    range_ratio: float = 0.0  # bench's --random-range-ratio: each request's lengths in L * (1 -+ r) (workload.py)
+    lengths_seed: int | None = None  # seeds those lengths (None: ``seed``); a campaign keeps one for all windows
     request_timeout_s: float = 300.0
     endpoint: str = "completions"
     request_rate: float = math.inf
@@ -59,6 +61,8 @@ class LoadSpec:
         for name, (value, lo, hi) in ints.items():
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise ValueError(f"{name} must be an integer {lo}..{hi}; got {value!r}")
+        if isinstance(self.range_ratio, bool) or not 0 <= self.range_ratio < 1:
+            raise ValueError(f"range_ratio must be a number in [0, 1), got {self.range_ratio!r}")
         if self.endpoint not in ("completions", "chat"):
             raise ValueError(f"endpoint must be 'completions' or 'chat', got {self.endpoint!r}")
         if self.transport not in TRANSPORTS:

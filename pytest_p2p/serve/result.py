@@ -120,6 +120,7 @@ class LoadResult(Mapping[str, JSONValue]):
     counted_by_client: int = 0  # requests whose stream had no usage report: tokens counted from their text
     steady_output_throughput: float | None = None  # output tok/s while every stream was busy (metrics.steady_state)
     steady_s: float | None = None  # how long that steady part lasted
+    range_ratio: float = 0.0  # each request's lengths drawn in L * (1 -+ r) (workload.request_lengths); 0: fixed
     _json: dict[str, JSONValue] | None = field(default=None, repr=False, compare=False)
 
     # --------------------------------------------------------------- client health
@@ -271,6 +272,7 @@ class LoadResult(Mapping[str, JSONValue]):
             **self.latency_stats,
             # ours (docs/metrics.md)
             "endpoint": self.endpoint, "input_len": self.input_len, "output_len": self.output_len,
+            "range_ratio": self.range_ratio,
             "seed": self.seed, "warmup": self.warmup, "warmup_failed": self.warmup_failed,
             "server_input_tokens": self.server_input_tokens, "goodput_slos_ms": dict(self.goodput_slos_ms),
             "error_summary": self.error_summary(), "transport": self.transport,

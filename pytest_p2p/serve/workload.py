@@ -143,38 +143,69 @@ def load_tokenizer(tokenizer_id: str) -> Tokenizer:
     return HFTokenizer(tokenizer_id)
 
 
-def token_prompts(tokenizer: Tokenizer, n: int, input_len: int, seed: int, *, max_draws: int = 50) -> list[str]:
+def request_lengths(n: int, input_len: int, output_len: int, range_ratio: float,
+                    seed: int) -> list[tuple[int, int]]:
+    """Each request's ``(input, output)`` tokens: ``vllm bench serve``'s ``--random-range-ratio`` ranges, seeded.
+
+    Both lengths are drawn uniformly from ``floor(L * (1 - r)) .. ceil(L * (1 + r))`` (inclusive, at least
+    1), bench 0.24's ranges; the draws are Python's, not numpy's, so the lengths match bench's in
+    distribution, not request by request. ``r = 0`` gives every request ``(input_len, output_len)``.
+
+    Why ranges at all: with a closed loop and one output length, the requests of a wave finish on one
+    engine step and come back together; whether the next wave is scheduled as one batch or splits into
+    cohorts a step apart is decided by a few milliseconds of arrival order, and the split persists. On
+    2x H200 (7B, 8 s windows, 2026-11-27) p2p_on's c16 windows fell into two levels 3.7 % apart with
+    their mean TTFT (35-49 vs 48-69 ms). Lengths that differ per request keep the waves from forming.
+    The same ``seed`` gives the same lengths, so both arms of a window pair still get equal work.
+    """
+    if not 0 <= range_ratio < 1:
+        raise ValueError(f"range_ratio must be in [0, 1), got {range_ratio!r}")
+    if not range_ratio:
+        return [(input_len, output_len)] * n
+    rng = random.Random(f"lengths-{seed}")  # its own stream: the prompts' draws from `seed` are unchanged
+
+    def bounds(length: int) -> tuple[int, int]:
+        return max(1, math.floor(length * (1 - range_ratio))), math.ceil(length * (1 + range_ratio))
+
+    (ilo, ihi), (olo, ohi) = bounds(input_len), bounds(output_len)
+    return [(rng.randint(ilo, ihi), rng.randint(olo, ohi)) for _ in range(n)]
+
+
+def token_prompts(tokenizer: Tokenizer, n: int, input_len: int | Sequence[int], seed: int, *,
+                  max_draws: int = 50) -> list[str]:
     """``n`` distinct seeded prompts that re-encode to exactly ``input_len`` tokens each.
 
-    Each is drawn as random allowed ids, then decode -> encode -> truncate/extend is
-    repeated a few times (a BPE merges across the joins); a prompt that still misses
-    its length is redrawn, never kept. Raises :class:`ServerError` if a tokenizer cannot
-    produce the length at all (e.g. ``input_len`` beyond what it can round-trip).
+    ``input_len`` may be a length per prompt (:func:`request_lengths`). Each is drawn as random
+    allowed ids, then decode -> encode -> truncate/extend is repeated a few times (a BPE merges
+    across the joins); a prompt that still misses its length is redrawn, never kept. Raises
+    :class:`ServerError` if a tokenizer cannot produce the length at all (e.g. ``input_len``
+    beyond what it can round-trip).
     """
-    if n < 0 or input_len < 1:
-        raise ValueError(f"need n >= 0 and input_len >= 1, got {n}, {input_len}")
+    lengths = [input_len] * max(n, 0) if isinstance(input_len, int) else list(input_len)
+    if n < 0 or len(lengths) != n or any(k < 1 for k in lengths):
+        raise ValueError(f"need n >= 0 and n input lengths >= 1, got {n}, {input_len}")
     rng = random.Random(seed)
     allowed = tokenizer.allowed_ids()
     out: list[str] = []
     seen: set[str] = set()
-    for i in range(n):
+    for i, length in enumerate(lengths):
         for _ in range(max_draws):
-            ids = [allowed[rng.randrange(len(allowed))] for _ in range(input_len)]
+            ids = [allowed[rng.randrange(len(allowed))] for _ in range(length)]
             text, exact = "", False
             for _ in range(10):
                 text = tokenizer.decode(ids)
                 ids = tokenizer.encode(text)
-                if len(ids) == input_len:
+                if len(ids) == length:
                     exact = True
                     break
-                ids = ids[:input_len] + [allowed[rng.randrange(len(allowed))]
-                                         for _ in range(input_len - len(ids))]
+                ids = ids[:length] + [allowed[rng.randrange(len(allowed))]
+                                         for _ in range(length - len(ids))]
             if exact and text not in seen:
                 out.append(text)
                 seen.add(text)
                 break
         else:
-            raise ServerError(f"tokenizer {tokenizer.name}: no prompt of exactly {input_len} tokens after "
+            raise ServerError(f"tokenizer {tokenizer.name}: no prompt of exactly {length} tokens after "
                               f"{max_draws} draws (prompt {i})")
     return out
 
