@@ -122,6 +122,14 @@ def test_a_busy_or_late_client_is_flagged_saturated() -> None:
     assert late["client_saturated"] is True and "late by 25.0 ms" in str(late["client_saturation"])
 
 
+def test_a_run_that_completed_nothing_is_never_late() -> None:
+    """No chunk to date: re-running it with more processes would only send a failing endpoint every request twice."""
+    refused = _result(completed=0, failed=4, errors=["HTTP 429: rate limited"] * 4,
+                      clients=[ClientStats(1.0, 1.0, 0.2, 4), ClientStats(1.0, 1.0, 0.2, 0)])
+    assert refused.client_saturated and refused.client_lateness == ""
+    assert _result(clients=[ClientStats(1.0, 1.0, 0.2, 1)]).client_lateness != ""  # one completed: still judged
+
+
 def test_a_busy_or_lagging_client_is_late_but_only_over_a_window_long_enough_to_tell() -> None:
     assert _result().client_lateness == "" and _result().to_dict()["client_reshards"] == []
     busy = _result(clients=[ClientStats(0.75, 1.0, 0.2, 1), ClientStats(0.1, 1.0, 0.2, 1)])

@@ -194,7 +194,16 @@ class LoadResult(Mapping[str, JSONValue]):
 
     @property
     def client_lateness(self) -> str:
-        """Why chunk timestamps may be more than 1 ms late, or ``""``; more client processes are the cure."""
+        """Why chunk timestamps may be more than 1 ms late, or ``""``; more client processes are the cure.
+
+        A run in which no request completed has no chunk to date: its window is the few milliseconds the
+        endpoint took to refuse everything, which a client is busy all of. More processes cannot help
+        it, and re-running it sent a failing endpoint every request twice (seen on 2x H200, 32 cores:
+        8 requests for 4 prompts answered 429 / 500; a 2-core box caps a run at one process and never
+        re-ran it).
+        """
+        if not self.completed:
+            return ""
         if self.client_saturated:
             return self.client_saturation
         if self.duration < TIMELY_MIN_WINDOW_S:
