@@ -412,3 +412,24 @@ def test_the_windows_wait_until_the_servers_started_ahead_are_held(tmp_path: Pat
         text = _held_log(res.run_dir, arm, 2)
         held = text[text.index(HELD_MARK) + len(HELD_MARK):].split(" (")[0]
         assert held <= _local_stamp(first), (arm, held, first)
+
+
+@pytest.mark.parametrize("rig_sets", [None, "900"])
+def test_a_held_server_s_engine_ready_timeout_does_not_count_its_hold(tmp_path: Path, rig_sets: str | None) -> None:
+    """vLLM times its engine's start from its own spawn (600 s): a server held behind a long launch timed out when
+    continued. Servers started ahead get a day, unless the rig says otherwise; our startup timeout still counts."""
+    from pytest_p2p.probes.arms import PRESETS
+    from pytest_p2p.serve.config import parse_server
+    from pytest_p2p.serve.server import ENGINE_READY_ENV, HELD_ENGINE_READY_S, drop_ahead, spawn_ahead
+
+    env = {**STANDIN, **({ENGINE_READY_ENV: rig_sets} if rig_sets else {})}
+    config = parse_server({"command": [sys.executable, "-m", "pytest_p2p.serve.standin"], "model": "m",
+                           "env": env, "startup_timeout_s": 60}, "rig.yaml")
+    held = spawn_ahead(config, [PRESETS["p2p_on"]], (0, 1), None, [tmp_path / "server.log"])
+    try:
+        _wait(lambda: held[0].held_at is not None)
+        environ = Path(f"/proc/{held[0].server.pid}/environ").read_bytes().split(b"\0")
+        want = rig_sets or str(HELD_ENGINE_READY_S)
+        assert f"{ENGINE_READY_ENV}={want}".encode() in environ
+    finally:
+        drop_ahead(held)

@@ -371,6 +371,13 @@ def launch_all(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[i
         teardown_all(servers)
 
 
+#: vLLM's API server gives its engine this long to come up (600 s by default) and counts a hold in it
+ENGINE_READY_ENV = "VLLM_ENGINE_READY_TIMEOUT_S"
+#: what a server started ahead gets instead, unless the rig sets it: our own startup timeout, counted from the
+#: continue, is the one that guards its start; a day is longer than any launch it could wait behind
+HELD_ENGINE_READY_S = 86_400
+
+
 def spawn_ahead(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[int],
                 rig_env: Mapping[str, str] | None, log_paths: Sequence[str | os.PathLike[str]], *,
                 host: str = "127.0.0.1", extra_env: Mapping[str, str] | None = None,
@@ -381,9 +388,17 @@ def spawn_ahead(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[
     theirs only once continued, so the launch beside them is given theirs to avoid), and the pair's idle GPU use
     is taken when these are continued (:func:`continue_all`), after the servers before them are gone.
     The caller owns them: :func:`continue_all` makes them its launch, :func:`drop_ahead` stops them unused.
+
+    vLLM's API server times its engine's start from its own spawn (``VLLM_ENGINE_READY_TIMEOUT_S``, 600 s),
+    so a server held behind a launch of more than about 8 minutes timed out when continued and its launch
+    was made again. Each gets :data:`HELD_ENGINE_READY_S` unless the rig's ``env`` or ``server.env`` (or the
+    caller) sets the variable; the startup timeout, counted from the continue (:func:`continue_all`), still
+    bounds its start.
     """
     if len(arms) != len(log_paths):
         raise ServerError(f"spawn_ahead: {len(arms)} arms but {len(log_paths)} server logs")
+    if not any(ENGINE_READY_ENV in env for env in (config.env, rig_env or {}, extra_env or {})):
+        extra_env = {**(extra_env or {}), ENGINE_READY_ENV: str(HELD_ENGINE_READY_S)}
     pair = tuple(int(g) for g in pair)
     servers: list[RunningServer] = []
     try:
