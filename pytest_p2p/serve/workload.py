@@ -151,12 +151,12 @@ def request_lengths(n: int, input_len: int, output_len: int, range_ratio: float,
     1), bench 0.24's ranges; the draws are Python's, not numpy's, so the lengths match bench's in
     distribution, not request by request. ``r = 0`` gives every request ``(input_len, output_len)``.
 
-    Why ranges at all: with a closed loop and one output length, the requests of a wave finish on one
-    engine step and come back together; whether the next wave is scheduled as one batch or splits into
-    cohorts a step apart is decided by a few milliseconds of arrival order, and the split persists. On
-    2x H200 (7B, 8 s windows, 2026-11-27) p2p_on's c16 windows fell into two levels 3.7 % apart with
-    their mean TTFT (35-49 vs 48-69 ms). Lengths that differ per request keep the waves from forming.
-    The same ``seed`` gives the same lengths, so both arms of a window pair still get equal work.
+    Why: a rig whose traffic has many lengths can ask for them, as bench users do. It is **not** a cure
+    for window noise: the hope was that lengths that differ per request keep a closed loop's waves from
+    forming, but on 2x H200 (7B, c16, 8 rounds interleaved on the same two servers, 2026-11-27) the pair
+    log ratio of ranged windows (r = 0.5) varied 4.2 % from window to window against 2.2 % with one
+    length (``benchmarks/window_noise_ab.py``). The same ``seed`` gives the same lengths, so both arms of
+    a window pair still get equal work.
     """
     if not 0 <= range_ratio < 1:
         raise ValueError(f"range_ratio must be in [0, 1), got {range_ratio!r}")
