@@ -25,6 +25,9 @@ Noise model, on log values of the metric (tok/s):
   test of the start means with the launch as the factor; where it fires (p < gamma) the point is judged on the
   L launch means (df ``L - 1``) instead of the B start means.
 
+* table 7 (``--only position``): p2p_on slower in its point's first and last window of a start, under the
+  campaign's own window order (``campaign.blocks.order``), with 4-6 starts of 2 and 4 window pairs.
+
 * table 6 (``--only screens``): the campaign's in-run window screens (``campaign.adaptive.screen_windows_start``:
   a window pair off against its start, or an arm's window off against that arm's windows at the point over every
   start so far, is measured again once on the same server), with and without a cold first window.
@@ -34,7 +37,7 @@ wrong verdict).  The rules are re-implemented in numpy for speed; ``fidelity()``
 them against the package on random inputs and aborts on any disagreement.
 
 Usage: python benchmarks/verdict_nested.py [--trials 4000] [--seed 1] [--quick]
-           [--only {grid,adaptive,old_vs_new,launch,guard,screens}]
+           [--only {grid,adaptive,old_vs_new,launch,guard,screens,position}]
 ``--only launch`` runs tables 4 and 5 (table 5 after table 4 on the same rng, as a full run does);
 ``--only guard`` runs table 5 alone (same code, other random numbers: the rng has not drawn table 4's).
 Needs numpy and scipy (benchmarks only; the plugin needs neither).
@@ -56,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from verdict_power import outliers_np  # noqa: E402  (the package's outlier screen in numpy, fidelity-checked)
 
+from pytest_p2p.campaign.blocks import order  # noqa: E402
 from pytest_p2p.stats import (  # noqa: E402
     SequentialPlan,
     components,
@@ -727,7 +731,56 @@ def table_window_screens(rng: np.random.Generator, t: int, quick: bool) -> dict[
     return worst
 
 
-TABLES = ("grid", "adaptive", "old_vs_new", "launch", "guard", "screens")
+TABLES = ("grid", "adaptive", "old_vs_new", "launch", "guard", "screens", "position")
+POS_EFFECT = 0.04  # table 7: p2p_on's windows at a point's ends of a start this much slower (2x H200: 3-5 %)
+
+
+def on_at_ends(b: int, w: int) -> np.ndarray:
+    """(B, W) 1 where p2p_on's window of pair ``w`` of start ``b`` is its point's first or last window.
+
+    The campaign's own order (``campaign.blocks.order``): ABBA over a start's window pairs, the first arm
+    alternating from start to start, each point's windows one after the other within a start."""
+    out = np.zeros((b, w))
+    for blk in range(b):
+        seq = [arm for wi in range(w) for arm in order(["on", "off"], blk + 1, wi + 1)]
+        for wi in range(w):
+            k = 2 * wi + order(["on", "off"], blk + 1, wi + 1).index("on")
+            out[blk, wi] = 1.0 if k in (0, len(seq) - 1) else 0.0
+    return out
+
+
+def table_position(rng: np.random.Generator, t: int) -> dict[str, float]:
+    """Table 7: p2p_on slower in its point's first and last window of a start (2x H200, 2026-11-27: c16 start
+    means 23.2 / 27.9 / 23.4 / 27.8 / 23.8 % with 2 window pairs, by the arm that went first).
+
+    The truth is the uplift a balanced design measures: with the effect ``e`` on p2p_on's windows at the ends,
+    the true log uplift is ``up - e * share``, ``share`` the fraction of p2p_on's windows at the ends over an
+    even number of starts (each start's order is mirrored by the next's). A campaign of an odd number of starts
+    leans to the odd starts' order; the start spread counts the alternation either way."""
+    print(f"\n## 7. A position effect: p2p_on {100 * POS_EFFECT:.0f} % slower in its point's first and last window "
+          f"of a start, under the campaign's order (ABBA, first arm alternating between starts); true uplift at the "
+          f"threshold {THR:+.0%} as a balanced design measures it; {t} campaigns a cell\n")
+    print("| starts | windows | start sd | window sd | effect | true 0: pass / fail | +5 %: pass | "
+          "half-width |")
+    print("|---|---|---|---|---|---|---|---|")
+    worst = 0.0
+    for w in (2, 4):
+        share = float(on_at_ends(2, w).mean())
+        for b in (4, 5, 6):
+            ends = on_at_ends(b, w)[None, None]  # (1, 1, B, W)
+            for s_sd, w_sd in ((0.005, 0.02), (0.01, 0.03)):
+                for eff in (0.0, POS_EFFECT):
+                    shift = math.log1p(-eff)
+                    row = []
+                    for up in (0.0, 0.05):
+                        base = math.expm1(math.log1p(up) - shift * share)  # the balanced truth is `up`
+                        r = draw(rng, t, b, w, s_sd, w_sd, base) + shift * ends
+                        row.append(judge(r))
+                    worst = max(worst, rate(row[0]["pass"]), rate(row[0]["fail"]))
+                    print(f"| {b} | {w} | {s_sd:.1%} | {w_sd:.1%} | {eff:.0%} | {pf(row[0])} | "
+                          f"{pct(rate(row[1]['pass']))} | {100 * rate(row[0]['half']):.2f} |", flush=True)
+    print(f"\nworst wrong-verdict rate per decision and kind at the true threshold: {pct(worst)} %")
+    return {"worst": worst}
 
 
 def main() -> None:
@@ -764,6 +817,8 @@ def main() -> None:
     if "screens" in run:
         fidelity_window_screens(rng, 60 if args.quick else 200)
         table_window_screens(rng, t, args.quick)
+    if "position" in run:
+        table_position(rng, t)
     print(f"\nelapsed {time.time() - t0:.0f} s")
 
 
