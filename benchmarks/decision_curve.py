@@ -13,7 +13,8 @@ every rep's metrics and meta without its per-request records). Several run direc
 
 Per point and ``k`` it prints the uplift, its two-sided ``1 - 2 alpha`` interval (alpha one-sided per
 point: the campaign's 1 % split over two points is 0.005), the half-width in uplift points, and the
-outcome against ``--threshold`` (default 0 %).
+outcome against ``--threshold`` (default 0 %). ``half`` is in uplift points, ``/ratio`` the same as a share of
+the ratio on / off (at +63 % uplift, 2.5 points are 1.5 % of the ratio).
 
 ``--prior-start-sd S --prior-df D`` asks what the same starts would decide if earlier nights of this design
 had lent a start spread (``stats.StartPrior``: a start mean's variance ``S**2 + window_sd**2 / W`` with the
@@ -144,6 +145,8 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
             lo, hi = dec.lower, dec.upper
             rows.append({"point": point, "starts": k, "windows": sum(len(x) for x in blocks),
                          "uplift": dec.estimate, "lo": lo, "hi": hi, "half": (hi - lo) / 2,
+                         # the same half-width as a share of the ratio (on / off), the goal's "+-2 %" read that way
+                         "half_of_ratio": (hi - lo) / 2 / (1 + dec.estimate),
                          "outcome": dec.outcome.value, "wall_s": done - begin if begin is not None else None,
                          **({"prior": prior_use(blocks, lent).status} if lent is not None else {}),
                          **_guard(blocks, [launch[s] for s in starts[:k]])})
@@ -193,15 +196,16 @@ def main(argv: list[str] | None = None) -> int:
               + ("" if prior is None else f"; PROJECTION: earlier nights assumed to lend a start sd of "
                  f"{100 * prior[0]:.2g} % with {prior[1]:g} df"))
         print(f"{'point':>6} {'starts':>6} {'windows':>7} {'uplift':>8} {'interval':>20} {'half':>7} "
-              f"{'outcome':>12} {'wall':>7}")
+              f"{'/ratio':>7} {'outcome':>12} {'wall':>7}")
         for r in rows:
             if "error" in r:
                 print(f"{r['point']:>6} {r['starts']:>6} {r['error']}")
                 continue
             wall = r["wall_s"]
+            when = "" if wall is None else f"{float(wall) / 60:.1f} min"
             print(f"{r['point']:>6} {r['starts']:>6} {r['windows']:>7} {100 * float(r['uplift']):>+7.1f}% "
                   f"{100 * float(r['lo']):>+8.1f} .. {100 * float(r['hi']):>+6.1f}% {100 * float(r['half']):>6.1f}% "
-                  f"{r['outcome']:>12} {'' if wall is None else f'{float(wall) / 60:.1f} min':>7}"
+                  f"{100 * float(r['half_of_ratio']):>6.1f}% {r['outcome']:>12} {when:>7}"
                   + (f"  prior {r['prior']}" if "prior" in r else "")
                   + (f"  launch guard {r['launch_guard']} ({r['launches']} launches, p = {float(r['guard_p']):.2g})"
                      if r.get("guard_p") is not None else f"  {r['launch_guard']}" if "launch_guard" in r else ""))
