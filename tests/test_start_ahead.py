@@ -433,3 +433,32 @@ def test_a_held_server_s_engine_ready_timeout_does_not_count_its_hold(tmp_path: 
         assert f"{ENGINE_READY_ENV}={want}".encode() in environ
     finally:
         drop_ahead(held)
+
+
+@pytest.mark.parametrize(("campaign", "kv", "costs", "text"), [
+    ({"start_ahead": True}, 1 << 30, (120.0, 50.0, 50.0), "from launch 2 on, started ahead: ~50 s"),
+    ({"start_ahead": True}, None, (240.0, 120.0, 50.0), "from launch 3 on, started ahead: ~50 s"),
+    ({"start_ahead": False}, 1 << 30, (120.0, 120.0, 120.0), None),
+    ({"start_ahead": True, "residency": "sleep"}, None, (240.0, 240.0, 240.0), None),
+])
+def test_the_plan_expects_launches_started_ahead_to_cost_their_gpu_part_only(
+        tmp_path: Path, campaign: dict[str, Any], kv: int | None, costs: tuple[float, ...], text: str | None) -> None:
+    """2x H200, 2026-11-27: the plan said 18 min for a night of 12.2 (launches 2-5 took 42-47 s, not ~120 s)."""
+    from test_campaign_resident import BASE
+
+    from pytest_p2p.campaign.backends import ModelBackend
+    from pytest_p2p.campaign.blocks import _start_estimate, plan_line
+    from pytest_p2p.campaign.runner import CampaignRunner
+    from pytest_p2p.lease import GpuLease
+    from pytest_p2p.probes.arms import PRESETS
+    from pytest_p2p.serve.config import parse_server
+
+    config = parse_campaign({**BASE, "starts": 5, "windows": 2, "window_s": 8, **campaign}, "rig.yaml")
+    server = parse_server({"command": ["vllm", "serve"], "model": "m",
+                           "args": {} if kv is None else {"kv_cache_memory_bytes": kv}}, "rig.yaml")
+    runner = CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS,
+                            backend=ModelBackend(server=server, campaign=config, pair=(0, 1), rig_env={}),
+                            results_root=tmp_path, rig_name="r", lease=GpuLease(tmp_path / "locks"))
+    assert tuple(_start_estimate(runner, n) for n in (1, 2, 3)) == costs  # type: ignore[arg-type]
+    line = plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]
+    assert (text in line) if text else ("started ahead" not in line), line

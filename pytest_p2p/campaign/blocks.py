@@ -282,15 +282,34 @@ def _warm_s(runner: ResidentRunner) -> float:
 #: Seconds each server beyond two adds to a parallel launch: eight 7B-shape servers (4 starts at once) were ready
 #: in 160 s on 2x H200 with the compile cache loaded (215 s on a cold machine), where two take 93-99 s on H100
 PLAN_PER_SERVER_S = 7.0
+#: Seconds a later launch takes when its servers were started ahead and held (``campaign.start_ahead``): their GPU
+#: part and readiness only. 7B-shape TP=2 on 2x H200 with the compile cache warm: 56.8 and 48.8 s (fourth session),
+#: 42.4-46.9 s (fifth), 2026-11-27; the plan of the fifth expected 18 min for a night of 12.2 without it
+PLAN_AHEAD_START_S = 50.0
 
 
 def _start_estimate(runner: ResidentRunner, launch: int, at_once: int = 1) -> float:
     """Seconds launch number ``launch`` (every arm's server, ``at_once`` times) is expected to take: one server's
     start when they start in parallel (the slowest; they start alike) plus :data:`PLAN_PER_SERVER_S` for each
-    server beyond two (their CPU and file work adds up), the sum over the servers when one after the other."""
-    one = _server_start_s(runner)
+    server beyond two (their CPU and file work adds up), the sum over the servers when one after the other.
+    A planned launch whose servers start ahead (:func:`_ahead`) has only their GPU part left; a launch the
+    campaign adds while undecided is not started ahead, and the progress line replaces these guesses with
+    what it measures."""
+    one = _server_start_s(runner, ahead=_ahead(runner, launch))
     servers = len(runner.config.arms) * at_once
     return one + PLAN_PER_SERVER_S * max(0, servers - 2) if _parallel(runner, launch) else servers * one
+
+
+def _ahead(runner: ResidentRunner, launch: int) -> bool:
+    """Whether planned launch ``launch`` is expected to find its servers started ahead (``campaign.start_ahead``,
+    ``ModelBackend.start_ahead``): resident arms, starts in parallel, and a launch before it to start during
+    (the third where the first learns the KV cache size, sequentially, and the second is sized by it)."""
+    backend = runner.backend
+    cfg = runner.config
+    if not (cfg.start_ahead and isinstance(backend, ModelBackend) and cfg.resident_mode(runner.kind) == "resident"):
+        return False
+    plan = backend.start_plan("resident")
+    return launch >= 2 if plan.parallel else launch >= 3 and plan.learn
 
 
 def _parallel(runner: ResidentRunner, launch: int) -> bool:
@@ -306,17 +325,26 @@ def _parallel(runner: ResidentRunner, launch: int) -> bool:
 def _start_text(runner: ResidentRunner) -> str:
     """How the plan's starts launch their servers, for the plan line."""
     if _parallel(runner, 1):
-        return ", every start's servers in parallel"
-    if _parallel(runner, 2):
-        return ", in parallel after start 1 (sequential: it learns the KV cache size)"
-    return ", one after the other"
+        how = ", every start's servers in parallel"
+    elif _parallel(runner, 2):
+        how = ", in parallel after start 1 (sequential: it learns the KV cache size)"
+    else:
+        return ", one after the other"
+    first = next((n for n in (2, 3) if _ahead(runner, n)), None)
+    if first is not None:
+        how += (f"; from launch {first} on, started ahead: ~{_server_start_s(runner, ahead=True):.0f} s of GPU "
+                "work each")
+    return how
 
 
-def _server_start_s(runner: ResidentRunner) -> float:
+def _server_start_s(runner: ResidentRunner, ahead: bool = False) -> float:
     """Seconds one server start is expected to take: the stand-in starts in about a second, vLLM in a minute
-    or two (model load, torch.compile, CUDA graphs); measured starts replace the guess in the run's notes."""
+    or two (model load, torch.compile, CUDA graphs); measured starts replace the guess in the run's notes.
+    ``ahead``: a start whose Python part ran ahead, while the launch before it ran (:data:`PLAN_AHEAD_START_S`)."""
     if _stand_in(runner):
         return 1.0
+    if ahead:
+        return PLAN_AHEAD_START_S
     # measured, 7B-shape TP=2 on H100 (docs/gpu-runs.md): 115-130 s a start that compiles, 93-99 s one that loads
     # vLLM's compile cache (every start after a night's first, and the first too since the key lasts), 156 s
     # for the first start on a cold machine
