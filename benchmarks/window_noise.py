@@ -99,6 +99,7 @@ def report(run_dir: Path, arms: tuple[str, str]) -> None:
             print(f"{point:>7} {m:>25} {cvs[0]:>11.2%} {cvs[1]:>11.2%} {sd:>8.2%} {df:>4} {need:>15.0f}")
     for point in points:
         print(position(point, wins[(arms[0], point)], wins[(arms[1], point)]))
+        print(first_arm(point, wins[(arms[0], point)], wins[(arms[1], point)], arms))
     hits = [float(pc["hit_rate"]) for reps in scen.values() for r in reps  # rep files since 2026-11-27
             if isinstance(pc := r.get("prefix_cache"), dict) and isinstance(pc.get("hit_rate"), (int, float))]
     if hits:  # vLLM's own count of prompt tokens found in its prefix cache (0 when every prompt was new)
@@ -123,6 +124,39 @@ def position(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tup
     p = 2 * (1 - t_cdf(abs(t), len(d) - 1)) if math.isfinite(t) else 0.0
     return (f"{point:>7} first window vs later ({metric} ratio): {mean:+.2f} points "
             f"(sd {sd:.2f} over {len(d)} starts, paired t p = {p:.3f})")
+
+
+def first_arm(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tuple[int, int], dict[str, float]],
+              arms: tuple[str, str], metric: str = "output_throughput") -> str:
+    """One line: the start means (uplift %) of starts where the first arm went first against the others.
+
+    Why: the campaign alternates the first arm from start to start (``campaign.blocks.order``), and with an even
+    number of window pairs the arm that goes first also goes last at that point. A position effect (2x H200,
+    2026-11-27: p2p_on slower at its point's ends of a start) then splits the start means by parity: c16's ran
+    23.2 / 27.9 / 23.4 / 27.8 / 23.8 %. Welch's t on the two groups (two-sided p) says whether the split is more
+    than the start spread."""
+    from pytest_p2p.campaign.blocks import order
+
+    groups: dict[bool, list[float]] = {True: [], False: []}
+    by_start: dict[int, list[float]] = defaultdict(list)
+    for key in sorted(set(a) & set(b)):
+        if a[key].get(metric, 0) > 0 and b[key].get(metric, 0) > 0:
+            by_start[key[0]].append(math.log(a[key][metric] / b[key][metric]))
+    for start, lr in by_start.items():
+        groups[order(list(arms), start, 1)[0] == arms[0]].append(100 * math.expm1(statistics.fmean(lr)))
+    on, off = groups[True], groups[False]
+    if len(on) < 2 or len(off) < 2:
+        return f"{point:>7} start means by the arm that went first: too few starts of each"
+    va, vb = statistics.variance(on) / len(on), statistics.variance(off) / len(off)
+    diff = statistics.fmean(on) - statistics.fmean(off)
+    if va + vb <= 1e-18:
+        p = 1.0 if abs(diff) <= 1e-9 else 0.0
+    else:
+        df = (va + vb) ** 2 / (va ** 2 / (len(on) - 1) + vb ** 2 / (len(off) - 1))
+        p = 2 * (1 - t_cdf(abs(diff) / math.sqrt(va + vb), df))
+    return (f"{point:>7} start means by the arm that went first: {arms[0]} first {statistics.fmean(on):+.1f} % "
+            f"({len(on)} starts), {arms[1]} first {statistics.fmean(off):+.1f} % ({len(off)}); difference "
+            f"{diff:+.1f} points, Welch p = {p:.3f}")
 
 
 def main(argv: list[str]) -> int:

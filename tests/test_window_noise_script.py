@@ -22,6 +22,27 @@ def test_the_first_windows_of_the_real_run_sit_apart() -> None:
     assert "-7.31 points (sd 5.32 over 6 starts, paired t p = 0.020)" in lines["c64"]
 
 
+NIGHT = (Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+         / "campaign2_compact-h200-ahead-5x2-2026-11-27.json")
+
+
+def test_the_start_means_of_the_real_night_split_by_the_arm_that_went_first() -> None:
+    """The 2x H200 night of 2026-11-27 (fifth session): c16's start means 23.2 / 27.9 / 23.4 / 27.8 / 23.8 %."""
+    arms = ("p2p_on", "p2p_off")
+    c16 = window_noise.first_arm("c16", window_noise.windows(NIGHT, "p2p_on", "c16"),
+                                 window_noise.windows(NIGHT, "p2p_off", "c16"), arms)
+    assert "p2p_on first +23.5 % (3 starts), p2p_off first +27.8 % (2); difference -4.4 points" in c16, c16
+    assert "Welch p = 0.001" in c16
+    c64 = window_noise.first_arm("c64", window_noise.windows(NIGHT, "p2p_on", "c64"),
+                                 window_noise.windows(NIGHT, "p2p_off", "c64"), arms)
+    assert "difference +0.7 points, Welch p = 0.786" in c64, c64
+    alike = {(s, w): {"output_throughput": 100.0} for s in (1, 2, 3, 4) for w in (1, 2)}
+    half = {(s, w): {"output_throughput": 80.0} for s in (1, 2, 3, 4) for w in (1, 2)}
+    assert "difference +0.0 points, Welch p = 1.000" in window_noise.first_arm("c8", alike, half, arms)
+    assert "too few starts" in window_noise.first_arm("c8", {(1, 1): {"output_throughput": 1.0}},
+                                                      {(1, 1): {"output_throughput": 1.0}}, arms)
+
+
 def test_windows_alike_by_position_give_no_gap() -> None:
     a = {(s, w): {"output_throughput": 100.0 + s + (w % 2)} for s in (1, 2, 3) for w in (1, 2, 3)}
     b = {(s, w): {"output_throughput": 80.0 + 0.8 * (s + (w % 2))} for s in (1, 2, 3) for w in (1, 2, 3)}
