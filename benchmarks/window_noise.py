@@ -29,9 +29,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from pytest_p2p.campaign.blocks import order
 from pytest_p2p.results.layout import REP_GLOB, REP_RE
 from pytest_p2p.results.read import read_object, scenario_dirs
 from pytest_p2p.stats.tdist import t_cdf
+from pytest_p2p.stats.welch import welch_df
 
 METRICS = ("output_throughput", "steady_output_throughput")
 Z98 = 2.326
@@ -135,8 +137,6 @@ def first_arm(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tu
     2026-11-27: p2p_on slower at its point's ends of a start) then splits the start means by parity: c16's ran
     23.2 / 27.9 / 23.4 / 27.8 / 23.8 %. Welch's t on the two groups (two-sided p) says whether the split is more
     than the start spread."""
-    from pytest_p2p.campaign.blocks import order
-
     groups: dict[bool, list[float]] = {True: [], False: []}
     by_start: dict[int, list[float]] = defaultdict(list)
     for key in sorted(set(a) & set(b)):
@@ -152,8 +152,7 @@ def first_arm(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tu
     if va + vb <= 1e-18:
         p = 1.0 if abs(diff) <= 1e-9 else 0.0
     else:
-        df = (va + vb) ** 2 / (va ** 2 / (len(on) - 1) + vb ** 2 / (len(off) - 1))
-        p = 2 * (1 - t_cdf(abs(diff) / math.sqrt(va + vb), df))
+        p = 2 * (1 - t_cdf(abs(diff) / math.sqrt(va + vb), welch_df(va, len(on), vb, len(off))))
     return (f"{point:>7} start means by the arm that went first: {arms[0]} first {statistics.fmean(on):+.1f} % "
             f"({len(on)} starts), {arms[1]} first {statistics.fmean(off):+.1f} % ({len(off)}); difference "
             f"{diff:+.1f} points, Welch p = {p:.3f}")
