@@ -129,7 +129,7 @@ class ModelBackend:
         given with ``ahead=``."""
         from ..serve.server import spawn_ahead
 
-        if mode != "resident" or not self.campaign.start_ahead:
+        if not self.starts_ahead(mode):
             return None
         plan = self.start_plan(mode)
         if not plan.parallel:
@@ -137,6 +137,11 @@ class ModelBackend:
         config, extra_env = self._launch_config(plan, len(arms), mode)
         return spawn_ahead(config, arms, self.pair, self.rig_env, list(log_paths), extra_env=extra_env,
                            taken_ports=taken_ports)
+
+    def starts_ahead(self, mode: str | None) -> bool:
+        """Whether this campaign starts launches ahead at all (``campaign.start_ahead``, resident arms); a launch
+        is then started ahead when its start is parallel (:meth:`start_ahead`, and the planner's estimate)."""
+        return mode == "resident" and self.campaign.start_ahead
 
     @contextlib.contextmanager
     def resident(self, arms: Sequence[Arm], log_paths: Sequence[Path], mode: str,

@@ -305,8 +305,7 @@ def _ahead(runner: ResidentRunner, launch: int) -> bool:
     ``ModelBackend.start_ahead``): resident arms, starts in parallel, and a launch before it to start during
     (the third where the first learns the KV cache size, sequentially, and the second is sized by it)."""
     backend = runner.backend
-    cfg = runner.config
-    if not (cfg.start_ahead and isinstance(backend, ModelBackend) and cfg.resident_mode(runner.kind) == "resident"):
+    if not (isinstance(backend, ModelBackend) and backend.starts_ahead(runner.config.resident_mode(runner.kind))):
         return False
     plan = backend.start_plan("resident")
     return launch >= 2 if plan.parallel else launch >= 3 and plan.learn
