@@ -26,7 +26,7 @@ Noise model, on log values of the metric (tok/s):
   L launch means (df ``L - 1``) instead of the B start means.
 
 * table 7 (``--only position``): p2p_on slower in its point's first and last window of a start, under the
-  campaign's own window order (``campaign.blocks.order``), with 4-6 starts of 2 and 4 window pairs.
+  campaign's own window order (``campaign.schedule.order``), with 4-6 starts of 2 and 4 window pairs.
 
 * table 6 (``--only screens``): the campaign's in-run window screens (``campaign.adaptive.screen_windows_start``:
   a window pair off against its start, or an arm's window off against that arm's windows at the point over every
@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from verdict_power import outliers_np  # noqa: E402  (the package's outlier screen in numpy, fidelity-checked)
 
-from pytest_p2p.campaign.blocks import order  # noqa: E402
+from pytest_p2p.campaign.schedule import order  # noqa: E402
 from pytest_p2p.stats import (  # noqa: E402
     SequentialPlan,
     components,
@@ -738,7 +738,7 @@ POS_EFFECT = 0.04  # table 7: p2p_on's windows at a point's ends of a start this
 def on_at_ends(b: int, w: int) -> np.ndarray:
     """(B, W) 1 where p2p_on's window of pair ``w`` of start ``b`` is its point's first or last window.
 
-    The campaign's own order (``campaign.blocks.order``): ABBA over a start's window pairs, the first arm
+    The campaign's own order (``campaign.schedule.order``): ABBA over a start's window pairs, the first arm
     alternating from start to start, each point's windows one after the other within a start."""
     out = np.zeros((b, w))
     for blk in range(b):

@@ -29,7 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from pytest_p2p.campaign.blocks import order
+from pytest_p2p.campaign.schedule import order
 from pytest_p2p.results.layout import REP_GLOB, REP_RE
 from pytest_p2p.results.read import read_object, scenario_dirs
 from pytest_p2p.stats.tdist import t_cdf
@@ -132,7 +132,7 @@ def first_arm(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tu
               arms: tuple[str, str], metric: str = "output_throughput") -> str:
     """One line: the start means (uplift %) of starts where the first arm went first against the others.
 
-    Why: the campaign alternates the first arm from start to start (``campaign.blocks.order``), and with an even
+    Why: the campaign alternates the first arm from start to start (``campaign.schedule.order``), and with an even
     number of window pairs the arm that goes first also goes last at that point. A position effect (2x H200,
     2026-11-27: p2p_on slower at its point's ends of a start) then splits the start means by parity: c16's ran
     23.2 / 27.9 / 23.4 / 27.8 / 23.8 %. Welch's t on the two groups (two-sided p) says whether the split is more

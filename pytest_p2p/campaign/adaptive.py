@@ -24,6 +24,7 @@ import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..jsontypes import as_float
 from ..stats import (
@@ -42,10 +43,12 @@ from ..stats import (
     screen_pairs,
     screen_starts,
     screen_windows,
+    sequence_use,
     slot_shift,
 )
 from .aggregate import group_by_start, is_measurement, launch_labels, launch_of, start_of
 from .config import CampaignConfig
+from .schedule import first_arm
 
 Json = dict[str, object]
 Reps = Mapping[int, Mapping[str, object]]
@@ -190,27 +193,43 @@ def by_start(a: Reps, b: Reps, metric: str, kind: str, reps: list[int]) -> dict[
     return group_by_start((start_of(a.get(k)), (k, x, y)) for k, x, y in zip(ks, av, bv, strict=True))
 
 
-def _blocks(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> list[list[tuple[float, float]]]:
-    return _blocks_and_launches(a, b, config, kind, reps)[0]
+class PointBlocks(NamedTuple):
+    """One point's window pairs grouped by server start, as the nested decision takes them."""
+
+    blocks: list[list[tuple[float, float]]]
+    launches: list[object] | None  # the launch of each start (None: every start had its own)
+    sequences: list[str]  # the order each start ran in: "<arm> first" (campaign.schedule.first_arm)
 
 
-def _blocks_and_launches(a: Reps, b: Reps, config: CampaignConfig, kind: str,
-                         reps: list[int]) -> tuple[list[list[tuple[float, float]]], list[object] | None]:
-    """The blocks of :func:`_blocks` and the launch of each of their starts, in the same order (``None`` when every
-    start had its own: a rep file without ``meta.launch`` counts as a launch of its own)."""
+def point_blocks(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> PointBlocks:
+    """The blocks, launches and sequences of one point, in start order (a rep file without ``meta.launch`` counts
+    as a launch of its own)."""
     groups = by_start(a, b, config.metric(kind), kind, reps)
-    return ([[(x, y) for _, x, y in ws] for ws in groups.values()],
-            launch_labels({start: launch_of(a.get(ws[0][0])) for start, ws in groups.items()}))
+    return PointBlocks([[(x, y) for _, x, y in ws] for ws in groups.values()],
+                       launch_labels({start: launch_of(a.get(ws[0][0])) for start, ws in groups.items()}),
+                       [f"{first_arm(config.arms, start)} first" for start in groups])
 
 
 def launch_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> Json:
     """What the launch guard found at one point (kept in ``run.json`` next to the decision, as ``launch_guard``)."""
-    blocks, launches = _blocks_and_launches(a, b, config, kind, reps)
+    pb = point_blocks(a, b, config, kind, reps)
     try:
-        check = launch_use(blocks, launches, higher_is_better=config.direction(kind) == "higher")
+        check = launch_use(pb.blocks, pb.launches, higher_is_better=config.direction(kind) == "higher")
     except StatsError as exc:
         return {"error": str(exc)}
     return check.as_json()
+
+
+def sequence_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> Json:
+    """The first-arm fit at one point (kept in ``run.json`` next to the decision, as ``first_arm``): whether the
+    decision fitted it, each order's starts and mean, and the F test of the orders differing."""
+    pb = point_blocks(a, b, config, kind, reps)
+    try:
+        fit = sequence_use(pb.blocks, pb.sequences, launches=pb.launches,
+                           higher_is_better=config.direction(kind) == "higher")
+    except StatsError as exc:
+        return {"error": str(exc)}
+    return fit.as_json()
 
 
 def start_plan(config: CampaignConfig, alpha: float) -> SequentialPlan:
@@ -227,12 +246,12 @@ def decide_starts(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: lis
     design (``CampaignRunner.start_priors``); :func:`pytest_p2p.stats.decide_nested` borrows it
     unless its guard refuses it, so fewer starts decide and the adaptive stop adds fewer.
     """
-    blocks, launches = _blocks_and_launches(a, b, config, kind, reps)
+    pb = point_blocks(a, b, config, kind, reps)
     sp = start_plan(config, alpha)
-    look = sp.alpha_at(min(max(len(blocks), sp.min_pairs), sp.max_pairs)) or alpha
-    return decide_nested(blocks, threshold=threshold, higher_is_better=config.direction(kind) == "higher",
+    look = sp.alpha_at(min(max(len(pb.blocks), sp.min_pairs), sp.max_pairs)) or alpha
+    return decide_nested(pb.blocks, threshold=threshold, higher_is_better=config.direction(kind) == "higher",
                          alpha=min(look, 0.49), quantity=f"uplift of {config.arm_a} over {config.arm_b}", prior=prior,
-                         launches=launches)
+                         launches=pb.launches, sequences=pb.sequences)
 
 
 def prior_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int],
@@ -242,7 +261,8 @@ def prior_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[i
     if prior is None:
         return {"status": "none"}
     try:
-        use = prior_use(_blocks(a, b, config, kind, reps), prior, higher_is_better=config.direction(kind) == "higher")
+        pb = point_blocks(a, b, config, kind, reps)
+        use = prior_use(pb.blocks, prior, higher_is_better=config.direction(kind) == "higher", sequences=pb.sequences)
     except StatsError as exc:
         return {"status": "ignored", "nights": prior.nights, "df": prior.df, "reason": str(exc)}
     return {**use.as_json(), "var": prior.var, "windows": prior.windows, "moderated": prior.moderated}
@@ -251,7 +271,7 @@ def prior_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[i
 def components_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> Json:
     """The measured start-to-start and window-to-window spreads of one point's uplift (log units), kept in
     ``run.json`` next to the decision: what the next campaign on this rig can plan with."""
-    blocks = _blocks(a, b, config, kind, reps)
+    blocks = point_blocks(a, b, config, kind, reps).blocks
     try:
         c = components(blocks, higher_is_better=config.direction(kind) == "higher")
     except StatsError as exc:

@@ -9,13 +9,14 @@ telemetry (throttled, link downtrained) is kept on disk and dropped here when
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
-from ..stats.nested import StartPrior, decide_nested, launch_use, prior_use
+from ..stats.nested import StartPrior, decide_nested, launch_use, prior_use, sequence_use
 from ..stats.summary import paired_uplift, summarize
 from ..stats.tdist import StatsError
 from .config import CampaignConfig
+from .schedule import first_arm
 
 T = TypeVar("T")
 Json = dict[str, object]
@@ -145,7 +146,7 @@ def uplift_at(a_reps: Mapping[int, Mapping[str, object]], b_reps: Mapping[int, M
         starts = [start_of(a_reps.get(k)) for k in reps]
         if any(s is not None for s in starts):
             launches = {s: launch_of(a_reps.get(k)) for s, k in zip(starts, reps, strict=True) if s is not None}
-            up.update(_nested_interval(av, bv, starts, higher, prior, launches))
+            up.update(_nested_interval(av, bv, starts, higher, prior, launches, config.arms))
     except StatsError as exc:
         up = {"estimate": None, "ci95": None, "n": 0, "error": str(exc)}
     return {**up, "metric": metric, "faster_arm": config.arm_a, "slower_arm": config.arm_b}
@@ -185,23 +186,30 @@ def group_by_start(items: Iterable[tuple[int | None, T]]) -> dict[int, list[T]]:
 
 def _nested_interval(av: list[float | None], bv: list[float | None], starts: list[int | None],
                      higher: bool, prior: StartPrior | None = None,
-                     launches: Mapping[int, int | None] | None = None) -> Json:
+                     launches: Mapping[int, int | None] | None = None, arms: Sequence[str] = ()) -> Json:
     """Windows nested in server starts: the estimate and 95 % interval on the start means (the start is the
     unit, :func:`pytest_p2p.stats.decide_nested`), not on windows as if each had its own start; with the
-    start spread from earlier nights where the decision borrows it (same guard), and on the launch means where
-    the launch guard fires (starts made at once), so the two intervals agree."""
+    start spread from earlier nights where the decision borrows it (same guard), on the launch means where
+    the launch guard fires (starts made at once), and with the first arm's effect fitted where the decision
+    fits it (``arms``: the campaign's, whose order alternates start by start), so the two intervals agree."""
     groups = group_by_start((s, (a, b)) for a, b, s in zip(av, bv, starts, strict=True)
                             if a is not None and b is not None)
     blocks = list(groups.values())
     labels = launch_labels({s: (launches or {}).get(s) for s in groups})
-    d = decide_nested(blocks, threshold=0.0, higher_is_better=higher, alpha=0.025, prior=prior, launches=labels)
+    seq = [f"{first_arm(arms, s)} first" for s in groups] if arms else None
+    d = decide_nested(blocks, threshold=0.0, higher_is_better=higher, alpha=0.025, prior=prior, launches=labels,
+                      sequences=seq)
     ok = d.n >= 2 and math.isfinite(d.lower) and math.isfinite(d.upper)
-    used = prior is not None and bool(blocks) and prior_use(blocks, prior, higher_is_better=higher).status == "used"
-    df = (f"df = starts - 1 + {prior.df:.3g} from a start spread of {prior.nights} earlier nights"
-          if used and prior is not None else "df = starts - 1")
+    used = prior is not None and bool(blocks) and prior_use(blocks, prior, higher_is_better=higher,
+                                                            sequences=seq).status == "used"
+    fitted = bool(blocks) and sequence_use(blocks, seq, launches=labels, higher_is_better=higher).status == "fitted"
+    own = "df = starts - 2, the first arm's effect fitted" if fitted else "df = starts - 1"
+    df = (f"{own} + {prior.df:.3g} from a start spread of {prior.nights} earlier nights"
+          if used and prior is not None else own)
     if blocks and launch_use(blocks, labels, higher_is_better=higher).status == "fired":
         df = "the launch guard fired: df = launches - 1 on the launch means"
+    mean = "each order's start means, the orders weighed alike" if fitted else "start means"
     return {"estimate": d.estimate if math.isfinite(d.estimate) else None,
             "ci95": [d.lower, d.upper] if ok else None, "starts": d.n,
-            "kind": f"nested: windows within server starts; geometric mean of start means, t interval on "
+            "kind": f"nested: windows within server starts; geometric mean of {mean}, t interval on "
                     f"start means ({df})"}

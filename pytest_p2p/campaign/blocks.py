@@ -54,6 +54,7 @@ from . import adaptive
 from .backends import ModelBackend, ServerSlot
 from .gpu import wait_vram_free
 from .progress import Pace
+from .schedule import order
 from .telemetry import Row, _Reader
 
 if TYPE_CHECKING:
@@ -113,10 +114,6 @@ def rep_of(start: int, window: int, windows: int) -> int:
     return (start - 1) * windows + window
 
 
-def order(arms: list[str], start: int, window: int) -> list[str]:
-    """ABBA over windows, and the first arm alternating between starts."""
-    return list(reversed(arms)) if (window % 2 == 0) != (start % 2 == 0) else list(arms)
-
 
 #: The spreads the planner assumes before a campaign has measured its own (log units), from H100 pairs with a
 #: 7B-shape Llama at TP=2 (docs/gpu-runs.md): a window pair's uplift ratio varied within a start by 1.35-1.5 %
@@ -164,9 +161,10 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
         return line + "; one start cannot decide (the start-to-start spread is unknown)"
     start_sd, window_sd, whose = _plan_spreads(runner.prior_history, points, cfg.windows, window_s)
     try:
-        half = expected_halfwidth(start_sd, window_sd, cfg.starts, cfg.windows, alpha)
+        # the first arm alternates start by start: from 5 starts on the verdict fits its effect (one df less)
+        half = expected_halfwidth(start_sd, window_sd, cfg.starts, cfg.windows, alpha, alternating=True)
         best = plan_for(start_sd, window_sd, PLAN_TARGET, alpha, launch_s / k,
-                        n_arms * window_took, MAX_PLAN_STARTS, points=len(points))
+                        n_arms * window_took, MAX_PLAN_STARTS, points=len(points), alternating=True)
     except StatsError:
         return line
     # half-widths are of the on/off ratio (log scale): in uplift points they are (1 + uplift) times that, so a
@@ -223,7 +221,7 @@ def _prior_plan_text(priors: Mapping[str, StartPrior], points: list[str], window
             continue
         try:
             plan = plan_with_prior(prior, PLAN_TARGET, alpha, start_cost, window_cost, MAX_PLAN_STARTS,
-                                   points=len(points))
+                                   points=len(points), alternating=True)
         except StatsError:
             continue
         parts.append(f"{p}: +-{PLAN_TARGET * 100:.0f} % would take {plan.describe()}")
@@ -426,7 +424,9 @@ def _run_launches(runner: ResidentRunner, rd: RunWriter, result: CampaignResult,
                                     "start_prior": adaptive.prior_json(*runner._arm_reps(result, p), cfg,
                                                                        runner.kind, reps, runner.start_priors.get(p)),
                                     "launch_guard": adaptive.launch_json(*runner._arm_reps(result, p), cfg,
-                                                                         runner.kind, reps)}
+                                                                         runner.kind, reps),
+                                    "first_arm": adaptive.sequence_json(*runner._arm_reps(result, p), cfg,
+                                                                        runner.kind, reps)}
                                 for p, d in decisions.items()}
             result.notes.extend(adaptive.noisy_window_notes(result.decisions))
             return

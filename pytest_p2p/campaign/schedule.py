@@ -69,3 +69,15 @@ def describe(slots: Sequence[Slot]) -> str:
     for slot in slots:
         blocks.setdefault(slot.rep, []).append(slot.arm)
     return " | ".join(" ".join(b) for _, b in sorted(blocks.items()))
+
+
+def order(arms: Sequence[str], start: int, window: int) -> list[str]:
+    """The arms' order in window pair ``window`` of server start ``start`` (both 1-based), resident arms:
+    ABBA over a start's window pairs, and the first arm alternating between starts."""
+    return list(reversed(arms)) if (window % 2 == 0) != (start % 2 == 0) else list(arms)
+
+
+def first_arm(arms: Sequence[str], start: int) -> str:
+    """The arm that goes first at every point of server start ``start``: the start's *sequence*, as the verdict
+    labels it (``stats.decide_nested(sequences=)`` fits the order's effect from 5 starts on)."""
+    return order(arms, start, 1)[0]

@@ -276,8 +276,8 @@ def _uplift(meta: Mapping[str, object], kind: str, arm_names: list[str],
 
 
 def _start_blocks(fr: Mapping[int, JSONObject], sr: Mapping[int, JSONObject], common: Sequence[int],
-                  metric: str) -> list[list[tuple[float, float]]]:
-    """Window pairs grouped by the server start they ran in (``meta.start``), or ``[]`` for restart-per-rep reps.
+                  metric: str) -> dict[int, list[tuple[float, float]]]:
+    """Window pairs grouped by the server start they ran in (``meta.start``), or ``{}`` for restart-per-rep reps.
 
     Why: windows of one start share that start's effect, so judging them as independent pairs gives
     an interval that is far too narrow. Seen on 4x H100 (2026-11-26): a resident campaign that failed
@@ -289,24 +289,27 @@ def _start_blocks(fr: Mapping[int, JSONObject], sr: Mapping[int, JSONObject], co
 
     starts = [start_of(fr[k]) for k in common]
     if any(s is None for s in starts):
-        return []
+        return {}
     values = [(as_float(fr[k].get(metric)), as_float(sr[k].get(metric))) for k in common]
-    return list(group_by_start((s, (a, b)) for s, (a, b) in zip(starts, values, strict=True)
-                               if a is not None and b is not None).values())
+    return group_by_start((s, (a, b)) for s, (a, b) in zip(starts, values, strict=True)
+                          if a is not None and b is not None)
 
 
-def _judge_starts(entry: UpliftEntry, blocks: list[list[tuple[float, float]]], rule: UpliftRule,
+def _judge_starts(entry: UpliftEntry, by_start: Mapping[int, list[tuple[float, float]]], rule: UpliftRule,
                   higher: bool) -> None:
-    """The nested decision (start means, df = starts - 1) of a resident run at the rule's alpha, taken into
-    ``entry`` as the campaign's own decision would be (:func:`_take_decision`)."""
+    """The nested decision (start means; the first arm's effect fitted from 5 starts on) of a resident run at the
+    rule's alpha, taken into ``entry`` as the campaign's own decision would be (:func:`_take_decision`)."""
     from pytest_p2p.campaign.adaptive import decision_json
     from pytest_p2p.stats import StatsError
     from pytest_p2p.stats.nested import decide_nested
 
     what = f"uplift of {entry['faster_arm']} over {entry['slower_arm']}"
+    blocks = list(by_start.values())
+    # the first arm alternates start by start (campaign.schedule.order): odd and even starts ran opposite orders
+    orders = [f"{'odd' if s % 2 else 'even'} starts" for s in by_start]
     try:
         d = decide_nested(blocks, threshold=float(entry["threshold"] or 0.0), higher_is_better=higher,
-                          alpha=min(rule.alpha_for(len(blocks)), 0.49), quantity=what)
+                          alpha=min(rule.alpha_for(len(blocks)), 0.49), quantity=what, sequences=orders)
     except StatsError as exc:
         entry["message"] = f"{what} at {entry['point']}: cannot be judged ({exc})"
         return

@@ -13,6 +13,7 @@ Stable API (documented in docs/baselines.md, so that others can audit the statis
   the decision with the start as the unit, the two variance components, the planner; :func:`screen_windows` /
   :func:`screen_starts` — a window or a whole start to re-run; :func:`start_prior` / :class:`StartPrior` — the
   spread of a start mean learned from earlier nights, borrowed by ``decide_nested(prior=)`` behind a guard;
+  :func:`sequence_fit` — the first-arm (crossover order) effect ``decide_nested(sequences=)`` fits;
 * :func:`decide_change` / :class:`RunStats` — one run against its history (the run is the unit);
 * :func:`family_wise` / :func:`holm_adjust` — Holm's control over a campaign's primaries;
 * :func:`spread_prior` / :class:`SpreadPrior` — the campaign's tests lend each other their
@@ -32,11 +33,13 @@ from .nested import (
     LaunchCheck,
     NestedPlan,
     PriorUse,
+    SequenceFit,
     SpreadSeen,
     StartPrior,
     components,
     decide_nested,
     expected_halfwidth,
+    fits_sequences,
     launch_check,
     launch_use,
     plan_for,
@@ -44,6 +47,8 @@ from .nested import (
     prior_use,
     screen_starts,
     screen_windows,
+    sequence_fit,
+    sequence_use,
     spread_seen,
     start_prior,
     windows_for,
@@ -54,10 +59,11 @@ from .tdist import StatsError, t_cdf, t_quantile, z_quantile
 
 __all__ = [
     "Components", "Decision", "LaunchCheck", "MIN_RUNS", "MODERATE_MIN_REPS", "MODERATE_MIN_RUNS", "NestedPlan",
-    "Outcome", "PriorUse", "RepSummary", "RunStats", "SequentialPlan", "SpreadPrior", "StatsError", "components",
-    "decide_change", "decide_nested", "decide_uplift", "expected_halfwidth", "family_wise", "holm_adjust",
-    "holm_reject", "launch_check", "launch_use", "log_ratios", "outliers", "outlying_slots", "paired_uplift",
-    "pairs_for", "plan_for", "plan_with_prior", "prior_use", "screen_pairs", "screen_starts", "screen_windows",
-    "slot_shift", "spread_prior", "spread_seen", "SpreadSeen", "StartPrior", "start_prior", "summarise",
-    "summarize", "t_cdf", "t_quantile", "windows_for", "z_quantile",
+    "Outcome", "PriorUse", "RepSummary", "RunStats", "SequenceFit", "SequentialPlan", "SpreadPrior", "StatsError",
+    "components", "decide_change", "decide_nested", "decide_uplift", "expected_halfwidth", "family_wise",
+    "fits_sequences", "holm_adjust", "holm_reject", "launch_check", "launch_use", "log_ratios", "outliers",
+    "outlying_slots", "paired_uplift", "pairs_for", "plan_for", "plan_with_prior", "prior_use", "screen_pairs",
+    "screen_starts", "screen_windows", "sequence_fit", "sequence_use", "slot_shift", "spread_prior", "spread_seen",
+    "SpreadSeen", "StartPrior", "start_prior", "summarise", "summarize", "t_cdf", "t_quantile", "windows_for",
+    "z_quantile",
 ]

@@ -88,7 +88,7 @@ def pairs_for(spread: float, distance: float, alpha: float, power: float = POWER
     if spread <= 0:
         return 2
     z = z_quantile(power)
-    n = 2
+    n = max(2, math.ceil(2 - extra_df))  # at least 1 df (a fitted first-arm effect takes one: extra_df -1)
     while n <= MAX_PAIRS_NEEDED:
         if (t_quantile(1 - alpha, n - 1 + extra_df) + z) * spread / math.sqrt(n) <= distance:
             return n

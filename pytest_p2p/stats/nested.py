@@ -41,6 +41,19 @@ moment. :func:`launch_check` (the launch guard) tests whether the launch means s
 allow; :func:`decide_nested` (``launches=``) then judges the launch means instead of the start means, and
 several starts of one launch only are inconclusive (``benchmarks/verdict_nested.py``, tables 4-5).
 
+The first arm (:func:`sequence_fit`, ``decide_nested(sequences=)``): the campaign runs ABBA over a start's
+window pairs and alternates the arm that goes first from start to start (``campaign.schedule.order``), a
+two-sequence crossover. An effect of the order itself -- p2p_on still warming up in its first window after
+a start, or slower after the other server's window -- lands on the start means of one sequence and not the
+other: c16 on 2x H200 (2026-11-27) ran 23.2 / 27.9 / 23.4 / 27.8 / 23.8 %. Alternation cancels it in the
+mean; the spread of start means counts it as noise (+-3.2 % where the starts within a sequence agreed to
+0.2 %). From :data:`MIN_SEQUENCE_DF` + 2 starts on, with 2 starts of each sequence at least, the decision
+fits the sequence as a fixed effect, the crossover's textbook analysis: the estimate is the plain mean of
+the sequence means (the order-balanced uplift, odd start counts included) and the spread is pooled within
+sequences, on ``starts - 2`` df. Exact under the model whatever the effect, so the choice is made by the
+design (the number of starts), never by whether the effect looks present: choosing by a test of it puts
+1.5 % wrong verdicts where 1 % is promised (``benchmarks/verdict_nested.py``, table 8).
+
 Sequential looks: the campaign adds starts while a point is undecided.  That is
 :class:`~pytest_p2p.stats.decide.SequentialPlan` with starts as its unit
 (``SequentialPlan(alpha, min_starts, max_starts)``; ``alpha_at(starts)`` is the alpha of
@@ -77,6 +90,11 @@ GUARD_LEVEL = 0.05
 #: share their launch's moment, so a launch effect would make them agree too well (benchmarks/verdict_nested.py,
 #: table 5, says what each level costs and protects)
 LAUNCH_GUARD_LEVEL = 0.25
+#: residual df the first-arm fit keeps at least (5 starts of 2 sequences): below that the df it costs widens an
+#: interval with no order effect more than the fit narrows one with it (``benchmarks/verdict_nested.py``, table 8)
+MIN_SEQUENCE_DF = 3
+#: starts of each sequence the fit needs: a sequence of one start has no spread of its own to pool
+MIN_SEQUENCE_STARTS = 2
 
 Blocks = Sequence[Sequence[tuple[float, float]]]
 
@@ -353,7 +371,112 @@ class PriorUse:
                 "guard_level": GUARD_LEVEL, "reason": self.reason}
 
 
-def _prior_use(means: Sequence[float], sizes: Sequence[int], prior: StartPrior | None) -> PriorUse:
+SequenceStatus = Literal["none", "fitted", "too few"]
+
+
+@dataclass(frozen=True)
+class SequenceFit:
+    """The first-arm (sequence) effect of one point's start means, as :func:`decide_nested` uses it.
+
+    ``fitted``: the sequences' means are averaged with equal weight and the spread is pooled within them
+    (``df = starts - sequences``); ``too few``: the design alternates, but with fewer than
+    :data:`MIN_SEQUENCE_STARTS` starts of a sequence or :data:`MIN_SEQUENCE_DF` df left the start means are
+    judged as they are; ``none``: one sequence (or no labels). ``f``/``p`` test whether the sequences differ:
+    reported, never used to choose.
+    """
+
+    status: SequenceStatus
+    groups: tuple[tuple[str, int, float], ...] = ()  # (label, starts, mean log ratio) in order of first start
+    mean: float = math.nan  # the sequences' means averaged with equal weight (fitted)
+    var: float | None = None  # pooled within-sequence variance of a start mean (fitted)
+    df: int = 0
+    scale: float = 0.0  # the estimate's variance is var * scale: sum(1 / n_g) / k**2 (1 / B when balanced)
+    f: float | None = None
+    p: float | None = None
+
+    def as_json(self) -> dict[str, object]:
+        return {"status": self.status, "df": self.df, "f": self.f, "p": self.p,
+                "groups": [{"first": g, "starts": n, "mean_log_ratio": m} for g, n, m in self.groups],
+                "min_df": MIN_SEQUENCE_DF}
+
+    def reason(self) -> str:
+        if self.status == "none":
+            return ""
+        by = ", ".join(f"{g} {_pct(math.expm1(m))} ({n} start{'s' if n != 1 else ''})" for g, n, m in self.groups)
+        if self.status == "too few":
+            return (f"first-arm effect not fitted ({by}): that takes {MIN_SEQUENCE_DF + len(self.groups)} starts, "
+                    f"{MIN_SEQUENCE_STARTS} of each order")
+        return (f"first-arm effect fitted: {by}, F = {self.f:.3g} (p = {self.p:.2g}); the order-balanced mean, "
+                f"spread within orders, df = {self.df}")
+
+
+def sequence_fit(means: Sequence[float], sequences: Sequence[object] | None) -> SequenceFit:
+    """The first-arm fit of start means labelled by the order their start ran in (any hashable; ``None``: one).
+
+    One-way ANOVA with the sequence as a fixed factor: the estimate is the unweighted mean of the ``k``
+    sequence means, whose variance is ``s_p**2 * sum(1 / n_g) / k**2`` with ``s_p**2`` pooled within sequences
+    on ``B - k`` df -- exact under normality whatever the sequence effect. Fitted only where the design
+    allows it (:data:`MIN_SEQUENCE_STARTS` a sequence, :data:`MIN_SEQUENCE_DF` df left)."""
+    if sequences is None:
+        return SequenceFit("none")
+    if len(sequences) != len(means):
+        raise StatsError(f"first-arm fit: {len(means)} start means but {len(sequences)} sequence labels")
+    by: dict[object, list[float]] = {}
+    for m, lab in zip(means, sequences, strict=True):
+        by.setdefault(lab, []).append(m)
+    groups = tuple((str(lab), len(g), _mean(g)) for lab, g in by.items())
+    k, b = len(by), len(means)
+    if k < 2:
+        return SequenceFit("none", groups)
+    if min(len(g) for g in by.values()) < MIN_SEQUENCE_STARTS or b - k < MIN_SEQUENCE_DF:
+        return SequenceFit("too few", groups)
+    ssw = math.fsum((x - _mean(g)) ** 2 for g in by.values() for x in g)
+    var = ssw / (b - k)
+    grand = _mean(means)
+    msb = math.fsum(len(g) * (_mean(g) - grand) ** 2 for g in by.values()) / (k - 1)
+    f = msb / var if var > 0 else (math.inf if msb > 0 else 0.0)
+    return SequenceFit("fitted", groups, _mean([_mean(g) for g in by.values()]), var, b - k,
+                       math.fsum(1 / len(g) for g in by.values()) / k ** 2, f, f_sf(f, k - 1, b - k))
+
+
+def sequence_use(blocks: Blocks, sequences: Sequence[object] | None, *, launches: Sequence[object] | None = None,
+                 higher_is_better: bool = True) -> SequenceFit:
+    """The first-arm fit :func:`decide_nested` makes for these blocks (the same rule; ``none`` where the launch
+    guard fired, since the launch means are judged then)."""
+    means = [_mean(r) for r in _block_ratios(blocks, higher_is_better)]
+    if launch_check(means, launches).status == "fired":
+        return SequenceFit("none")
+    return sequence_fit(means, sequences)
+
+
+def fits_sequences(starts: int, sequences: int = 2) -> bool:
+    """Whether a campaign of ``starts`` starts, its first arm alternating over ``sequences`` orders start by
+    start, is judged with the first-arm effect fitted (:func:`sequence_fit`'s rule, for the planner)."""
+    return starts // sequences >= MIN_SEQUENCE_STARTS and starts - sequences >= MIN_SEQUENCE_DF
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """Tonight's estimate (mean log ratio) and the variance of one start mean it is judged with, on ``df``;
+    the estimate's variance is ``var * scale`` (``1 / B`` for the plain mean of ``B`` start means)."""
+
+    mean: float
+    var: float
+    df: float
+    scale: float
+
+
+def _spread(means: Sequence[float], fit: SequenceFit) -> _Spread | None:
+    """The start means as judged: with the first-arm effect fitted where :func:`sequence_fit` fitted it, else
+    their plain mean and spread (``B - 1`` df); ``None`` for fewer than 2 starts."""
+    if fit.status == "fitted" and fit.var is not None:
+        return _Spread(fit.mean, fit.var, fit.df, fit.scale)
+    if len(means) < 2:
+        return None
+    return _Spread(_mean(means), _var(means), len(means) - 1, 1 / len(means))
+
+
+def _prior_use(tonight: _Spread | None, sizes: Sequence[int], prior: StartPrior | None) -> PriorUse:
     if prior is None:
         return PriorUse("none", "", 0, 0.0, None)
     borrowed = prior.describe()
@@ -361,40 +484,39 @@ def _prior_use(means: Sequence[float], sizes: Sequence[int], prior: StartPrior |
         return PriorUse("ignored", (f"the {borrowed} is not borrowed: it is of {prior.windows} window pairs per "
                                     f"start, tonight's starts have {_windows_text(sizes)}"),
                         prior.nights, prior.df, None)
-    b = len(means)
-    if b < 2:
+    if tonight is None:
         return PriorUse("ignored", (f"the {borrowed} is not borrowed with one start: a second start is needed to "
                                     "check that tonight's spread is still the nights'"), prior.nights, prior.df, None)
-    s2 = _var(means)
-    p = f_sf(s2 / prior.var, b - 1, prior.df)
+    s2 = tonight.var
+    p = f_sf(s2 / prior.var, tonight.df, prior.df)
     if p < GUARD_LEVEL:
         why = (f"the {borrowed} is not borrowed: tonight's start means spread {math.sqrt(s2) * 100:.2g} % against "
                f"the nights' {math.sqrt(prior.var) * 100:.2g} % (one-sided F test p = {p:.2g} < {GUARD_LEVEL:g}); "
                "a rig whose noise grew is judged on tonight's own spread")
         return PriorUse("refused", why, prior.nights, prior.df, p)
-    total = prior.df + b - 1
-    return PriorUse("used", "", prior.nights, prior.df, p, (prior.df * prior.var + (b - 1) * s2) / total, total)
+    total = prior.df + tonight.df
+    return PriorUse("used", "", prior.nights, prior.df, p, (prior.df * prior.var + tonight.df * s2) / total, total)
 
 
-def prior_use(blocks: Blocks, prior: StartPrior | None, *, higher_is_better: bool = True) -> PriorUse:
+def prior_use(blocks: Blocks, prior: StartPrior | None, *, higher_is_better: bool = True,
+              sequences: Sequence[object] | None = None) -> PriorUse:
     """Whether :func:`decide_nested` borrows ``prior`` for these blocks, and why not (the same rule it applies)."""
     ratios = _block_ratios(blocks, higher_is_better)
-    return _prior_use([_mean(r) for r in ratios], [len(r) for r in ratios], prior)
+    means = [_mean(r) for r in ratios]
+    return _prior_use(_spread(means, sequence_fit(means, sequences)), [len(r) for r in ratios], prior)
 
 
-def _with_prior(base: Decision, means: Sequence[float], use: PriorUse, threshold: float, alpha: float,
-                quantity: str) -> Decision:
-    """The t interval on the start means with the combined variance and ``prior df + B - 1`` df."""
-    b = len(means)
-    m = _mean(means)
-    var, df = use.var or 0.0, use.total_df or 1.0
-    se = math.sqrt(var / b)
+def _judged(base: Decision, sp: _Spread, threshold: float, alpha: float, starts: int) -> Decision:
+    """The t interval on ``sp``: its estimate, ``se = sqrt(var * scale)`` on its df (a prior's df added, or the
+    sequences' taken away, where :func:`decide_nested` does either)."""
+    m, var, df = sp.mean, sp.var, sp.df
+    se = math.sqrt(var * sp.scale)
     thr = math.log1p(threshold)
     tq = t_quantile(1 - alpha, df)
     lo, hi = m - tq * se, m + tq * se
     p_fail = t_cdf((m - thr) / se, df) if se > 0 else (0.0 if m < thr else 1.0)
     outcome = Outcome.PASS if lo >= thr else (Outcome.FAIL if hi < thr else Outcome.INCONCLUSIVE)
-    need = (pairs_for(math.sqrt(var), abs(m - thr), alpha, extra_df=df - b + 1)
+    need = (pairs_for(math.sqrt(var), abs(m - thr), alpha, extra_df=df - starts + 1)
             if outcome is Outcome.INCONCLUSIVE else None)
     return dataclasses.replace(base, outcome=outcome, estimate=math.expm1(m), lower=math.expm1(lo),
                                upper=math.expm1(hi), pairs_needed=need, p_value=p_fail)
@@ -477,7 +599,7 @@ def _by_launch(means: Sequence[float], launches: Sequence[object]) -> dict[objec
 
 def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = True, alpha: float,
                   quantity: str = "uplift", prior: StartPrior | None = None,
-                  launches: Sequence[object] | None = None) -> Decision:
+                  launches: Sequence[object] | None = None, sequences: Sequence[object] | None = None) -> Decision:
     """Does ``on`` beat ``off`` by at least ``threshold`` (a fraction), judged with starts as the unit?
 
     The same three outcomes, one-sided ``alpha`` per wrong verdict and ``p_value`` as
@@ -512,6 +634,11 @@ def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = 
     made at once share their launch's moment). Through :func:`launch_check`: when the launch means spread more
     than their starts allow, the point is judged on the launch means (df = launches - 1, no prior); several
     starts of one launch only are inconclusive, as one start is.
+
+    ``sequences``: a label per block naming the order its start ran in (the arm that went first). Where
+    :func:`sequence_fit` fits it (2 starts of each order and :data:`MIN_SEQUENCE_DF` df at least), the estimate
+    is the order-balanced mean and tonight's spread is the one within orders (``B - 2`` df), a prior combined
+    with that; not where the launch guard fired (launch means: starts made at once ran both orders).
     """
     ratios = _block_ratios(blocks, higher_is_better)
     comp = _components(ratios)
@@ -525,9 +652,11 @@ def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = 
         return dataclasses.replace(base, reason=f"{quantity}: no server starts measured")
     sizes = [len(r) for r in ratios]
     win = _windows_text(sizes)
-    use = _prior_use(means, sizes, prior)
     check = launch_check(means, launches)
-    note = "".join(f"; {x}" for x in (use.reason, check.reason()) if x)
+    fit = sequence_fit(means, sequences) if check.status != "fired" else SequenceFit("none")
+    tonight = _spread(means, fit)
+    use = _prior_use(tonight, sizes, prior)
+    note = "".join(f"; {x}" for x in (use.reason, check.reason(), fit.reason()) if x)
     if len(ratios) == 1:
         return dataclasses.replace(base, reason=(
             f"{quantity} {_pct(base.estimate)} ({win}) from one server start: the start-to-start spread is "
@@ -541,8 +670,11 @@ def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = 
         base = decide_uplift([math.exp(m) for m in lm], [1.0] * len(lm), threshold=threshold, alpha=alpha,
                              quantity=quantity)
         use = PriorUse("ignored", "", use.nights, use.df, None) if prior is not None else use
-    elif use.status == "used":
-        base = _with_prior(base, means, use, threshold, alpha, quantity)
+    elif use.status == "used" and tonight is not None:
+        base = _judged(base, _Spread(tonight.mean, use.var or 0.0, use.total_df or 1.0, tonight.scale), threshold,
+                       alpha, len(means))
+    elif fit.status == "fitted" and tonight is not None:
+        base = _judged(base, tonight, threshold, alpha, len(means))
     borrowed = f"; {prior.describe()}" if prior is not None and use.status == "used" else ""
     head = (f"{quantity} {_pct(base.estimate)} ({base.level * 100:.4g} % CI {_pct(base.lower)} .. "
             f"{_pct(base.upper)}, {len(ratios)} starts x {win}; start sd {_sd(comp.start_sd)}, "
@@ -602,13 +734,16 @@ def _mean_sd_factor(df: float) -> float:
 
 
 def expected_halfwidth(start_sd: float, window_sd: float, starts: int, windows: int, alpha: float, *,
-                       prior_df: float = 0.0) -> float:
+                       prior_df: float = 0.0, alternating: bool = False) -> float:
     """The expected half-width (log units, ~fraction) of :func:`decide_nested`'s ``1 - 2 alpha`` interval.
 
     ``t(1 - alpha, B - 1 + prior_df) * E[s] / sqrt(B)`` where ``s`` is the sd of ``B`` block means,
     each of variance ``start_sd**2 + window_sd**2 / W``, estimated on ``B - 1 + prior_df`` df
     (``prior_df``: a :class:`StartPrior`'s df, borrowed when the guard lets it);
     ``E[s] = c4 * sigma`` (normal theory), so this is the mean half-width, not an optimistic plug-in.
+    ``alternating``: the first arm alternates start by start (the campaign's order), so from
+    :func:`fits_sequences` starts on the decision fits it: one df less, and ``sqrt((1/n1 + 1/n2) / 4)``
+    for ``1 / sqrt(B)`` (the same when ``B`` is even). The spreads are those within an order.
     """
     s_sd, w_sd = _sd_arg(start_sd, "start sd"), _sd_arg(window_sd, "window sd")
     if starts < 2 or windows < 1:
@@ -618,8 +753,12 @@ def expected_halfwidth(start_sd: float, window_sd: float, starts: int, windows: 
     if not prior_df >= 0 or math.isinf(prior_df):
         raise StatsError(f"prior df must be a finite number >= 0, got {prior_df}")
     sigma = math.sqrt(s_sd ** 2 + w_sd ** 2 / windows)
-    df = starts - 1 + prior_df
-    return t_quantile(1 - alpha, df) * _mean_sd_factor(df) * sigma / math.sqrt(starts)
+    if alternating and fits_sequences(starts):
+        n1, n2 = (starts + 1) // 2, starts // 2
+        df, scale = starts - 2 + prior_df, (1 / n1 + 1 / n2) / 4
+    else:
+        df, scale = starts - 1 + prior_df, 1 / starts
+    return t_quantile(1 - alpha, df) * _mean_sd_factor(df) * sigma * math.sqrt(scale)
 
 
 @dataclass(frozen=True)
@@ -655,7 +794,8 @@ class NestedPlan:
 
 
 def plan_for(start_sd: float, window_sd: float, target_halfwidth: float, alpha: float, start_cost_s: float,
-             window_cost_s: float, max_starts: int, *, points: int = 1, min_starts: int = 2) -> NestedPlan:
+             window_cost_s: float, max_starts: int, *, points: int = 1, min_starts: int = 2,
+             alternating: bool = False) -> NestedPlan:
     """The cheapest (starts, windows) whose expected half-width is at most ``target_halfwidth``.
 
     Searches ``min_starts..max_starts`` starts and ``MIN_WINDOWS..MAX_WINDOWS`` window pairs
@@ -663,7 +803,8 @@ def plan_for(start_sd: float, window_sd: float, target_halfwidth: float, alpha: 
     paid for, which the classic :func:`windows_for` optimum ignores.  ``start_cost_s`` is one
     start of both arms' servers, ``window_cost_s`` one window pair at one point.  When no plan
     within ``max_starts`` reaches the target, the plan at ``max_starts`` with the
-    :func:`windows_for` optimum is returned with ``meets_target=False``.
+    :func:`windows_for` optimum is returned with ``meets_target=False``.  ``alternating``: as
+    :func:`expected_halfwidth`'s (the first arm's effect fitted from :func:`fits_sequences` starts on).
     """
     target = _positive(target_halfwidth, "target half-width")
     start_cost, window_cost = _positive(start_cost_s, "start cost"), _positive(window_cost_s, "window cost")
@@ -673,7 +814,7 @@ def plan_for(start_sd: float, window_sd: float, target_halfwidth: float, alpha: 
     best: tuple[float, float, int, int] | None = None  # (seconds, halfwidth, starts, windows)
     for b in range(min_starts, max_starts + 1):
         for w in range(MIN_WINDOWS, MAX_WINDOWS + 1):
-            h = expected_halfwidth(start_sd, window_sd, b, w, alpha)
+            h = expected_halfwidth(start_sd, window_sd, b, w, alpha, alternating=alternating)
             if h <= target:
                 cand = (b * (start_cost + points * w * window_cost), h, b, w)
                 best = cand if best is None or cand < best else best
@@ -683,13 +824,14 @@ def plan_for(start_sd: float, window_sd: float, target_halfwidth: float, alpha: 
         comp = Components(start_sd, window_sd, max_starts, 0, 0.0, None, math.nan)
         w = windows_for(comp, start_cost, points * window_cost)
         best = (max_starts * (start_cost + points * w * window_cost),
-                expected_halfwidth(start_sd, window_sd, max_starts, w, alpha), max_starts, w)
+                expected_halfwidth(start_sd, window_sd, max_starts, w, alpha, alternating=alternating), max_starts, w)
     seconds, h, b, w = best
     return NestedPlan(b, w, h, seconds, points, meets, start_sd, window_sd, alpha, target)
 
 
 def plan_with_prior(prior: StartPrior, target_halfwidth: float, alpha: float, start_cost_s: float,
-                    window_cost_s: float, max_starts: int, *, points: int = 1, min_starts: int = 2) -> NestedPlan:
+                    window_cost_s: float, max_starts: int, *, points: int = 1, min_starts: int = 2,
+                    alternating: bool = False) -> NestedPlan:
     """The fewest starts whose expected half-width reaches ``target_halfwidth`` when ``prior`` is borrowed.
 
     The windows per start are the prior's (its variance is valid for that design only), the
@@ -704,10 +846,10 @@ def plan_with_prior(prior: StartPrior, target_halfwidth: float, alpha: float, st
                          f"{max_starts}")
     w, sd = prior.windows, math.sqrt(_positive(prior.var, "prior variance"))
     b = min_starts
-    h = expected_halfwidth(sd, 0.0, b, w, alpha, prior_df=prior.df)
+    h = expected_halfwidth(sd, 0.0, b, w, alpha, prior_df=prior.df, alternating=alternating)
     while h > target and b < max_starts:
         b += 1
-        h = expected_halfwidth(sd, 0.0, b, w, alpha, prior_df=prior.df)
+        h = expected_halfwidth(sd, 0.0, b, w, alpha, prior_df=prior.df, alternating=alternating)
     return NestedPlan(b, w, h, b * (start_cost + points * w * window_cost), points, h <= target, sd, 0.0, alpha,
                       target, prior)
 
