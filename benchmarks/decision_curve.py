@@ -35,10 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import campaign_time  # noqa: E402 - the wall-time reading of a results directory, shared
 
 from pytest_p2p.campaign.aggregate import group_by_start  # noqa: E402
+from pytest_p2p.campaign.schedule import first_arm  # noqa: E402
 from pytest_p2p.errors import ResultsError  # noqa: E402
 from pytest_p2p.results.layout import REP_GLOB, REP_RE, RUN_META  # noqa: E402
 from pytest_p2p.results.read import optional_object, read_object, scenario_dirs  # noqa: E402
-from pytest_p2p.stats import StartPrior, StatsError, components, decide_nested, launch_use  # noqa: E402
+from pytest_p2p.stats import StartPrior, StatsError, components, decide_nested, launch_use, sequence_use  # noqa: E402
 from pytest_p2p.stats.nested import prior_use  # noqa: E402
 
 
@@ -111,9 +112,11 @@ def load(source: Path, metric: str) -> dict[str, tuple[dict[str, object], dict[t
 
 
 def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]], alpha: float, threshold: float,
-          on: str, off: str, prior: tuple[float, float] | None = None) -> list[dict[str, object]]:
+          on: str, off: str, prior: tuple[float, float] | None = None, fit: bool = True) -> list[dict[str, object]]:
     """One row per point and number of starts ``k``: the decision on starts 1..k and the wall time to it
-    (``prior``: an assumed ``(start sd, df)`` of earlier nights, see the module doc)."""
+    (``prior``: an assumed ``(start sd, df)`` of earlier nights, see the module doc; ``fit``: the first arm's
+    order labelled as the campaign ran it, ``campaign.schedule.first_arm`` with ``on`` first in odd starts, so
+    the decision fits its effect from 5 starts on as the campaign's own does; False replays the rule before it)."""
     begin = _when(run.get("started_at"))
     ends = [e for reps in wins.values() for (_, _, e, _) in reps.values()]
     if begin is None and ends:
@@ -136,9 +139,10 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
                 continue  # starts made at once: the campaign looks when their launch is done
             blocks = [by_start[s] for s in starts[:k]]
             done = max(e for s, e in start_end.items() if s <= starts[k - 1])
+            orders = [f"{first_arm([on, off], s)} first" for s in starts[:k]] if fit else None
             try:
                 dec = decide_nested(blocks, threshold=threshold, alpha=alpha, prior=lent,
-                                    launches=[launch[s] for s in starts[:k]])
+                                    launches=[launch[s] for s in starts[:k]], sequences=orders)
             except StatsError as exc:
                 rows.append({"point": point, "starts": k, "error": str(exc)})
                 continue
@@ -148,7 +152,8 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
                          # the same half-width as a share of the ratio (on / off), the goal's "+-2 %" read that way
                          "half_of_ratio": (hi - lo) / 2 / (1 + dec.estimate),
                          "outcome": dec.outcome.value, "wall_s": done - begin if begin is not None else None,
-                         **({"prior": prior_use(blocks, lent).status} if lent is not None else {}),
+                         "first_arm": sequence_use(blocks, orders, launches=[launch[s] for s in starts[:k]]).status,
+                         **({"prior": prior_use(blocks, lent, sequences=orders).status} if lent is not None else {}),
                          **_guard(blocks, [launch[s] for s in starts[:k]])})
     return rows
 
@@ -182,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--prior-start-sd", type=float, help="an assumed start sd of earlier nights (a fraction)")
     ap.add_argument("--prior-df", type=float, default=20.0, help="... and its df (default 20: ~10 nights of 3 starts)")
+    ap.add_argument("--no-fit", action="store_true",
+                    help="judge the plain start means, as before the first arm's effect was fitted (a comparison)")
     a = ap.parse_args(argv)
     prior = (a.prior_start_sd, a.prior_df) if a.prior_start_sd is not None else None
     on, off = a.arms.split(",")
@@ -190,9 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     for src in a.run_dirs:
         runs.update(load(src, a.metric))
     for name, (run, wins) in runs.items():
-        rows = curve(run, wins, a.alpha, a.threshold, on, off, prior)
+        rows = curve(run, wins, a.alpha, a.threshold, on, off, prior, fit=not a.no_fit)
         everything[name] = rows
         print(f"== {name}: {a.metric}, {(1 - 2 * a.alpha) * 100:.4g} % CI on start means"
+              + (", first arm's effect never fitted (--no-fit)" if a.no_fit else "")
               + ("" if prior is None else f"; PROJECTION: earlier nights assumed to lend a start sd of "
                  f"{100 * prior[0]:.2g} % with {prior[1]:g} df"))
         print(f"{'point':>6} {'starts':>6} {'windows':>7} {'uplift':>8} {'interval':>20} {'half':>7} "
@@ -206,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['point']:>6} {r['starts']:>6} {r['windows']:>7} {100 * float(r['uplift']):>+7.1f}% "
                   f"{100 * float(r['lo']):>+8.1f} .. {100 * float(r['hi']):>+6.1f}% {100 * float(r['half']):>6.1f}% "
                   f"{100 * float(r['half_of_ratio']):>6.1f}% {r['outcome']:>12} {when:>7}"
+                  + ("  first arm fitted" if r.get("first_arm") == "fitted" else "")
                   + (f"  prior {r['prior']}" if "prior" in r else "")
                   + (f"  launch guard {r['launch_guard']} ({r['launches']} launches, p = {float(r['guard_p']):.2g})"
                      if r.get("guard_p") is not None else f"  {r['launch_guard']}" if "launch_guard" in r else ""))

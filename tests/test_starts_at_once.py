@@ -21,9 +21,9 @@ from test_parallel_start import _overlap, _starts
 
 from pytest_p2p.campaign.backends import ModelBackend
 from pytest_p2p.campaign.blocks import launches, plan_line
-from pytest_p2p.campaign.schedule import order
 from pytest_p2p.campaign.config import parse_campaign
 from pytest_p2p.campaign.runner import CampaignRunner
+from pytest_p2p.campaign.schedule import order
 from pytest_p2p.errors import ConfigError
 from pytest_p2p.lease import GpuLease
 from pytest_p2p.probes.arms import PRESETS
