@@ -116,7 +116,7 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
     """One row per point and number of starts ``k``: the decision on starts 1..k and the wall time to it
     (``prior``: an assumed ``(start sd, df)`` of earlier nights, see the module doc; ``fit``: the first arm's
     order labelled as the campaign ran it, ``campaign.schedule.first_arm`` with ``on`` first in odd starts, so
-    the decision fits its effect from 5 starts on as the campaign's own does; False replays the rule before it)."""
+    the decision fits its effect from 6 starts on as the campaign's own does; False replays the rule before it)."""
     begin = _when(run.get("started_at"))
     ends = [e for reps in wins.values() for (_, _, e, _) in reps.values()]
     if begin is None and ends:

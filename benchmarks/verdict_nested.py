@@ -28,6 +28,10 @@ Noise model, on log values of the metric (tok/s):
 * table 7 (``--only position``): p2p_on slower in its point's first and last window of a start, under the
   campaign's own window order (``campaign.schedule.order``), with 4-6 starts of 2 and 4 window pairs.
 
+* table 8 (``--only fit``): the first-arm fit (``stats.sequence_fit``, ``decide_nested(sequences=)``): the plain
+  start means against the fit (order-balanced mean, spread within orders, ``B - 2`` df) and against choosing the
+  fit by its F test, with no order effect, table 7's ends effect, and p2p_on climbing after its start.
+
 * table 6 (``--only screens``): the campaign's in-run window screens (``campaign.adaptive.screen_windows_start``:
   a window pair off against its start, or an arm's window off against that arm's windows at the point over every
   start so far, is measured again once on the same server), with and without a cold first window.
@@ -37,7 +41,7 @@ wrong verdict).  The rules are re-implemented in numpy for speed; ``fidelity()``
 them against the package on random inputs and aborts on any disagreement.
 
 Usage: python benchmarks/verdict_nested.py [--trials 4000] [--seed 1] [--quick]
-           [--only {grid,adaptive,old_vs_new,launch,guard,screens,position}]
+           [--only {grid,adaptive,old_vs_new,launch,guard,screens,position,fit}]
 ``--only launch`` runs tables 4 and 5 (table 5 after table 4 on the same rng, as a full run does);
 ``--only guard`` runs table 5 alone (same code, other random numbers: the rng has not drawn table 4's).
 Needs numpy and scipy (benchmarks only; the plugin needs neither).
@@ -59,16 +63,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from verdict_power import outliers_np  # noqa: E402  (the package's outlier screen in numpy, fidelity-checked)
 
-from pytest_p2p.campaign.schedule import order  # noqa: E402
+from pytest_p2p.campaign.schedule import first_arm, order  # noqa: E402
 from pytest_p2p.stats import (  # noqa: E402
     SequentialPlan,
     components,
     decide_nested,
     expected_halfwidth,
+    fits_sequences,
     plan_for,
     screen_starts,
+    sequence_fit,
 )
 from pytest_p2p.stats.decide import SCREEN_FLOOR, SCREEN_Z  # noqa: E402
+from pytest_p2p.stats.nested import MIN_SEQUENCE_DF  # noqa: E402
 
 ALPHA = 0.01  # per wrong verdict, per point
 THR = 0.0  # uplift threshold (min_uplift 0 %)
@@ -731,7 +738,7 @@ def table_window_screens(rng: np.random.Generator, t: int, quick: bool) -> dict[
     return worst
 
 
-TABLES = ("grid", "adaptive", "old_vs_new", "launch", "guard", "screens", "position")
+TABLES = ("grid", "adaptive", "old_vs_new", "launch", "guard", "screens", "position", "fit")
 POS_EFFECT = 0.04  # table 7: p2p_on's windows at a point's ends of a start this much slower (2x H200: 3-5 %)
 
 
@@ -783,6 +790,119 @@ def table_position(rng: np.random.Generator, t: int) -> dict[str, float]:
     return {"worst": worst}
 
 
+# ----------------------------------------------------------------------------- table 8: the first-arm fit
+
+PRETEST = 0.25  # table 8's "chosen by a test" rule: fit only where the orders' F test has p below this
+CLIMB = 0.06  # table 8: p2p_on this much slower at a start's first window, the gap closing by 1/e every CLIMB_TAU
+CLIMB_TAU = 3.0  # windows (2x H200, 2026-11-27: p2p_on climbed for minutes after its start, p2p_off stayed flat)
+
+
+def decide_fit_np(m: np.ndarray, thr: float, alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """m (..., B) block means, start 1 first -> (pass, fail, half-width, F test p) of the first-arm fit as
+    ``stats.sequence_fit`` makes it: odd starts one order, even starts the other (``campaign.schedule.first_arm``),
+    the plain mean of the two orders' means, the spread pooled within them on B - 2 df."""
+    b = m.shape[-1]
+    g1, g2 = m[..., 0::2], m[..., 1::2]
+    n1, n2 = g1.shape[-1], g2.shape[-1]
+    m1, m2 = g1.mean(-1), g2.mean(-1)
+    ss = ((g1 - m1[..., None]) ** 2).sum(-1) + ((g2 - m2[..., None]) ** 2).sum(-1)
+    var = ss / (b - 2)
+    mu = (m1 + m2) / 2
+    half = float(sst.t.ppf(1 - alpha, b - 2)) * np.sqrt(var * (1 / n1 + 1 / n2) / 4)
+    t = math.log1p(thr)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = (m1 - m2) ** 2 / (1 / n1 + 1 / n2) / var
+    return mu - half >= t, mu + half < t, half, sst.f.sf(f, 1, b - 2)
+
+
+def fidelity_fit(rng: np.random.Generator, trials: int = 400) -> None:
+    """``decide_fit_np`` against ``stats.decide_nested(sequences=)`` on random campaigns of 6-9 starts with an
+    order effect of random size; aborts on any disagreement."""
+    bad = 0
+    for _ in range(trials):
+        b, w = int(rng.integers(6, 10)), int(rng.integers(1, 5))
+        eff = rng.normal(0, 0.03) * (np.arange(b) % 2)[:, None]
+        r = rng.normal(rng.normal(0, 0.03), rng.uniform(0.001, 0.03), (b, 1)) + eff + rng.normal(
+            0, rng.uniform(0.002, 0.03), (b, w))
+        on = np.exp(r) * rng.uniform(50, 9000, (b, 1))
+        blocks = [list(zip(on[i].tolist(), (on[i] / np.exp(r[i])).tolist(), strict=True)) for i in range(b)]
+        thr, alpha = float(rng.choice([0.0, 0.02, -0.01])), float(rng.choice([0.01, 0.05, 0.005]))
+        d = decide_nested(blocks, threshold=thr, alpha=alpha,
+                          sequences=[first_arm(["on", "off"], s + 1) for s in range(b)])
+        ps, fl, half, p = decide_fit_np(r.mean(-1), thr, alpha)
+        bad += int(("pass" if ps else "fail" if fl else "inconclusive") != d.outcome.value)
+        bad += int(abs(math.log1p(d.upper) - math.log1p(d.lower) - 2 * float(half)) > 1e-9)
+        fit = sequence_fit(list(r.mean(-1)), [first_arm(["on", "off"], s + 1) for s in range(b)])
+        bad += int(fit.p is None or abs(fit.p - float(p)) > 1e-7)
+    if bad:
+        raise SystemExit(f"fidelity: {bad} disagreements between decide_fit_np and stats.decide_nested(sequences=)")
+    print(f"fidelity: decide_fit_np agrees with stats.decide_nested(sequences=) on {trials} random campaigns "
+          "(6-9 starts x 1-4 windows, order effects)")
+
+
+def climb_penalty(b: int, w: int) -> np.ndarray:
+    """(P, B, W) log penalty on p2p_on's window of pair ``w`` at point ``p`` of start ``b``: ``-CLIMB * exp(-k /
+    CLIMB_TAU)`` at its window's place ``k`` in the start (points one after the other, the campaign's order)."""
+    out = np.zeros((P, b, w))
+    for blk in range(b):
+        for p in range(P):
+            for wi in range(w):
+                k = p * 2 * w + 2 * wi + order(["on", "off"], blk + 1, wi + 1).index("on")
+                out[p, blk, wi] = math.log1p(-CLIMB * math.exp(-k / CLIMB_TAU))
+    return out
+
+
+def table_fit(rng: np.random.Generator, t: int) -> dict[str, float]:
+    """Table 8: the first-arm fit, the plain start means, and the fit chosen by its F test, on the same campaigns.
+
+    The truth is the uplift a balanced design measures (both orders weighed alike), as in table 7: an effect of
+    the order moves it by its mean over both orders. "rule" is what the campaign does: the plain start means below
+    :data:`stats.nested.MIN_SEQUENCE_DF` + 2 starts, the fit from there on; both columns are shown at every start
+    count, the rows the rule judges with the fit marked."""
+    print(f"\n## 8. The first-arm fit: ABBA within a start, the first arm alternating between starts, 2 window "
+          f"pairs a start; true uplift at the threshold {THR:+.0%} and +5 %; {t} campaigns a cell; effects: none, "
+          f"p2p_on {100 * POS_EFFECT:.0f} % slower at its point's ends (table 7), p2p_on {100 * CLIMB:.0f} % slower "
+          f"at a start's first window, the gap closing by 1/e every {CLIMB_TAU:g} windows (a climb)\n")
+    print("| starts (rule) | start sd | window sd | effect | true 0 wrong: plain / fit / by test | +5 % pass: plain / "
+          "fit | half-width: plain / fit |")
+    print("|---|---|---|---|---|---|---|")
+    worst = {"plain": 0.0, "fit": 0.0, "rule": 0.0, "test": 0.0}
+    w = 2
+    for b in (4, 5, 6, 8):
+        fits = fits_sequences(b)
+        for s_sd, w_sd in ((0.005, 0.02), (0.01, 0.03)):
+            for name in ("none", "ends", "climb"):
+                if name == "ends":
+                    shift = math.log1p(-POS_EFFECT) * on_at_ends(b, w)[None, None]  # (1, 1, B, W)
+                    mean_shift = math.log1p(-POS_EFFECT) * float(on_at_ends(2, w).mean())
+                elif name == "climb":
+                    shift = climb_penalty(b, w)[None]  # (1, P, B, W)
+                    mean_shift = climb_penalty(2, w).mean((1, 2))[None, :, None, None]  # per point: both orders
+                else:
+                    shift, mean_shift = np.zeros((1, 1, 1, 1)), 0.0
+                cells = []
+                for up in (0.0, 0.05):
+                    r = draw(rng, t, b, w, s_sd, w_sd, up) + shift - mean_shift  # the balanced truth is `up`
+                    m = r.mean(-1)
+                    plain = decide_np(m, THR, ALPHA)
+                    fit = decide_fit_np(m, THR, ALPHA)
+                    chosen = tuple(np.where(fit[3] < PRETEST, f, q) for f, q in zip(fit[:3], plain[:3], strict=True))
+                    cells.append((plain, fit, chosen))
+                (p0, f0, c0), (p5, f5, _) = cells
+                wrong = {k: max(rate(x[0]), rate(x[1])) for k, x in (("plain", p0), ("fit", f0), ("test", c0))}
+                wrong["rule"] = wrong["fit"] if fits else wrong["plain"]
+                for k, v in wrong.items():
+                    worst[k] = max(worst[k], v)
+                print(f"| {b} ({'fit' if fits else 'plain'}) | {s_sd:.1%} | {w_sd:.1%} | {name} | "
+                      f"{pct(wrong['plain'])} / {pct(wrong['fit'])} / {pct(wrong['test'])} | "
+                      f"{pct(rate(p5[0]))} / {pct(rate(f5[0]))} | "
+                      f"{100 * float(np.median(p0[2])):.2f} / {100 * float(np.median(f0[2])):.2f} |", flush=True)
+    print(f"\nworst wrong-verdict rate per decision and kind at the true threshold: plain {pct(worst['plain'])} %, "
+          f"fit {pct(worst['fit'])} %, the rule (fit from {MIN_SEQUENCE_DF + 2} starts) {pct(worst['rule'])} %, "
+          f"the fit chosen by its F test (p < {PRETEST:g}) {pct(worst['test'])} %")
+    return worst
+
+
 def main() -> None:
     global ALPHA
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -819,6 +939,9 @@ def main() -> None:
         table_window_screens(rng, t, args.quick)
     if "position" in run:
         table_position(rng, t)
+    if "fit" in run:
+        fidelity_fit(rng, 100 if args.quick else 400)
+        table_fit(rng, t)
     print(f"\nelapsed {time.time() - t0:.0f} s")
 
 

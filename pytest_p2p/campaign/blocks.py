@@ -161,7 +161,7 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
         return line + "; one start cannot decide (the start-to-start spread is unknown)"
     start_sd, window_sd, whose = _plan_spreads(runner.prior_history, points, cfg.windows, window_s)
     try:
-        # the first arm alternates start by start: from 5 starts on the verdict fits its effect (one df less)
+        # the first arm alternates start by start: from 6 starts on the verdict fits its effect (one df less)
         half = expected_halfwidth(start_sd, window_sd, cfg.starts, cfg.windows, alpha, alternating=True)
         best = plan_for(start_sd, window_sd, PLAN_TARGET, alpha, launch_s / k,
                         n_arms * window_took, MAX_PLAN_STARTS, points=len(points), alternating=True)

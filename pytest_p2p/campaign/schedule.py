@@ -79,5 +79,5 @@ def order(arms: Sequence[str], start: int, window: int) -> list[str]:
 
 def first_arm(arms: Sequence[str], start: int) -> str:
     """The arm that goes first at every point of server start ``start``: the start's *sequence*, as the verdict
-    labels it (``stats.decide_nested(sequences=)`` fits the order's effect from 5 starts on)."""
+    labels it (``stats.decide_nested(sequences=)`` fits the order's effect from 6 starts on)."""
     return order(arms, start, 1)[0]

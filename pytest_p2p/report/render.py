@@ -297,7 +297,7 @@ def _start_blocks(fr: Mapping[int, JSONObject], sr: Mapping[int, JSONObject], co
 
 def _judge_starts(entry: UpliftEntry, by_start: Mapping[int, list[tuple[float, float]]], rule: UpliftRule,
                   higher: bool) -> None:
-    """The nested decision (start means; the first arm's effect fitted from 5 starts on) of a resident run at the
+    """The nested decision (start means; the first arm's effect fitted from 6 starts on) of a resident run at the
     rule's alpha, taken into ``entry`` as the campaign's own decision would be (:func:`_take_decision`)."""
     from pytest_p2p.campaign.adaptive import decision_json
     from pytest_p2p.stats import StatsError
