@@ -435,6 +435,33 @@ def test_a_held_server_s_engine_ready_timeout_does_not_count_its_hold(tmp_path: 
         drop_ahead(held)
 
 
+def test_servers_started_ahead_and_at_once_share_vllm_s_compile_key(tmp_path: Path) -> None:
+    """vLLM counts its engine-ready timeout into the torch.compile cache key: on a fresh 2x H200 (2026-11-27) the
+    servers started ahead (with it) compiled again into another cache than launch 1's (without it), 26 s. Every
+    server now gets the same value, so every VLLM_ variable of a held server is the one a server started at once
+    has."""
+    from pytest_p2p.probes.arms import PRESETS
+    from pytest_p2p.serve.config import parse_server
+    from pytest_p2p.serve.server import ENGINE_READY_ENV, HELD_ENGINE_READY_S, drop_ahead, spawn, spawn_ahead, teardown
+
+    config = parse_server({"command": [sys.executable, "-m", "pytest_p2p.serve.standin"], "model": "m",
+                           "env": STANDIN, "startup_timeout_s": 60}, "rig.yaml")
+
+    def vllm_vars(pid: int) -> set[bytes]:
+        return {e for e in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if e.startswith(b"VLLM_")}
+
+    held = spawn_ahead(config, [PRESETS["p2p_on"]], (0, 1), None, [tmp_path / "ahead.log"])
+    now = spawn(config, PRESETS["p2p_on"], (0, 1), None, tmp_path / "now.log")
+    try:
+        _wait(lambda: held[0].held_at is not None)
+        ahead_vars, now_vars = vllm_vars(held[0].server.pid), vllm_vars(now.pid)
+        assert f"{ENGINE_READY_ENV}={HELD_ENGINE_READY_S}".encode() in now_vars
+        assert ahead_vars == now_vars
+    finally:
+        teardown(now)
+        drop_ahead(held)
+
+
 @pytest.mark.parametrize(("campaign", "kv", "costs", "text"), [
     ({"start_ahead": True}, 1 << 30, (120.0, 50.0, 50.0), "from launch 2 on, started ahead: ~50 s"),
     ({"start_ahead": True}, None, (240.0, 120.0, 50.0), "from launch 3 on, started ahead: ~50 s"),

@@ -281,6 +281,7 @@ def spawn(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: Ma
     api_key = api_key_for(arm.name, pair)
     port = _port(host, port)
     arm_vllm_env = arm.vllm_env()  # e.g. symmetric-memory all-reduce
+    extra_env = engine_ready_env(extra_env, config.env, rig_env, arm.env, arm_vllm_env)
     # the secret travels in the environment (readable only by us and root), never in argv (/proc/PID/cmdline)
     env = subprocess_env(pair, rig_env, config.env, arm.env, arm_vllm_env, extra_env,
                          {TOKEN_ENV: token, OWNER_ENV: owner_mark(), API_KEY_ENV: api_key})
@@ -373,9 +374,23 @@ def launch_all(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[i
 
 #: vLLM's API server gives its engine this long to come up (600 s by default) and counts a hold in it
 ENGINE_READY_ENV = "VLLM_ENGINE_READY_TIMEOUT_S"
-#: what a server started ahead gets instead, unless the rig sets it: our own startup timeout, counted from the
-#: continue, is the one that guards its start; a day is longer than any launch it could wait behind
+#: what every server gets instead, unless the rig sets it: our own startup timeout (counted from the continue for a
+#: server started ahead) is the one that guards a start; a day is longer than any launch it could wait behind
 HELD_ENGINE_READY_S = 86_400
+
+
+def engine_ready_env(extra_env: Mapping[str, str] | None, *envs: Mapping[str, str] | None) -> dict[str, str]:
+    """``extra_env`` with :data:`ENGINE_READY_ENV` at :data:`HELD_ENGINE_READY_S` unless it or one of ``envs``
+    (the rig's, the server's, the arm's) sets it -- for **every** server, held or not.
+
+    Why every server: vLLM counts the variable into its torch.compile cache key (``vllm.envs.compile_factors``
+    ignores only some timeouts), so a server started ahead with it and one started at once without it compile
+    into two caches. On a fresh 2x H200 (2026-11-27, sixth session) launch 1 compiled into
+    ``torch_compile_cache/d17783a567`` and launch 2, started ahead, compiled again into ``f8f11bec0b`` (26 s, a
+    90 s launch); launches 3-6 loaded the second."""
+    if any(ENGINE_READY_ENV in e for e in (extra_env or {}, *(e or {} for e in envs))):
+        return dict(extra_env or {})
+    return {**(extra_env or {}), ENGINE_READY_ENV: str(HELD_ENGINE_READY_S)}
 
 
 def spawn_ahead(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[int],
@@ -392,13 +407,12 @@ def spawn_ahead(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[
     vLLM's API server times its engine's start from its own spawn (``VLLM_ENGINE_READY_TIMEOUT_S``, 600 s),
     so a server held behind a launch of more than about 8 minutes timed out when continued and its launch
     was made again. Each gets :data:`HELD_ENGINE_READY_S` unless the rig's ``env`` or ``server.env`` (or the
-    caller) sets the variable; the startup timeout, counted from the continue (:func:`continue_all`), still
-    bounds its start.
+    caller) sets the variable, as every server does (:func:`engine_ready_env`: one torch.compile cache for the
+    servers started ahead and those started at once); the startup timeout, counted from the continue
+    (:func:`continue_all`), still bounds its start.
     """
     if len(arms) != len(log_paths):
         raise ServerError(f"spawn_ahead: {len(arms)} arms but {len(log_paths)} server logs")
-    if not any(ENGINE_READY_ENV in env for env in (config.env, rig_env or {}, extra_env or {})):
-        extra_env = {**(extra_env or {}), ENGINE_READY_ENV: str(HELD_ENGINE_READY_S)}
     pair = tuple(int(g) for g in pair)
     servers: list[RunningServer] = []
     try:
