@@ -114,7 +114,6 @@ def rep_of(start: int, window: int, windows: int) -> int:
     return (start - 1) * windows + window
 
 
-
 #: The spreads the planner assumes before a campaign has measured its own (log units), from H100 pairs with a
 #: 7B-shape Llama at TP=2 (docs/gpu-runs.md): a window pair's uplift ratio varied within a start by 1.35-1.5 %
 #: (c16) and 1.7-2.5 % (c64) at 10 s windows (4x H100, 2026-11-26 evening) and by 1.9-2.1 % at 8 s (2x H100,
