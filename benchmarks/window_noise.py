@@ -29,11 +29,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from pytest_p2p.campaign.schedule import order
+from pytest_p2p.campaign.schedule import first_arm as first_arm_of
 from pytest_p2p.results.layout import REP_GLOB, REP_RE
 from pytest_p2p.results.read import read_object, scenario_dirs
+from pytest_p2p.stats.nested import sequence_fit
 from pytest_p2p.stats.tdist import t_cdf
-from pytest_p2p.stats.welch import welch_df
 
 METRICS = ("output_throughput", "steady_output_throughput")
 Z98 = 2.326
@@ -130,32 +130,28 @@ def position(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tup
 
 def first_arm(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tuple[int, int], dict[str, float]],
               arms: tuple[str, str], metric: str = "output_throughput") -> str:
-    """One line: the start means (uplift %) of starts where the first arm went first against the others.
+    """One line: the start means (uplift %) of starts where the first arm went first against the others, with the
+    verdict's own test of the split and whether the verdict fits it at this number of starts.
 
     Why: the campaign alternates the first arm from start to start (``campaign.schedule.order``), and with an even
     number of window pairs the arm that goes first also goes last at that point. A position effect (2x H200,
-    2026-11-27: p2p_on slower at its point's ends of a start) then splits the start means by parity: c16's ran
-    23.2 / 27.9 / 23.4 / 27.8 / 23.8 %. Welch's t on the two groups (two-sided p) says whether the split is more
-    than the start spread."""
-    groups: dict[bool, list[float]] = {True: [], False: []}
+    2026-11-27: p2p_on slower at its point's ends of a start) then splits the start means by order: c16's ran
+    23.2 / 27.9 / 23.4 / 27.8 / 23.8 %. The test is ``stats.sequence_fit``'s F on the log start means, the one
+    the verdict reports (``first_arm`` in run.json); from 6 starts on the verdict fits the split."""
     by_start: dict[int, list[float]] = defaultdict(list)
     for key in sorted(set(a) & set(b)):
         if a[key].get(metric, 0) > 0 and b[key].get(metric, 0) > 0:
             by_start[key[0]].append(math.log(a[key][metric] / b[key][metric]))
-    for start, lr in by_start.items():
-        groups[order(list(arms), start, 1)[0] == arms[0]].append(100 * math.expm1(statistics.fmean(lr)))
-    on, off = groups[True], groups[False]
-    if len(on) < 2 or len(off) < 2:
+    starts = sorted(by_start)
+    fit = sequence_fit([statistics.fmean(by_start[s]) for s in starts], [first_arm_of(list(arms), s) for s in starts])
+    got = {g: (n, 100 * math.expm1(m)) for g, n, m in fit.groups}
+    if len(got) < 2 or fit.p is None or min(n for n, _ in got.values()) < 2:
         return f"{point:>7} start means by the arm that went first: too few starts of each"
-    va, vb = statistics.variance(on) / len(on), statistics.variance(off) / len(off)
-    diff = statistics.fmean(on) - statistics.fmean(off)
-    if va + vb <= 1e-18:
-        p = 1.0 if abs(diff) <= 1e-9 else 0.0
-    else:
-        p = 2 * (1 - t_cdf(abs(diff) / math.sqrt(va + vb), welch_df(va, len(on), vb, len(off))))
-    return (f"{point:>7} start means by the arm that went first: {arms[0]} first {statistics.fmean(on):+.1f} % "
-            f"({len(on)} starts), {arms[1]} first {statistics.fmean(off):+.1f} % ({len(off)}); difference "
-            f"{diff:+.1f} points, Welch p = {p:.3f}")
+    (n1, u1), (n2, u2) = got[arms[0]], got[arms[1]]
+    verdict = "fitted by the verdict" if fit.status == "fitted" else "not fitted below 6 starts"
+    return (f"{point:>7} start means by the arm that went first: {arms[0]} first {u1:+.1f} % ({n1} starts), "
+            f"{arms[1]} first {u2:+.1f} % ({n2}); difference {u1 - u2:+.1f} points, F = {fit.f:.3g}, "
+            f"p = {fit.p:.2g} ({verdict})")
 
 
 def main(argv: list[str]) -> int:

@@ -118,7 +118,9 @@ def test_an_odd_start_count_is_balanced_by_order_not_by_start() -> None:
 
 def test_the_rule_is_the_design_six_starts_two_of_each_order() -> None:
     means = [0.1, 0.2, 0.1, 0.2, 0.1, 0.2, 0.1]
-    assert sequence_fit(means[:5], _orders(5)).status == "too few"  # 3 df would be left
+    five = sequence_fit(means[:5], _orders(5))
+    assert five.status == "too few" and five.var is None  # 3 df would be left: judged plain ...
+    assert five.p is not None and five.p < 1e-6  # ... with the split's test reported all the same
     assert sequence_fit(means[:6], _orders(6)).status == "fitted"
     assert sequence_fit(means, ["a"] * 6 + ["b"]).status == "too few"  # one start of an order: no spread of its own
     assert sequence_fit(means, None).status == "none"

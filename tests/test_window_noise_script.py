@@ -27,18 +27,23 @@ NIGHT = (Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 
 
 def test_the_start_means_of_the_real_night_split_by_the_arm_that_went_first() -> None:
-    """The 2x H200 night of 2026-11-27 (fifth session): c16's start means 23.2 / 27.9 / 23.4 / 27.8 / 23.8 %."""
+    """The 2x H200 night of 2026-11-27 (fifth session): c16's start means 23.2 / 27.9 / 23.4 / 27.8 / 23.8 %; the
+    test is the verdict's own (``stats.sequence_fit``'s F on the log start means), and 5 starts are judged plain."""
     arms = ("p2p_on", "p2p_off")
     c16 = window_noise.first_arm("c16", window_noise.windows(NIGHT, "p2p_on", "c16"),
                                  window_noise.windows(NIGHT, "p2p_off", "c16"), arms)
     assert "p2p_on first +23.5 % (3 starts), p2p_off first +27.8 % (2); difference -4.4 points" in c16, c16
-    assert "Welch p = 0.001" in c16
+    assert "F = 400, p = 0.00027 (not fitted below 6 starts)" in c16, c16
     c64 = window_noise.first_arm("c64", window_noise.windows(NIGHT, "p2p_on", "c64"),
                                  window_noise.windows(NIGHT, "p2p_off", "c64"), arms)
-    assert "difference +0.7 points, Welch p = 0.786" in c64, c64
+    assert "difference +0.7 points, F = 0.2, p = 0.69" in c64, c64
+    six = NIGHT.with_name("campaign2_compact-h200-ahead-6x2-2026-11-27.json")
+    c64 = window_noise.first_arm("c64", window_noise.windows(six, "p2p_on", "c64"),
+                                 window_noise.windows(six, "p2p_off", "c64"), arms)
+    assert "difference -2.8 points, F = 7.44, p = 0.053 (fitted by the verdict)" in c64, c64
     alike = {(s, w): {"output_throughput": 100.0} for s in (1, 2, 3, 4) for w in (1, 2)}
     half = {(s, w): {"output_throughput": 80.0} for s in (1, 2, 3, 4) for w in (1, 2)}
-    assert "difference +0.0 points, Welch p = 1.000" in window_noise.first_arm("c8", alike, half, arms)
+    assert "difference +0.0 points, F = 0, p = 1" in window_noise.first_arm("c8", alike, half, arms)
     assert "too few starts" in window_noise.first_arm("c8", {(1, 1): {"output_throughput": 1.0}},
                                                       {(1, 1): {"output_throughput": 1.0}}, arms)
 

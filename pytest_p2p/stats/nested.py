@@ -384,8 +384,8 @@ class SequenceFit:
     ``fitted``: the sequences' means are averaged with equal weight and the spread is pooled within them
     (``df = starts - sequences``); ``too few``: the design alternates, but with fewer than
     :data:`MIN_SEQUENCE_STARTS` starts of a sequence or :data:`MIN_SEQUENCE_DF` df left the start means are
-    judged as they are; ``none``: one sequence (or no labels). ``f``/``p`` test whether the sequences differ:
-    reported, never used to choose.
+    judged as they are; ``none``: one sequence (or no labels). ``f``/``p`` test whether the sequences differ
+    (one-way ANOVA F, wherever a start of some order has a second): reported, never used to choose.
     """
 
     status: SequenceStatus
@@ -431,15 +431,18 @@ def sequence_fit(means: Sequence[float], sequences: Sequence[object] | None) -> 
     k, b = len(by), len(means)
     if k < 2:
         return SequenceFit("none", groups)
-    if min(len(g) for g in by.values()) < MIN_SEQUENCE_STARTS or b - k < MIN_SEQUENCE_DF:
+    if b - k < 1:  # one start of each order: no spread within them, no test
         return SequenceFit("too few", groups)
     ssw = math.fsum((x - _mean(g)) ** 2 for g in by.values() for x in g)
     var = ssw / (b - k)
     grand = _mean(means)
     msb = math.fsum(len(g) * (_mean(g) - grand) ** 2 for g in by.values()) / (k - 1)
     f = msb / var if var > 0 else (math.inf if msb > 0 else 0.0)
+    p = f_sf(f, k - 1, b - k)
+    if min(len(g) for g in by.values()) < MIN_SEQUENCE_STARTS or b - k < MIN_SEQUENCE_DF:
+        return SequenceFit("too few", groups, f=f, p=p)  # the test reported, the means judged as they are
     return SequenceFit("fitted", groups, _mean([_mean(g) for g in by.values()]), var, b - k,
-                       math.fsum(1 / len(g) for g in by.values()) / k ** 2, f, f_sf(f, k - 1, b - k))
+                       math.fsum(1 / len(g) for g in by.values()) / k ** 2, f, p)
 
 
 def sequence_use(blocks: Blocks, sequences: Sequence[object] | None, *, launches: Sequence[object] | None = None,
