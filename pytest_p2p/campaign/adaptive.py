@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -210,28 +210,6 @@ def point_blocks(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list
                        [f"{first_arm(config.arms, start)} first" for start in groups])
 
 
-def launch_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> Json:
-    """What the launch guard found at one point (kept in ``run.json`` next to the decision, as ``launch_guard``)."""
-    pb = point_blocks(a, b, config, kind, reps)
-    try:
-        check = launch_use(pb.blocks, pb.launches, higher_is_better=config.direction(kind) == "higher")
-    except StatsError as exc:
-        return {"error": str(exc)}
-    return check.as_json()
-
-
-def sequence_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> Json:
-    """The first-arm fit at one point (kept in ``run.json`` next to the decision, as ``first_arm``): whether the
-    decision fitted it, each order's starts and mean, and the F test of the orders differing."""
-    pb = point_blocks(a, b, config, kind, reps)
-    try:
-        fit = sequence_use(pb.blocks, pb.sequences, launches=pb.launches,
-                           higher_is_better=config.direction(kind) == "higher")
-    except StatsError as exc:
-        return {"error": str(exc)}
-    return fit.as_json()
-
-
 def start_plan(config: CampaignConfig, alpha: float) -> SequentialPlan:
     """Looks after ``starts`` starts and after each added start up to ``max_starts`` (alpha spending)."""
     last = max(config.starts, config.max_starts or config.starts)
@@ -254,29 +232,60 @@ def decide_starts(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: lis
                          launches=pb.launches, sequences=pb.sequences)
 
 
+def point_record(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int],
+                 prior: StartPrior | None) -> Json:
+    """What ``run.json`` keeps next to a point's decision, from one grouping of its windows by start:
+
+    * ``components``: the measured start-to-start and window-to-window spreads (log units), what the next
+      campaign on this rig can plan with;
+    * ``start_prior``: whether the decision borrowed a start spread from earlier nights, and why not;
+    * ``launch_guard``: what the launch guard found (starts made at once);
+    * ``first_arm``: the first-arm fit: whether the decision fitted it, each order's starts and mean, and the F
+      test of the orders differing.
+    """
+    pb = point_blocks(a, b, config, kind, reps)
+    higher = config.direction(kind) == "higher"
+    return {"components": _components_json(pb, higher), "start_prior": _prior_json(pb, higher, prior),
+            "launch_guard": _guarded(lambda: launch_use(pb.blocks, pb.launches, higher_is_better=higher).as_json()),
+            "first_arm": _guarded(lambda: sequence_use(pb.blocks, pb.sequences, launches=pb.launches,
+                                                       higher_is_better=higher).as_json())}
+
+
+def _guarded(record: Callable[[], Json]) -> Json:
+    """``record()``, or ``{"error": why}`` where the windows cannot be judged (a value that forms no ratio)."""
+    try:
+        return record()
+    except StatsError as exc:
+        return {"error": str(exc)}
+
+
 def prior_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int],
                prior: StartPrior | None) -> Json:
-    """Whether this point's decision borrowed a start spread from earlier nights, from how many nights and df,
-    and whether the guard refused it (kept in ``run.json`` next to the decision, as ``start_prior``)."""
+    """:func:`point_record`'s ``start_prior`` alone."""
+    return _prior_json(point_blocks(a, b, config, kind, reps), config.direction(kind) == "higher", prior)
+
+
+def _prior_json(pb: PointBlocks, higher: bool, prior: StartPrior | None) -> Json:
     if prior is None:
         return {"status": "none"}
     try:
-        pb = point_blocks(a, b, config, kind, reps)
-        use = prior_use(pb.blocks, prior, higher_is_better=config.direction(kind) == "higher", sequences=pb.sequences)
+        use = prior_use(pb.blocks, prior, higher_is_better=higher, sequences=pb.sequences)
     except StatsError as exc:
         return {"status": "ignored", "nights": prior.nights, "df": prior.df, "reason": str(exc)}
     return {**use.as_json(), "var": prior.var, "windows": prior.windows, "moderated": prior.moderated}
 
 
 def components_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> Json:
-    """The measured start-to-start and window-to-window spreads of one point's uplift (log units), kept in
-    ``run.json`` next to the decision: what the next campaign on this rig can plan with."""
-    blocks = point_blocks(a, b, config, kind, reps).blocks
-    try:
-        c = components(blocks, higher_is_better=config.direction(kind) == "higher")
-    except StatsError as exc:
-        return {"error": str(exc)}
-    return {"start_sd": c.start_sd, "window_sd": c.window_sd, "starts": c.blocks, "window_pairs": c.windows}
+    """:func:`point_record`'s ``components`` alone."""
+    return _components_json(point_blocks(a, b, config, kind, reps), config.direction(kind) == "higher")
+
+
+def _components_json(pb: PointBlocks, higher: bool) -> Json:
+    def record() -> Json:
+        c = components(pb.blocks, higher_is_better=higher)
+        return {"start_sd": c.start_sd, "window_sd": c.window_sd, "starts": c.blocks, "window_pairs": c.windows}
+
+    return _guarded(record)
 
 
 #: The window pair spread up to which the in-run window screens are shown not to move the verdict's error rates

@@ -418,14 +418,8 @@ def _run_launches(runner: ResidentRunner, rd: RunWriter, result: CampaignResult,
                        else "fixed design (campaign.max_starts not set)")
         if not undecided or stopped is not None:
             result.decisions = {p: {**adaptive.decision_json(d, stopped=stopped), "needed_unit": "starts",
-                                    "components": adaptive.components_json(*runner._arm_reps(result, p), cfg,
-                                                                           runner.kind, reps),
-                                    "start_prior": adaptive.prior_json(*runner._arm_reps(result, p), cfg,
-                                                                       runner.kind, reps, runner.start_priors.get(p)),
-                                    "launch_guard": adaptive.launch_json(*runner._arm_reps(result, p), cfg,
-                                                                         runner.kind, reps),
-                                    "first_arm": adaptive.sequence_json(*runner._arm_reps(result, p), cfg,
-                                                                        runner.kind, reps)}
+                                    **adaptive.point_record(*runner._arm_reps(result, p), cfg, runner.kind, reps,
+                                                            runner.start_priors.get(p))}
                                 for p, d in decisions.items()}
             result.notes.extend(adaptive.noisy_window_notes(result.decisions))
             return
