@@ -97,10 +97,12 @@ def _planned(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Token
 def _run(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Tokenizer, tokenizer_id: str, n: int,
          rid_prefix: str) -> tuple[LoadResult, list[RequestRecord]]:
     """One run over ``n`` client processes (one in this process, or spawned and pinned); its measured records."""
-    lengths_seed = spec.seed if spec.lengths_seed is None else spec.lengths_seed
-    lengths = tuple(request_lengths(spec.warmup + spec.num_prompts, spec.input_len, spec.output_len,
-                                    spec.range_ratio, lengths_seed))
-    prompts = tuple(token_prompts(tok, len(lengths), [i for i, _ in lengths], spec.seed))
+    n_prompts = spec.warmup + spec.num_prompts
+    lengths: tuple[tuple[int, int], ...] = ()  # empty: every request the spec's lengths, nothing to ship per prompt
+    if spec.range_ratio:
+        seed = spec.seed if spec.lengths_seed is None else spec.lengths_seed
+        lengths = tuple(request_lengths(n_prompts, spec.input_len, spec.output_len, spec.range_ratio, seed))
+    prompts = tuple(token_prompts(tok, n_prompts, [i for i, _ in lengths] or spec.input_len, spec.seed))
     offsets = tuple(arrival_offsets(spec.num_prompts, spec.request_rate, spec.burstiness, spec.seed))
     cores = sorted(os.sched_getaffinity(0))
     pins = client_cpus(n, cores) if spec.pin and n > 1 and len(cores) > n else []
@@ -109,8 +111,7 @@ def _run(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Tokenizer
         share = spec.concurrency // n + (1 if w < spec.concurrency % n else 0)
         cpu = pins[w] if pins else None
         jobs.append(Job(base_url, api_key, model, spec, prompts, offsets, tuple(range(w, spec.warmup, n)),
-                        tuple(range(w, spec.num_prompts, n)), share, cpu, rid_prefix,
-                        lengths if spec.range_ratio else ()))
+                        tuple(range(w, spec.num_prompts, n)), share, cpu, rid_prefix, lengths))
     shards = run_sharded(jobs) if n > 1 else [run_coroutine(jobs[0])]
     warm = [r for sh in shards for r in sh.warm]
     recs: dict[int, RequestRecord] = {}
