@@ -139,10 +139,11 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
                 continue  # starts made at once: the campaign looks when their launch is done
             blocks = [by_start[s] for s in starts[:k]]
             done = max(e for s, e in start_end.items() if s <= starts[k - 1])
+            launches = [launch[s] for s in starts[:k]]
             orders = [f"{first_arm([on, off], s)} first" for s in starts[:k]] if fit else None
             try:
-                dec = decide_nested(blocks, threshold=threshold, alpha=alpha, prior=lent,
-                                    launches=[launch[s] for s in starts[:k]], sequences=orders)
+                dec = decide_nested(blocks, threshold=threshold, alpha=alpha, prior=lent, launches=launches,
+                                    sequences=orders)
             except StatsError as exc:
                 rows.append({"point": point, "starts": k, "error": str(exc)})
                 continue
@@ -152,9 +153,9 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
                          # the same half-width as a share of the ratio (on / off), the goal's "+-2 %" read that way
                          "half_of_ratio": (hi - lo) / 2 / (1 + dec.estimate),
                          "outcome": dec.outcome.value, "wall_s": done - begin if begin is not None else None,
-                         "first_arm": sequence_use(blocks, orders, launches=[launch[s] for s in starts[:k]]).status,
+                         "first_arm": sequence_use(blocks, orders, launches=launches).status,
                          **({"prior": prior_use(blocks, lent, sequences=orders).status} if lent is not None else {}),
-                         **_guard(blocks, [launch[s] for s in starts[:k]])})
+                         **_guard(blocks, launches)})
     return rows
 
 
