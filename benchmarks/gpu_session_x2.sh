@@ -39,7 +39,8 @@
 #   campaign2 the resident 7B campaign with parallel starts (rig-set KV cache), 3 starts x 3 window pairs of
 #             10 s at c16/c64, then window_noise.py and campaign_compact.py (issue 24)                    ~15
 #             (CAMPAIGN_RANGE r: server.load.range_ratio r; CAMPAIGN_AHEAD=1: campaign.start_ahead, the next launch's servers started and held ahead;
-#             CAMPAIGN_STARTS, CAMPAIGN_WINDOWS, CAMPAIGN_WINDOW_S change the design; CAMPAIGN_AT_ONCE k
+#             CAMPAIGN_STARTS, CAMPAIGN_WINDOWS, CAMPAIGN_WINDOW_S change the design; CAMPAIGN_SEQS n sets
+#             server.args max-num-seqs n, CAMPAIGN_FORK=1 server.env VLLM_WORKER_MULTIPROC_METHOD=fork; CAMPAIGN_AT_ONCE k
 #             makes k starts per launch (3 launches at least), CAMPAIGN_KV_GIB the KV cache of each server,
 #             default 16); the step twice in one queue: two nights on the pair, the second judged against
 #             the first's baseline in history.db (campaign2_night2.txt). CAMPAIGN_RIG=FILE runs that rig file
@@ -78,6 +79,10 @@ else:  # both arms' servers start at once; the KV cache is set by the rig, so ev
                             "max_starts": None, "max_time_s": None})
     # 16 GiB for two servers; starts made at once share the pair among more (CAMPAIGN_KV_GIB each)
     rig["server"]["args"]["kv-cache-memory-bytes"] = int(float(os.environ.get("CAMPAIGN_KV_GIB", 16)) * 2**30)
+    if os.environ.get("CAMPAIGN_SEQS"):  # max-num-seqs: CUDA graphs captured up to 2x it (vLLM's default: 512)
+        rig["server"]["args"]["max-num-seqs"] = int(os.environ["CAMPAIGN_SEQS"])
+    if os.environ.get("CAMPAIGN_FORK") == "1":  # engine core and workers forked: no second and third import of vLLM
+        rig["server"].setdefault("env", {})["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
     if os.environ.get("CAMPAIGN_RANGE"):  # server.load.range_ratio: each request's lengths within L * (1 -+ r)
         rig["server"].setdefault("load", {})["range_ratio"] = float(os.environ["CAMPAIGN_RANGE"])
 rig["server"].setdefault("env", {})["VLLM_CACHE_ROOT"] = f"{w}/vllm-cache"
@@ -156,8 +161,9 @@ step() {
                $([ $n = 2 ] && echo --expect-cached); done > $W/cache2.txt 2>&1);;
     selfcheck) (cd $P && OUT=$W/selfcheck JOBS=${JOBS:-12} timeout 1200 bash .ci/gpu-selfcheck > $W/selfcheck.txt 2>&1);;
     heartbeat) (cd $P && timeout 300 python3 benchmarks/heartbeat_gpu.py > $W/heartbeat.txt 2>&1);;
-    startfork) (cd $P && timeout 900 python3 benchmarks/start_phases_gpu.py --rounds 2 --pair ${PAIR:-0,1} \
-               --out $W/startfork > $W/startfork.txt 2>&1);;
+    startfork) (cd $P && timeout 900 python3 benchmarks/start_phases_gpu.py --rounds ${STARTFORK_ROUNDS:-2} \
+               --variants ${STARTFORK_VARIANTS:-default,fork,seqs64} ${STARTFORK_MODEL:+--model-dir $STARTFORK_MODEL} \
+               --pair ${PAIR:-0,1} --out $W/startfork > $W/startfork.txt 2>&1);;
     *) say "unknown step $1";;
   esac
 }

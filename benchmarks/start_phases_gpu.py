@@ -1,14 +1,15 @@
 """Can a vLLM start be shorter? Starts one arm's server under each variant, alternated, and splits every start as
 its log tells it (issue 24: cheaper starts, more of them in a nightly window).
 
-    python3 benchmarks/start_phases_gpu.py [--rounds 2] [--variants default,fork,seqs64] [--pair 0,1] [--out DIR]
+    python3 benchmarks/start_phases_gpu.py [--rounds 2] [--variants default,fork,seqs64,fork_seqs64] [--model-dir DIR] [--pair 0,1] [--out DIR]
     python3 benchmarks/start_phases_gpu.py --standin        # the script's own check, without a GPU
 
 Why: on 2x H200 (2026-11-27) about 62 s of a warm ~100 s start of the 7B rig was vLLM importing itself three
 times, one process after the other: the API server, then the engine core and the workers, each a
-``multiprocessing`` *spawn* (a fresh interpreter that imports vLLM again: 19-20 s each measured alone). vLLM
-reads ``VLLM_WORKER_MULTIPROC_METHOD`` (``fork`` would inherit the parent's imports) but falls back to spawn
-where CUDA is already initialised, and says so in its log. This measures whether ``fork`` holds on the rig and
+``multiprocessing`` *spawn* (a fresh interpreter that imports vLLM again: 19-20 s each measured alone). vLLM's
+CLI sets ``VLLM_WORKER_MULTIPROC_METHOD=spawn`` unless the variable is set (``entrypoints/serve/utils/api_utils``
+in 0.24, logged at debug level only); ``fork`` would inherit the parent's imports, and vLLM falls back to spawn
+where CUDA is already initialised, saying so in its log. This measures whether ``fork`` holds on the rig and
 what it saves: per start the seconds to ready (``serve.server.launch``, the plugin's own launcher), the split
 of ``serve.start_phases`` (starting processes / on the GPU) and whether the log says spawn was forced.
 ``seqs64`` is the campaign's hint (``max-num-seqs`` at the top concurrency): CUDA graphs captured up to 128, not
@@ -39,6 +40,7 @@ VARIANTS: dict[str, tuple[dict[str, str], dict[str, object]]] = {
     "default": ({}, {}),
     "fork": ({"VLLM_WORKER_MULTIPROC_METHOD": "fork"}, {}),
     "seqs64": ({}, {"max-num-seqs": 64}),  # CUDA graphs up to 128, not 512 (the campaign's hint)
+    "fork_seqs64": ({"VLLM_WORKER_MULTIPROC_METHOD": "fork"}, {"max-num-seqs": 64}),  # both
 }
 FORCED_SPAWN = "We must use the `spawn` multiprocessing start method"
 
