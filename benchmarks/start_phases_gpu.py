@@ -1,7 +1,8 @@
 """Can a vLLM start be shorter? Starts one arm's server under each variant, alternated, and splits every start as
 its log tells it (issue 24: cheaper starts, more of them in a nightly window).
 
-    python3 benchmarks/start_phases_gpu.py [--rounds 2] [--variants default,fork,seqs64,fork_seqs64] [--model-dir DIR] [--pair 0,1] [--out DIR]
+    python3 benchmarks/start_phases_gpu.py [--rounds 2] [--variants default,fork,seqs64,fork_seqs64]
+        [--model-dir DIR] [--pair 0,1] [--out DIR]
     python3 benchmarks/start_phases_gpu.py --standin        # the script's own check, without a GPU
 
 Why: on 2x H200 (2026-11-27) about 62 s of a warm ~100 s start of the 7B rig was vLLM importing itself three

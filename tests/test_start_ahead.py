@@ -489,3 +489,45 @@ def test_the_plan_expects_launches_started_ahead_to_cost_their_gpu_part_only(
     assert tuple(_start_estimate(runner, n) for n in (1, 2, 3)) == costs  # type: ignore[arg-type]
     line = plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]
     assert (text in line) if text else ("started ahead" not in line), line
+
+
+@pytest.mark.parametrize(("server_env", "rig_env", "costs", "note"), [
+    ({}, {}, (120.0, 50.0, 50.0), True),
+    ({"VLLM_WORKER_MULTIPROC_METHOD": "fork"}, {}, (90.0, 25.0, 25.0), False),
+    ({}, {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}, (90.0, 25.0, 25.0), False),
+    ({"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}, {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}, (120.0, 50.0, 50.0), False),
+])
+def test_forked_engine_cores_and_workers_plan_shorter_starts_and_a_spawning_rig_is_told(
+        tmp_path: Path, server_env: dict[str, str], rig_env: dict[str, str], costs: tuple[float, ...],
+        note: bool) -> None:
+    """vLLM's CLI spawns its engine core and workers unless VLLM_WORKER_MULTIPROC_METHOD is set: each imports vLLM
+    again. Forked (2x H200, 2026-11-27, seventh session) the launches started ahead took 19-32 s, not 46-90 s, so
+    the plan expects ~25 s (server.env over the rig's env, as the launcher applies them), and a rig that leaves
+    the variable unset is told in the notes; one that sets it either way, or the stand-in, is told nothing."""
+    import dataclasses
+
+    from test_campaign_resident import BASE
+
+    from pytest_p2p.campaign.backends import ModelBackend
+    from pytest_p2p.campaign.blocks import _start_estimate, plan_line
+    from pytest_p2p.campaign.runner import CampaignRunner
+    from pytest_p2p.lease import GpuLease
+    from pytest_p2p.probes.arms import PRESETS
+    from pytest_p2p.serve.config import parse_server
+
+    config = parse_campaign({**BASE, "starts": 6, "windows": 2, "window_s": 8, "start_ahead": True}, "rig.yaml")
+    server = parse_server({"command": ["python", "-m", "vllm.entrypoints.cli.main", "serve"], "model": "m",
+                           "args": {"kv_cache_memory_bytes": 1 << 30}, "env": server_env}, "rig.yaml")
+    backend = ModelBackend(server=server, campaign=config, pair=(0, 1), rig_env=rig_env)
+    runner = CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS, backend=backend,
+                            results_root=tmp_path, rig_name="r", lease=GpuLease(tmp_path / "locks"))
+    assert tuple(_start_estimate(runner, n) for n in (1, 2, 3)) == costs  # type: ignore[arg-type]
+    assert f"started ahead: ~{costs[1]:.0f} s" in plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]
+    hint = backend.start_method_note()
+    assert (hint is not None) == note, hint
+    if hint is not None:
+        assert "VLLM_WORKER_MULTIPROC_METHOD: fork" in hint and "spawn" in hint
+    for quiet in (dataclasses.replace(server, simulated=True),
+                  dataclasses.replace(server, command=("python", "-m", "sglang.launch_server"))):
+        backend.server = quiet
+        assert backend.start_method_note() is None, quiet

@@ -393,6 +393,36 @@ class ModelBackend:
                 f"batches more: server.args max-num-seqs: {top} would capture up to {2 * top} and shorten every "
                 "start (docs/campaign-design.md, where a start's time goes)")
 
+    def worker_method(self) -> str | None:
+        """The ``VLLM_WORKER_MULTIPROC_METHOD`` the rig gives its servers (``server.env`` over the rig's ``env``,
+        as the launcher applies them), or ``None`` where neither sets it."""
+        return self.server.env.get(WORKER_METHOD_ENV) or self.rig_env.get(WORKER_METHOD_ENV) or None
+
+    def forks_workers(self) -> bool:
+        """Whether the servers' engine core and workers are forked (:meth:`worker_method` ``fork``): they inherit
+        the API server's imports, so a start costs about 40 s less (:meth:`start_method_note`)."""
+        return not self.server.simulated and self.worker_method() == "fork"
+
+    def start_method_note(self) -> str | None:
+        """A hint when vLLM's CLI will *spawn* its engine core and its workers, each importing vLLM again.
+
+        vLLM's CLI sets ``VLLM_WORKER_MULTIPROC_METHOD=spawn`` unless the variable is set (0.24:
+        ``entrypoints/serve/utils/api_utils``, logged at debug level only), so every start imports vLLM three
+        times, one process after the other: 67 s of a 92 s start of the 7B rig on 2x H200 (2026-11-27, seventh
+        session, ``benchmarks/start_phases_gpu.py``), 24 s with ``fork``. With fork (and ``max-num-seqs: 64``)
+        that night's launches started ahead took 19-32 s instead of 46-90 s, and the night 14.1 min instead of
+        18.0, 64 % of it under load. vLLM falls back to spawn by itself, and says so, where CUDA is already
+        initialised in the parent. ``None`` for the stand-in, a command that is not vLLM's, or a rig that sets
+        the variable either way.
+        """
+        s = self.server
+        if s.simulated or self.worker_method() is not None or not any("vllm" in str(c).lower() for c in s.command):
+            return None
+        return ("vLLM's CLI starts its engine core and workers with spawn unless VLLM_WORKER_MULTIPROC_METHOD is "
+                "set, so every start imports vLLM three times, one process after the other (67 s of a 92 s start "
+                "on 2x H200); server.env VLLM_WORKER_MULTIPROC_METHOD: fork lets them inherit the API server's "
+                "imports (docs/campaign-design.md, where a start's time goes)")
+
     def load_shape(self) -> Json:
         """What each request asks of the server: a window's throughput is a number about this shape only.
 
@@ -412,6 +442,8 @@ class ModelBackend:
         return shape
 
 
+#: how vLLM starts its engine core and workers (``fork`` | ``spawn``); its CLI sets spawn unless this is set
+WORKER_METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
 KV_BYTES = ("kv-cache-memory-bytes", "kv_cache_memory_bytes")
 KV_MARGIN = 0.95  # of the learned size: the logged GiB is rounded, and a start's free memory varies a little
 

@@ -283,6 +283,13 @@ PLAN_PER_SERVER_S = 7.0
 #: part and readiness only. 7B-shape TP=2 on 2x H200 with the compile cache warm: 56.8 and 48.8 s (fourth session),
 #: 42.4-46.9 s (fifth), 2026-11-27; the plan of the fifth expected 18 min for a night of 12.2 without it
 PLAN_AHEAD_START_S = 50.0
+#: The same with the engine core and workers forked (``VLLM_WORKER_MULTIPROC_METHOD: fork``, and ``max-num-seqs:
+#: 64``): 32, 21, 19, 22 and 20 s (2x H200, 2026-11-27, seventh session); the workers no longer import vLLM after
+#: the hold
+PLAN_AHEAD_START_FORK_S = 25.0
+#: A start not made ahead, forked: 89 s for the first launch of that night (compiling, a fresh machine), 79 s for
+#: one start alone that compiled (``benchmarks/start_phases_gpu.py``), where spawned starts took 92-160 s
+PLAN_START_FORK_S = 90.0
 
 
 def _start_estimate(runner: ResidentRunner, launch: int, at_once: int = 1) -> float:
@@ -336,11 +343,15 @@ def _start_text(runner: ResidentRunner) -> str:
 def _server_start_s(runner: ResidentRunner, ahead: bool = False) -> float:
     """Seconds one server start is expected to take: the stand-in starts in about a second, vLLM in a minute
     or two (model load, torch.compile, CUDA graphs); measured starts replace the guess in the run's notes.
-    ``ahead``: a start whose Python part ran ahead, while the launch before it ran (:data:`PLAN_AHEAD_START_S`)."""
+    ``ahead``: a start whose Python part ran ahead, while the launch before it ran (:data:`PLAN_AHEAD_START_S`);
+    a rig that forks vLLM's engine core and workers starts faster either way (``ModelBackend.forks_workers``)."""
     if _stand_in(runner):
         return 1.0
+    forked = isinstance(runner.backend, ModelBackend) and runner.backend.forks_workers()
     if ahead:
-        return PLAN_AHEAD_START_S
+        return PLAN_AHEAD_START_FORK_S if forked else PLAN_AHEAD_START_S
+    if forked:
+        return PLAN_START_FORK_S
     # measured, 7B-shape TP=2 on H100 (docs/gpu-runs.md): 115-130 s a start that compiles, 93-99 s one that loads
     # vLLM's compile cache (every start after a night's first, and the first too since the key lasts), 156 s
     # for the first start on a cold machine

@@ -163,9 +163,10 @@ class CampaignRunner(Generic[H]):
                 self.progress = Progress(label=self.pair_key, total=total)
             self.progress.total = total
             self.progress.pace = None
-            hint = self.backend.graph_capture_note() if isinstance(self.backend, ModelBackend) else None
-            if hint is not None:
-                result.notes.append(hint)
+            if isinstance(self.backend, ModelBackend):
+                for hint in (self.backend.graph_capture_note(), self.backend.start_method_note()):
+                    if hint is not None:
+                        result.notes.append(hint)
             if resident:
                 from . import blocks
 

@@ -47,7 +47,10 @@ if TYPE_CHECKING:
 
 __all__ = ["HOLD_MARK", "POLL_S", "Held"]
 
-POLL_S = 0.1  # the log is read this often: the workers come 17-25 s after the engine core's first line
+#: the log is read this often: the workers come 17-25 s after the engine core's first line where vLLM spawns them,
+#: about 1 s after it where they are forked (``VLLM_WORKER_MULTIPROC_METHOD=fork``: 2x H200, 2026-11-27, every
+#: server of that night stopped before its engine core made a worker); a worker line first means "late"
+POLL_S = 0.1
 #: the first line of vLLM's engine core (``EngineCore``, ``EngineCore_0``, ``EngineCore_DP0``): no worker yet
 HOLD_MARK = re.compile(r"^\(EngineCore\S* pid=\d+\) ", re.MULTILINE)
 #: a line that means the GPU work began (or is done): too late to hold the server before it
