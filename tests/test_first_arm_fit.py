@@ -205,3 +205,12 @@ def test_a_resident_campaign_records_its_first_arm_fit(tmp_path: Path, starts: i
         assert ("first-arm effect fitted" in dec["reason"]) == (status == "fitted")
         kind = str(res.uplift[point]["kind"])  # aggregate's interval: the same fit
         assert ("df = starts - 2, the first arm's effect fitted" in kind) == (status == "fitted"), kind
+
+
+def test_with_three_arms_a_start_s_sequence_names_the_uplift_s_own_arms() -> None:
+    """Three resident arms run A, B, C in one start and C, B, A in the next: the uplift of A over B is labelled by
+    which of A and B went first, never by C."""
+    arms = ["p2p_on", "p2p_off", "nvlink_off"]
+    assert [first_arm(arms, s) for s in (1, 2)] == ["p2p_on", "nvlink_off"]
+    assert [first_arm(arms, s, arms[:2]) for s in range(1, 5)] == ["p2p_on", "p2p_off", "p2p_on", "p2p_off"]
+    assert [first_arm(arms, s, ["p2p_off", "nvlink_off"]) for s in (1, 2)] == ["p2p_off", "nvlink_off"]

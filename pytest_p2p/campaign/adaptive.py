@@ -207,7 +207,7 @@ def point_blocks(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list
     groups = by_start(a, b, config.metric(kind), kind, reps)
     return PointBlocks([[(x, y) for _, x, y in ws] for ws in groups.values()],
                        launch_labels({start: launch_of(a.get(ws[0][0])) for start, ws in groups.items()}),
-                       [f"{first_arm(config.arms, start)} first" for start in groups])
+                       [f"{first_arm(config.arms, start, config.arms[:2])} first" for start in groups])
 
 
 def start_plan(config: CampaignConfig, alpha: float) -> SequentialPlan:

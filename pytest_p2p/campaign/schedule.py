@@ -77,7 +77,11 @@ def order(arms: Sequence[str], start: int, window: int) -> list[str]:
     return list(reversed(arms)) if (window % 2 == 0) != (start % 2 == 0) else list(arms)
 
 
-def first_arm(arms: Sequence[str], start: int) -> str:
+def first_arm(arms: Sequence[str], start: int, among: Sequence[str] = ()) -> str:
     """The arm that goes first at every point of server start ``start``: the start's *sequence*, as the verdict
-    labels it (``stats.decide_nested(sequences=)`` fits the order's effect from 6 starts on)."""
-    return order(arms, start, 1)[0]
+    labels it (``stats.decide_nested(sequences=)`` fits the order's effect from 6 starts on).
+
+    ``among``: the two arms an uplift compares (the campaign's first two); the first of *them* in the start's
+    order. Why: with three arms (A, B, C, then C, B, A) a start's first arm is A or C, and "C first" names an arm
+    the uplift of A over B does not compare, though A and B too alternate which of them goes first."""
+    return next(a for a in order(arms, start, 1) if not among or a in among)
