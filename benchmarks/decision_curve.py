@@ -39,8 +39,7 @@ from pytest_p2p.campaign.schedule import first_arm  # noqa: E402
 from pytest_p2p.errors import ResultsError  # noqa: E402
 from pytest_p2p.results.layout import REP_GLOB, REP_RE, RUN_META  # noqa: E402
 from pytest_p2p.results.read import optional_object, read_object, scenario_dirs  # noqa: E402
-from pytest_p2p.stats import StartPrior, StatsError, components, decide_nested, launch_use, sequence_use  # noqa: E402
-from pytest_p2p.stats.nested import prior_use  # noqa: E402
+from pytest_p2p.stats import StartPrior, StatsError, components, decide_nested, nested_model  # noqa: E402
 
 
 def _when(text: object) -> float | None:
@@ -147,23 +146,19 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
             except StatsError as exc:
                 rows.append({"point": point, "starts": k, "error": str(exc)})
                 continue
+            model = nested_model(blocks, prior=lent, launches=launches, sequences=orders)
             lo, hi = dec.lower, dec.upper
             rows.append({"point": point, "starts": k, "windows": sum(len(x) for x in blocks),
                          "uplift": dec.estimate, "lo": lo, "hi": hi, "half": (hi - lo) / 2,
                          # the same half-width as a share of the ratio (on / off), the goal's "+-2 %" read that way
                          "half_of_ratio": (hi - lo) / 2 / (1 + dec.estimate),
                          "outcome": dec.outcome.value, "wall_s": done - begin if begin is not None else None,
-                         "first_arm": sequence_use(blocks, orders, launches=launches).status,
-                         **({"prior": prior_use(blocks, lent, sequences=orders).status} if lent is not None else {}),
-                         **_guard(blocks, launches)})
+                         "first_arm": model.fit.status,
+                         **({"prior": model.prior.status} if lent is not None else {}),
+                         **({} if model.launch.status == "none" else {"launch_guard": model.launch.status,
+                                                                      "launches": model.launch.launches,
+                                                                      "guard_p": model.launch.p})})
     return rows
-
-
-def _guard(blocks: list[list[tuple[float, float]]], launches: list[object]) -> dict[str, object]:
-    """The launch guard on these starts (``{}`` when each start had a launch of its own)."""
-    check = launch_use(blocks, launches)
-    return {} if check.status == "none" else {"launch_guard": check.status, "launches": check.launches,
-                                              "guard_p": check.p}
 
 
 def _assumed_prior(prior: tuple[float, float], blocks: list[list[tuple[float, float]]]) -> StartPrior | None:

@@ -68,3 +68,21 @@ def test_several_starts_of_one_launch_are_inconclusive_as_one_start_is() -> None
     d = decide_nested(_blocks([0.2, 0.21, 0.19, 0.2]), threshold=0.0, alpha=0.005, launches=[3, 3, 3, 3])
     assert d.outcome is Outcome.INCONCLUSIVE
     assert "made at once, in one launch" in d.reason and "at least 2 launches are needed" in d.reason
+
+
+def test_where_the_guard_fires_the_model_says_the_prior_was_set_aside_as_the_decision_did() -> None:
+    """``run.json`` records the prior's use beside the decision (``stats.nested_model``, one pass). Asked apart,
+    without the launches, the prior looked borrowed on a night the guard had judged on launch means; the model
+    answers what the decision did."""
+    from pytest_p2p.stats import StartPrior, nested_model, prior_use
+
+    ratios = [0.100, 0.102, 0.098, 0.101, 0.200, 0.199, 0.201, 0.202, 0.150, 0.151, 0.149, 0.150]
+    labels = ["x"] * 4 + ["y"] * 4 + ["z"] * 4
+    prior = StartPrior(var=0.05 ** 2, df=18.0, nights=9, windows=2)
+    d = decide_nested(_blocks(ratios), threshold=0.0, alpha=0.005, prior=prior, launches=labels)
+    model = nested_model(_blocks(ratios), prior=prior, launches=labels)
+    assert d.n == 3 and model.launch.status == "fired" and model.fit.status == "none"
+    assert model.prior.status == "ignored" and "launch guard fired" in model.prior.reason
+    assert prior_use(_blocks(ratios), prior, launches=labels) == model.prior
+    assert prior_use(_blocks(ratios), prior).status == "used"  # the same night, the launches not given
+    assert "start spread from 9 earlier nights (18 df))" not in d.reason

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -30,20 +30,19 @@ from ..jsontypes import as_float
 from ..stats import (
     Decision,
     Outcome,
+    PriorUse,
     SequentialPlan,
     StartPrior,
     StatsError,
     components,
     decide_nested,
     decide_uplift,
-    launch_use,
+    nested_model,
     outliers,
     outlying_slots,
-    prior_use,
     screen_pairs,
     screen_starts,
     screen_windows,
-    sequence_use,
     slot_shift,
 )
 from .aggregate import group_by_start, is_measurement, launch_labels, launch_of, start_of
@@ -245,33 +244,30 @@ def point_record(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list
     """
     pb = point_blocks(a, b, config, kind, reps)
     higher = config.direction(kind) == "higher"
-    return {"components": _components_json(pb, higher), "start_prior": _prior_json(pb, higher, prior),
-            "launch_guard": _guarded(lambda: launch_use(pb.blocks, pb.launches, higher_is_better=higher).as_json()),
-            "first_arm": _guarded(lambda: sequence_use(pb.blocks, pb.sequences, launches=pb.launches,
-                                                       higher_is_better=higher).as_json())}
-
-
-def _guarded(record: Callable[[], Json]) -> Json:
-    """``record()``, or ``{"error": why}`` where the windows cannot be judged (a value that forms no ratio)."""
     try:
-        return record()
+        model = nested_model(pb.blocks, higher_is_better=higher, prior=prior, launches=pb.launches,
+                             sequences=pb.sequences)
     except StatsError as exc:
-        return {"error": str(exc)}
+        error: Json = {"error": str(exc)}
+        return {"components": _components_json(pb, higher), "start_prior": _prior_json(prior, None, exc),
+                "launch_guard": error, "first_arm": error}
+    return {"components": _components_json(pb, higher), "start_prior": _prior_json(prior, model.prior),
+            "launch_guard": model.launch.as_json(), "first_arm": model.fit.as_json()}
 
 
 def prior_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int],
                prior: StartPrior | None) -> Json:
     """:func:`point_record`'s ``start_prior`` alone."""
-    return _prior_json(point_blocks(a, b, config, kind, reps), config.direction(kind) == "higher", prior)
+    got = point_record(a, b, config, kind, reps, prior)["start_prior"]
+    assert isinstance(got, dict)
+    return got
 
 
-def _prior_json(pb: PointBlocks, higher: bool, prior: StartPrior | None) -> Json:
+def _prior_json(prior: StartPrior | None, use: PriorUse | None, error: StatsError | None = None) -> Json:
     if prior is None:
         return {"status": "none"}
-    try:
-        use = prior_use(pb.blocks, prior, higher_is_better=higher, sequences=pb.sequences)
-    except StatsError as exc:
-        return {"status": "ignored", "nights": prior.nights, "df": prior.df, "reason": str(exc)}
+    if use is None:
+        return {"status": "ignored", "nights": prior.nights, "df": prior.df, "reason": str(error)}
     return {**use.as_json(), "var": prior.var, "windows": prior.windows, "moderated": prior.moderated}
 
 
@@ -281,11 +277,11 @@ def components_json(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: l
 
 
 def _components_json(pb: PointBlocks, higher: bool) -> Json:
-    def record() -> Json:
+    try:
         c = components(pb.blocks, higher_is_better=higher)
-        return {"start_sd": c.start_sd, "window_sd": c.window_sd, "starts": c.blocks, "window_pairs": c.windows}
-
-    return _guarded(record)
+    except StatsError as exc:  # a value that forms no ratio
+        return {"error": str(exc)}
+    return {"start_sd": c.start_sd, "window_sd": c.window_sd, "starts": c.blocks, "window_pairs": c.windows}
 
 
 #: The window pair spread up to which the in-run window screens are shown not to move the verdict's error rates

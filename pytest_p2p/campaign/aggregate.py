@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
-from ..stats.nested import StartPrior, decide_nested, launch_use, prior_use, sequence_use
+from ..stats.nested import StartPrior, decide_nested, nested_model
 from ..stats.summary import paired_uplift, summarize
 from ..stats.tdist import StatsError
 from .config import CampaignConfig
@@ -202,13 +202,12 @@ def _nested_interval(av: list[float | None], bv: list[float | None], starts: lis
     d = decide_nested(blocks, threshold=0.0, higher_is_better=higher, alpha=0.025, prior=prior, launches=labels,
                       sequences=seq)
     ok = d.n >= 2 and math.isfinite(d.lower) and math.isfinite(d.upper)
-    used = prior is not None and bool(blocks) and prior_use(blocks, prior, higher_is_better=higher,
-                                                            sequences=seq).status == "used"
-    fitted = bool(blocks) and sequence_use(blocks, seq, launches=labels, higher_is_better=higher).status == "fitted"
+    model = nested_model(blocks, higher_is_better=higher, prior=prior, launches=labels, sequences=seq)
+    fitted = model.fit.status == "fitted"
     own = "df = starts - 2, the first arm's effect fitted" if fitted else "df = starts - 1"
     df = (f"{own} + {prior.df:.3g} from a start spread of {prior.nights} earlier nights"
-          if used and prior is not None else own)
-    if blocks and launch_use(blocks, labels, higher_is_better=higher).status == "fired":
+          if model.prior.status == "used" and prior is not None else own)
+    if model.launch.status == "fired":
         df = "the launch guard fired: df = launches - 1 on the launch means"
     mean = "each order's start means, the orders weighed alike" if fitted else "start means"
     return {"estimate": d.estimate if math.isfinite(d.estimate) else None,

@@ -31,6 +31,7 @@ from .multiplicity import holm_adjust, holm_reject
 from .nested import (
     Components,
     LaunchCheck,
+    NestedModel,
     NestedPlan,
     PriorUse,
     SequenceFit,
@@ -41,14 +42,13 @@ from .nested import (
     expected_halfwidth,
     fits_sequences,
     launch_check,
-    launch_use,
+    nested_model,
     plan_for,
     plan_with_prior,
     prior_use,
     screen_starts,
     screen_windows,
     sequence_fit,
-    sequence_use,
     spread_seen,
     start_prior,
     windows_for,
@@ -58,12 +58,13 @@ from .summary import RepSummary, paired_uplift, summarise, summarize
 from .tdist import StatsError, t_cdf, t_quantile, z_quantile
 
 __all__ = [
-    "Components", "Decision", "LaunchCheck", "MIN_RUNS", "MODERATE_MIN_REPS", "MODERATE_MIN_RUNS", "NestedPlan",
+    "Components", "Decision", "LaunchCheck", "MIN_RUNS", "MODERATE_MIN_REPS", "MODERATE_MIN_RUNS", "NestedModel",
+    "NestedPlan",
     "Outcome", "PriorUse", "RepSummary", "RunStats", "SequenceFit", "SequentialPlan", "SpreadPrior", "StatsError",
     "components", "decide_change", "decide_nested", "decide_uplift", "expected_halfwidth", "family_wise",
-    "fits_sequences", "holm_adjust", "holm_reject", "launch_check", "launch_use", "log_ratios", "outliers",
+    "fits_sequences", "holm_adjust", "holm_reject", "launch_check", "log_ratios", "nested_model", "outliers",
     "outlying_slots", "paired_uplift", "pairs_for", "plan_for", "plan_with_prior", "prior_use", "screen_pairs",
-    "screen_starts", "screen_windows", "sequence_fit", "sequence_use", "slot_shift", "spread_prior", "spread_seen",
+    "screen_starts", "screen_windows", "sequence_fit", "slot_shift", "spread_prior", "spread_seen",
     "SpreadSeen", "StartPrior", "start_prior", "summarise", "summarize", "t_cdf", "t_quantile", "windows_for",
     "z_quantile",
 ]

@@ -445,16 +445,6 @@ def sequence_fit(means: Sequence[float], sequences: Sequence[object] | None) -> 
                        math.fsum(1 / len(g) for g in by.values()) / k ** 2, f, p)
 
 
-def sequence_use(blocks: Blocks, sequences: Sequence[object] | None, *, launches: Sequence[object] | None = None,
-                 higher_is_better: bool = True) -> SequenceFit:
-    """The first-arm fit :func:`decide_nested` makes for these blocks (the same rule; ``none`` where the launch
-    guard fired, since the launch means are judged then)."""
-    means = [_mean(r) for r in _block_ratios(blocks, higher_is_better)]
-    if launch_check(means, launches).status == "fired":
-        return SequenceFit("none")
-    return sequence_fit(means, sequences)
-
-
 def fits_sequences(starts: int, sequences: int = 2) -> bool:
     """Whether a campaign of ``starts`` starts, its first arm alternating over ``sequences`` orders start by
     start, is judged with the first-arm effect fitted (:func:`sequence_fit`'s rule, for the planner)."""
@@ -502,14 +492,6 @@ def _prior_use(tonight: _Spread | None, sizes: Sequence[int], prior: StartPrior 
         return PriorUse("refused", why, prior.nights, prior.df, p)
     total = prior.df + tonight.df
     return PriorUse("used", "", prior.nights, prior.df, p, (prior.df * prior.var + tonight.df * s2) / total, total)
-
-
-def prior_use(blocks: Blocks, prior: StartPrior | None, *, higher_is_better: bool = True,
-              sequences: Sequence[object] | None = None) -> PriorUse:
-    """Whether :func:`decide_nested` borrows ``prior`` for these blocks, and why not (the same rule it applies)."""
-    ratios = _block_ratios(blocks, higher_is_better)
-    means = [_mean(r) for r in ratios]
-    return _prior_use(_spread(means, sequence_fit(means, sequences)), [len(r) for r in ratios], prior)
 
 
 def _judged(base: Decision, sp: _Spread, threshold: float, alpha: float, starts: int) -> Decision:
@@ -590,9 +572,47 @@ def launch_check(means: Sequence[float], launches: Sequence[object] | None) -> L
     return LaunchCheck("fired" if p < LAUNCH_GUARD_LEVEL else "passed", n_l, s, f, p)
 
 
-def launch_use(blocks: Blocks, launches: Sequence[object] | None, *, higher_is_better: bool = True) -> LaunchCheck:
-    """What the launch guard of :func:`decide_nested` finds for these blocks (the same rule it applies)."""
-    return launch_check([_mean(r) for r in _block_ratios(blocks, higher_is_better)], launches)
+@dataclass(frozen=True)
+class NestedModel:
+    """What :func:`decide_nested` applies to a point's blocks, found once: the launch guard's finding, the
+    first-arm fit (``none`` where the guard fired: the launch means are judged then) and the start prior's use
+    (``ignored`` where the guard fired). Why one object: ``run.json`` records all three beside the decision and
+    the aggregate's interval names them; asked one by one they regrouped the windows each time, and the prior's
+    answer could disagree with the decision's where the guard fired."""
+
+    launch: LaunchCheck
+    fit: SequenceFit
+    prior: PriorUse
+
+
+def nested_model(blocks: Blocks, *, higher_is_better: bool = True, prior: StartPrior | None = None,
+                 launches: Sequence[object] | None = None, sequences: Sequence[object] | None = None) -> NestedModel:
+    """The model :func:`decide_nested` applies to ``blocks`` with these arguments (the same rules, one pass)."""
+    ratios = _block_ratios(blocks, higher_is_better)
+    return _model([_mean(r) for r in ratios], [len(r) for r in ratios], prior, launches, sequences)[0]
+
+
+def prior_use(blocks: Blocks, prior: StartPrior | None, *, higher_is_better: bool = True,
+              sequences: Sequence[object] | None = None, launches: Sequence[object] | None = None) -> PriorUse:
+    """Whether :func:`decide_nested` borrows ``prior`` for these blocks, and why not (:func:`nested_model`)."""
+    return nested_model(blocks, higher_is_better=higher_is_better, prior=prior, launches=launches,
+                        sequences=sequences).prior
+
+
+def _model(means: Sequence[float], sizes: Sequence[int], prior: StartPrior | None,
+           launches: Sequence[object] | None,
+           sequences: Sequence[object] | None) -> tuple[NestedModel, _Spread | None, PriorUse]:
+    """``(the model applied, tonight's spread as judged, the prior's use as first considered)``: the last names
+    in the decision's reason why a prior was refused even where the launch guard then set it aside."""
+    check = launch_check(means, launches)
+    fit = sequence_fit(means, sequences) if check.status != "fired" else SequenceFit("none")
+    tonight = _spread(means, fit)
+    considered = _prior_use(tonight, sizes, prior)
+    use = considered
+    if check.status == "fired" and prior is not None:
+        use = PriorUse("ignored", (f"the {prior.describe()} is not borrowed: the launch guard fired and the launch "
+                                   "means are judged"), considered.nights, considered.df, None)
+    return NestedModel(check, fit, use), tonight, considered
 
 
 def _by_launch(means: Sequence[float], launches: Sequence[object]) -> dict[object, list[float]]:
@@ -658,11 +678,9 @@ def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = 
         return dataclasses.replace(base, reason=f"{quantity}: no server starts measured")
     sizes = [len(r) for r in ratios]
     win = _windows_text(sizes)
-    check = launch_check(means, launches)
-    fit = sequence_fit(means, sequences) if check.status != "fired" else SequenceFit("none")
-    tonight = _spread(means, fit)
-    use = _prior_use(tonight, sizes, prior)
-    note = "".join(f"; {x}" for x in (use.reason, check.reason(), fit.reason()) if x)
+    model, tonight, considered = _model(means, sizes, prior, launches, sequences)
+    check, fit, use = model.launch, model.fit, model.prior
+    note = "".join(f"; {x}" for x in (considered.reason, check.reason(), fit.reason()) if x)
     if len(ratios) == 1:
         return dataclasses.replace(base, reason=(
             f"{quantity} {_pct(base.estimate)} ({win}) from one server start: the start-to-start spread is "
@@ -675,7 +693,6 @@ def decide_nested(blocks: Blocks, *, threshold: float, higher_is_better: bool = 
         lm = [_mean(g) for g in _by_launch(means, launches).values()]
         base = decide_uplift([math.exp(m) for m in lm], [1.0] * len(lm), threshold=threshold, alpha=alpha,
                              quantity=quantity)
-        use = PriorUse("ignored", "", use.nights, use.df, None) if prior is not None else use
     elif use.status == "used" and tonight is not None:
         base = _judged(base, _Spread(tonight.mean, use.var or 0.0, use.total_df or 1.0, tonight.scale), threshold,
                        alpha, len(means))
