@@ -531,3 +531,28 @@ def test_forked_engine_cores_and_workers_plan_shorter_starts_and_a_spawning_rig_
                   dataclasses.replace(server, command=("python", "-m", "sglang.launch_server"))):
         backend.server = quiet
         assert backend.start_method_note() is None, quiet
+
+
+def test_the_plus_minus_2_percent_plan_prices_more_starts_at_a_later_launch(tmp_path: Path) -> None:
+    """A rig that learns its KV cache size starts ahead from launch 3 on; the plan's "+-2 % would take ..." priced
+    every start at launch 2's unheld start (the 7B rig: "10 starts ~ 29 min" where its later launches make 18).
+    Learned or set, the later launches cost the same, and so does the +-2 % plan."""
+    from test_campaign_resident import BASE
+
+    from pytest_p2p.campaign.backends import ModelBackend
+    from pytest_p2p.campaign.blocks import plan_line
+    from pytest_p2p.campaign.runner import CampaignRunner
+    from pytest_p2p.lease import GpuLease
+    from pytest_p2p.probes.arms import PRESETS
+    from pytest_p2p.serve.config import parse_server
+
+    config = parse_campaign({**BASE, "starts": 6, "windows": 2, "window_s": 8, "start_ahead": True}, "rig.yaml")
+    tails = []
+    for args in ({}, {"kv_cache_memory_bytes": 1 << 30}):
+        server = parse_server({"command": ["vllm", "serve"], "model": "m", "args": args}, "rig.yaml")
+        runner = CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS,
+                                backend=ModelBackend(server=server, campaign=config, pair=(0, 1), rig_env={}),
+                                results_root=tmp_path, rig_name="r", lease=GpuLease(tmp_path / "locks"))
+        line = plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]
+        tails.append(line[line.index("+-2 % would take"):])
+    assert tails[0] == tails[1], tails
