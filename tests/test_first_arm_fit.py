@@ -214,3 +214,5 @@ def test_with_three_arms_a_start_s_sequence_names_the_uplift_s_own_arms() -> Non
     assert [first_arm(arms, s) for s in (1, 2)] == ["p2p_on", "nvlink_off"]
     assert [first_arm(arms, s, arms[:2]) for s in range(1, 5)] == ["p2p_on", "p2p_off", "p2p_on", "p2p_off"]
     assert [first_arm(arms, s, ["p2p_off", "nvlink_off"]) for s in (1, 2)] == ["p2p_off", "nvlink_off"]
+    with pytest.raises(ValueError, match="none of"):
+        first_arm(arms, 1, ["sleep"])

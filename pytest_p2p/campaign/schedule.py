@@ -84,4 +84,7 @@ def first_arm(arms: Sequence[str], start: int, among: Sequence[str] = ()) -> str
     ``among``: the two arms an uplift compares (the campaign's first two); the first of *them* in the start's
     order. Why: with three arms (A, B, C, then C, B, A) a start's first arm is A or C, and "C first" names an arm
     the uplift of A over B does not compare, though A and B too alternate which of them goes first."""
-    return next(a for a in order(arms, start, 1) if not among or a in among)
+    got = next((a for a in order(arms, start, 1) if not among or a in among), None)
+    if got is None:  # a caller's bug, not a rig's: the uplift's arms are the campaign's first two
+        raise ValueError(f"first_arm: none of {list(among)} is among the campaign's arms {list(arms)}")
+    return got
