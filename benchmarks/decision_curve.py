@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import campaign_time  # noqa: E402 - the wall-time reading of a results directory, shared
 
 from pytest_p2p.campaign.aggregate import group_by_start  # noqa: E402
-from pytest_p2p.campaign.schedule import first_arm  # noqa: E402
+from pytest_p2p.campaign.schedule import sequence_label  # noqa: E402
 from pytest_p2p.errors import ResultsError  # noqa: E402
 from pytest_p2p.results.layout import REP_GLOB, REP_RE, RUN_META  # noqa: E402
 from pytest_p2p.results.read import optional_object, read_object, scenario_dirs  # noqa: E402
@@ -114,7 +114,7 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
           on: str, off: str, prior: tuple[float, float] | None = None, fit: bool = True) -> list[dict[str, object]]:
     """One row per point and number of starts ``k``: the decision on starts 1..k and the wall time to it
     (``prior``: an assumed ``(start sd, df)`` of earlier nights, see the module doc; ``fit``: the first arm's
-    order labelled as the campaign ran it, ``campaign.schedule.first_arm`` with ``on`` first in odd starts, so
+    order labelled as the campaign ran it, ``campaign.schedule.sequence_label`` with ``on`` first in odd starts, so
     the decision fits its effect from 6 starts on as the campaign's own does; False replays the rule before it)."""
     begin = _when(run.get("started_at"))
     ends = [e for reps in wins.values() for (_, _, e, _) in reps.values()]
@@ -139,7 +139,7 @@ def curve(run: dict[str, object], wins: dict[tuple[str, str], dict[int, Window]]
             blocks = [by_start[s] for s in starts[:k]]
             done = max(e for s, e in start_end.items() if s <= starts[k - 1])
             launches = [launch[s] for s in starts[:k]]
-            orders = [f"{first_arm([on, off], s)} first" for s in starts[:k]] if fit else None
+            orders = [sequence_label([on, off], s) for s in starts[:k]] if fit else None
             try:
                 dec = decide_nested(blocks, threshold=threshold, alpha=alpha, prior=lent, launches=launches,
                                     sequences=orders)

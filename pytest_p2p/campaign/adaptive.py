@@ -47,7 +47,7 @@ from ..stats import (
 )
 from .aggregate import group_by_start, is_measurement, launch_labels, launch_of, start_of
 from .config import CampaignConfig
-from .schedule import first_arm
+from .schedule import sequence_label
 
 Json = dict[str, object]
 Reps = Mapping[int, Mapping[str, object]]
@@ -197,7 +197,7 @@ class PointBlocks(NamedTuple):
 
     blocks: list[list[tuple[float, float]]]
     launches: list[object] | None  # the launch of each start (None: every start had its own)
-    sequences: list[str]  # the order each start ran in: "<arm> first" (campaign.schedule.first_arm)
+    sequences: list[str]  # the order each start ran in: "<arm> first" (campaign.schedule.sequence_label)
 
 
 def point_blocks(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int]) -> PointBlocks:
@@ -206,7 +206,7 @@ def point_blocks(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list
     groups = by_start(a, b, config.metric(kind), kind, reps)
     return PointBlocks([[(x, y) for _, x, y in ws] for ws in groups.values()],
                        launch_labels({start: launch_of(a.get(ws[0][0])) for start, ws in groups.items()}),
-                       [f"{first_arm(config.arms, start, config.arms[:2])} first" for start in groups])
+                       [sequence_label(config.arms, start) for start in groups])
 
 
 def start_plan(config: CampaignConfig, alpha: float) -> SequentialPlan:

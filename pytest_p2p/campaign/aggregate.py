@@ -16,7 +16,7 @@ from ..stats.nested import StartPrior, decide_nested, nested_model
 from ..stats.summary import paired_uplift, summarize
 from ..stats.tdist import StatsError
 from .config import CampaignConfig
-from .schedule import first_arm
+from .schedule import sequence_label
 
 T = TypeVar("T")
 Json = dict[str, object]
@@ -146,8 +146,7 @@ def uplift_at(a_reps: Mapping[int, Mapping[str, object]], b_reps: Mapping[int, M
         starts = [start_of(a_reps.get(k)) for k in reps]
         if any(s is not None for s in starts):
             launches = {s: launch_of(a_reps.get(k)) for s, k in zip(starts, reps, strict=True) if s is not None}
-            up.update(_nested_interval(av, bv, starts, higher, prior, launches, config.arms,
-                                       config.arms[:2]))
+            up.update(_nested_interval(av, bv, starts, higher, prior, launches, config.arms))
     except StatsError as exc:
         up = {"estimate": None, "ci95": None, "n": 0, "error": str(exc)}
     return {**up, "metric": metric, "faster_arm": config.arm_a, "slower_arm": config.arm_b}
@@ -187,18 +186,18 @@ def group_by_start(items: Iterable[tuple[int | None, T]]) -> dict[int, list[T]]:
 
 def _nested_interval(av: list[float | None], bv: list[float | None], starts: list[int | None],
                      higher: bool, prior: StartPrior | None = None,
-                     launches: Mapping[int, int | None] | None = None, arms: Sequence[str] = (),
-                     pair: Sequence[str] = ()) -> Json:
+                     launches: Mapping[int, int | None] | None = None, arms: Sequence[str] = ()) -> Json:
     """Windows nested in server starts: the estimate and 95 % interval on the start means (the start is the
     unit, :func:`pytest_p2p.stats.decide_nested`), not on windows as if each had its own start; with the
     start spread from earlier nights where the decision borrows it (same guard), on the launch means where
     the launch guard fires (starts made at once), and with the first arm's effect fitted where the decision
-    fits it (``arms``: the campaign's, whose order alternates start by start), so the two intervals agree."""
+    fits it (``arms``: the campaign's, whose order alternates start by start: :func:`~.schedule.sequence_label`),
+    so the two intervals agree."""
     groups = group_by_start((s, (a, b)) for a, b, s in zip(av, bv, starts, strict=True)
                             if a is not None and b is not None)
     blocks = list(groups.values())
     labels = launch_labels({s: (launches or {}).get(s) for s in groups})
-    seq = [f"{first_arm(arms, s, pair)} first" for s in groups] if arms else None
+    seq = [sequence_label(arms, s) for s in groups] if arms else None
     d = decide_nested(blocks, threshold=0.0, higher_is_better=higher, alpha=0.025, prior=prior, launches=labels,
                       sequences=seq)
     ok = d.n >= 2 and math.isfinite(d.lower) and math.isfinite(d.upper)

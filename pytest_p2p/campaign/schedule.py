@@ -88,3 +88,10 @@ def first_arm(arms: Sequence[str], start: int, among: Sequence[str] = ()) -> str
     if got is None:  # a caller's bug, not a rig's: the uplift's arms are the campaign's first two
         raise ValueError(f"first_arm: none of {list(among)} is among the campaign's arms {list(arms)}")
     return got
+
+
+def sequence_label(arms: Sequence[str], start: int) -> str:
+    """``"<arm> first"``: the label of start ``start``'s sequence for the uplift of ``arms[0]`` over ``arms[1]``,
+    as ``stats.decide_nested(sequences=)`` takes it -- the one spelling the campaign's decision, its aggregate
+    interval and the report's re-judgement share (:func:`first_arm` among the uplift's two arms)."""
+    return f"{first_arm(arms, start, arms[:2])} first"

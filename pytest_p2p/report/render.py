@@ -300,13 +300,14 @@ def _judge_starts(entry: UpliftEntry, by_start: Mapping[int, list[tuple[float, f
     """The nested decision (start means; the first arm's effect fitted from 6 starts on) of a resident run at the
     rule's alpha, taken into ``entry`` as the campaign's own decision would be (:func:`_take_decision`)."""
     from pytest_p2p.campaign.adaptive import decision_json
+    from pytest_p2p.campaign.schedule import sequence_label
     from pytest_p2p.stats import StatsError
     from pytest_p2p.stats.nested import decide_nested
 
     what = f"uplift of {entry['faster_arm']} over {entry['slower_arm']}"
     blocks = list(by_start.values())
-    # the first arm alternates start by start (campaign.schedule.order): odd and even starts ran opposite orders
-    orders = [f"{'odd' if s % 2 else 'even'} starts" for s in by_start]
+    # the first arm alternates start by start: labelled as the campaign's own decision labels it
+    orders = [sequence_label([str(entry["faster_arm"]), str(entry["slower_arm"])], s) for s in by_start]
     try:
         d = decide_nested(blocks, threshold=float(entry["threshold"] or 0.0), higher_is_better=higher,
                           alpha=min(rule.alpha_for(len(blocks)), 0.49), quantity=what, sequences=orders)
