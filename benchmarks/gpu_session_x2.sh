@@ -12,6 +12,7 @@
 #                                                    # metrics as res_*_poll_compact.json (the rep files stay: 101 MiB)
 #
 # Steps (minutes on 2x H100, estimated from the 4x H100 session of 2026-11-26):
+#   topo      the CPUs (lscpu, each CPU's last-level cache and SMT siblings) and nvidia-smi topo -m: topo.txt  ~0
 #   faults    benchmarks/gpu_faults.py --vllm --trials 3: six faults x 3, one line each (issue 30)      ~12
 #             (FAULTS_ONLY=vllm-oom,engine-kill: those two, ~6)
 #   repeat    the probe checks 20 times on GPUs 0-1 (issue 24 goal: 0 failures in 20)                    ~9
@@ -40,7 +41,7 @@
 #             10 s at c16/c64, then window_noise.py and campaign_compact.py (issue 24)                    ~15
 #             (CAMPAIGN_RANGE r: server.load.range_ratio r; CAMPAIGN_AHEAD=1: campaign.start_ahead, the next launch's servers started and held ahead;
 #             CAMPAIGN_STARTS, CAMPAIGN_WINDOWS, CAMPAIGN_WINDOW_S change the design; CAMPAIGN_SEQS n sets
-#             server.args max-num-seqs n, CAMPAIGN_FORK=1 server.env VLLM_WORKER_MULTIPROC_METHOD=fork; CAMPAIGN_AT_ONCE k
+#             server.args max-num-seqs n, CAMPAIGN_FORK=1 server.env VLLM_WORKER_MULTIPROC_METHOD=fork; CAMPAIGN_CPUS=auto server.cpus auto; CAMPAIGN_AT_ONCE k
 #             makes k starts per launch (3 launches at least), CAMPAIGN_KV_GIB the KV cache of each server,
 #             default 16); the step twice in one queue: two nights on the pair, the second judged against
 #             the first's baseline in history.db (campaign2_night2.txt). CAMPAIGN_RIG=FILE runs that rig file
@@ -83,6 +84,8 @@ else:  # both arms' servers start at once; the KV cache is set by the rig, so ev
         rig["server"]["args"]["max-num-seqs"] = int(os.environ["CAMPAIGN_SEQS"])
     if os.environ.get("CAMPAIGN_FORK") == "1":  # engine core and workers forked: no second and third import of vLLM
         rig["server"].setdefault("env", {})["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
+    if os.environ.get("CAMPAIGN_CPUS"):  # server.cpus: auto pins each server of a launch to whole cores of its own
+        rig["server"]["cpus"] = os.environ["CAMPAIGN_CPUS"]
     if os.environ.get("CAMPAIGN_RANGE"):  # server.load.range_ratio: each request's lengths within L * (1 -+ r)
         rig["server"].setdefault("load", {})["range_ratio"] = float(os.environ["CAMPAIGN_RANGE"])
 rig["server"].setdefault("env", {})["VLLM_CACHE_ROOT"] = f"{w}/vllm-cache"
@@ -111,6 +114,9 @@ site_add() {  # the project's wheel and what vLLM's set lacks (never vLLM's own 
 step() {
   local P=$W/proj
   case "$1" in
+    topo) { lscpu; for c in /sys/devices/system/cpu/cpu[0-9]*; do
+              echo "$(basename $c) l3 $(cat $c/cache/index3/shared_cpu_list 2>/dev/null) siblings $(cat $c/topology/thread_siblings_list 2>/dev/null)"
+            done; nvidia-smi topo -m; } > $W/topo.txt 2>&1;;
     faults) (cd $P && OUT=$W/faults GPU_FAULTS_PAIR=${PAIR:-0,1} timeout 1500 python3 benchmarks/gpu_faults.py --vllm \
                --trials 3 ${FAULTS_ONLY:+--only $FAULTS_ONLY} > $W/faults.txt 2>&1);;
     repeat) local r=repeat_$(date +%s)  # a lane may repeat this step (REPEAT_MAX_S caps each)
@@ -220,6 +226,6 @@ case "${1:-status}" in
       rig_windows.yaml res_windows heartbeat.txt campaign2.txt campaign2_night*.txt rig_campaign2.yaml campaign2_compact.json \
       campaign2_time.json res_campaign2 res_windows_poll_compact.json res_campaign2_poll_compact.json history.db \
       selfcheck.txt selfcheck queue_*.out threads.log \
-      startfork.txt startfork 2>/dev/null
+      startfork.txt startfork topo.txt 2>/dev/null
     ls -la "$OUT";;
 esac

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ..errors import CampaignError, RepFailed, ServerError
+from ..serve.cores import cpu_list
 from .config import CampaignConfig
 from .liveness import Identity, death_cause
 
@@ -163,7 +164,7 @@ class ModelBackend:
         The servers start in parallel or one after the other (:meth:`start_plan`); how, in how long and
         with which KV cache size is :attr:`last_start` (set before the slots are yielded).
         """
-        from ..serve.server import continue_all, launch, launch_all
+        from ..serve.server import continue_all, launch, launch_all, launch_cpus
 
         names = list(labels) if labels is not None else [a.name for a in arms]
         if len(names) != len(arms) or len(set(names)) != len(names) or len(log_paths) != len(arms):
@@ -194,9 +195,9 @@ class ModelBackend:
                 slots = {name: ServerSlot(srv, Identity.of(srv.process)) for name, srv in zip(names, servers,
                                                                                                 strict=True)}
             else:
-                for name, arm, log in zip(names, arms, log_paths, strict=True):
+                for name, arm, log, cpus in zip(names, arms, log_paths, launch_cpus(config, len(arms)), strict=True):
                     srv = stack.enter_context(launch(config, arm, self.pair, self.rig_env, log,
-                                                     extra_env=extra_env))
+                                                     extra_env=extra_env, cpus=cpus))
                     slots[name] = ServerSlot(srv, Identity.of(srv.process))
                     if mode == "sleep":
                         from ..serve.sleep import put_to_sleep
@@ -474,7 +475,8 @@ class StartPlan:
                 "why": self.why, "kv_cache_memory_bytes": self.kv_bytes, "kv_source": self.kv_source,
                 "servers": {arm: {"spawned_s": round(s.server.spawned_at - t0, 3),
                                   "ready_s": round(s.server.spawned_at + s.server.ready_s - t0, 3),
-                                  "phases": None if (ph := s.server.start_phases()) is None else ph.as_json()}
+                                  "phases": None if (ph := s.server.start_phases()) is None else ph.as_json(),
+                                  **({"cpus": cpu_list(s.server.cpus)} if s.server.cpus else {})}
                             for arm, s in slots.items()}}
 
 

@@ -163,6 +163,8 @@ class ServerConfig:
     teardown_timeout_s: float = key(60.0, real(0.001, MAX_TIMEOUT_S))
     idle_memory_tolerance_mib: int = key(1024, whole(0, 1 << 30))
     simulated: bool = key(False, flag)  # left out: whether the command runs the stand-in
+    # auto: each server of a launch pinned to whole cores of its own (serve.cores.server_blocks)
+    cpus: str = key("none", word("none", "auto"))
     load: LoadDefaults = key(LoadDefaults(), lambda v, s, p: parse_load(v, s, p), accepts="see `server.load`")
 
     @property
@@ -203,6 +205,8 @@ class ServerConfig:
             "startup_timeout_s": self.startup_timeout_s, "request_timeout_s": self.request_timeout_s,
             "teardown_timeout_s": self.teardown_timeout_s,
             "idle_memory_tolerance_mib": self.idle_memory_tolerance_mib, "simulated": self.simulated,
+            # only where set: the records of runs before the key (and of rigs without it) stay as they were
+            **({"cpus": self.cpus} if self.cpus != "none" else {}),
             "load": {**self.load.__dict__, "headers": dict(self.load.headers), "extra_body": dict(self.load.extra_body),
                      "request_rate": "inf" if self.load.request_rate == float("inf") else self.load.request_rate},
         }

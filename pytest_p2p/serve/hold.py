@@ -80,6 +80,7 @@ class Held:
     """
 
     server: RunningServer
+    cpus: tuple[int, ...] = ()  # where it runs once continued (server.cpus auto; serve.server.pin_tree)
     held_at: float | None = None
     resumed_at: float | None = None
     late: str = ""

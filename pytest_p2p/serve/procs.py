@@ -249,3 +249,14 @@ def cmdline(pid: int, limit: int = 160) -> str:
 def session_of(pid: int) -> int | None:
     st = proc_state(pid)
     return None if st is None else st[1]
+
+
+def threads_of(pids: Sequence[int]) -> list[int]:
+    """Every thread id of the live processes ``pids`` (``/proc/PID/task``); a process gone meanwhile is skipped."""
+    tids: list[int] = []
+    for pid in pids:
+        try:
+            tids.extend(int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit())
+        except OSError:
+            continue
+    return sorted(tids)

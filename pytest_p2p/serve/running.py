@@ -74,6 +74,7 @@ class RunningServer:
     spawned_at: float = 0.0  # time.monotonic() when the process was started
     idle: list[GpuUse] | None = None
     notes: list[str] = field(default_factory=list)
+    cpus: tuple[int, ...] = ()  # the CPUs it was pinned to (server.cpus auto); empty: not pinned
 
     @property
     def openai_base_url(self) -> str:

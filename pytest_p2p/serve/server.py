@@ -45,6 +45,7 @@ from ..envs import subprocess_env
 from ..errors import ServerError, WriteError
 from ..util import write_error
 from .config import ServerConfig
+from .cores import cpu_list, server_blocks
 from .hold import Held
 from .logs import likely_cause, pair_key, tail
 from .procs import (
@@ -54,6 +55,7 @@ from .procs import (
     kill_tree,
     owner_mark,
     sweep_orphans,
+    threads_of,
 )
 from .ready import API_KEY_ENV, check_port_free, free_port, prove_identity, wait_ready
 from .running import GpuUse, RunningServer, ServerDeath
@@ -242,15 +244,20 @@ def _port(host: str, port: int | None) -> int:
 def launch(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: Mapping[str, str] | None,
            log_path: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int | None = None,
            extra_env: Mapping[str, str] | None = None,
-           startup_timeout_s: float | None = None) -> Iterator[RunningServer]:
+           startup_timeout_s: float | None = None, cpus: Sequence[int] | None = None) -> Iterator[RunningServer]:
     """Start the server for ``arm`` on ``pair``, yield it once ready, always tear it down.
 
     Teardown runs on success, failure and Ctrl-C; it raises :class:`ServerError` if a
-    process of this server survives or the pair's GPUs still hold its memory.
+    process of this server survives or the pair's GPUs still hold its memory. ``cpus``: where one of several
+    servers started one after the other runs (:func:`launch_cpus`); ``None``: a server alone, as ``server.cpus``
+    says.
     """
     started: list[RunningServer] = []  # filled by spawn while interrupts are held: nothing escapes teardown
+    if cpus is None:
+        cpus = launch_cpus(config, 1)[0]
     try:
-        srv = spawn(config, arm, pair, rig_env, log_path, host=host, port=port, extra_env=extra_env, into=started)
+        srv = spawn(config, arm, pair, rig_env, log_path, host=host, port=port, extra_env=extra_env, into=started,
+                    cpus=cpus)
         prove_ready(srv, time.monotonic() + (startup_timeout_s or config.startup_timeout_s))
         yield srv
     finally:
@@ -262,14 +269,14 @@ def spawn(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: Ma
           log_path: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int | None = None,
           extra_env: Mapping[str, str] | None = None,
           before: tuple[list[int], list[GpuUse] | None] | None = None,
-          into: list[RunningServer] | None = None) -> RunningServer:
+          into: list[RunningServer] | None = None, cpus: Sequence[int] = ()) -> RunningServer:
     """Start the server process for ``arm`` on ``pair`` and return it, not yet ready (:func:`prove_ready`).
 
     The caller owns its teardown (:func:`teardown`; :data:`_LIVE` kills it at interpreter exit).
     ``before`` is what :func:`launch_all` found once for several servers: the orphans it swept and the
     pair's idle GPU use; ``None`` sweeps and takes the snapshot here, just before this one server starts.
     ``into`` gets the server appended while interrupts are held, so a Ctrl-C cannot land between the fork
-    and the caller's record of it.
+    and the caller's record of it. ``cpus``: the CPUs its processes may run on (:func:`pin`); empty: any.
     """
     log = Path(log_path)
     try:
@@ -311,17 +318,67 @@ def spawn(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: Ma
             raise ServerError(f"cannot start the server for arm {arm.name} on {pair_key(pair)}: {argv[0]!r}: "
                               f"{exc.strerror or exc}; check server.command in the rig file") from None
         _LIVE[proc.pid] = (proc.pid, token)
+        pinned, unpinned = pin(proc.pid, cpus)
         srv = RunningServer(base_url=f"http://{host}:{port}", api_key=api_key, model=config.model_name or "",
                             log_path=log, pid=proc.pid, simulated=config.simulated, arm=arm.name, pair=pair,
                             argv=argv, token=token, config=config, process=proc, idle=idle,
-                            spawned_at=time.monotonic())
+                            spawned_at=time.monotonic(), cpus=pinned)
         if into is not None:
             into.append(srv)
     if swept:
         srv.notes.append(f"killed pids {swept}: a server left behind by a pytest that is gone")
+    if unpinned:
+        srv.notes.append(unpinned)
     if not srv.model:
         srv.model = _served_name_from_argv(argv)
     return srv
+
+
+def pin(pid: int, cpus: Sequence[int]) -> tuple[tuple[int, ...], str]:
+    """Pin the process ``pid`` to ``cpus`` (nothing where empty): the CPUs it got, and why none where it failed.
+
+    Set right after the exec, before the server's interpreter has started a thread or a child: vLLM's engine
+    core and workers are its children and inherit the set. Not ``preexec_fn``: that runs Python between fork
+    and exec, unsafe while this process has threads (telemetry, readiness waits). A failure (a CPU the cgroup
+    took away since the blocks were made) leaves the server running unpinned, with a note: the measurement
+    is still sound, only its start-to-start spread may be wider."""
+    if not cpus:
+        return (), ""
+    try:
+        os.sched_setaffinity(pid, set(cpus))
+    except OSError as exc:
+        return (), f"not pinned to CPUs {cpu_list(cpus)} (server.cpus auto): {exc.strerror or exc}"
+    return tuple(sorted(set(cpus))), ""
+
+
+def pin_tree(srv: RunningServer, cpus: Sequence[int]) -> None:
+    """Pin every thread of every process of ``srv`` (its session and its marked processes) to ``cpus``.
+
+    For a server started ahead: it was spawned unpinned, so that its imports ran beside the launch before it
+    rather than on that launch's cores (its block is the same as theirs), and is pinned when continued. A
+    thread or process that ends meanwhile is skipped; one that cannot be pinned leaves the server as it was,
+    with a note."""
+    if not cpus:
+        return
+    tids = threads_of(find_leftovers(srv.token, srv.pid))
+    try:
+        for tid in tids:
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(tid, set(cpus))
+    except OSError as exc:
+        srv.notes.append(f"not pinned to CPUs {cpu_list(cpus)} (server.cpus auto): {exc.strerror or exc}")
+        return
+    srv.cpus = tuple(sorted(set(cpus)))
+
+
+def launch_cpus(config: ServerConfig, n: int) -> list[tuple[int, ...]]:
+    """The CPUs of each of ``n`` servers launched together (``server.cpus``): blocks of whole cores of their own
+    (:func:`.cores.server_blocks`, of the CPUs this process may use) under ``auto``; none (any CPU) under
+    ``none``, or where the CPUs are too few to give each server and the load generator a core."""
+    if config.cpus != "auto":
+        return [() for _ in range(n)]
+    blocks = server_blocks(n, os.sched_getaffinity(0))
+    return [tuple(b) for b in blocks] if blocks else [() for _ in range(n)]
 
 
 def prove_ready(srv: RunningServer, deadline: float, *, siblings: Sequence[RunningServer] = ()) -> None:
@@ -417,11 +474,11 @@ def spawn_ahead(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[
     servers: list[RunningServer] = []
     try:
         _spawn_each(config, arms, pair, rig_env, log_paths, host, extra_env, (sweep_orphans(), None), taken_ports,
-                    servers)
+                    servers, pinned=False)
     except BaseException:
         teardown_all(servers)
         raise
-    held = [Held(srv) for srv in servers]
+    held = [Held(srv, cpus=cpus) for srv, cpus in zip(servers, launch_cpus(config, len(servers)), strict=True)]
     for h in held:
         h.watch()
     return held
@@ -440,6 +497,7 @@ def continue_all(held: Sequence[Held], startup_timeout_s: float | None = None) -
             for srv in servers:
                 srv.idle = idle
         for h in held:
+            pin_tree(h.server, h.cpus)  # still stopped (or not yet at its GPU work): its threads stay put
             h.resume()
         if servers:
             _ready_together(servers, startup_timeout_s or servers[0].config.startup_timeout_s)
@@ -458,12 +516,15 @@ def drop_ahead(held: Sequence[Held]) -> None:
 def _spawn_each(config: ServerConfig, arms: Sequence[ServerArm], pair: tuple[int, ...],
                 rig_env: Mapping[str, str] | None, log_paths: Sequence[str | os.PathLike[str]], host: str,
                 extra_env: Mapping[str, str] | None, before: tuple[list[int], list[GpuUse] | None],
-                taken_ports: Sequence[int], into: list[RunningServer]) -> None:
+                taken_ports: Sequence[int], into: list[RunningServer], *, pinned: bool = True) -> None:
     """One server per arm into ``into``, each on a port none of the others (nor ``taken_ports``) has; ``before``
-    (the swept orphans and the pair's idle GPU use) is shared, its pids noted in the first server's log only."""
-    for arm, log in zip(arms, log_paths, strict=True):
+    (the swept orphans and the pair's idle GPU use) is shared, its pids noted in the first server's log only.
+    ``pinned``: each on its block of :func:`launch_cpus` (else on any CPU, for now)."""
+    blocks = launch_cpus(config, len(arms)) if pinned else [() for _ in arms]
+    for arm, log, cpus in zip(arms, log_paths, blocks, strict=True):
         port = _distinct_port(host, {s.port for s in into} | set(taken_ports))
-        spawn(config, arm, pair, rig_env, log, host=host, port=port, extra_env=extra_env, before=before, into=into)
+        spawn(config, arm, pair, rig_env, log, host=host, port=port, extra_env=extra_env, before=before, into=into,
+              cpus=cpus)
         before = ([], before[1])
 
 
