@@ -35,6 +35,9 @@ class SlotBackend:
     def warm(self, handle: Any, point: str) -> None:
         return None
 
+    def prepare(self, handle: Any, point: str, rep: int) -> None:
+        return None
+
     def death(self, handle: Any) -> str | None:
         return None
 

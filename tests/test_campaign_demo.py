@@ -49,6 +49,9 @@ class FakeBackend(SlotBackend):
     def warm(self, handle: Any, point: str) -> None:
         self.calls.append(("warm", handle.name, point))
 
+    def prepare(self, handle: Any, point: str, rep: int) -> None:
+        return None
+
     def measure(self, handle: Any, point: str, rep: int) -> dict[str, Any]:
         c = int(point[1:])
         v = 100.0 * c * (1 + 0.05 * rep) * (1.10 if handle.name == "p2p_on" else 1.0)

@@ -317,6 +317,9 @@ def test_any_load_error_of_a_dead_server_is_a_failed_rep_not_a_traceback(tmp_pat
         def warm(self, handle: Any, point: str) -> None:
             return None
 
+        def prepare(self, handle: Any, point: str, rep: int) -> None:
+            return None
+
         def measure(self, handle: Any, point: str, rep: int) -> dict[str, Any]:
             if handle["dead"]:
                 raise ValueError("invalid literal for int() with base 10: 'many'")

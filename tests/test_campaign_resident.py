@@ -326,13 +326,13 @@ def test_no_server_is_sent_prompts_it_has_served(tmp_path: Path, monkeypatch: py
     from pytest_p2p.serve import loadgen
 
     sent: list[tuple[str, int, int]] = []  # (server url, seed, prompts)
-    real = loadgen.run_load
+    real = loadgen.generate_load
 
-    def spy(base_url: str, *args: Any, **kw: Any) -> dict[str, object]:
-        sent.append((base_url, int(kw["seed"]), int(kw["num_prompts"])))
-        return real(base_url, *args, **kw)
+    def spy(base_url: str, api_key: str, model: str, spec: Any, *args: Any) -> Any:
+        sent.append((base_url, spec.seed, spec.num_prompts))
+        return real(base_url, api_key, model, spec, *args)
 
-    monkeypatch.setattr(loadgen, "run_load", spy)
+    monkeypatch.setattr(loadgen, "generate_load", spy)
     res = _runner(tmp_path).run()
     assert res.status == "complete", res.errors
     by_server: dict[str, list[int]] = {}

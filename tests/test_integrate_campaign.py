@@ -141,11 +141,16 @@ def test_model_backend_load_passes_transport_tokenizer_and_client_processes(tmp_
 
     seen: list[dict[str, Any]] = []
 
-    def fake_run_load(base_url: str, api_key: str, model: str, **kw: Any) -> dict[str, Any]:
-        seen.append(kw)
-        return {"completed": 1}
+    class _Done:
+        @staticmethod
+        def to_dict() -> dict[str, Any]:
+            return {"completed": 1}
 
-    monkeypatch.setattr(loadgen, "run_load", fake_run_load)
+    def fake_generate_load(base_url: str, api_key: str, model: str, spec: Any) -> _Done:
+        seen.append(dict(spec.__dict__))
+        return _Done()
+
+    monkeypatch.setattr(loadgen, "generate_load", fake_generate_load)
     srv = _FakeServer(None, tmp_path / "log")
     slot = ServerSlot(srv, Identity(1, None))  # type: ignore[arg-type]
     _backend({"transport": "aiohttp", "client_processes": 3}).measure(slot, "c2", 1)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ..probes.config import ProbeConfig
     from ..serve.config import ServerConfig
     from ..serve.hold import Held
+    from ..serve.loadspec import LoadSpec
     from ..serve.server import RunningServer
 
 H = TypeVar("H")
@@ -51,6 +52,9 @@ class Backend(Protocol[H]):
     def slot(self, arm: Arm, rep: int, log_path: Path) -> contextlib.AbstractContextManager[H]: ...
 
     def warm(self, handle: H, point: str) -> None: ...
+
+    def prepare(self, handle: H, point: str, rep: int) -> None:
+        """The work of window ``rep`` at ``point`` that is not load (its prompts), done before its clock starts."""
 
     def measure(self, handle: H, point: str, rep: int) -> Json: ...
 
@@ -281,26 +285,34 @@ class ModelBackend:
         wake_up(slots[arm].server)
         self.awake = arm
 
-    def _load(self, slot: ServerSlot, concurrency: int, num_prompts: int, *, input_len: int | None = None,
-              output_len: int | None = None, reshard: bool = False, seed_offset: int = 0) -> Json:
-        from ..serve.loadgen import run_load
+    def _spec(self, concurrency: int, num_prompts: int, *, input_len: int | None = None,
+              output_len: int | None = None, reshard: bool = False, seed_offset: int = 0) -> LoadSpec:
+        from ..serve.loadgen import make_spec
 
-        srv = slot.server
         load = self.server.load
         inp, out = self._lens()
-        return dict(run_load(srv.base_url, srv.api_key, srv.model, concurrency=concurrency, num_prompts=num_prompts,
-                             warmup=0, input_len=input_len or inp, output_len=output_len or out,
-                             seed=load.seed + seed_offset, range_ratio=load.range_ratio,
-                             # every window asks the same lengths (only its prompts are new): a window's
-                             # throughput then varies with the server, not with its draw of lengths
-                             lengths_seed=load.seed,
-                             request_timeout_s=self.campaign.request_timeout_s or self.server.request_timeout_s,
-                             endpoint=load.endpoint, transport=load.transport,
-                             tokenizer=load.tokenizer,  # None: the loadgen asks the server (finds a stand-in too)
-                             client_processes=load.client_processes, **load.client_options(),
-                             # a measured rep's telemetry window must hold one run: a late rep is kept (flagged)
-                             # and the next gets more client processes; the warm-up, before the window, may re-run
-                             reshard=reshard))
+        return make_spec(concurrency=concurrency, num_prompts=num_prompts,
+                         warmup=0, input_len=input_len or inp, output_len=output_len or out,
+                         seed=load.seed + seed_offset, range_ratio=load.range_ratio,
+                         # every window asks the same lengths (only its prompts are new): a window's
+                         # throughput then varies with the server, not with its draw of lengths
+                         lengths_seed=load.seed,
+                         request_timeout_s=self.campaign.request_timeout_s or self.server.request_timeout_s,
+                         endpoint=load.endpoint, transport=load.transport,
+                         tokenizer=load.tokenizer,  # None: the loadgen asks the server (finds a stand-in too)
+                         client_processes=load.client_processes, **load.client_options(),
+                         # a measured rep's telemetry window must hold one run: a late rep is kept (flagged)
+                         # and the next gets more client processes; the warm-up, before the window, may re-run
+                         reshard=reshard)
+
+    def _load(self, slot: ServerSlot, concurrency: int, num_prompts: int, *, input_len: int | None = None,
+              output_len: int | None = None, reshard: bool = False, seed_offset: int = 0) -> Json:
+        from ..serve.loadgen import generate_load
+
+        srv = slot.server
+        spec = self._spec(concurrency, num_prompts, input_len=input_len, output_len=output_len, reshard=reshard,
+                          seed_offset=seed_offset)
+        return dict(generate_load(srv.base_url, srv.api_key, srv.model, spec).to_dict())
 
     def smoke(self, arm: Arm, log_path: Path) -> None:
         with self.slot(arm, 0, log_path) as slot:
@@ -320,6 +332,17 @@ class ModelBackend:
                          seed_offset=self._seed(handle, point, 0))
         if self.campaign.window_s is not None and point not in self.window_prompts:
             self.window_prompts[point] = window_prompts(res, c, self.campaign.window_s)
+
+    def prepare(self, handle: ServerSlot, point: str, rep: int) -> None:
+        """The window's prompts, made before its clock starts (:func:`..serve.loadgen.prepare`): the same ones
+        :meth:`measure` sends next (its seed read, not counted)."""
+        from ..serve.loadgen import prepare
+
+        c = concurrency_of(point)
+        n = self.window_prompts.get(point, c * self.campaign.prompts_per_concurrency)
+        again = handle.served.get((point, rep), 0)
+        srv = handle.server
+        prepare(srv.base_url, srv.api_key, srv.model, self._spec(c, n, seed_offset=prompt_seed(point, rep, again)))
 
     def measure(self, handle: ServerSlot, point: str, rep: int) -> Json:
         """One timed window. Windows with a time budget (``campaign.window_s``) send the prompt count the
@@ -560,6 +583,9 @@ class ProbeBackend:
 
     def warm(self, handle: ProbeSlot, point: str) -> None:
         return None
+
+    def prepare(self, handle: ProbeSlot, point: str, rep: int) -> None:
+        return None  # the probe ran in full when its slot opened; a window reads its row
 
     def measure(self, handle: ProbeSlot, point: str, rep: int) -> Json:
         from ..util import parse_size

@@ -377,6 +377,9 @@ class CampaignRunner(Generic[H]):
                 if warm:  # resident arms warm up once per start and point, not before every window
                     call_with_timeout(lambda: self.backend.warm(handle, point), cfg.scenario_timeout_s,
                                       what + " warm-up", abandon=dead)
+                # what is not load (the prompts) before the clock: the window's time and energy are its load's
+                call_with_timeout(lambda: self.backend.prepare(handle, point, rep), cfg.scenario_timeout_s,
+                                  what + " preparation", abandon=dead)
                 reader.set_load(1.0)
                 sampler.mark("start")
                 started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
