@@ -333,13 +333,18 @@ class ModelBackend:
         if self.campaign.window_s is not None and point not in self.window_prompts:
             self.window_prompts[point] = window_prompts(res, c, self.campaign.window_s)
 
+    def _window(self, point: str) -> tuple[int, int]:
+        """A window's concurrency and prompts at ``point``: the count the first warm-up calibrated for
+        ``campaign.window_s``, else ``prompts_per_concurrency`` x the concurrency."""
+        c = concurrency_of(point)
+        return c, self.window_prompts.get(point, c * self.campaign.prompts_per_concurrency)
+
     def prepare(self, handle: ServerSlot, point: str, rep: int) -> None:
         """The window's prompts, made before its clock starts (:func:`..serve.loadgen.prepare`): the same ones
         :meth:`measure` sends next (its seed read, not counted)."""
         from ..serve.loadgen import prepare
 
-        c = concurrency_of(point)
-        n = self.window_prompts.get(point, c * self.campaign.prompts_per_concurrency)
+        c, n = self._window(point)
         again = handle.served.get((point, rep), 0)
         srv = handle.server
         prepare(srv.base_url, srv.api_key, srv.model, self._spec(c, n, seed_offset=prompt_seed(point, rep, again)))
@@ -351,8 +356,7 @@ class ModelBackend:
         window pair, so a prefix cache cannot favour one window over another."""
         from ..serve.prefix import prefix_counts
 
-        c = concurrency_of(point)
-        n = self.window_prompts.get(point, c * self.campaign.prompts_per_concurrency)
+        c, n = self._window(point)
         srv = handle.server
         before = prefix_counts(srv.base_url, srv.api_key)  # outside the load's own timing
         res = self._load(handle, c, n, seed_offset=self._seed(handle, point, rep))
