@@ -69,8 +69,12 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: object) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+def atomic_write_json(path: str | os.PathLike[str], obj: object, *, compact: bool = False) -> Path:
+    """``obj`` as JSON, indented for a reader's eye, or on one line where ``compact``: a campaign window's rep file
+    (every request's inter-token latencies, ~70 000 numbers at c64) took 0.15 s to indent and 0.04 s not to, in
+    the pause between two windows (Python's C encoder runs only without ``indent``)."""
+    text = json.dumps(obj, default=str) if compact else json.dumps(obj, indent=2, sort_keys=False, default=str)
+    return atomic_write_text(path, text + "\n")
 
 
 MAX_SIZE_DIGITS = 18  # 10^18 bytes is an exabyte: past any GPU buffer, well inside int64

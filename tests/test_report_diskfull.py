@@ -32,14 +32,14 @@ class FullDisk:
         self.err = err
         self.reserve: Path | None = None
 
-    def write_json(self, path: Any, obj: Any) -> Path:
+    def write_json(self, path: Any, obj: Any, *, compact: bool = False) -> Path:
         p = Path(path)
         freed = self.reserve is not None and not self.reserve.exists() and self.err == errno.ENOSPC
         if self.left <= 0 and not freed:
             raise OSError(self.err, "No space left on device" if self.err == errno.ENOSPC
                           else "Read-only file system", str(p))
         self.left -= 1
-        return atomic_write_json(p, obj)
+        return atomic_write_json(p, obj, compact=compact)
 
 
 def _campaign(tmp_path: Path, disk: FullDisk, monkeypatch: pytest.MonkeyPatch) -> tuple[RunDir, str]:

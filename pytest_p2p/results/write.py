@@ -197,14 +197,14 @@ class RunDir:
 
         return self._write(d, make)
 
-    def _json(self, target: Path, data: object) -> Path:
-        return self._write(target, lambda: atomic_write_json(target, data))
+    def _json(self, target: Path, data: object, *, compact: bool = False) -> Path:
+        return self._write(target, lambda: atomic_write_json(target, data, compact=compact))
 
     def write_scenario(self, arm: str, point: str, data: Json) -> Path:
         return self._json(self.scenario_dir(arm, point) / SCENARIO_META, {"arm": arm, "point": point, **data})
 
     def write_rep(self, arm: str, point: str, rep: int, data: Json) -> Path:
-        return self._json(self.scenario_dir(arm, point) / rep_file(rep), data)
+        return self._json(self.scenario_dir(arm, point) / rep_file(rep), data, compact=True)  # written between windows
 
     def write_aggregate(self, arm: str, point: str, data: Json) -> Path:
         return self._json(self.scenario_dir(arm, point) / AGGREGATE, {"arm": arm, "point": point, **data})
@@ -232,7 +232,7 @@ class RunDir:
         for point in points:
             base = self.scenario_dir(arm, point)
             if point in data:
-                self._json(base / rep_file(rep, tag), {**data[point], **fields})
+                self._json(base / rep_file(rep, tag), {**data[point], **fields}, compact=True)
                 files.append(f"{arm}-{point}/{rep_file(rep, tag)}")
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(base / rep_file(rep))  # a screened rep's file: its copy with the cause is kept above
