@@ -158,3 +158,30 @@ def test_a_server_started_ahead_runs_anywhere_while_held_and_on_its_block_once_c
     finally:
         if not continued:
             drop_ahead(held)
+
+
+def test_xdist_workers_take_disjoint_shares_of_whole_cores(tmp_path: Path) -> None:
+    """Under xdist each worker runs its own pairs' servers; its blocks are cut from its own share, so two workers'
+    servers never get the same cores."""
+    from pytest_p2p.serve.cores import worker_share
+
+    sysfs = _sysfs(tmp_path, 32, True, None)  # 16 cores, two threads each
+    shares = [worker_share(k, 3, range(32), sysfs) for k in range(3)]
+    assert [len(s) for s in shares] == [10, 10, 12]  # 5, 5 and 6 cores: the remainder to the last
+    assert sorted(c for s in shares for c in s) == list(range(32))
+    assert shares[0] == [0, 1, 2, 3, 4, 16, 17, 18, 19, 20]
+    assert worker_share(0, 1, range(32), sysfs) == list(range(32))
+    assert worker_share(0, 40, range(32), sysfs) == list(range(32))  # more shares than cores: no split
+
+
+def test_only_a_worker_of_several_keeps_to_a_share() -> None:
+    from types import SimpleNamespace
+
+    from pytest_p2p.plugin.session import worker_cpus
+    from pytest_p2p.serve.cores import worker_share
+
+    cpus = os.sched_getaffinity(0)
+    two = SimpleNamespace(workerinput={"workerid": "gw1", "workercount": 2})
+    assert worker_cpus(two) == worker_share(1, 2, cpus)  # type: ignore[arg-type]
+    assert worker_cpus(SimpleNamespace(workerinput={"workerid": "gw0", "workercount": 1})) is None  # type: ignore[arg-type]
+    assert worker_cpus(SimpleNamespace()) is None  # type: ignore[arg-type]  # the controller, or no xdist

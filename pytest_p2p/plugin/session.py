@@ -17,6 +17,7 @@ that a bad value is a usage error before collection; live NVML is read on first 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,6 +30,7 @@ from ..jsontypes import JSONObject
 from ..options import LIVE, RESULTS, RIG, SNAPSHOT, Resolved, path_of, resolve
 from .rig import ResolvedRig, Rig, auto_rig, load_rig
 from .rig import resolve as resolve_rig
+from .xdist_roles import worker_input
 
 SESSION_KEY = pytest.StashKey["P2PSession"]()
 
@@ -158,8 +160,32 @@ def _from_config(config: pytest.Config) -> P2PSession:
         rig = load_rig(demo_path(DEMO_RIG))
     else:
         rig = auto_rig()
+    if rig.server.cpus == "auto":
+        _take_worker_share(config)
     root = _path(config, results.value, results.origin)
     return P2PSession(rig=rig, results_root=root, snapshot=snap, require_live=require_live, demo_reason=demo_reason)
+
+
+def worker_cpus(config: pytest.Config) -> list[int] | None:
+    """The CPUs this xdist worker's servers and load clients keep to under ``server.cpus: auto``: its share of
+    the process's CPUs (:func:`..serve.cores.worker_share`, by ``workerid`` ``gwK`` of ``workercount``); ``None``
+    outside a worker, with one worker, or where xdist named the worker otherwise."""
+    from ..serve.cores import worker_share
+
+    got = worker_input(config)
+    wid, count = str(got.get("workerid", "")), got.get("workercount")
+    if not wid.startswith("gw") or not wid[2:].isdigit() or not isinstance(count, int) or count < 2:
+        return None
+    return worker_share(int(wid[2:]), count, os.sched_getaffinity(0))
+
+
+def _take_worker_share(config: pytest.Config) -> None:
+    """Keep this worker's process, and so every server and client it starts, on its share of the CPUs: the
+    blocks of ``server.cpus: auto`` are cut from the CPUs a process may use, and every worker would otherwise cut
+    the same ones (docs/rig-file.md#server-cpus)."""
+    cpus = worker_cpus(config)
+    if cpus:
+        os.sched_setaffinity(0, set(cpus))
 
 
 def _path(config: pytest.Config, value: str, origin: str) -> Path:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 __all__ = ["SYSFS_CPU", "client_cpus", "cpu_list", "l3_domains", "parse_cpu_list", "physical_cores", "server_blocks",
-           "split_cores"]
+           "split_cores", "worker_share"]
 
 SYSFS_CPU = Path("/sys/devices/system/cpu")
 
@@ -144,3 +144,18 @@ def server_blocks(n: int, cpus: Iterable[int], sysfs: Path = SYSFS_CPU) -> list[
         domains = [d for d in domains if d]
         blocks.append(block)
     return [sorted(c for core in block for c in core) for block in blocks]
+
+
+def worker_share(index: int, count: int, cpus: Iterable[int], sysfs: Path = SYSFS_CPU) -> list[int]:
+    """The ``index``-th (0-based) of ``count`` shares of whole physical cores, the lower shares first; every CPU
+    where there are fewer cores than shares (or one share).
+
+    For ``server.cpus: auto`` under xdist: each worker cuts its servers' blocks out of its own share, so two
+    workers' servers (on two GPU pairs) never get the same cores. The cores that do not divide evenly go to
+    the last share."""
+    cores = physical_cores(cpus, sysfs)
+    if count < 2 or len(cores) < count or not 0 <= index < count:
+        return sorted(c for core in cores for c in core)
+    size = len(cores) // count
+    mine = cores[index * size:] if index == count - 1 else cores[index * size:(index + 1) * size]
+    return sorted(c for core in mine for c in core)
