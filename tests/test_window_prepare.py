@@ -14,20 +14,16 @@ from typing import Any
 
 import pytest
 from campaign_fakes import SlotBackend, run_campaign
+from test_loadgen import _launch
 
-from pytest_p2p.probes.arms import PRESETS
 from pytest_p2p.serve import loadgen
-from pytest_p2p.serve.config import parse_server
 from pytest_p2p.serve.loadgen import generate_load, make_spec, prepare
-from pytest_p2p.serve.server import RunningServer, launch
+from pytest_p2p.serve.server import RunningServer
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    c = parse_server({"command": ["python", "-m", "pytest_p2p.serve.standin"], "model": "tiny",
-                      "args": {"ttft-ms": 1, "tpot-ms": 0.5, "jitter": 0}, "startup_timeout_s": 30,
-                      "teardown_timeout_s": 2}, "rig.yaml")
-    with launch(c, PRESETS["p2p_on"], (0, 1), None, tmp_path_factory.mktemp("prep") / "server.log") as s:
+    with _launch(tmp_path_factory.mktemp("prep")) as s:  # type: ignore[attr-defined]
         yield s
 
 

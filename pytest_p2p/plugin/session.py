@@ -30,7 +30,7 @@ from ..jsontypes import JSONObject
 from ..options import LIVE, RESULTS, RIG, SNAPSHOT, Resolved, path_of, resolve
 from .rig import ResolvedRig, Rig, auto_rig, load_rig
 from .rig import resolve as resolve_rig
-from .xdist_roles import worker_input
+from .xdist_roles import worker_slot
 
 SESSION_KEY = pytest.StashKey["P2PSession"]()
 
@@ -172,11 +172,10 @@ def worker_cpus(config: pytest.Config) -> list[int] | None:
     outside a worker, with one worker, or where xdist named the worker otherwise."""
     from ..serve.cores import worker_share
 
-    got = worker_input(config)
-    wid, count = str(got.get("workerid", "")), got.get("workercount")
-    if not wid.startswith("gw") or not wid[2:].isdigit() or not isinstance(count, int) or count < 2:
+    slot = worker_slot(config)
+    if slot is None or slot[1] < 2:
         return None
-    return worker_share(int(wid[2:]), count, os.sched_getaffinity(0))
+    return worker_share(*slot, os.sched_getaffinity(0))
 
 
 def _take_worker_share(config: pytest.Config) -> None:

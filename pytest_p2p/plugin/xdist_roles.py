@@ -33,6 +33,16 @@ def worker_input(config: pytest.Config) -> Mapping[str, object]:
     return got if isinstance(got, dict) else {}
 
 
+def worker_slot(config: pytest.Config) -> tuple[int, int] | None:
+    """This worker's number and the number of workers (``gw1`` of 4: ``(1, 4)``); ``None`` outside a worker or
+    where xdist named it otherwise."""
+    got = worker_input(config)
+    wid, count = str(got.get("workerid", "")), got.get("workercount")
+    if not wid.startswith("gw") or not wid[2:].isdigit() or not isinstance(count, int):
+        return None
+    return int(wid[2:]), count
+
+
 def worker_output(config: pytest.Config) -> dict[str, object] | None:
     """This worker's channel back to the controller; ``None`` outside a worker."""
     got = getattr(config, "workeroutput", None)

@@ -66,8 +66,7 @@ def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,
     spec.check()
     if spec.transport != "raw":
         require_client()
-    tokenizer_id = spec.tokenizer or discover_tokenizer(base_url, api_key, model)
-    tok = load_tokenizer(tokenizer_id)
+    tok, tokenizer_id = _tokenizer(base_url, api_key, model, spec)
     if spec.client_processes:  # an explicit count is never changed
         result, records = _run(base_url, api_key, model, spec, tok, tokenizer_id,
                                min(spec.client_processes, spec.concurrency, spec.num_prompts), "req")
@@ -88,8 +87,13 @@ def prepare(base_url: str, api_key: str, model: str, spec: LoadSpec) -> None:
     before a window's clock starts; the other arm of the window pair sends the same prompts and finds them made.
     """
     spec.check()
+    _workload(spec, *_tokenizer(base_url, api_key, model, spec))
+
+
+def _tokenizer(base_url: str, api_key: str, model: str, spec: LoadSpec) -> tuple[Tokenizer, str]:
+    """The tokenizer a run's prompts are made with, and its id: the spec's, else the one the server names."""
     tokenizer_id = spec.tokenizer or discover_tokenizer(base_url, api_key, model)
-    _workload(spec, load_tokenizer(tokenizer_id), tokenizer_id)
+    return load_tokenizer(tokenizer_id), tokenizer_id
 
 
 #: the prompts of the last few runs, by (tokenizer, prompt count, lengths, seed): a pure function of these, kept

@@ -318,46 +318,32 @@ def spawn(config: ServerConfig, arm: ServerArm, pair: Sequence[int], rig_env: Ma
             raise ServerError(f"cannot start the server for arm {arm.name} on {pair_key(pair)}: {argv[0]!r}: "
                               f"{exc.strerror or exc}; check server.command in the rig file") from None
         _LIVE[proc.pid] = (proc.pid, token)
-        pinned, unpinned = pin(proc.pid, cpus)
         srv = RunningServer(base_url=f"http://{host}:{port}", api_key=api_key, model=config.model_name or "",
                             log_path=log, pid=proc.pid, simulated=config.simulated, arm=arm.name, pair=pair,
                             argv=argv, token=token, config=config, process=proc, idle=idle,
-                            spawned_at=time.monotonic(), cpus=pinned)
+                            spawned_at=time.monotonic())
         if into is not None:
             into.append(srv)
     if swept:
         srv.notes.append(f"killed pids {swept}: a server left behind by a pytest that is gone")
-    if unpinned:
-        srv.notes.append(unpinned)
+    # right after the exec, before its interpreter has started a thread or a child: vLLM's engine core and
+    # workers are its children and inherit the set (not preexec_fn: Python between fork and exec is unsafe
+    # while this process has threads)
+    pin_tree(srv, cpus)
     if not srv.model:
         srv.model = _served_name_from_argv(argv)
     return srv
 
 
-def pin(pid: int, cpus: Sequence[int]) -> tuple[tuple[int, ...], str]:
-    """Pin the process ``pid`` to ``cpus`` (nothing where empty): the CPUs it got, and why none where it failed.
-
-    Set right after the exec, before the server's interpreter has started a thread or a child: vLLM's engine
-    core and workers are its children and inherit the set. Not ``preexec_fn``: that runs Python between fork
-    and exec, unsafe while this process has threads (telemetry, readiness waits). A failure (a CPU the cgroup
-    took away since the blocks were made) leaves the server running unpinned, with a note: the measurement
-    is still sound, only its start-to-start spread may be wider."""
-    if not cpus:
-        return (), ""
-    try:
-        os.sched_setaffinity(pid, set(cpus))
-    except OSError as exc:
-        return (), f"not pinned to CPUs {cpu_list(cpus)} (server.cpus auto): {exc.strerror or exc}"
-    return tuple(sorted(set(cpus))), ""
-
-
 def pin_tree(srv: RunningServer, cpus: Sequence[int]) -> None:
-    """Pin every thread of every process of ``srv`` (its session and its marked processes) to ``cpus``.
+    """Pin every thread of every process of ``srv`` (its session and its marked processes) to ``cpus``
+    (nothing where empty); ``srv.cpus`` says where it runs.
 
-    For a server started ahead: it was spawned unpinned, so that its imports ran beside the launch before it
-    rather than on that launch's cores (its block is the same as theirs), and is pinned when continued. A
-    thread or process that ends meanwhile is skipped; one that cannot be pinned leaves the server as it was,
-    with a note."""
+    Called at the spawn, and for a server started ahead at its continue: it was spawned unpinned, so that its
+    imports ran beside the launch before it rather than on that launch's cores (its block is the same as
+    theirs). A thread or process that ends meanwhile is skipped. One that cannot be pinned (a CPU the cgroup
+    took away since the blocks were made) leaves the server as it was, with a note: the measurement is still
+    sound, only its start-to-start spread may be wider."""
     if not cpus:
         return
     tids = threads_of(find_leftovers(srv.token, srv.pid))
@@ -422,7 +408,8 @@ def launch_all(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[i
     servers: list[RunningServer] = []
     try:
         before = (sweep_orphans(), gpu_usage(pair))  # swept first: an orphan's memory is not idle
-        _spawn_each(config, arms, pair, rig_env, log_paths, host, extra_env, before, taken_ports, servers)
+        _spawn_each(config, arms, pair, rig_env, log_paths, host, extra_env, before, taken_ports, servers,
+                    launch_cpus(config, len(arms)))
         _ready_together(servers, startup_timeout_s or config.startup_timeout_s)
         yield servers
     finally:
@@ -474,7 +461,7 @@ def spawn_ahead(config: ServerConfig, arms: Sequence[ServerArm], pair: Sequence[
     servers: list[RunningServer] = []
     try:
         _spawn_each(config, arms, pair, rig_env, log_paths, host, extra_env, (sweep_orphans(), None), taken_ports,
-                    servers, pinned=False)
+                    servers, [() for _ in arms])  # pinned at the continue (pin_tree)
     except BaseException:
         teardown_all(servers)
         raise
@@ -516,11 +503,10 @@ def drop_ahead(held: Sequence[Held]) -> None:
 def _spawn_each(config: ServerConfig, arms: Sequence[ServerArm], pair: tuple[int, ...],
                 rig_env: Mapping[str, str] | None, log_paths: Sequence[str | os.PathLike[str]], host: str,
                 extra_env: Mapping[str, str] | None, before: tuple[list[int], list[GpuUse] | None],
-                taken_ports: Sequence[int], into: list[RunningServer], *, pinned: bool = True) -> None:
+                taken_ports: Sequence[int], into: list[RunningServer], blocks: Sequence[Sequence[int]]) -> None:
     """One server per arm into ``into``, each on a port none of the others (nor ``taken_ports``) has; ``before``
     (the swept orphans and the pair's idle GPU use) is shared, its pids noted in the first server's log only.
-    ``pinned``: each on its block of :func:`launch_cpus` (else on any CPU, for now)."""
-    blocks = launch_cpus(config, len(arms)) if pinned else [() for _ in arms]
+    ``blocks``: each server's CPUs (:func:`launch_cpus`; empty: any)."""
     for arm, log, cpus in zip(arms, log_paths, blocks, strict=True):
         port = _distinct_port(host, {s.port for s in into} | set(taken_ports))
         spawn(config, arm, pair, rig_env, log, host=host, port=port, extra_env=extra_env, before=before, into=into,
