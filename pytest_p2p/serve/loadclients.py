@@ -7,6 +7,11 @@ connections (:mod:`.transport`), recording every request -- success or counted f
 its reason -- and its own health: CPU time over the measured window and the lateness of its
 event loop (:class:`~.result.ClientStats`). How many processes: :class:`ClientPlanner` -- one
 until a run is late, then more, up to :func:`process_cap` (docs/performance.md).
+
+Each run spawns its client processes afresh (:func:`run_sharded`) unless a :func:`client_pool`
+is open: then the processes of a run of n are spawned once and reused run after run
+(:class:`ClientPool`), so that a campaign's short windows do not pay for an interpreter's start
+inside their clock.
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ import contextlib
 import dataclasses
 import math
 import os
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import ServerError
 from .loadspec import LoadSpec
@@ -27,8 +33,12 @@ from .metrics import RequestRecord, percentile
 from .result import ClientStats
 from .transport import ConnectTimeout, StreamError, StreamParser, Transport, make_transport
 
-__all__ = ["PLANNER", "ClientPlanner", "Job", "Shard", "drive", "free_cores", "process_cap", "run_coroutine",
-           "run_sharded"]
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.context import SpawnContext, SpawnProcess
+
+__all__ = ["PLANNER", "ClientPlanner", "ClientPool", "Job", "Shard", "client_pool", "current_pool", "drive",
+           "free_cores", "process_cap", "run_coroutine", "run_sharded"]
 
 #: a planner remembers this many workloads (oldest forgotten first)
 _PLANNER_MEMORY = 256
@@ -316,21 +326,24 @@ def _taker(ticket: _Ticket, total: int) -> Callable[[], int | None]:
     return take
 
 
-def _shard_main(conn: object, barrier: _Barrier, job: Job, ticket: _Ticket | None = None) -> None:
-    """One client process of a sharded run: pinned, its own event loop and connections."""
-    import multiprocessing.connection
-    import threading
+def _run_job(conn: Connection, barrier: _Barrier, job: Job, ticket: _Ticket | None,
+             home: set[int] | None = None) -> None:
+    """One run of one client process: pinned, its own event loop and connections; the outcome sent on ``conn``.
 
-    assert isinstance(conn, multiprocessing.connection.Connection)
-    from ..children import set_parent_death_signal
-
-    set_parent_death_signal()  # the starting thread waits for every shard: safe (children.py says why)
+    The body both kinds of client process run -- one spawned for this run (:func:`_shard_main`)
+    and a pooled one between runs (:func:`_pool_worker`) -- so that a pooled run measures exactly
+    what a fresh one does. ``home``: the CPUs a pooled process had at birth, restored for a run
+    without a pin (its previous run may have pinned it elsewhere).
+    """
     try:
         if job.cpu is not None:
             try:
                 os.sched_setaffinity(0, {job.cpu})
             except OSError:
                 job = dataclasses.replace(job, cpu=None)  # not pinned after all: the result says so
+        if job.cpu is None and home is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, home)
         wait = barrier.wait
         take = _taker(ticket, job.spec.num_prompts) if ticket is not None else None
         out = asyncio.run(drive(job, gate=lambda: wait(job.spec.request_timeout_s + 60), take=take))
@@ -339,6 +352,18 @@ def _shard_main(conn: object, barrier: _Barrier, job: Job, ticket: _Ticket | Non
         with contextlib.suppress(Exception):
             barrier.abort()
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def _shard_main(conn: object, barrier: _Barrier, job: Job, ticket: _Ticket | None = None) -> None:
+    """One client process of a sharded run, spawned for this run alone."""
+    import multiprocessing.connection
+
+    assert isinstance(conn, multiprocessing.connection.Connection)
+    from ..children import set_parent_death_signal
+
+    set_parent_death_signal()  # the starting thread waits for every shard: safe (children.py says why)
+    try:
+        _run_job(conn, barrier, job, ticket)
     finally:
         conn.close()
 
@@ -347,7 +372,11 @@ def run_sharded(jobs: Sequence[Job]) -> list[Shard]:
     """Every job in its own spawned process; they warm up, meet at one barrier, then measure together.
 
     A closed loop's processes draw request ids from one shared counter (see :func:`drive`).
+    While a :func:`client_pool` is open the run goes to its processes instead, spawned once.
     """
+    pool = current_pool()
+    if pool is not None:
+        return pool.run(jobs)
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads or an event loop
@@ -384,6 +413,307 @@ def run_sharded(jobs: Sequence[Job]) -> list[Shard]:
         raise ServerError(f"load generator against {jobs[0].base_url}: client process failed: "
                           f"{'; '.join(problems)}")
     return shards
+
+
+#: how long a pooled client process may take to start (an interpreter and our imports, on a loaded box)
+_POOL_START_S = 120.0
+#: how long a pool's processes get to leave on their own when it closes, before they are killed
+_POOL_CLOSE_S = 2.0
+
+
+def _pool_worker(conn: object, barrier: _Barrier, ticket: _Ticket) -> None:
+    """A pooled client process: says it is ready, then runs each job it is sent until ``None`` or its pipe closes.
+
+    No parent death signal, unlike :func:`_shard_main`: the kernel fires ``PR_SET_PDEATHSIG``
+    when the *thread* that spawned the child exits (``pytest_p2p/children.py``), and a pool's
+    processes are spawned by whichever thread runs first -- in a campaign a window's
+    short-lived thread (``campaign.gpu.call_with_timeout``) -- and must outlive it. So this
+    process leaves when its pipe says so: ``None``, or ``EOFError`` once the parent's end is
+    closed, which the kernel also does when the parent process dies however it dies; and it
+    is a daemon, which multiprocessing ends at the parent's exit. Only a run in flight when
+    the parent is killed goes on until its requests end (the server then dies with pytest).
+    SIGINT is ignored: ^C reaches the whole process group, and the parent's unwinding closes
+    the pool (a traceback per idle process otherwise).
+    """
+    import multiprocessing.connection
+    import signal
+
+    assert isinstance(conn, multiprocessing.connection.Connection)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    home = os.sched_getaffinity(0)  # restored for a run without a pin
+    try:
+        conn.send(("ready", os.getpid()))  # our imports are done: the parent's ``ensure`` has really paid the start
+        while True:
+            try:
+                msg = conn.recv()
+            except EOFError:
+                return  # the parent closed its end, or died
+            if msg is None:
+                return
+            job, closed = msg
+            _run_job(conn, barrier, job, ticket if closed else None, home)
+    except OSError:
+        return  # the parent's end went away while we reported: no one is left to tell
+    finally:
+        conn.close()
+
+
+class _StartFailed(Exception):
+    """A pooled client process did not come up; the text says how."""
+
+
+class _Group:
+    """n pooled client processes that run together: one barrier, one request-id ticket, a duplex pipe each.
+
+    The barrier and the ticket are ``multiprocessing`` objects that can only be handed to a
+    process at its spawn, so they belong to the group for its life: a multiprocessing barrier
+    is cyclic (it refills after every release), and the parent resets the ticket before a run.
+    """
+
+    def __init__(self, ctx: SpawnContext, n: int) -> None:
+        self.n = n
+        self.barrier = ctx.Barrier(n)
+        self.ticket = ctx.Value("q", 0)
+        self.procs: list[SpawnProcess] = []
+        self.conns: list[Connection] = []
+        try:
+            for _ in range(n):
+                parent, child = ctx.Pipe()  # duplex: jobs down, outcomes up
+                self.conns.append(parent)
+                try:
+                    proc = ctx.Process(target=_pool_worker, daemon=True, args=(child, self.barrier, self.ticket))
+                    proc.start()
+                finally:
+                    child.close()  # the process holds the only other copy: its death is our EOFError
+                self.procs.append(proc)
+            self._await_ready()
+        except BaseException:
+            self.stop(0)
+            raise
+
+    def _await_ready(self) -> None:
+        deadline = time.monotonic() + _POOL_START_S
+        for conn, proc in zip(self.conns, self.procs, strict=True):
+            try:
+                ready = conn.poll(max(0.0, deadline - time.monotonic())) and conn.recv()[0] == "ready"
+            except (EOFError, OSError):
+                proc.join(1)
+                raise _StartFailed(f"client process died while starting (exit code {proc.exitcode})") from None
+            if not ready:
+                raise _StartFailed(f"client process did not start within {_POOL_START_S:g} s")
+
+    def pids(self) -> tuple[int, ...]:
+        return tuple(proc.pid or 0 for proc in self.procs)
+
+    def run(self, jobs: Sequence[Job]) -> list[tuple[str, object]]:
+        """Job i to process i; each one's ``("ok", shard)`` or ``("error", text)``, in job order.
+
+        Outcomes are read as they come: the first process that fails or dies aborts the
+        barrier, so that the others stop waiting for it at once (not after their barrier
+        timeout, the request timeout + 60 s) and report.
+        """
+        import multiprocessing.connection
+
+        assert len(jobs) == self.n
+        with self.ticket.get_lock():
+            self.ticket.value = 0  # a closed loop's request ids start again from 0
+        closed = math.isinf(jobs[0].spec.request_rate)
+        outcomes: list[tuple[str, object]] = [("error", "client process died")] * self.n
+        pending: dict[Connection, int] = {}
+        for i, (conn, job) in enumerate(zip(self.conns, jobs, strict=True)):
+            try:
+                conn.send((job, closed))
+            except OSError:  # its end is gone: the process died between runs
+                self._abort()
+            else:
+                pending[conn] = i
+        while pending:
+            for ready in multiprocessing.connection.wait(list(pending)):
+                assert isinstance(ready, multiprocessing.connection.Connection)
+                i = pending.pop(ready)
+                try:
+                    outcomes[i] = ready.recv()
+                except (EOFError, OSError):
+                    outcomes[i] = ("error", "client process died")
+                if outcomes[i][0] != "ok":
+                    self._abort()
+        return outcomes
+
+    def _abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self.barrier.abort()
+
+    def stop(self, grace_s: float) -> None:
+        """End every process: asked to leave (``None``) within ``grace_s``, or at once (0); then killed; joined."""
+        if grace_s > 0:
+            for conn in self.conns:
+                with contextlib.suppress(OSError):
+                    conn.send(None)
+        else:
+            self._abort()
+            for proc in self.procs:
+                proc.terminate()
+        deadline = time.monotonic() + max(grace_s, 1.0)
+        for proc in self.procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1)
+            with contextlib.suppress(ValueError):
+                proc.close()  # its sentinel's fd; refused (ValueError) only if even SIGKILL has not ended it yet
+        for conn in self.conns:
+            conn.close()
+
+
+class ClientPool:
+    """Client processes spawned once and reused run after run, one group per process count.
+
+    Why: :func:`run_sharded` spawns its processes per run -- a fresh interpreter each,
+    importing our modules -- and a campaign's window clock holds all of it: on the GPU
+    machine a c64 window of 2 processes ran ~0.9 s beyond its load against ~0.37 s at c16
+    (one in-process loop, no spawn), in 6 s windows, ~64 a night. Open one with
+    :func:`client_pool`; every sharded run of n processes then goes to this pool's group of
+    n, spawned at its first run or by :meth:`ensure` before a window's clock starts.
+
+    A group that fails (a process reports an error or dies) is ended and dropped, and the
+    run raises what :func:`run_sharded` raises; the next run of that size spawns afresh. A
+    group is taken out while it runs, so a second thread's run of the same size (an
+    abandoned window still running) gets a group of its own rather than waiting; only one
+    of them is kept. Pooled processes arm no parent death signal (:func:`_pool_worker` says
+    why): they leave on :meth:`close`, when their pipe closes, or with the parent.
+    """
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        self._ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads or a loop
+        self._lock = threading.Lock()
+        self._idle: dict[int, _Group] = {}  # by process count, ready for a run
+        self._live: set[_Group] = set()  # idle and running: what close() ends
+        self._closed = False
+        #: processes this pool has started over its life (tests and benchmarks count spawns with it)
+        self.spawned = 0
+
+    def ensure(self, n: int) -> None:
+        """Spawn the group of ``n`` processes now if there is none, and wait until they are ready.
+
+        So that a caller pays the start before a timed window rather than inside it. A
+        ``ServerError`` if they do not start; nothing once the pool is closed.
+        """
+        if n < 1:
+            raise ValueError(f"client pool: a group needs at least one process, got {n}")
+        with self._lock:
+            if self._closed or n in self._idle:
+                return
+        try:
+            group = self._spawn(n)
+        except _StartFailed as exc:
+            raise ServerError(f"load generator: client process failed: {exc}") from None
+        self._give_back(group)
+
+    def pids(self, n: int) -> tuple[int, ...]:
+        """The process ids of the idle group of ``n`` (empty: none now)."""
+        with self._lock:
+            group = self._idle.get(n)
+            return group.pids() if group is not None else ()
+
+    def run(self, jobs: Sequence[Job]) -> list[Shard]:
+        """:func:`run_sharded` on this pool's processes: the same shards, the same ``ServerError`` on a failure."""
+        n = len(jobs)
+        with self._lock:
+            group = self._idle.pop(n, None)
+        if group is None:
+            try:
+                group = self._spawn(n)
+            except _StartFailed as exc:
+                raise ServerError(f"load generator against {jobs[0].base_url}: client process failed: "
+                                  f"{exc}") from None
+        try:
+            outcomes = group.run(jobs)
+        except BaseException:
+            self._drop(group)  # its processes may be anywhere in a run: none of them is reused
+            raise
+        shards: list[Shard] = []
+        problems: list[str] = []
+        for status, payload in outcomes:
+            if status == "ok" and isinstance(payload, Shard):
+                shards.append(payload)
+            else:
+                problems.append(str(payload))
+        if problems:
+            self._drop(group)
+            raise ServerError(f"load generator against {jobs[0].base_url}: client process failed: "
+                              f"{'; '.join(problems)}")
+        self._give_back(group)
+        return shards
+
+    def close(self) -> None:
+        """Ask every process to leave, wait a moment, kill what is left; afterwards none of them is alive."""
+        with self._lock:
+            self._closed = True
+            groups = list(self._live)
+            self._live.clear()
+            self._idle.clear()
+        for group in groups:
+            group.stop(_POOL_CLOSE_S)
+
+    def _spawn(self, n: int) -> _Group:
+        with self._lock:
+            self.spawned += n
+        group = _Group(self._ctx, n)
+        with self._lock:
+            self._live.add(group)
+        return group
+
+    def _give_back(self, group: _Group) -> None:
+        """Keep ``group`` for the next run of its size; ended instead if the pool closed or has one already."""
+        with self._lock:
+            keep = not self._closed and group.n not in self._idle
+            if keep:
+                self._idle[group.n] = group
+            else:
+                self._live.discard(group)
+        if not keep:
+            group.stop(_POOL_CLOSE_S)
+
+    def _drop(self, group: _Group) -> None:
+        with self._lock:
+            self._live.discard(group)
+        group.stop(0)
+
+
+_POOL: ClientPool | None = None  # the open pool, if any: every thread's sharded runs go to it
+_POOL_LOCK = threading.Lock()
+
+
+def current_pool() -> ClientPool | None:
+    """The open :class:`ClientPool`, or ``None`` (each run spawns its own processes)."""
+    with _POOL_LOCK:
+        return _POOL
+
+
+@contextlib.contextmanager
+def client_pool() -> Iterator[ClientPool]:
+    """Open a :class:`ClientPool` for the block: sharded runs reuse its processes; closed on the way out, however.
+
+    Inside an open pool (any thread's) this yields that one and leaves it open: whoever
+    opened it closes it.
+    """
+    global _POOL
+    with _POOL_LOCK:
+        outer = _POOL
+        pool = outer or ClientPool()
+        _POOL = pool
+    if outer is not None:
+        yield outer
+        return
+    try:
+        yield pool
+    finally:
+        with _POOL_LOCK:
+            _POOL = None
+        pool.close()
 
 
 def run_coroutine(job: Job) -> Shard:
