@@ -150,12 +150,27 @@ def test_model_backend_load_passes_transport_tokenizer_and_client_processes(tmp_
         seen.append(dict(spec.__dict__))
         return _Done()
 
+    import pytest_p2p.serve.workload as workload
+
+    asked: list[str] = []
+
+    def fake_discover(base_url: str, api_key: str, model: str, *, strict: bool = False) -> str:
+        asked.append(model)
+        assert strict  # a failed question must not put the stand-in's words into a night's prompts
+        return "/served/root"
+
     monkeypatch.setattr(loadgen, "generate_load", fake_generate_load)
+    monkeypatch.setattr(workload, "discover_tokenizer", fake_discover)
     srv = _FakeServer(None, tmp_path / "log")
     slot = ServerSlot(srv, Identity(1, None))  # type: ignore[arg-type]
-    _backend({"transport": "aiohttp", "client_processes": 3}).measure(slot, "c2", 1)
+    asking = _backend({"transport": "aiohttp", "client_processes": 3})
+    asking.measure(slot, "c2", 1)
+    asking.measure(slot, "c2", 2)
+    assert len(asked) == 1  # the server is asked once a campaign, not inside every window's clock
+    seen.pop()
     _backend({"tokenizer": "/tok/dir"}).measure(slot, "c2", 1)
-    assert (seen[0]["transport"], seen[0]["tokenizer"], seen[0]["client_processes"]) == ("aiohttp", None, 3)
+    assert len(asked) == 1  # the rig's tokenizer: nobody asked
+    assert (seen[0]["transport"], seen[0]["tokenizer"], seen[0]["client_processes"]) == ("aiohttp", "/served/root", 3)
     assert (seen[1]["transport"], seen[1]["tokenizer"], seen[1]["client_processes"]) == ("raw", "/tok/dir", 0)
     # a measured rep is one run in its telemetry window; the warm-up, before the window, may be re-run on more
     # client processes so the planner knows the count before the rep

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import math
 import shutil
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -112,6 +113,7 @@ class ModelBackend:
     kv_unknown: str = ""  # why they could not be learned (starts stay sequential)
     last_start: Json = dataclasses.field(default_factory=dict)  # how the last start launched (StartPlan.record)
     start_log: list[Json] = dataclasses.field(default_factory=list)  # every start's record (run.json server_starts)
+    tokenizer_id: str | None = None  # the tokenizer the campaign's prompts are made with (:meth:`_tokenizer`)
 
     def _lens(self) -> tuple[int, int]:
         load = self.server.load
@@ -285,8 +287,26 @@ class ModelBackend:
         wake_up(slots[arm].server)
         self.awake = arm
 
+    def _tokenizer(self, handle: ServerSlot) -> str:
+        """The tokenizer every warm-up and window of the campaign makes its prompts with: the rig's
+        (``server.load.tokenizer``), else the one the first server asked names, kept.
+
+        Why kept: asked per run, each window asked its server (``GET /v1/models``) inside its clock; and a
+        launch's prompts are made while its servers start (:meth:`prompts_ahead`), when no server can be
+        asked. Every server of a campaign serves the rig's one model. Asked strictly: a server that cannot say
+        is an error of that warm-up or window, never the stand-in's words kept for the night."""
+        if self.server.load.tokenizer:
+            return self.server.load.tokenizer
+        if self.tokenizer_id is None:
+            from ..serve.workload import discover_tokenizer
+
+            srv = handle.server
+            self.tokenizer_id = discover_tokenizer(srv.base_url, srv.api_key, srv.model, strict=True)
+        return self.tokenizer_id
+
     def _spec(self, concurrency: int, num_prompts: int, *, input_len: int | None = None,
-              output_len: int | None = None, reshard: bool = False, seed_offset: int = 0) -> LoadSpec:
+              output_len: int | None = None, reshard: bool = False, seed_offset: int = 0,
+              tokenizer: str | None = None) -> LoadSpec:
         from ..serve.loadgen import make_spec
 
         load = self.server.load
@@ -299,19 +319,20 @@ class ModelBackend:
                          lengths_seed=load.seed,
                          request_timeout_s=self.campaign.request_timeout_s or self.server.request_timeout_s,
                          endpoint=load.endpoint, transport=load.transport,
-                         tokenizer=load.tokenizer,  # None: the loadgen asks the server (finds a stand-in too)
+                         tokenizer=tokenizer or load.tokenizer,  # None: the loadgen asks the server
                          client_processes=load.client_processes, **load.client_options(),
                          # a measured rep's telemetry window must hold one run: a late rep is kept (flagged)
                          # and the next gets more client processes; the warm-up, before the window, may re-run
                          reshard=reshard)
 
     def _load(self, slot: ServerSlot, concurrency: int, num_prompts: int, *, input_len: int | None = None,
-              output_len: int | None = None, reshard: bool = False, seed_offset: int = 0) -> Json:
+              output_len: int | None = None, reshard: bool = False, seed_offset: int = 0,
+              tokenizer: str | None = None) -> Json:
         from ..serve.loadgen import generate_load
 
         srv = slot.server
         spec = self._spec(concurrency, num_prompts, input_len=input_len, output_len=output_len, reshard=reshard,
-                          seed_offset=seed_offset)
+                          seed_offset=seed_offset, tokenizer=tokenizer)
         return dict(generate_load(srv.base_url, srv.api_key, srv.model, spec).to_dict())
 
     def smoke(self, arm: Arm, log_path: Path) -> None:
@@ -328,10 +349,54 @@ class ModelBackend:
         if self.campaign.warmup <= 0:
             return
         c = concurrency_of(point)
-        res = self._load(handle, c, max(self.campaign.warmup, c), reshard=True,  # outside the window: find the count
-                         seed_offset=self._seed(handle, point, 0))
+        res = self._load(handle, c, self._warm_prompts(c), reshard=True,  # outside the window: find the count
+                         seed_offset=self._seed(handle, point, 0), tokenizer=self._tokenizer(handle))
         if self.campaign.window_s is not None and point not in self.window_prompts:
             self.window_prompts[point] = window_prompts(res, c, self.campaign.window_s)
+
+    def _warm_prompts(self, concurrency: int) -> int:
+        return max(self.campaign.warmup, concurrency)
+
+    def calibrated(self, point: str) -> bool:
+        """Whether a window's prompt count at ``point`` is known: a time budget is sized by the point's first
+        warm-up (:func:`window_prompts`), which must then run alone (beside another server's load it would
+        measure a slower server, and size every window of the night too small)."""
+        return self.campaign.window_s is None or point in self.window_prompts
+
+    def prompts_ahead(self, points: Sequence[str], reps: Sequence[int]) -> threading.Thread | None:
+        """Make, in a thread, the prompts of a launch's warm-ups and of its windows ``reps`` at ``points`` (each
+        for its first sending), while the launch's servers start; ``None`` where the tokenizer is not known yet
+        (the night's first launch asks its first server).
+
+        Why: a window pair's prompts took 0.3-0.6 s to make on 2x H200 (``token_prompts`` redraws until the
+        re-encoding is exact), before its clock but in the night's wall time, 8 pairs a start; a launch spends
+        17-20 s with its servers on the GPUs and the CPUs free. A count still to be calibrated (the first
+        launch's) is left to the window; a prompt run evicted or not made in time is made by its window, so
+        this only ever saves time."""
+        tok = self.server.load.tokenizer or self.tokenizer_id
+        if tok is None:
+            return None
+        specs = []
+        for point in points:
+            c = concurrency_of(point)
+            if self.campaign.warmup > 0:
+                specs.append(self._spec(c, self._warm_prompts(c), seed_offset=prompt_seed(point, 0), tokenizer=tok))
+            if self.calibrated(point):
+                n = self._window(point)[1]
+                specs.extend(self._spec(c, n, seed_offset=prompt_seed(point, k), tokenizer=tok) for k in reps)
+
+        def make() -> None:
+            from ..serve.loadgen import make_prompts
+
+            for spec in specs:
+                try:
+                    make_prompts(spec)
+                except Exception:  # noqa: BLE001 - the run makes its own prompts, and says what is wrong then
+                    return
+
+        thread = threading.Thread(target=make, name="p2p-prompts-ahead", daemon=True)
+        thread.start()
+        return thread
 
     def _window(self, point: str) -> tuple[int, int]:
         """A window's concurrency and prompts at ``point``: the count the first warm-up calibrated for
@@ -347,7 +412,8 @@ class ModelBackend:
         c, n = self._window(point)
         again = handle.served.get((point, rep), 0)
         srv = handle.server
-        prepare(srv.base_url, srv.api_key, srv.model, self._spec(c, n, seed_offset=prompt_seed(point, rep, again)))
+        prepare(srv.base_url, srv.api_key, srv.model,
+                self._spec(c, n, seed_offset=prompt_seed(point, rep, again), tokenizer=self._tokenizer(handle)))
 
     def measure(self, handle: ServerSlot, point: str, rep: int) -> Json:
         """One timed window. Windows with a time budget (``campaign.window_s``) send the prompt count the
@@ -359,7 +425,7 @@ class ModelBackend:
         c, n = self._window(point)
         srv = handle.server
         before = prefix_counts(srv.base_url, srv.api_key)  # outside the load's own timing
-        res = self._load(handle, c, n, seed_offset=self._seed(handle, point, rep))
+        res = self._load(handle, c, n, seed_offset=self._seed(handle, point, rep), tokenizer=self._tokenizer(handle))
         after = prefix_counts(srv.base_url, srv.api_key) if before is not None else None
         got = after.since(before) if after is not None and before is not None else None
         if got is not None:  # the server's word that the window's prompts were new to it (serve.prefix)

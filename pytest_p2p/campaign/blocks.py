@@ -36,6 +36,7 @@ in each rep file say where it ran.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import os
@@ -105,6 +106,8 @@ class ResidentRunner(Protocol):
     def _record_proof(self, rd: RunWriter, result: CampaignResult, handle: ServerSlot, arm: Arm,
                       points: list[str]) -> None: ...
 
+    def _warm(self, handle: ServerSlot, arm: str, point: str, rep: int) -> None: ...
+
     def _measure_point(self, rd: RunWriter, handle: ServerSlot, reader: _Reader, arm: str, point: str, rep: int,
                        idle_rows: list[Row], *, warm: bool = True) -> Json: ...
 
@@ -147,7 +150,8 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     launch_s = _start_estimate(runner, 3, k)
     window_s = cfg.window_s if cfg.window_s is not None else 10.0
     window_took = _window_took(runner)
-    total = starts_s + cfg.starts * len(points) * n_arms * (cfg.windows * window_took + _warm_s(runner))
+    total = (starts_s + cfg.starts * len(points) * n_arms * cfg.windows * window_took
+             + _warm_total(runner, cfg.starts, len(points)))
     memory = ("GPU memory split between the arms' servers" if mode == "resident" and k == 1
               else f"GPU memory split among {n_arms * k} servers: {k} starts at once" if mode == "resident"
               else "the idle arm's server asleep (vLLM sleep mode)")
@@ -182,7 +186,8 @@ def pace(runner: ResidentRunner, points: list[str]) -> Pace:
     """The plan line's figures as the progress line's pace: a window (its share of a warm-up included) and a
     later launch, and the launches of the plan; the campaign replaces both figures with what it measures."""
     cfg = runner.config
-    return Pace(window_s=_window_took(runner) + _warm_s(runner) / max(1, cfg.windows),
+    warm_s = _warm_total(runner, cfg.starts, len(points)) / max(1, cfg.starts * len(points) * len(cfg.arms))
+    return Pace(window_s=_window_took(runner) + warm_s / max(1, cfg.windows),
                 launch_s=_start_estimate(runner, 2, cfg.starts_at_once),
                 launches_ahead=len(range(1, cfg.starts + 1, cfg.starts_at_once)))
 
@@ -277,6 +282,18 @@ def _warm_s(runner: ResidentRunner) -> float:
     if runner.config.warmup <= 0:
         return 0.0
     return STAND_IN_WARM_S if _stand_in(runner) else PLAN_WARM_S
+
+
+def _warm_total(runner: ResidentRunner, starts: int, points: int) -> float:
+    """Seconds the warm-ups of ``starts`` starts at ``points`` points are expected to take (:meth:`_Start.warm`):
+    in sleep mode one server after the other; resident, every server of a launch at once (as long as one),
+    after the first launch's calibrating warm-up alone where windows have a time budget."""
+    cfg = runner.config
+    per = _warm_s(runner)
+    if cfg.resident_mode(runner.kind) != "resident":
+        return starts * points * len(cfg.arms) * per
+    n_launches = len(range(1, starts + 1, cfg.starts_at_once))
+    return points * per * (n_launches + (1 if cfg.window_s is not None else 0))
 
 
 #: Seconds each server beyond two adds to a parallel launch: eight 7B-shape servers (4 starts at once) were ready
@@ -566,29 +583,36 @@ def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, gr
     what = starts_text(group)
     with runner.lease.hold(runner.pair, f"{runner.pair_key} {what}"):
         runner.progress.launch_begins()
+        if ahead is not None and following:
+            # first: their Python start-up (~22 s forked) needs CPUs only, and the windows wait for its end
+            # (_Ahead.settle); this launch's own servers, if started ahead, bind their ports only once continued
+            ahead.start(runner, rd, result, following, points, mode, [h.server.port for h in held or ()])
         with runner.progress.waiting(what, first_rep, total * w_n, "waiting for free VRAM"):
             vram_note = wait_vram_free(runner.pair, cfg.vram_free_mib, cfg.vram_free_timeout_s, live=runner.live)
         reader = runner._reader()
+        prompts = backend.prompts_ahead(points, [rep_of(s, w, w_n) for s in group for w in range(1, w_n + 1)])
         try:
             idle_rows = runner._idle_rows(reader)
             t0 = time.monotonic()
-            if ahead is not None and following:
-                # this launch's own servers, if they were started ahead, bind their ports only once continued
-                ahead.start(runner, rd, result, following, points, mode, [h.server.port for h in held or ()])
             doing = "continuing" if held is not None else "starting"
             with runner.progress.waiting(what, first_rep, total * w_n,
                                          f"{doing} {len(servers)} servers ({mode})"
                                          + (f", attempt {attempt}" if attempt > 1 else "")) as beat, \
                     backend.resident([runner.arms[a] for a, _ in servers], logs, mode, labels,
                                      ahead=held, taken_ports=ahead.ports() if ahead is not None else ()) as by_label:
-                if ahead is not None:
-                    ahead.settle(result)  # no window runs beside a server's Python start-up
                 beat.stop()  # the servers are up: the heartbeat covered their start only
                 runner.progress.launch_ready()
                 slots = {key: by_label[label] for key, label in zip(servers, labels, strict=True)}
                 how = _record_start(rd, result, backend, group, attempt, time.monotonic() - t0)
                 run = _Start(runner, rd, result, slots, reader, idle_rows, attempt, mode, vram_note, pending, how)
+                if prompts is not None:
+                    prompts.join()  # made while the servers started (done by now on a real server)
                 for point in points:
+                    run.warm(point, group)
+                    if point == points[0] and ahead is not None:
+                        # after the warm-ups, which may run beside it: no window runs beside a server's Python
+                        # start-up, and the next launch's began this launch (~22 s forked, ~18 s of GPU work)
+                        ahead.settle(result)
                     for w in range(1, w_n + 1):
                         for s in group:
                             for arm in order(arms, s, w):
@@ -786,6 +810,39 @@ class _Start:
     pending: set[tuple[str, str, int]]
     how: Json = field(default_factory=dict)  # how this launch started its servers (_record_start)
     warmed: set[tuple[str, int, str]] = field(default_factory=set)  # (arm, start, point): each server warms itself
+
+    def warm(self, point: str, group: list[int]) -> None:
+        """Warm every server of the launch at ``point`` before its first window there; resident servers all at
+        once, after a calibrating warm-up alone where the point's window size is still to be learned
+        (:meth:`ModelBackend.calibrated`). Sleep mode leaves each server's warm-up to its first window, when it
+        is awake.
+
+        Why at once: a warm-up is excluded from every measurement, so it may share the pair; one after the
+        other, the servers' warm-ups cost 2.5 s (c16) and 1.3 s (c64) each per start (2x H200, 7B rig,
+        2026-11-27), ~30 s of a 14.5-min night."""
+        r = self.runner
+        backend = r.backend
+        assert isinstance(backend, ModelBackend)
+        if r.config.warmup <= 0 or self.mode != "resident":
+            return
+        todo = [(arm, s) for s in group for arm in order(list(r.config.arms), s, 1)
+                if (arm, s, point) not in self.warmed]
+        if todo and not backend.calibrated(point):
+            self._warm_one(point, *todo.pop(0))
+        if len(todo) == 1:
+            self._warm_one(point, *todo[0])
+        elif todo:
+            with concurrent.futures.ThreadPoolExecutor(len(todo), thread_name_prefix="p2p-warm") as pool:
+                done = [pool.submit(self._warm_one, point, arm, s) for arm, s in todo]
+            errors = [e for f in done if (e := f.exception()) is not None]
+            if errors:  # a server's death first: it sets the launch aside and runs it again
+                raise next((e for e in errors if isinstance(e, RepFailed)), errors[0])
+
+    def _warm_one(self, point: str, arm: str, start: int) -> None:
+        r = self.runner
+        signals.checkpoint()
+        r._warm(self.slots[(arm, start)], arm, point, rep_of(start, 1, r.config.windows))
+        self.warmed.add((arm, start, point))
 
     def window(self, point: str, arm: str, start: int, w: int) -> None:
         """One timed window of ``arm``'s server of ``start`` at ``point``: the server checked before and after,

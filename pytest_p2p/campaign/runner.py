@@ -124,9 +124,18 @@ class CampaignRunner(Generic[H]):
     # ------------------------------------------------------------------ the campaign
 
     def run(self) -> CampaignResult:
-        """The whole campaign; SIGTERM/SIGHUP inside it unwind like Ctrl-C (servers torn down, run.json told)."""
+        """The whole campaign; SIGTERM/SIGHUP inside it unwind like Ctrl-C (servers torn down, run.json told).
+
+        A model campaign keeps its load generator's client processes for its whole length
+        (:func:`~pytest_p2p.serve.loadclients.client_pool`): spawned per window, two of them took ~0.5 s of each
+        c64 window's clock on 2x H200 (a Python start each), 64 windows a night."""
         with signals.terminate_as_interrupt():
-            return self._run()
+            if self.kind != "model":
+                return self._run()
+            from ..serve.loadclients import client_pool
+
+            with client_pool():
+                return self._run()
 
     def _run(self) -> CampaignResult:
         started = time.monotonic()
@@ -361,6 +370,20 @@ class CampaignRunner(Generic[H]):
             if att is not None:
                 atomic_write_json(rd.scenario_dir(arm.name, point) / "attestation.json", att)
 
+    def _warm(self, handle: H, arm: str, point: str, rep: int) -> None:
+        """``handle``'s warm-up at ``point`` (excluded from every measurement); a server that died during it is a
+        :class:`RepFailed` with its cause, as in a window. Thread-safe for distinct handles: the blocks warm the
+        servers of one start at once."""
+        what = f"scenario {arm}-{point} rep {rep} on {self.pair_key} warm-up"
+        try:
+            call_with_timeout(lambda: self.backend.warm(handle, point), self.config.scenario_timeout_s, what,
+                              abandon=lambda: self.backend.death(handle))
+        except Exception:  # a dying server can make the load generator fail in any way
+            cause = self.backend.death(handle)
+            if cause is not None:
+                raise RepFailed(cause) from None
+            raise
+
     def _measure_point(self, rd: RunWriter, handle: H, reader: _Reader, arm: str, point: str, rep: int,
                        idle_rows: list[Row], *, warm: bool = True) -> Json:
         cfg = self.config
@@ -375,8 +398,7 @@ class CampaignRunner(Generic[H]):
             deadline = time.monotonic() + cfg.scenario_timeout_s
             try:
                 if warm:  # resident arms warm up once per start and point, not before every window
-                    call_with_timeout(lambda: self.backend.warm(handle, point), cfg.scenario_timeout_s,
-                                      what + " warm-up", abandon=dead)
+                    self._warm(handle, arm, point, rep)
                 # what is not load (the prompts) before the clock: the window's time and energy are its load's
                 call_with_timeout(lambda: self.backend.prepare(handle, point, rep), cfg.scenario_timeout_s,
                                   what + " preparation", abandon=dead)

@@ -39,15 +39,15 @@ from dataclasses import replace
 
 from ..errors import ServerError
 from .cores import client_cpus
-from .loadclients import PLANNER, ClientPlanner, Job, free_cores, process_cap, run_coroutine, run_sharded
+from .loadclients import PLANNER, ClientPlanner, Job, current_pool, free_cores, process_cap, run_coroutine, run_sharded
 from .loadspec import LoadSpec
 from .metrics import RequestRecord, goodput, peaks, steady_state, summarize
 from .result import ClientStats, LoadResult
 from .transport import require_client
 from .workload import Tokenizer, arrival_offsets, discover_tokenizer, load_tokenizer, request_lengths, token_prompts
 
-__all__ = ["PLANNER", "ClientPlanner", "free_cores", "generate_load", "make_spec", "prepare", "process_cap",
-           "run_load", "run_load_async"]
+__all__ = ["PLANNER", "ClientPlanner", "free_cores", "generate_load", "make_prompts", "make_spec", "prepare",
+           "process_cap", "run_load", "run_load_async"]
 
 
 def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,
@@ -69,7 +69,7 @@ def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,
     tok, tokenizer_id = _tokenizer(base_url, api_key, model, spec)
     if spec.client_processes:  # an explicit count is never changed
         result, records = _run(base_url, api_key, model, spec, tok, tokenizer_id,
-                               min(spec.client_processes, spec.concurrency, spec.num_prompts), "req")
+                               _clients(spec, model, tokenizer_id, PLANNER), "req")
     else:
         result, records = _planned(base_url, api_key, model, spec, tok, tokenizer_id, planner or PLANNER)
     if records_out is not None:
@@ -85,9 +85,27 @@ def prepare(base_url: str, api_key: str, model: str, spec: LoadSpec) -> None:
     idled, and its energy went into the window's tokens per joule: about 0.3 of the 0.6 s a window spent
     outside its load (stand-in with a 7B tokenizer; 0.64 s a window on 2x H200). The campaign calls this
     before a window's clock starts; the other arm of the window pair sends the same prompts and finds them made.
+    Inside a :func:`~.loadclients.client_pool` the run's client processes are spawned now too, if the pool has
+    none of the count the run will use (a Python start each, ~0.5 s of a c64 window on 2x H200).
     """
     spec.check()
-    _workload(spec, *_tokenizer(base_url, api_key, model, spec))
+    tok, tokenizer_id = _tokenizer(base_url, api_key, model, spec)
+    _workload(spec, tok, tokenizer_id)
+    pool = current_pool()
+    if pool is not None:  # the run's client processes, spawned now if the pool has none of its count
+        n = _clients(spec, model, tokenizer_id, PLANNER)
+        if n > 1:
+            pool.ensure(n)
+
+
+def make_prompts(spec: LoadSpec) -> None:
+    """Make the prompts of a run of ``spec``, which names its tokenizer, without asking any server: a campaign
+    makes a launch's prompts while the launch's servers start (:meth:`~pytest_p2p.campaign.backends.ModelBackend.
+    prompts_ahead`), and its warm-ups and windows find them made."""
+    if not spec.tokenizer:
+        raise ValueError("make_prompts: the spec must name its tokenizer (no server is asked)")
+    spec.check()
+    _workload(spec, load_tokenizer(spec.tokenizer), spec.tokenizer)
 
 
 def _tokenizer(base_url: str, api_key: str, model: str, spec: LoadSpec) -> tuple[Tokenizer, str]:
@@ -97,9 +115,11 @@ def _tokenizer(base_url: str, api_key: str, model: str, spec: LoadSpec) -> tuple
 
 
 #: the prompts of the last few runs, by (tokenizer, prompt count, lengths, seed): a pure function of these, kept
-#: so that a run made ready by :func:`prepare` and the window pair's other arm do not make them again
+#: so that a run made ready by :func:`prepare` and the window pair's other arm do not make them again, and a
+#: launch's runs made while its servers start (:func:`make_prompts`: 2 points x (a warm-up + 2 windows) for the
+#: committed 7B rig, times ``starts_at_once``) are still there when its windows run
 _PROMPTS: OrderedDict[tuple[str, int, int | tuple[int, ...], int], tuple[str, ...]] = OrderedDict()
-PROMPT_RUNS_KEPT = 4
+PROMPT_RUNS_KEPT = 24
 _PROMPTS_LOCK = threading.Lock()
 
 
@@ -126,11 +146,24 @@ def _workload(spec: LoadSpec, tok: Tokenizer, tokenizer_id: str) -> tuple[tuple[
     return lengths, made
 
 
+def _clients(spec: LoadSpec, model: str, tokenizer_id: str, planner: ClientPlanner) -> int:
+    """Client processes the next run of ``spec`` starts on: the spec's count, else the planner's for its workload."""
+    if spec.client_processes:
+        return min(spec.client_processes, spec.concurrency, spec.num_prompts)
+    return planner.start(_workload_key(spec, model, tokenizer_id), min(process_cap(spec.concurrency),
+                                                                       spec.num_prompts))
+
+
+def _workload_key(spec: LoadSpec, model: str, tokenizer_id: str) -> tuple[object, ...]:
+    """What the planner remembers a process count by: all that sets a run's client work."""
+    return (model, tokenizer_id, spec.endpoint, spec.transport, spec.concurrency, spec.request_rate,
+            spec.input_len, spec.output_len, spec.range_ratio)
+
+
 def _planned(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Tokenizer, tokenizer_id: str,
              planner: ClientPlanner) -> tuple[LoadResult, list[RequestRecord]]:
     """Runs on the planner's process count; a late one is replaced (``spec.reshard``) while more may help."""
-    workload = (model, tokenizer_id, spec.endpoint, spec.transport, spec.concurrency, spec.request_rate,
-                spec.input_len, spec.output_len, spec.range_ratio)
+    workload = _workload_key(spec, model, tokenizer_id)
     cap = min(process_cap(spec.concurrency), spec.num_prompts)
     n = planner.start(workload, cap)
     late: list[str] = []

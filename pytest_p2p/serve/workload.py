@@ -22,6 +22,7 @@ prompts and arrival times for every arm of a comparison.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -136,8 +137,10 @@ def _special_ids(file: Path) -> set[int]:
         return set()
 
 
+@functools.lru_cache(maxsize=8)
 def load_tokenizer(tokenizer_id: str) -> Tokenizer:
-    """The tokenizer named by ``tokenizer_id`` (see the module docstring)."""
+    """The tokenizer named by ``tokenizer_id`` (see the module docstring), loaded once: a campaign's window asks
+    for it inside its clock, and a real model's ``tokenizer.json`` (2-9 MB) takes 0.1-0.5 s to read."""
     if tokenizer_id == STANDIN_TOKENIZER:
         return WordTokenizer()
     return HFTokenizer(tokenizer_id)
@@ -247,20 +250,27 @@ def arrival_offsets(n: int, request_rate: float, burstiness: float, seed: int) -
     return offsets
 
 
-def discover_tokenizer(base_url: str, api_key: str, model: str, timeout_s: float = 10.0) -> str:
+def discover_tokenizer(base_url: str, api_key: str, model: str, timeout_s: float = 10.0, *,
+                       strict: bool = False) -> str:
     """The tokenizer to use for ``model``: its directory as the server lists it, or the stand-in's words.
 
     vLLM lists ``root`` (the path or hub id it loaded) under ``/v1/models``; the stand-in
     says ``owned_by: ... SIMULATED``. A server that cannot be asked gets the stand-in's
-    words -- its requests will fail and be counted anyway.
+    words -- its requests will fail and be counted anyway. ``strict``: a server that cannot be asked, or does
+    not list ``model``, is a :class:`ServerError` instead (for a caller that keeps the answer for later runs:
+    one failed question must not put the stand-in's words into every prompt of a campaign).
     """
     req = urllib.request.Request(base_url.rstrip("/") + "/v1/models", headers={"Authorization": f"Bearer {api_key}"})
     try:
         with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=timeout_s) as resp:
             data = json.loads(resp.read())
         entries = [m for m in data.get("data", []) if isinstance(m, dict) and m.get("id") == model]
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError) as exc:
+        if strict:
+            raise ServerError(f"{base_url}/v1/models: cannot ask which tokenizer {model!r} uses: {exc}") from None
         return STANDIN_TOKENIZER
+    if not entries and strict:
+        raise ServerError(f"{base_url}/v1/models does not list the model {model!r}")
     if not entries or "SIMULATED" in str(entries[0].get("owned_by", "")):
         return STANDIN_TOKENIZER
     return str(entries[0].get("root") or model)
