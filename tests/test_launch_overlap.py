@@ -1,9 +1,9 @@
-"""What a launch overlaps: its servers' warm-ups, one another; its prompts, its servers' start (issue 24).
+"""What a launch overlaps, and what it must not: its prompts are made while its servers start; its servers'
+warm-ups run one after the other, before its first window (issue 24).
 
-Why: on 2x H200 (2026-11-27) a night of 8 starts spent ~5 s a start warming the arms' servers one after the
-other and ~2 s making prompts between windows, beside 65 s of windows: time a nightly slot pays for nothing
-measured. Warm-ups are excluded from every measurement, so they may share the pair, except the one that sizes
-the point's windows (it must measure one server alone); prompts need only the CPUs, which a launch leaves free.
+Why: on 2x H200 (2026-11-27) a window pair's prompts took 0.3-0.6 s to make, between windows, while a launch
+leaves the CPUs free for 17-20 s. Warm-ups made at once, tried the next night, crawled: two servers under load on
+one pair at once each made a tenth of their output.
 
 Through the real path: resident stand-in servers started by ``serve.server.launch``, the campaign runner.
 """
@@ -22,58 +22,47 @@ from pytest_p2p.serve import loadgen
 from pytest_p2p.serve.workload import STANDIN_TOKENIZER, discover_tokenizer
 
 
-def test_a_start_s_servers_warm_up_at_once_after_the_calibrating_warm_up_ran_alone(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each later start's two warm-ups at a point must be in flight together: each waits at a barrier of two,
-    which breaks (and fails the campaign) when they run one after the other. A point's first warm-up sizes
-    its windows (``window_s``) and must have the pair to itself."""
+def _watch_load(monkeypatch: pytest.MonkeyPatch) -> tuple[list[tuple[str, str, str]], list[int]]:
+    """Spy on every run of load: ``(kind, server, point)`` in the order they began (``warm``: a warm-up, which
+    alone may re-run on more client processes), and the most runs in flight at once."""
     real = loadgen.generate_load
     lock = threading.Lock()
-    together = threading.Barrier(2, timeout=60)
-    servers: list[str] = []  # in the order their first warm-up came
-    in_flight: list[str] = []
-    alone: list[tuple[int, str]] = []  # (concurrency, what else was warming) for start 1's warm-ups
+    runs: list[tuple[str, str, str]] = []
+    in_flight = [0]
+    peak = [0]
 
     def spy(base_url: str, api_key: str, model: str, spec: Any, *args: Any) -> Any:
-        if not spec.reshard:  # a window (the warm-up alone may re-run on more client processes)
-            return real(base_url, api_key, model, spec, *args)
         with lock:
-            if base_url not in servers:
-                servers.append(base_url)
-            first_start = servers.index(base_url) < 2
-            others = ",".join(in_flight)
-            in_flight.append(base_url)
+            runs.append(("warm" if spec.reshard else "window", base_url, f"c{spec.concurrency}"))
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
         try:
-            if first_start:
-                alone.append((spec.concurrency, others))
-            else:
-                together.wait()  # BrokenBarrierError unless the start's other server warms up now too
             return real(base_url, api_key, model, spec, *args)
         finally:
             with lock:
-                in_flight.remove(base_url)
+                in_flight[0] -= 1
 
     monkeypatch.setattr(loadgen, "generate_load", spy)
-    res = _runner(tmp_path, window_s=0.2, starts=3).run()
+    return runs, peak
+
+
+@pytest.mark.parametrize("window_s", [0.2, None])
+def test_a_start_s_servers_warm_up_one_after_the_other_before_its_first_window(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window_s: float | None) -> None:
+    """Never two servers under load at once, warm-ups included: two 7B servers warming up together on 2x H200
+    made 340-470 tok/s each instead of ~5000 (2026-11-27). And every server of a start is warm at a point before
+    the start's first window there (the first windows then wait for servers started ahead, not the warm-ups)."""
+    runs, peak = _watch_load(monkeypatch)
+    res = _runner(tmp_path, window_s=window_s, starts=3).run()
     assert res.status == "complete", res.errors
+    assert peak[0] == 1
+    servers = list(dict.fromkeys(url for _, url, _ in runs))
     assert len(servers) >= 6  # 3 starts x 2 arms
-    assert sorted(c for c, _ in alone) == [1, 1, 2, 2]  # start 1: each server once per point ...
-    assert all(others == "" for _, others in alone), alone  # ... with nothing else warming beside it
-
-
-def test_without_a_time_budget_the_first_start_warms_its_servers_at_once_too(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = loadgen.generate_load
-    together = threading.Barrier(2, timeout=60)
-
-    def spy(base_url: str, api_key: str, model: str, spec: Any, *args: Any) -> Any:
-        if spec.reshard:
-            together.wait()
-        return real(base_url, api_key, model, spec, *args)
-
-    monkeypatch.setattr(loadgen, "generate_load", spy)
-    res = _runner(tmp_path, starts=2).run()  # windows of so many prompts: nothing to calibrate
-    assert res.status == "complete", res.errors
+    for a, b in zip(servers[::2], servers[1::2], strict=True):  # the two servers of one start
+        for point in ("c1", "c2"):
+            mine = [(kind, url) for kind, url, p in runs if url in (a, b) and p == point]
+            first_window = next(i for i, (kind, _) in enumerate(mine) if kind == "window")
+            assert {url for kind, url in mine[:first_window] if kind == "warm"} == {a, b}, mine
 
 
 def test_sleep_mode_warms_each_server_when_it_is_awake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

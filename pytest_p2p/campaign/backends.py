@@ -359,8 +359,7 @@ class ModelBackend:
 
     def calibrated(self, point: str) -> bool:
         """Whether a window's prompt count at ``point`` is known: a time budget is sized by the point's first
-        warm-up (:func:`window_prompts`), which must then run alone (beside another server's load it would
-        measure a slower server, and size every window of the night too small)."""
+        warm-up (:func:`window_prompts`), the first launch's."""
         return self.campaign.window_s is None or point in self.window_prompts
 
     def prompts_ahead(self, points: Sequence[str], reps: Sequence[int]) -> threading.Thread | None:

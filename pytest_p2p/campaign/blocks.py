@@ -36,7 +36,6 @@ in each rep file say where it ran.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
 import os
@@ -150,8 +149,7 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     launch_s = _start_estimate(runner, 3, k)
     window_s = cfg.window_s if cfg.window_s is not None else 10.0
     window_took = _window_took(runner)
-    total = (starts_s + cfg.starts * len(points) * n_arms * cfg.windows * window_took
-             + _warm_total(runner, cfg.starts, len(points)))
+    total = starts_s + cfg.starts * len(points) * n_arms * (cfg.windows * window_took + _warm_s(runner))
     memory = ("GPU memory split between the arms' servers" if mode == "resident" and k == 1
               else f"GPU memory split among {n_arms * k} servers: {k} starts at once" if mode == "resident"
               else "the idle arm's server asleep (vLLM sleep mode)")
@@ -186,8 +184,7 @@ def pace(runner: ResidentRunner, points: list[str]) -> Pace:
     """The plan line's figures as the progress line's pace: a window (its share of a warm-up included) and a
     later launch, and the launches of the plan; the campaign replaces both figures with what it measures."""
     cfg = runner.config
-    warm_s = _warm_total(runner, cfg.starts, len(points)) / max(1, cfg.starts * len(points) * len(cfg.arms))
-    return Pace(window_s=_window_took(runner) + warm_s / max(1, cfg.windows),
+    return Pace(window_s=_window_took(runner) + _warm_s(runner) / max(1, cfg.windows),
                 launch_s=_start_estimate(runner, 2, cfg.starts_at_once),
                 launches_ahead=len(range(1, cfg.starts + 1, cfg.starts_at_once)))
 
@@ -282,18 +279,6 @@ def _warm_s(runner: ResidentRunner) -> float:
     if runner.config.warmup <= 0:
         return 0.0
     return STAND_IN_WARM_S if _stand_in(runner) else PLAN_WARM_S
-
-
-def _warm_total(runner: ResidentRunner, starts: int, points: int) -> float:
-    """Seconds the warm-ups of ``starts`` starts at ``points`` points are expected to take (:meth:`_Start.warm`):
-    in sleep mode one server after the other; resident, every server of a launch at once (as long as one),
-    after the first launch's calibrating warm-up alone where windows have a time budget."""
-    cfg = runner.config
-    per = _warm_s(runner)
-    if cfg.resident_mode(runner.kind) != "resident":
-        return starts * points * len(cfg.arms) * per
-    n_launches = len(range(1, starts + 1, cfg.starts_at_once))
-    return points * per * (n_launches + (1 if cfg.window_s is not None else 0))
 
 
 #: Seconds each server beyond two adds to a parallel launch: eight 7B-shape servers (4 starts at once) were ready
@@ -812,37 +797,25 @@ class _Start:
     warmed: set[tuple[str, int, str]] = field(default_factory=set)  # (arm, start, point): each server warms itself
 
     def warm(self, point: str, group: list[int]) -> None:
-        """Warm every server of the launch at ``point`` before its first window there; resident servers all at
-        once, after a calibrating warm-up alone where the point's window size is still to be learned
-        (:meth:`ModelBackend.calibrated`). Sleep mode leaves each server's warm-up to its first window, when it
-        is awake.
+        """Warm every server of the launch at ``point`` before its first window there, one after the other, in
+        the order of their first windows (the first one's warm-up sizes the point's windows where they have a
+        time budget). Sleep mode leaves each server's warm-up to its first window, when it is awake.
 
-        Why at once: a warm-up is excluded from every measurement, so it may share the pair; one after the
-        other, the servers' warm-ups cost 2.5 s (c16) and 1.3 s (c64) each per start (2x H200, 7B rig,
-        2026-11-27), ~30 s of a 14.5-min night."""
+        Why before the windows: the launch's first windows then wait for the next launch's servers started
+        ahead (:meth:`_Ahead.settle`) after these warm-ups, not before them. Why not at once: two servers
+        under load at once on one pair crawl. On 2x H200 (2026-11-27, ninth session) two 7B servers warming up
+        together at c64 made 340-470 output tokens/s each, against ~5000 alone, and a start's warm-ups took 17 s
+        instead of 3 (each server's NCCL kernels wait on their peer rank while the GPU runs the other
+        process's)."""
         r = self.runner
-        backend = r.backend
-        assert isinstance(backend, ModelBackend)
         if r.config.warmup <= 0 or self.mode != "resident":
             return
-        todo = [(arm, s) for s in group for arm in order(list(r.config.arms), s, 1)
-                if (arm, s, point) not in self.warmed]
-        if todo and not backend.calibrated(point):
-            self._warm_one(point, *todo.pop(0))
-        if len(todo) == 1:
-            self._warm_one(point, *todo[0])
-        elif todo:
-            with concurrent.futures.ThreadPoolExecutor(len(todo), thread_name_prefix="p2p-warm") as pool:
-                done = [pool.submit(self._warm_one, point, arm, s) for arm, s in todo]
-            errors = [e for f in done if (e := f.exception()) is not None]
-            if errors:  # a server's death first: it sets the launch aside and runs it again
-                raise next((e for e in errors if isinstance(e, RepFailed)), errors[0])
-
-    def _warm_one(self, point: str, arm: str, start: int) -> None:
-        r = self.runner
-        signals.checkpoint()
-        r._warm(self.slots[(arm, start)], arm, point, rep_of(start, 1, r.config.windows))
-        self.warmed.add((arm, start, point))
+        for s in group:
+            for arm in order(list(r.config.arms), s, 1):
+                if (arm, s, point) not in self.warmed:
+                    signals.checkpoint()
+                    r._warm(self.slots[(arm, s)], arm, point, rep_of(s, 1, r.config.windows))
+                    self.warmed.add((arm, s, point))
 
     def window(self, point: str, arm: str, start: int, w: int) -> None:
         """One timed window of ``arm``'s server of ``start`` at ``point``: the server checked before and after,

@@ -372,8 +372,7 @@ class CampaignRunner(Generic[H]):
 
     def _warm(self, handle: H, arm: str, point: str, rep: int) -> None:
         """``handle``'s warm-up at ``point`` (excluded from every measurement); a server that died during it is a
-        :class:`RepFailed` with its cause, as in a window. Thread-safe for distinct handles: the blocks warm the
-        servers of one start at once."""
+        :class:`RepFailed` with its cause, as in a window."""
         what = f"scenario {arm}-{point} rep {rep} on {self.pair_key} warm-up"
         try:
             call_with_timeout(lambda: self.backend.warm(handle, point), self.config.scenario_timeout_s, what,
