@@ -65,6 +65,46 @@ def test_a_start_s_servers_warm_up_one_after_the_other_before_its_first_window(
             assert {url for kind, url in mine[:first_window] if kind == "warm"} == {a, b}, mine
 
 
+@pytest.mark.parametrize("window_s", [0.2, None])
+def test_the_windows_wait_for_the_servers_started_ahead_after_the_warm_ups_but_a_calibrating_one_before(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window_s: float | None) -> None:
+    """A launch's first windows wait until the next launch's servers, started ahead, are held; the warm-ups before
+    them need not (nothing of them is measured) and so run beside those servers' Python start-up. But the
+    warm-up that sizes the windows (the first launch's, with ``window_s``) measures a rate, undisturbed."""
+    from test_start_ahead import STANDIN, _ahead_runner
+
+    from pytest_p2p.campaign import blocks
+
+    events: list[str] = []
+    real_settle = blocks._Ahead.settle
+
+    def settle(self: Any, result: Any) -> None:
+        events.append("settle" if self.held else "settle (none held)")
+        real_settle(self, result)
+
+    runs, _ = _watch_load(monkeypatch)
+    seen = [0]
+    real = loadgen.generate_load
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        out = real(*args, **kw)
+        events.extend(f"{kind} {point}" for kind, _, point in runs[seen[0]:])
+        seen[0] = len(runs)
+        return out
+
+    monkeypatch.setattr(blocks._Ahead, "settle", settle)
+    monkeypatch.setattr(loadgen, "generate_load", spy)
+    res = _ahead_runner(tmp_path, STANDIN, window_s=window_s, starts=2).run()
+    assert res.status == "complete", res.errors
+    first_window = events.index("window c1")
+    launch_1 = events[:first_window]
+    assert launch_1.count("warm c1") == 2 and launch_1[-1].startswith("settle"), launch_1
+    if window_s is not None:  # the calibrating warm-up after a settle, the other one before the next
+        assert launch_1[:2] == ["settle", "warm c1"] and launch_1[2:] == ["warm c1", "settle"], launch_1
+    else:
+        assert launch_1 == ["warm c1", "warm c1", "settle"], launch_1
+
+
 def test_sleep_mode_warms_each_server_when_it_is_awake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = loadgen.generate_load
     in_flight = [0]

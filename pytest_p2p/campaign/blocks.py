@@ -593,8 +593,10 @@ def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, gr
                 if prompts is not None:
                     prompts.join()  # made while the servers started (done by now on a real server)
                 for point in points:
+                    if ahead is not None and point == points[0] and not backend.calibrated(point):
+                        ahead.settle(result)  # a warm-up that sizes the windows measures its server undisturbed
                     run.warm(point, group)
-                    if point == points[0] and ahead is not None:
+                    if ahead is not None and point == points[0]:
                         # after the warm-ups, which may run beside it: no window runs beside a server's Python
                         # start-up, and the next launch's began this launch (~22 s forked, ~18 s of GPU work)
                         ahead.settle(result)
