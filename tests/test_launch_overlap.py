@@ -106,22 +106,7 @@ def test_the_windows_wait_for_the_servers_started_ahead_after_the_warm_ups_but_a
 
 
 def test_sleep_mode_warms_each_server_when_it_is_awake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = loadgen.generate_load
-    in_flight = [0]
-    peak = [0]
-    lock = threading.Lock()
-
-    def spy(base_url: str, api_key: str, model: str, spec: Any, *args: Any) -> Any:
-        with lock:
-            in_flight[0] += 1
-            peak[0] = max(peak[0], in_flight[0])
-        try:
-            return real(base_url, api_key, model, spec, *args)
-        finally:
-            with lock:
-                in_flight[0] -= 1
-
-    monkeypatch.setattr(loadgen, "generate_load", spy)
+    _, peak = _watch_load(monkeypatch)
     res = _runner(tmp_path, residency="sleep", starts=2).run()
     assert res.status == "complete", res.errors
     assert peak[0] == 1  # the idle arm's server sleeps: it cannot be warmed beside the awake one

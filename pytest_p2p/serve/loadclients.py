@@ -391,28 +391,29 @@ def run_sharded(jobs: Sequence[Job]) -> list[Shard]:
         child.close()
         children.append(proc)
         pipes.append(parent)
-    shards: list[Shard] = []
-    problems: list[str] = []
+    outcomes: list[tuple[str, object]] = []
     try:
         for pipe in pipes:
             try:
-                status, payload = pipe.recv()
+                outcomes.append(pipe.recv())
             except EOFError:
-                status, payload = "error", "client process died"
-            if status == "ok":
-                shards.append(payload)
-            else:
-                problems.append(str(payload))
+                outcomes.append(("error", "client process died"))
     finally:
         for proc in children:
             proc.join(5)
             if proc.is_alive():
                 proc.kill()
                 proc.join(1)
+    return _shards(outcomes, jobs[0].base_url)
+
+
+def _shards(outcomes: Sequence[tuple[str, object]], base_url: str) -> list[Shard]:
+    """A run's shards from its client processes' ``("ok", shard)`` / ``("error", text)``, in job order; any
+    failure is the run's :class:`ServerError`, naming every one (spawned per run or pooled alike)."""
+    problems = [str(payload) for status, payload in outcomes if status != "ok" or not isinstance(payload, Shard)]
     if problems:
-        raise ServerError(f"load generator against {jobs[0].base_url}: client process failed: "
-                          f"{'; '.join(problems)}")
-    return shards
+        raise ServerError(f"load generator against {base_url}: client process failed: {'; '.join(problems)}")
+    return [payload for _, payload in outcomes if isinstance(payload, Shard)]
 
 
 #: how long a pooled client process may take to start (an interpreter and our imports, on a loaded box)
@@ -634,17 +635,11 @@ class ClientPool:
         except BaseException:
             self._drop(group)  # its processes may be anywhere in a run: none of them is reused
             raise
-        shards: list[Shard] = []
-        problems: list[str] = []
-        for status, payload in outcomes:
-            if status == "ok" and isinstance(payload, Shard):
-                shards.append(payload)
-            else:
-                problems.append(str(payload))
-        if problems:
-            self._drop(group)
-            raise ServerError(f"load generator against {jobs[0].base_url}: client process failed: "
-                              f"{'; '.join(problems)}")
+        try:
+            shards = _shards(outcomes, jobs[0].base_url)
+        except ServerError:
+            self._drop(group)  # a process failed or died: none of the group is reused
+            raise
         self._give_back(group)
         return shards
 
