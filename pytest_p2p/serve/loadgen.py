@@ -166,15 +166,21 @@ def _workload_key(spec: LoadSpec, model: str, tokenizer_id: str) -> tuple[object
 
 def _planned(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Tokenizer, tokenizer_id: str,
              planner: ClientPlanner) -> tuple[LoadResult, list[RequestRecord]]:
-    """Runs on the planner's process count; a late one is replaced (``spec.reshard``) while more may help."""
+    """Runs on the planner's process count; a late one is replaced (``spec.reshard``) while more may help.
+
+    The idle cores are looked at (50 ms of ``/proc/stat``) only after a late run, to size its replacement: a
+    run on time keeps its count, and a campaign window's clock holds no look (2x H200: 64 looks a night).
+    """
     workload = _workload_key(spec, model, tokenizer_id)
-    cap = min(process_cap(spec.concurrency), spec.num_prompts)
-    n = planner.start(workload, cap)
+    n = planner.start(workload, min(process_cap(spec.concurrency, cores=len(os.sched_getaffinity(0))),
+                                    spec.num_prompts))
     late: list[str] = []
     while True:
         run = replace(spec, seed=spec.seed + 7919 * len(late))
         result, records = _run(base_url, api_key, model, run, tok, tokenizer_id, n, f"req{len(late) or ''}")
-        nxt = planner.after(workload, n, bool(result.client_lateness), cap)
+        is_late = bool(result.client_lateness)
+        cap = min(process_cap(spec.concurrency), spec.num_prompts) if is_late else n
+        nxt = planner.after(workload, n, is_late, cap)
         if nxt is None or not spec.reshard:
             return replace(result, reshards=late, _json=None), records
         late.append(result.client_lateness)
