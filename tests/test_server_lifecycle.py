@@ -281,6 +281,60 @@ def test_kill_tree_escalates_to_sigkill() -> None:
     assert proc.returncode == -signal.SIGKILL
 
 
+_TREE = """
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))  # the leader (vLLM's API server) stops at once
+r, w = os.pipe()
+# a tracker: cleans up once every writer of its pipe is gone, as multiprocessing.resource_tracker does
+tracker = subprocess.Popen([sys.executable, "-c", "import os, signal, sys; "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ok', flush=True); os.read(int(sys.argv[1]), 1); "
+    "open(sys.argv[2], 'w').write('unlinked'); # multiprocessing.resource_tracker", str(r), sys.argv[1]],
+    pass_fds=(r,))
+# a worker: ignores SIGTERM and holds the tracker's pipe, like a TP worker stuck in NCCL's Abort
+worker = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+    "signal.SIG_IGN); print('ok', flush=True); time.sleep(600)"], pass_fds=(w,))
+os.close(r); os.close(w)
+print(tracker.pid, worker.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _tree_pids(proc: subprocess.Popen[bytes]) -> tuple[int, int]:
+    """The tracker's and the worker's pids, once both say they ignore SIGTERM (three lines, in any order)."""
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline().split() for _ in range(3)]
+    tracker, worker = next(map(int, f) for f in lines if len(f) == 2)
+    return tracker, worker
+
+
+def test_what_outlives_the_leader_gets_a_short_grace_and_its_tracker_cleans_up(tmp_path: Path) -> None:
+    """The leader exits on SIGTERM; its worker ignores it. With an orphan grace the worker is killed long before
+    ``grace_s`` (the 60 s a stuck NCCL abort held a night's launch), and the resource tracker, killed last,
+    first saw its pipe close and did its cleanup."""
+    token = uuid.uuid4().hex
+    marker = tmp_path / "tracker_done"
+    proc = subprocess.Popen([sys.executable, "-c", _TREE, str(marker)], env={**os.environ, TOKEN_ENV: token},
+                            start_new_session=True, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    tracker, worker = _tree_pids(proc)
+    assert set(find_leftovers(token)) == {proc.pid, tracker, worker}
+    t0 = time.monotonic()
+    assert kill_tree(proc.pid, token, grace_s=600.0, proc=proc, orphan_grace_s=0.5) == []
+    assert time.monotonic() - t0 < 300  # not the 600 s grace: a generous bound for a loaded box
+    assert proc.returncode == 0 and marker.read_text() == "unlinked"
+
+
+def test_without_an_orphan_grace_what_outlives_the_leader_gets_the_whole_grace() -> None:
+    """The default keeps the old rule: a process left by an exited leader is SIGKILLed only at ``grace_s``."""
+    token = uuid.uuid4().hex
+    proc = subprocess.Popen([sys.executable, "-c", _TREE, "/dev/null"], env={**os.environ, TOKEN_ENV: token},
+                            start_new_session=True, stdout=subprocess.PIPE)
+    _tree_pids(proc)
+    t0 = time.monotonic()
+    assert kill_tree(proc.pid, token, grace_s=1.5, proc=proc) == []
+    assert time.monotonic() - t0 >= 1.5
+
+
 def test_leftover_process_is_server_error_naming_pid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server_mod, "kill_tree", lambda *a, **k: [424242])
     with pytest.raises(ServerError, match="left processes alive after SIGKILL: pids 424242"), \

@@ -153,11 +153,24 @@ def _signal(pids: Sequence[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
+#: seconds a server's processes get after its leader (the API server we started) exited, before SIGKILL
+ORPHAN_GRACE_S = 3.0
+
+
 def kill_tree(session_id: int, token: str, *, grace_s: float = 10.0,
-              proc: subprocess.Popen[bytes] | None = None) -> list[int]:
+              proc: subprocess.Popen[bytes] | None = None, orphan_grace_s: float | None = None) -> list[int]:
     """SIGTERM the session and every marked process, wait ``grace_s``, then SIGKILL; return survivors.
 
     ``proc`` (the leader we started) is reaped with ``wait`` so it does not linger as a zombie.
+
+    ``orphan_grace_s``: once ``proc`` has exited, what is left gets this long at most, not the rest of
+    ``grace_s``. Why: vLLM's API server exits when its own shutdown is done (it force-kills its EngineCore);
+    what outlives it are the TP workers tearing down their NCCL communicators, which tells us nothing and
+    has hung. On 2x H200 (2026-11-27) a worker stuck in ``Abort START`` held the next launch for the whole
+    60 s ``teardown_timeout_s``, where other teardowns of the night took 1-7 s. Then the processes are
+    killed in two steps: first all but Python's ``resource_tracker`` processes, which, once the workers are
+    gone, unlink the shared memory the workers leaked (vLLM's say so in the log) and exit by themselves;
+    killed with the workers, they would leave it in ``/dev/shm`` until a reboot.
     """
     pids = find_leftovers(token, session_id)
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -168,28 +181,48 @@ def kill_tree(session_id: int, token: str, *, grace_s: float = 10.0,
         os.killpg(session_id, signal.SIGCONT)
     _signal(pids, signal.SIGCONT)
     deadline = time.monotonic() + grace_s
+    orphaned = False
     while time.monotonic() < deadline:
-        if proc is not None:
-            proc.poll()
+        if proc is not None and proc.poll() is not None and orphan_grace_s is not None and not orphaned:
+            orphaned = True
+            deadline = min(deadline, time.monotonic() + orphan_grace_s)
         if not find_leftovers(token, session_id):
             break
         time.sleep(0.1)
     left = find_leftovers(token, session_id)
+    if left and orphaned:
+        trackers = [p for p in left if _is_resource_tracker(p)]
+        _signal([p for p in left if p not in trackers], signal.SIGKILL)
+        _wait_gone(token, session_id, proc, 2.0)
+        left = find_leftovers(token, session_id)
     if left:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(session_id, signal.SIGKILL)
         _signal(left, signal.SIGKILL)
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline:
-            if proc is not None:
-                proc.poll()
-            if not find_leftovers(token, session_id):
-                break
-            time.sleep(0.05)
+        _wait_gone(token, session_id, proc, 5.0)
     if proc is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=1.0)
     return find_leftovers(token, session_id)
+
+
+def _wait_gone(token: str, session_id: int, proc: subprocess.Popen[bytes] | None, wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if proc is not None:
+            proc.poll()
+        if not find_leftovers(token, session_id):
+            return
+        time.sleep(0.05)
+
+
+def _is_resource_tracker(pid: int) -> bool:
+    """Whether ``pid`` runs Python's multiprocessing resource tracker (``...resource_tracker import main...``)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return b"multiprocessing.resource_tracker" in fh.read()
+    except OSError:
+        return False
 
 
 def _listen_inodes(port: int) -> set[str]:

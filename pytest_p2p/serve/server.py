@@ -49,6 +49,7 @@ from .cores import cpu_list, server_blocks
 from .hold import Held
 from .logs import likely_cause, pair_key, tail
 from .procs import (
+    ORPHAN_GRACE_S,
     OWNER_ENV,
     TOKEN_ENV,
     find_leftovers,
@@ -594,7 +595,8 @@ def teardown(srv: RunningServer, *, check_gpus: bool = True) -> None:
     """Stop the server and prove nothing of it is left (processes, then GPU memory unless ``check_gpus`` is
     off: :func:`teardown_all` checks the memory once, after every server sharing the pair is stopped)."""
     cfg = srv.config
-    left = kill_tree(srv.pid, srv.token, grace_s=cfg.teardown_timeout_s, proc=srv.process)
+    left = kill_tree(srv.pid, srv.token, grace_s=cfg.teardown_timeout_s, proc=srv.process,
+                     orphan_grace_s=min(ORPHAN_GRACE_S, cfg.teardown_timeout_s))
     _LIVE.pop(srv.pid, None)
     # the log note is a courtesy: a results disk that turned read-only (or full) must not stop the
     # leftover and GPU checks below, and is reported after them as one paragraph naming the log
