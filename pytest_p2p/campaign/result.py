@@ -74,11 +74,31 @@ class CampaignResult:
         return {str(k): [int(x) for x in v] for k, v in got.items() if isinstance(v, list)}
 
     def uplift_verdict(self, point: str) -> UpliftVerdict:
-        """The threshold rule applied at ``point`` (raises ``TooFewRepsError`` when it cannot be)."""
-        from ..stats.uplift_rule import judge
+        """The uplift verdict at ``point``: the campaign's own decision where it made one
+        (:func:`~pytest_p2p.stats.uplift_rule.from_decision` says why), else the threshold rule applied to what
+        was measured -- on the start means where the arms were resident (a campaign cut short before its
+        decision), on the pairs where every rep had its own start. Raises ``TooFewRepsError`` when it cannot be.
+        """
+        from ..stats.uplift_rule import from_decision, judge
 
-        if self.config is None or self.config.arm_b is None:
+        cfg = self.config
+        if cfg is None or cfg.arm_b is None:
             raise CampaignError("an uplift needs two arms in campaign.arms")
+        rule, metric = cfg.uplift_rule_for(self.kind), cfg.metric(self.kind)
+        decided = self.decisions.get(point)
+        if isinstance(decided, dict):
+            got = from_decision(decided, point, rule, metric=metric, faster_arm=cfg.arm_a, slower_arm=cfg.arm_b)
+            if got is not None:
+                return got
         up = self.uplift.get(point) or {"n": 0, "estimate": None, "ci95": None}
-        return judge(up, point, self.config.uplift_rule_for(self.kind), metric=self.config.metric(self.kind),
-                     faster_arm=self.config.arm_a, slower_arm=self.config.arm_b)
+        if up.get("starts"):  # resident arms, no decision made: decide on the start means, at the campaign's alpha
+            from . import adaptive
+
+            a, b = self.rep_data.get((cfg.arm_a, point), {}), self.rep_data.get((cfg.arm_b, point), {})
+            d = adaptive.decide_starts(a, b, cfg, self.kind, sorted(set(a) & set(b)), rule.threshold(point),
+                                       rule.alpha / max(1, len(self.points)))
+            got = from_decision({**adaptive.decision_json(d), "needed_unit": "starts"}, point, rule, metric=metric,
+                                faster_arm=cfg.arm_a, slower_arm=cfg.arm_b)
+            if got is not None:
+                return got
+        return judge(up, point, rule, metric=metric, faster_arm=cfg.arm_a, slower_arm=cfg.arm_b)

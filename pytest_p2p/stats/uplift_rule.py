@@ -178,3 +178,41 @@ def judge(uplift: Mapping[str, object], point: str, rule: UpliftRule, *, metric:
                          estimate=d.estimate, ci95=ci, n=d.n, threshold=thr, rule=rule.rule,
                          passed=d.outcome is Outcome.PASS, message=message, outcome=d.outcome.value,
                          pairs_needed=d.pairs_needed, level=d.level)
+
+
+def from_decision(decision: Mapping[str, object], point: str, rule: UpliftRule, *, metric: str, faster_arm: str,
+                  slower_arm: str) -> UpliftVerdict | None:
+    """The campaign's own decision at ``point`` (``run.json``'s ``decisions``, ``adaptive.decision_json``) as a
+    verdict, or ``None`` where it is not a decision on these two arms.
+
+    Why not :func:`judge` again: the campaign decides on its own unit and alpha -- resident arms on the start
+    means (windows nest in server starts), its alpha split over its points and spent over its looks -- and its
+    report shows that decision. The check judged the window pairs anew, as if each had its own server start,
+    at another level: on 2x H100 (2026-11-27, 2 starts) the report said 99 % CI -98.8 .. +11704.8 % and the
+    check 98 % CI -87.8 .. +1092.3 %; with 2 windows a start its interval is too narrow, and red could
+    mean a start-to-start difference. One decision, one interval, one level, everywhere.
+    """
+    quantity = f"uplift of {faster_arm} over {slower_arm}"
+    outcome = decision.get("outcome")
+    level = decision.get("level")
+    if (not str(decision.get("quantity") or "").startswith(quantity)
+            or outcome not in ("pass", "fail", "inconclusive") or not isinstance(level, (int, float))):
+        return None
+
+    def num(key: str) -> float | None:
+        got = decision.get(key)
+        return float(got) if isinstance(got, (int, float)) and not isinstance(got, bool) else None
+
+    lower, upper, n, needed = num("lower"), num("upper"), num("n"), num("pairs_needed")
+    reason = str(decision.get("reason") or f"{quantity}: {outcome}")
+    message = (reason.replace(quantity, f"{quantity} in {metric} at {point}", 1)
+               + f" (one-sided alpha {(1 - float(level)) / 2:.3g} per wrong verdict: the campaign's decision")
+    stopped = decision.get("stopped")
+    message += f"; adding {decision.get('needed_unit') or 'pairs'} stopped: {stopped})" if (
+        outcome == "inconclusive" and isinstance(stopped, str) and stopped) else ")"
+    return UpliftVerdict(point=point, metric=metric, faster_arm=faster_arm, slower_arm=slower_arm,
+                         estimate=num("estimate"),
+                         ci95=(lower, upper) if lower is not None and upper is not None else None,
+                         n=int(n or 0), threshold=rule.threshold(point), rule=rule.rule, passed=outcome == "pass",
+                         message=message, outcome=str(outcome),
+                         pairs_needed=int(needed) if needed is not None else None, level=float(level))
