@@ -154,7 +154,7 @@ def _signal(pids: Sequence[int], sig: int) -> None:
 
 
 #: seconds a server's processes get after its leader (the API server we started) exited, before SIGKILL
-ORPHAN_GRACE_S = 3.0
+ORPHAN_GRACE_S = 1.0
 
 
 def kill_tree(session_id: int, token: str, *, grace_s: float = 10.0,
@@ -167,7 +167,8 @@ def kill_tree(session_id: int, token: str, *, grace_s: float = 10.0,
     ``grace_s``. Why: vLLM's API server exits when its own shutdown is done (it force-kills its EngineCore);
     what outlives it are the TP workers tearing down their NCCL communicators, which tells us nothing and
     has hung. On 2x H200 (2026-11-27) a worker stuck in ``Abort START`` held the next launch for the whole
-    60 s ``teardown_timeout_s``, where other teardowns of the night took 1-7 s. Then the processes are
+    60 s ``teardown_timeout_s``, and the others of the night took ~7 s between the API server's "Application
+    shutdown complete" and the next launch (the eighth night's workers were gone in 0.5 s). Then the processes are
     killed in two steps: first all but Python's ``resource_tracker`` processes, which, once the workers are
     gone, unlink the shared memory the workers leaked (vLLM's say so in the log) and exit by themselves;
     killed with the workers, they would leave it in ``/dev/shm`` until a reboot.
