@@ -8,8 +8,9 @@
 #   bash benchmarks/gpu_session_x2.sh lane NAME A,B STEP...  # a queue of its own on GPUs A,B (4-GPU machines:
 #                                                    # one lane per pair, e.g. lane a 0,1 ... and lane b 2,3 ...)
 #   bash benchmarks/gpu_session_x2.sh status         # where it is, and collect (a call every < 30 s keeps the machine)
-#   bash benchmarks/gpu_session_x2.sh wait [S]       # poll until the queue is done or S seconds (540) passed, then
+#   bash benchmarks/gpu_session_x2.sh wait [S]       # poll until the queue is done or S seconds (280) passed, then
 #                                                    # status: a whole call of polling, so the next call follows at once
+#                                                    # (three nights were lost right after a ~9-minute call: keep them short)
 #   bash benchmarks/gpu_session_x2.sh collect        # results under $OUT: logs, run.json, history.db and every rep's
 #                                                    # metrics as res_*_poll_compact.json (the rep files stay: 101 MiB)
 #
@@ -205,7 +206,7 @@ case "${1:-status}" in
   wait)  # wait SECONDS: poll until the queue is done or SECONDS have passed, then status (and collect) once
     # one call that never leaves the machine idle: a machine idle ~30 s is given back with /tmp, and the ninth
     # session's night (2026-11-27) was lost at 9:41 while its poll's logs were read between two calls
-    end=$((SECONDS + ${2:-540}))
+    end=$((SECONDS + ${2:-280}))
     while [ $SECONDS -lt $end ] && ! grep -qs "queue done" $W/queue.log; do sleep 10; done
     bash "$0" status;;
   status)
