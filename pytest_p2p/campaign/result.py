@@ -77,7 +77,7 @@ class CampaignResult:
         """The uplift verdict at ``point``: the campaign's own decision where it made one
         (:func:`~pytest_p2p.stats.uplift_rule.from_decision` says why), else the threshold rule applied to what
         was measured -- on the start means where the arms were resident (a campaign cut short before its
-        decision), on the pairs where every rep had its own start. Raises ``TooFewRepsError`` when it cannot be.
+        decision), on the pairs where every rep had its own start. Fewer than 2 starts or pairs is inconclusive.
         """
         from ..stats.uplift_rule import from_decision, judge
 
