@@ -321,7 +321,9 @@ def test_what_outlives_the_leader_gets_a_short_grace_and_its_tracker_cleans_up(t
     t0 = time.monotonic()
     assert kill_tree(proc.pid, token, grace_s=600.0, proc=proc, orphan_grace_s=0.5) == []
     assert time.monotonic() - t0 < 300  # not the 600 s grace: a generous bound for a loaded box
-    assert proc.returncode == 0 and marker.read_text() == "unlinked"
+    # the leader exited (0 from its handler, or -15 where the second SIGTERM of kill_tree met an interpreter that
+    # had already restored the default handler on its way out: seen on a loaded CI box)
+    assert proc.returncode in (0, -signal.SIGTERM) and marker.read_text() == "unlinked"
 
 
 def test_without_an_orphan_grace_what_outlives_the_leader_gets_the_whole_grace() -> None:
