@@ -155,6 +155,8 @@ def _signal(pids: Sequence[int], sig: int) -> None:
 
 #: seconds a server's processes get after its leader (the API server we started) exited, before SIGKILL
 ORPHAN_GRACE_S = 1.0
+#: seconds Python's resource trackers get, once the workers are killed, to unlink what the workers leaked and exit
+TRACKER_GRACE_S = 2.0
 
 
 def kill_tree(session_id: int, token: str, *, grace_s: float = 10.0,
@@ -194,7 +196,7 @@ def kill_tree(session_id: int, token: str, *, grace_s: float = 10.0,
     if left and orphaned:
         trackers = [p for p in left if _is_resource_tracker(p)]
         _signal([p for p in left if p not in trackers], signal.SIGKILL)
-        _wait_gone(token, session_id, proc, 2.0)
+        _wait_gone(token, session_id, proc, TRACKER_GRACE_S)
         left = find_leftovers(token, session_id)
     if left:
         with contextlib.suppress(ProcessLookupError, PermissionError):
