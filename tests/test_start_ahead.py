@@ -556,3 +556,28 @@ def test_the_plus_minus_2_percent_plan_prices_more_starts_at_a_later_launch(tmp_
         line = plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]
         tails.append(line[line.index("+-2 % would take"):])
     assert tails[0] == tails[1], tails
+
+
+def test_the_committed_rig_s_plan_meets_its_measured_night(tmp_path: Path) -> None:
+    """The 7B rig's plan said `expected 14 min ... 68 % of it under load` for the 2x H200 night that took 869 s with
+    59.8 % under measured load (eighth session, 2026-11-27): it counted warm-ups as load and no launch's idle
+    baseline or teardown. It now counts the windows only, and each launch's gap."""
+    import re
+
+    from pytest_p2p.campaign.backends import ModelBackend
+    from pytest_p2p.campaign.blocks import plan_line
+    from pytest_p2p.campaign.runner import CampaignRunner
+    from pytest_p2p.lease import GpuLease
+    from pytest_p2p.plugin.rig import load_rig
+    from pytest_p2p.probes.arms import PRESETS
+
+    rig = load_rig(Path(__file__).resolve().parent.parent / "fixtures" / "rigs" / "nvlink-pair-vllm-7b.yaml")
+    assert (rig.campaign.starts, rig.campaign.windows, rig.campaign.window_s) == (8, 2, 6)
+    runner = CampaignRunner(pair=(0, 1), config=rig.campaign, kind="model", arms=PRESETS,
+                            backend=ModelBackend(server=rig.server, campaign=rig.campaign, pair=(0, 1), rig_env={}),
+                            results_root=tmp_path, rig_name="r", lease=GpuLease(tmp_path / "locks"))
+    line = plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]
+    got = re.search(r"expected (\d+) min .*?, (\d+) % of it under measured load\)", line)
+    assert got is not None, line
+    minutes, share = map(int, got.groups())
+    assert abs(minutes - 869 / 60) <= 1 and abs(share - 59.8) <= 3, line

@@ -149,7 +149,10 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     launch_s = _start_estimate(runner, 3, k)
     window_s = cfg.window_s if cfg.window_s is not None else 10.0
     window_took = _window_took(runner)
-    total = starts_s + cfg.starts * len(points) * n_arms * (cfg.windows * window_took + _warm_s(runner))
+    gap = _launch_gap_s(runner)
+    starts_s += len(groups) * gap
+    measured = cfg.starts * len(points) * n_arms * cfg.windows * window_took
+    total = starts_s + measured + cfg.starts * len(points) * n_arms * _warm_s(runner)
     memory = ("GPU memory split between the arms' servers" if mode == "resident" and k == 1
               else f"GPU memory split among {n_arms * k} servers: {k} starts at once" if mode == "resident"
               else "the idle arm's server asleep (vLLM sleep mode)")
@@ -160,15 +163,17 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
             f"point(s), windows of {_window_text(cfg.window_s, cfg.prompts_per_concurrency)}{more}; expected "
             f"{total / 60:.0f} min ({cfg.starts * n_arms} server starts of ~{start_s:.0f} s{_start_text(runner)}"
             + (f", {len(groups)} launches of ~{launch_s:.0f} s" if k > 1 else "") + ", "
-            f"{100 * (total - starts_s) / total:.0f} % of it under load)")
+            f"{100 * measured / total:.0f} % of it under measured load)")
     if cfg.starts < 2:
         return line + "; one start cannot decide (the start-to-start spread is unknown)"
+    # what one more start costs: its share of a later launch and of the gap before it, and its warm-ups
+    start_cost = (launch_s + gap) / k + len(points) * n_arms * _warm_s(runner)
     start_sd, window_sd, whose = _plan_spreads(runner.prior_history, points, cfg.windows, window_s)
     try:
         # the first arm alternates start by start: from 6 starts on the verdict fits its effect (one df less)
         half = expected_halfwidth(start_sd, window_sd, cfg.starts, cfg.windows, alpha, alternating=True)
-        best = plan_for(start_sd, window_sd, PLAN_TARGET, alpha, launch_s / k,
-                        n_arms * window_took, MAX_PLAN_STARTS, points=len(points), alternating=True)
+        best = plan_for(start_sd, window_sd, PLAN_TARGET, alpha, start_cost, n_arms * window_took, MAX_PLAN_STARTS,
+                        points=len(points), alternating=True)
     except StatsError:
         return line
     # half-widths are of the on/off ratio (log scale): in uplift points they are (1 + uplift) times that, so a
@@ -176,8 +181,8 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     return (line + f"; expected {(1 - 2 * alpha) * 100:.4g} % CI half-width ~{half * 100:.1f} % of the ratio if "
             f"window pairs vary by {window_sd * 100:.1f} % and starts by {start_sd * 100:.1f} % ({whose}); "
             f"+-{PLAN_TARGET * 100:.0f} % would take {best.describe()}"
-            + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, launch_s / k,
-                               n_arms * window_took) + _history_text(runner.prior_history, points, runner.start_priors))
+            + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, start_cost, n_arms * window_took)
+            + _history_text(runner.prior_history, points, runner.start_priors))
 
 
 def pace(runner: ResidentRunner, points: list[str]) -> Pace:
@@ -273,6 +278,18 @@ def _window_text(window_s: float | None, prompts: int) -> str:
 #: seconds a server's warm-up at a point is expected to take: on a real server, and on the stand-in
 PLAN_WARM_S = 2.0
 STAND_IN_WARM_S = 0.5
+
+
+#: Seconds between a launch's last window and its successor's launch on a real server, beyond the idle baseline:
+#: the servers' teardown (vLLM's API server stops at once; what outlives it gets ``serve.procs.ORPHAN_GRACE_S``),
+#: the GPU-memory release check and the VRAM wait. 2x H200, 2026-11-27: 0.5 s a launch (eighth night), ~7 s (tenth,
+#: the TP workers in NCCL teardown, before the orphan grace), once 60 s (a hung ``Abort``)
+PLAN_TEARDOWN_S = 2.0
+
+
+def _launch_gap_s(runner: ResidentRunner) -> float:
+    """Seconds each launch spends outside its servers' start: the idle baseline, and the teardown before it."""
+    return runner.config.idle_baseline_s + (0.2 if _stand_in(runner) else PLAN_TEARDOWN_S)
 
 
 def _warm_s(runner: ResidentRunner) -> float:
