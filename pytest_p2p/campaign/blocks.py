@@ -151,14 +151,15 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     window_took = _window_took(runner)
     gap = _launch_gap_s(runner)
     starts_s += len(groups) * gap
-    measured = cfg.starts * len(points) * n_arms * cfg.windows * window_took
-    total = starts_s + measured + cfg.starts * len(points) * n_arms * _warm_s(runner)
+    servings = cfg.starts * len(points) * n_arms  # each start's servers at each point: a warm-up and the windows
+    measured = servings * cfg.windows * window_took
+    total = starts_s + measured + servings * _warm_s(runner)
     memory = ("GPU memory split between the arms' servers" if mode == "resident" and k == 1
               else f"GPU memory split among {n_arms * k} servers: {k} starts at once" if mode == "resident"
               else "the idle arm's server asleep (vLLM sleep mode)")
     more = (f", up to {cfg.max_starts} starts while undecided" if cfg.max_starts and cfg.max_starts > cfg.starts
             else "")
-    alpha = cfg.uplift_rule_for(runner.kind).alpha / max(1, len(points))
+    alpha = cfg.uplift_rule_for(runner.kind).family_alpha(len(points))
     line = (f"plan: {mode} arms ({memory}): {cfg.starts} starts x {cfg.windows} window pairs x {len(points)} "
             f"point(s), windows of {_window_text(cfg.window_s, cfg.prompts_per_concurrency)}{more}; expected "
             f"{total / 60:.0f} min ({cfg.starts * n_arms} server starts of ~{start_s:.0f} s{_start_text(runner)}"
@@ -438,7 +439,7 @@ def _run_launches(runner: ResidentRunner, rd: RunWriter, result: CampaignResult,
         if result.errors:
             return
         reps = list(range(1, result.reps + 1))
-        alpha = rule.alpha / len(points)  # one family per campaign: a wrong verdict at any point <= rule.alpha
+        alpha = rule.family_alpha(len(points))
         decisions = {p: adaptive.decide_starts(*runner._arm_reps(result, p), cfg, runner.kind, reps,
                                                rule.threshold(p), alpha, runner.start_priors.get(p))
                      for p in points}

@@ -96,7 +96,7 @@ class CampaignResult:
 
             a, b = self.rep_data.get((cfg.arm_a, point), {}), self.rep_data.get((cfg.arm_b, point), {})
             d = adaptive.decide_starts(a, b, cfg, self.kind, sorted(set(a) & set(b)), rule.threshold(point),
-                                       rule.alpha / max(1, len(self.points)))
+                                       rule.family_alpha(len(self.points)))
             got = from_decision({**adaptive.decision_json(d), "needed_unit": "starts"}, point, rule, metric=metric,
                                 faster_arm=cfg.arm_a, slower_arm=cfg.arm_b)
             if got is not None:

@@ -325,23 +325,20 @@ def _take_decision(entry: UpliftEntry, decision: Mapping[str, object]) -> None:
     ``98 % CI +0.2 % .. +20.5 %`` in the terminal and ``95% CI +3.0 % .. +17.2 %`` in summary.md for
     one point (issue 26). One decision, one interval, one level, everywhere.
     """
-    quantity = str(decision.get("quantity") or "")
-    if not quantity.startswith(f"uplift of {entry['faster_arm']} over {entry['slower_arm']}"):
+    from pytest_p2p.stats.uplift_rule import read_decision
+
+    d = read_decision(decision, str(entry["faster_arm"]), str(entry["slower_arm"]))
+    if d is None:
         return
-    lower, upper = as_float(decision.get("lower")), as_float(decision.get("upper"))
-    level = as_float(decision.get("level"))
-    outcome = decision.get("outcome")
-    if outcome not in ("pass", "fail", "inconclusive") or level is None:
-        return
-    entry["outcome"] = str(outcome)
-    entry["passed"] = {"pass": True, "fail": False}.get(str(outcome))
-    entry["estimate"] = as_float(decision.get("estimate"))
-    entry["interval"] = [lower, upper] if lower is not None and upper is not None else None
-    entry["level"] = level
-    entry["pairs_needed"] = as_int(decision.get("pairs_needed"))
-    entry["needed_unit"] = str(decision.get("needed_unit") or "pairs")  # resident campaigns count starts
-    if isinstance(decision.get("reason"), str):
-        entry["message"] = str(decision["reason"])
+    entry["outcome"] = d.outcome
+    entry["passed"] = {"pass": True, "fail": False}.get(d.outcome)
+    entry["estimate"] = d.estimate
+    entry["interval"] = [d.lower, d.upper] if d.lower is not None and d.upper is not None else None
+    entry["level"] = d.level
+    entry["pairs_needed"] = d.pairs_needed
+    entry["needed_unit"] = d.needed_unit  # resident campaigns count starts
+    if d.reason is not None:
+        entry["message"] = d.reason
 
 
 def build_summary(rd: RunReader) -> Summary:

@@ -93,9 +93,7 @@ def prepare(base_url: str, api_key: str, model: str, spec: LoadSpec) -> None:
     _workload(spec, tok, tokenizer_id)
     pool = current_pool()
     if pool is not None:  # the run's client processes, spawned now if the pool has none of its count
-        # capped by the CPUs we may use, not by a 50 ms look at the idle ones (the run looks again: a count it
-        # then caps lower runs on a group of its own)
-        n = _clients(spec, model, tokenizer_id, PLANNER, cores=len(os.sched_getaffinity(0)))
+        n = _clients(spec, model, tokenizer_id, PLANNER)
         if n > 1:
             pool.ensure(n)
 
@@ -148,14 +146,14 @@ def _workload(spec: LoadSpec, tok: Tokenizer, tokenizer_id: str) -> tuple[tuple[
     return lengths, made
 
 
-def _clients(spec: LoadSpec, model: str, tokenizer_id: str, planner: ClientPlanner, *,
-             cores: float | None = None) -> int:
-    """Client processes the next run of ``spec`` starts on: the spec's count, else the planner's for its workload
-    (capped by :func:`process_cap` on ``cores``, default the idle ones)."""
+def _clients(spec: LoadSpec, model: str, tokenizer_id: str, planner: ClientPlanner) -> int:
+    """Client processes the next run of ``spec`` starts on: the spec's count, else the planner's for its workload,
+    capped by :func:`process_cap` on the CPUs we may use -- not on a 50 ms look at the idle ones, which
+    :func:`_planned` takes only after a late run."""
     if spec.client_processes:
         return min(spec.client_processes, spec.concurrency, spec.num_prompts)
     return planner.start(_workload_key(spec, model, tokenizer_id),
-                         min(process_cap(spec.concurrency, cores), spec.num_prompts))
+                         min(process_cap(spec.concurrency, len(os.sched_getaffinity(0))), spec.num_prompts))
 
 
 def _workload_key(spec: LoadSpec, model: str, tokenizer_id: str) -> tuple[object, ...]:
@@ -172,8 +170,7 @@ def _planned(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Token
     run on time keeps its count, and a campaign window's clock holds no look (2x H200: 64 looks a night).
     """
     workload = _workload_key(spec, model, tokenizer_id)
-    n = planner.start(workload, min(process_cap(spec.concurrency, cores=len(os.sched_getaffinity(0))),
-                                    spec.num_prompts))
+    n = _clients(spec, model, tokenizer_id, planner)
     late: list[str] = []
     while True:
         run = replace(spec, seed=spec.seed + 7919 * len(late))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import SupportsFloat, SupportsIndex
 
 from ..errors import ConfigError, P2PError
-from ..jsontypes import JSONObject
+from ..jsontypes import JSONObject, as_float, as_int
 from ..util import format_size, parse_size
 from ..validate import join, percent
 from .decide import Outcome, SequentialPlan, decide_uplift
@@ -73,6 +73,11 @@ class UpliftRule:
 
     def min_pairs(self) -> int:
         return MIN_PAIRS[self.rule]
+
+    def family_alpha(self, points: int) -> float:
+        """The one-sided alpha of each point's decision in a resident campaign: one family per campaign, so a
+        wrong verdict at any of its ``points`` has probability at most :attr:`alpha` (Bonferroni)."""
+        return self.alpha / max(1, points)
 
     def alpha_for(self, pairs: int) -> float:
         """The one-sided alpha of a verdict taken at ``pairs`` pairs (per-look alpha under a plan)."""
@@ -180,6 +185,36 @@ def judge(uplift: Mapping[str, object], point: str, rule: UpliftRule, *, metric:
                          pairs_needed=d.pairs_needed, level=d.level)
 
 
+@dataclass(frozen=True)
+class DecisionRecord:
+    """A campaign's uplift decision as ``run.json`` keeps it (``campaign.adaptive.decision_json``), read once for
+    the check (:func:`from_decision`) and the report (``report.render``)."""
+
+    outcome: str  # pass | fail | inconclusive
+    estimate: float | None
+    lower: float | None
+    upper: float | None
+    level: float
+    pairs_needed: int | None
+    needed_unit: str  # what pairs_needed counts: "pairs", or "starts" for resident arms
+    reason: str | None
+    stopped: str | None
+
+
+def read_decision(decision: Mapping[str, object], faster_arm: str, slower_arm: str) -> DecisionRecord | None:
+    """``decision`` if it decides the uplift of ``faster_arm`` over ``slower_arm`` with an outcome and a level,
+    else ``None``."""
+    outcome, level = decision.get("outcome"), as_float(decision.get("level"))
+    if (not str(decision.get("quantity") or "").startswith(f"uplift of {faster_arm} over {slower_arm}")
+            or outcome not in ("pass", "fail", "inconclusive") or level is None):
+        return None
+    reason, stopped = decision.get("reason"), decision.get("stopped")
+    return DecisionRecord(str(outcome), as_float(decision.get("estimate")), as_float(decision.get("lower")),
+                          as_float(decision.get("upper")), level, as_int(decision.get("pairs_needed")),
+                          str(decision.get("needed_unit") or "pairs"), reason if isinstance(reason, str) else None,
+                          stopped if isinstance(stopped, str) and stopped else None)
+
+
 def from_decision(decision: Mapping[str, object], point: str, rule: UpliftRule, *, metric: str, faster_arm: str,
                   slower_arm: str) -> UpliftVerdict | None:
     """The campaign's own decision at ``point`` (``run.json``'s ``decisions``, ``adaptive.decision_json``) as a
@@ -192,27 +227,17 @@ def from_decision(decision: Mapping[str, object], point: str, rule: UpliftRule, 
     check 98 % CI -87.8 .. +1092.3 %; with 2 windows a start its interval is too narrow, and red could
     mean a start-to-start difference. One decision, one interval, one level, everywhere.
     """
-    quantity = f"uplift of {faster_arm} over {slower_arm}"
-    outcome = decision.get("outcome")
-    level = decision.get("level")
-    if (not str(decision.get("quantity") or "").startswith(quantity)
-            or outcome not in ("pass", "fail", "inconclusive") or not isinstance(level, (int, float))):
+    d = read_decision(decision, faster_arm, slower_arm)
+    if d is None:
         return None
-
-    def num(key: str) -> float | None:
-        got = decision.get(key)
-        return float(got) if isinstance(got, (int, float)) and not isinstance(got, bool) else None
-
-    lower, upper, n, needed = num("lower"), num("upper"), num("n"), num("pairs_needed")
-    reason = str(decision.get("reason") or f"{quantity}: {outcome}")
-    message = (reason.replace(quantity, f"{quantity} in {metric} at {point}", 1)
-               + f" (one-sided alpha {(1 - float(level)) / 2:.3g} per wrong verdict: the campaign's decision")
-    stopped = decision.get("stopped")
-    message += f"; adding {decision.get('needed_unit') or 'pairs'} stopped: {stopped})" if (
-        outcome == "inconclusive" and isinstance(stopped, str) and stopped) else ")"
+    quantity = f"uplift of {faster_arm} over {slower_arm}"
+    message = ((d.reason or f"{quantity}: {d.outcome}").replace(quantity, f"{quantity} in {metric} at {point}", 1)
+               + f" (one-sided alpha {(1 - d.level) / 2:.3g} per wrong verdict: the campaign's decision"
+               + (f"; adding {d.needed_unit} stopped: {d.stopped})" if d.outcome == "inconclusive" and d.stopped
+                  else ")"))
     return UpliftVerdict(point=point, metric=metric, faster_arm=faster_arm, slower_arm=slower_arm,
-                         estimate=num("estimate"),
-                         ci95=(lower, upper) if lower is not None and upper is not None else None,
-                         n=int(n or 0), threshold=rule.threshold(point), rule=rule.rule, passed=outcome == "pass",
-                         message=message, outcome=str(outcome),
-                         pairs_needed=int(needed) if needed is not None else None, level=float(level))
+                         estimate=d.estimate,
+                         ci95=(d.lower, d.upper) if d.lower is not None and d.upper is not None else None,
+                         n=as_int(decision.get("n")) or 0, threshold=rule.threshold(point), rule=rule.rule,
+                         passed=d.outcome == "pass", message=message, outcome=d.outcome,
+                         pairs_needed=d.pairs_needed, level=d.level)
