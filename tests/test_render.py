@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib
 import io
 import json
 import sys
@@ -167,7 +168,7 @@ def test_plots_are_written_and_labelled_simulated(tmp_path: Path) -> None:
 
 def test_simulated_label_is_drawn_into_every_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("matplotlib")
-    from pytest_p2p.report import plots
+    plots = importlib.import_module("pytest_p2p.report.plots")  # the renderer's (see test_report_seed._spy_figures)
 
     seen: list[str] = []
     real_save = plots._save

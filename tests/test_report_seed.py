@@ -7,6 +7,7 @@ README for which files are copies of quoted numbers and which rows were construc
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 from pathlib import Path
@@ -118,7 +119,10 @@ def test_proof_sections_of_our_own_run() -> None:
 
 
 def _spy_figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    from pytest_p2p.report import plots
+    # the module the renderer will import, from sys.modules: an in-process pytester run earlier in this worker
+    # drops the modules it imported, and ``from pytest_p2p.report import plots`` could then hand back the
+    # package's stale attribute, a module the renderer no longer calls
+    plots = importlib.import_module("pytest_p2p.report.plots")
 
     figs: dict[str, Any] = {}
     real = plots._save
