@@ -31,6 +31,7 @@ UPLIFT_METRIC = {"model": ("output_throughput", True), "probe": ("time_us", Fals
 ENERGY_KEYS: Final = ("tokens_per_joule", "joules_per_token", "avg_watts")
 
 if TYPE_CHECKING:
+    from pytest_p2p.campaign.config import CampaignConfig
     from pytest_p2p.stats.uplift_rule import UpliftRule
 
 
@@ -253,7 +254,11 @@ def _uplift(meta: Mapping[str, object], kind: str, arm_names: list[str],
             }
             blocks = _start_blocks(fr, sr, common, metric)
             if blocks:  # resident arms: the start is the unit, as in the campaign's own decision
-                _judge_starts(entry, blocks, rule, higher)
+                own = _campaign_config(meta)
+                if own is not None and (own.arm_a, own.arm_b) == (faster, slower):
+                    _decide_as_the_campaign(entry, own, kind, fr, sr, common, len(points))
+                else:
+                    _judge_starts(entry, blocks, rule, higher)
                 _take_decision(entry, as_dict(as_dict(meta.get("decisions")).get(point)))
                 out.append(entry)
                 continue
@@ -295,10 +300,48 @@ def _start_blocks(fr: Mapping[int, JSONObject], sr: Mapping[int, JSONObject], co
                           if a is not None and b is not None)
 
 
+def _campaign_config(meta: Mapping[str, object]) -> CampaignConfig | None:
+    """The campaign's settings as ``run.json`` recorded them (``CampaignConfig.to_dict``, read back by the rig
+    file's own parser), or ``None`` for a run that recorded none."""
+    from pytest_p2p.campaign.config import parse_campaign
+    from pytest_p2p.errors import ConfigError
+
+    camp = meta.get("campaign")
+    if camp is None:
+        return None
+    try:
+        return parse_campaign(camp, "run.json")
+    except ConfigError as exc:
+        raise ResultsError(f"run.json: the campaign section cannot be read back: {exc}") from None
+
+
+def _decide_as_the_campaign(entry: UpliftEntry, cfg: CampaignConfig, kind: str, fr: Mapping[int, JSONObject],
+                            sr: Mapping[int, JSONObject], common: list[int], points: int) -> None:
+    """A resident run's uplift decided as the campaign decides it (``campaign.adaptive.decide_starts``, at the
+    campaign's alpha split over its ``points``), for a run that ended before it decided.
+
+    Why: ``test_uplift`` judges such a run this way (``CampaignResult.uplift_verdict``); judged at the per-point
+    alpha the report said 98 % where the check said 99 % for 2 points, and the two could disagree."""
+    from pytest_p2p.campaign import adaptive
+    from pytest_p2p.stats import StatsError
+
+    rule = cfg.uplift_rule_for(kind)
+    try:
+        d = adaptive.decide_starts(fr, sr, cfg, kind, common, float(entry["threshold"] or 0.0),
+                                   rule.family_alpha(points))
+    except StatsError as exc:
+        entry["message"] = f"uplift of {entry['faster_arm']} over {entry['slower_arm']} at {entry['point']}: " \
+                           f"cannot be judged ({exc})"
+        return
+    entry["n"] = d.n
+    _take_decision(entry, {**adaptive.decision_json(d), "needed_unit": "starts"})
+
+
 def _judge_starts(entry: UpliftEntry, by_start: Mapping[int, list[tuple[float, float]]], rule: UpliftRule,
                   higher: bool) -> None:
     """The nested decision (start means; the first arm's effect fitted from 6 starts on) of a resident run at the
-    rule's alpha, taken into ``entry`` as the campaign's own decision would be (:func:`_take_decision`)."""
+    rule's alpha, taken into ``entry`` as the campaign's own decision would be (:func:`_take_decision`): for a
+    run that recorded no campaign settings, or a comparison of arms other than the campaign's own pair."""
     from pytest_p2p.campaign.adaptive import decision_json
     from pytest_p2p.campaign.schedule import sequence_label
     from pytest_p2p.stats import StatsError
