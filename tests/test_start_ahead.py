@@ -561,7 +561,8 @@ def test_the_plus_minus_2_percent_plan_prices_more_starts_at_a_later_launch(tmp_
 def test_the_committed_rig_s_plan_meets_its_measured_night(tmp_path: Path) -> None:
     """The 7B rig's plan said `expected 14 min ... 68 % of it under load` for the 2x H200 night that took 869 s with
     59.8 % under measured load (eighth session, 2026-11-27): it counted warm-ups as load and no launch's idle
-    baseline or teardown. It now counts the windows only, and each launch's gap."""
+    baseline or teardown. It now counts the windows only, and each launch's gap; the next complete night of the
+    rig (eleventh session) took 825 s with 61 %."""
     import re
 
     from pytest_p2p.campaign.backends import ModelBackend
@@ -580,4 +581,5 @@ def test_the_committed_rig_s_plan_meets_its_measured_night(tmp_path: Path) -> No
     got = re.search(r"expected (\d+) min .*?, (\d+) % of it under measured load\)", line)
     assert got is not None, line
     minutes, share = map(int, got.groups())
-    assert abs(minutes - 869 / 60) <= 1 and abs(share - 59.8) <= 3, line
+    for wall_s, measured in ((869, 59.8), (825, 61.0)):
+        assert abs(minutes - wall_s / 60) <= 1 and abs(share - measured) <= 3, line
