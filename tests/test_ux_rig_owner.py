@@ -166,7 +166,9 @@ def test_welch_ratio_interval_matches_a_hand_computation() -> None:
 
 
 def test_one_interval_and_level_everywhere(tmp_path: Path) -> None:
-    """The campaign's decision (98 %) is what summary.md, summary.json and the terminal show: not a 95 % re-take."""
+    """The campaign's decision is what summary.md, summary.json and the terminal show: not a 95 % re-take. Its
+    level is the campaign's (1 % split over the run's 3 points: 99.3 %), and so is the level of the points the
+    report judges again (no decision recorded for them), so the table has one."""
     import json
     import shutil
 
@@ -178,14 +180,16 @@ def test_one_interval_and_level_everywhere(tmp_path: Path) -> None:
     point = meta["points"][0]
     meta["decisions"] = {point: {"quantity": f"uplift of {meta['uplift']['faster_arm']} over "
                                              f"{meta['uplift']['slower_arm']}", "outcome": "inconclusive",
-                                 "estimate": 0.099, "lower": 0.002, "upper": 0.205, "level": 0.98, "threshold": 0.05,
+                                 "estimate": 0.099, "lower": 0.002, "upper": 0.205, "level": 1 - 0.02 / 3,
+                                 "threshold": 0.05,
                                  "n": 4, "pairs_needed": 6, "reason": "the interval straddles the threshold"}}
     (run / "run.json").write_text(json.dumps(meta))
     summary = render_report(run, plots=False).summary
     entry = next(u for u in summary["uplift"] if u["point"] == point)
-    assert entry["interval"] == [0.002, 0.205] and entry["level"] == 0.98 and entry["outcome"] == "inconclusive"
+    assert entry["interval"] == [0.002, 0.205] and entry["outcome"] == "inconclusive"
+    assert len(meta["points"]) == 3 and {u["level"] for u in summary["uplift"]} == {1 - 0.02 / 3}
     headers, rows = verdict_rows(summary)
-    assert "98 % CI" in headers
+    assert "99.3 % CI" in headers
     assert [point, "+9.9 %", "+0.2 % .. +20.5 %", "INCONCLUSIVE (~6 pairs)"] == [rows[0][i] for i in (0, 2, 3, 5)]
     md = (run / "summary.md").read_text()
     assert "+0.2 % .. +20.5 %" in md and "95% CI" not in md and "95 % CI" not in md

@@ -77,7 +77,8 @@ class CampaignResult:
         """The uplift verdict at ``point``: the campaign's own decision where it made one
         (:func:`~pytest_p2p.stats.uplift_rule.from_decision` says why), else the threshold rule applied to what
         was measured -- on the start means where the arms were resident (a campaign cut short before its
-        decision), on the pairs where every rep had its own start. Fewer than 2 starts or pairs is inconclusive.
+        decision), on the pairs where every rep had its own start; either at the campaign's alpha split over its
+        points, as the campaign decides. Fewer than 2 starts or pairs is inconclusive.
         """
         from ..stats.uplift_rule import from_decision, judge
 
@@ -101,4 +102,5 @@ class CampaignResult:
                                 faster_arm=cfg.arm_a, slower_arm=cfg.arm_b)
             if got is not None:
                 return got
-        return judge(up, point, rule, metric=metric, faster_arm=cfg.arm_a, slower_arm=cfg.arm_b)
+        return judge(up, point, rule.in_family(len(self.points)), metric=metric, faster_arm=cfg.arm_a,
+                     slower_arm=cfg.arm_b)

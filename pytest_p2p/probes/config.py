@@ -113,7 +113,7 @@ class ProbeConfig:
     # timed trials per size after the warm-up (which is set aside): the checks judge on them; 2 at least: one
     # trial has no spread, so no bound
     trials: int = key(10, whole(2, MAX_TRIALS))
-    alpha: float = key(0.01, real(*ALPHA_RANGE))  # each one-sided bound of the checks' intervals (98 % two-sided)
+    alpha: float = key(0.01, real(*ALPHA_RANGE))  # a check's false-failure rate, split over its sizes
 
     @property
     def uplift_sizes(self) -> tuple[int, ...]:

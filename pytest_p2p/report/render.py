@@ -181,7 +181,7 @@ def _uplift_settings(meta: Mapping[str, object], kind: str) -> tuple[str, bool, 
     exclude_throttled}``; absent keys fall back to ``campaign: CampaignConfig.to_dict()``
     and then to the campaign defaults (output_throughput / time_us, 5 %, point rule).
     """
-    from pytest_p2p.stats.uplift_rule import RULES, UpliftRule
+    from pytest_p2p.stats.uplift_rule import DEFAULT_ALPHA, RULES, UpliftRule
 
     up = as_dict(meta.get("uplift"))
     camp = as_dict(meta.get("campaign"))
@@ -204,12 +204,16 @@ def _uplift_settings(meta: Mapping[str, object], kind: str) -> tuple[str, bool, 
         per_point = rule_d.get("per_point") or {}
         if not isinstance(per_point, dict):
             raise AttributeError("per_point has no items()")
+        plan = rule_d.get("plan")
+        if plan is not None and not (isinstance(plan, list) and len(plan) == 2):
+            raise ValueError("plan is not [first, last]")
         rule = UpliftRule(default=_to_float(rule_d.get("default", 0.05)),
                           per_point={str(k): _to_float(v) for k, v in per_point.items()},
-                          rule=rule_name)
+                          rule=rule_name, alpha=_to_float(rule_d.get("alpha", DEFAULT_ALPHA)),
+                          plan=(int(_to_float(plan[0])), int(_to_float(plan[1]))) if plan is not None else None)
     except (TypeError, ValueError, AttributeError):
         raise ResultsError(f"run.json: uplift.rule {rule_d!r} is not an UpliftRule dict "
-                           "({default, per_point, rule})") from None
+                           "({default, per_point, rule, alpha, plan})") from None
     excl = up.get("exclude_throttled", camp.get("exclude_throttled", True))
     return metric, higher, rule, bool(excl)
 
@@ -258,12 +262,13 @@ def _uplift(meta: Mapping[str, object], kind: str, arm_names: list[str],
                 if own is not None and (own.arm_a, own.arm_b) == (faster, slower):
                     _decide_as_the_campaign(entry, own, kind, fr, sr, common, len(points))
                 else:
-                    _judge_starts(entry, blocks, rule, higher)
+                    _judge_starts(entry, blocks, rule.in_family(len(points)), higher)
                 _take_decision(entry, as_dict(as_dict(meta.get("decisions")).get(point)))
                 out.append(entry)
                 continue
-            try:
-                verdict = judge(res, point, rule, metric=metric, faster_arm=faster, slower_arm=slower)
+            try:  # at the campaign's alpha split over its points, as it decides (CampaignResult.uplift_verdict)
+                verdict = judge(res, point, rule.in_family(len(points)), metric=metric, faster_arm=faster,
+                                slower_arm=slower)
             except TooFewRepsError as exc:
                 entry["message"] = str(exc)
             else:
@@ -340,8 +345,9 @@ def _decide_as_the_campaign(entry: UpliftEntry, cfg: CampaignConfig, kind: str, 
 def _judge_starts(entry: UpliftEntry, by_start: Mapping[int, list[tuple[float, float]]], rule: UpliftRule,
                   higher: bool) -> None:
     """The nested decision (start means; the first arm's effect fitted from 6 starts on) of a resident run at the
-    rule's alpha, taken into ``entry`` as the campaign's own decision would be (:func:`_take_decision`): for a
-    run that recorded no campaign settings, or a comparison of arms other than the campaign's own pair."""
+    ``rule``'s alpha (the caller's, split over the run's points), taken into ``entry`` as the campaign's own
+    decision would be (:func:`_take_decision`): for a run that recorded no campaign settings, or a comparison of
+    arms other than the campaign's own pair."""
     from pytest_p2p.campaign.adaptive import decision_json
     from pytest_p2p.campaign.schedule import sequence_label
     from pytest_p2p.stats import StatsError

@@ -23,7 +23,7 @@ so the error rate holds across the looks.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import SupportsFloat, SupportsIndex
 
 from ..errors import ConfigError, P2PError
@@ -75,9 +75,14 @@ class UpliftRule:
         return MIN_PAIRS[self.rule]
 
     def family_alpha(self, points: int) -> float:
-        """The one-sided alpha of each point's decision in a resident campaign: one family per campaign, so a
-        wrong verdict at any of its ``points`` has probability at most :attr:`alpha` (Bonferroni)."""
+        """The one-sided alpha of each point's decision in a campaign: one family per campaign, so a wrong verdict
+        at any of its ``points`` has probability at most :attr:`alpha` (Bonferroni)."""
         return self.alpha / max(1, points)
+
+    def in_family(self, points: int) -> UpliftRule:
+        """This rule with its alpha split over a campaign's ``points`` (:meth:`family_alpha`): how a campaign judges
+        each point, also where it is judged again from its files."""
+        return replace(self, alpha=self.family_alpha(points))
 
     def alpha_for(self, pairs: int) -> float:
         """The one-sided alpha of a verdict taken at ``pairs`` pairs (per-look alpha under a plan)."""
