@@ -108,3 +108,18 @@ def test_uplift_rule_per_point_of_a_wrong_shape_is_a_results_error(per_point: ob
 def test_an_unknown_rule_name_is_a_results_error(rule: object) -> None:
     with pytest.raises(ResultsError, match="expected one of"):
         _uplift_settings({"uplift": {"rule": {"rule": rule}}}, "model")
+
+
+@pytest.mark.parametrize(("extra", "alpha", "plan"), [({}, 0.01, None), ({"alpha": 0.02, "plan": [4, 8]}, 0.02, (4, 8)),
+                                                      ({"alpha": 0.7}, None, None), ({"alpha": "x"}, None, None),
+                                                      ({"plan": [4]}, None, None), ({"plan": "4..8"}, None, None)])
+def test_the_rule_s_alpha_and_plan_are_read_back(extra: dict[str, object], alpha: float | None,
+                                                 plan: tuple[int, int] | None) -> None:
+    """The report judges a run without decisions at the alpha and looks the campaign had (run.json uplift.rule)."""
+    meta = {"uplift": {"rule": {"rule": "bounds", "default": 0.05, **extra}}}
+    if alpha is None:
+        with pytest.raises(ResultsError, match="is not an UpliftRule dict"):
+            _uplift_settings(meta, "model")
+        return
+    _metric, _higher, rule, _excl = _uplift_settings(meta, "model")
+    assert (rule.alpha, rule.plan) == (alpha, plan)

@@ -207,9 +207,12 @@ def _uplift_settings(meta: Mapping[str, object], kind: str) -> tuple[str, bool, 
         plan = rule_d.get("plan")
         if plan is not None and not (isinstance(plan, list) and len(plan) == 2):
             raise ValueError("plan is not [first, last]")
+        alpha = _to_float(rule_d.get("alpha", DEFAULT_ALPHA))
+        if not 0 < alpha < 0.5:
+            raise ValueError("alpha is not in (0, 0.5)")
         rule = UpliftRule(default=_to_float(rule_d.get("default", 0.05)),
                           per_point={str(k): _to_float(v) for k, v in per_point.items()},
-                          rule=rule_name, alpha=_to_float(rule_d.get("alpha", DEFAULT_ALPHA)),
+                          rule=rule_name, alpha=alpha,
                           plan=(int(_to_float(plan[0])), int(_to_float(plan[1]))) if plan is not None else None)
     except (TypeError, ValueError, AttributeError):
         raise ResultsError(f"run.json: uplift.rule {rule_d!r} is not an UpliftRule dict "
