@@ -36,7 +36,10 @@ def test_recorded_facts(tmp_path):
     probe = render_report(shutil.copytree(PROBE, tmp_path / "p"), plots=False).summary
     uplift = {u["point"]: u for u in probe["uplift"]}
     assert uplift["s8KiB"]["estimate"] > 0.2 and uplift["s128KiB"]["estimate"] > 1.0
-    assert all(u["passed"] for u in uplift.values())
+    # judged at the campaign's 1 % split over its 5 sizes (99.6 % intervals): 3 pairs decide every size but 32 KiB
+    # (+38.9 %, +3.3 .. +86.8 %: inconclusive); none fails
+    assert {p for p, u in uplift.items() if u["passed"] is not True} == {"s32KiB"}
+    assert uplift["s32KiB"]["outcome"] == "inconclusive" and uplift["s32KiB"]["level"] == pytest.approx(0.996)
     vllm = render_report(shutil.copytree(VLLM, tmp_path / "v"), plots=False).summary
     c16 = {u["point"]: u for u in vllm["uplift"]}["c16"]
     lo, hi = c16["interval"]
