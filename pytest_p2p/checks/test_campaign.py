@@ -16,7 +16,6 @@ import pytest
 
 from pytest_p2p.jsontypes import as_float
 from pytest_p2p.plugin.policy import inconclusive
-from pytest_p2p.stats.uplift_rule import TooFewRepsError
 
 if TYPE_CHECKING:
     from pytest_p2p.campaign.result import CampaignResult
@@ -59,10 +58,7 @@ def test_uplift(p2p_campaign: CampaignResult, p2p_point: str, request: pytest.Fi
     with the reason and the pairs that would decide (``--p2p-strict`` makes it fail).
     """
     c = p2p_campaign
-    try:
-        verdict = c.uplift_verdict(p2p_point)
-    except TooFewRepsError as exc:
-        pytest.fail(f"{exc}{_sim(c)} {_where(c)}", pytrace=False)
+    verdict = c.uplift_verdict(p2p_point)  # too few pairs or starts: inconclusive, never an error
     if verdict.inconclusive:
         inconclusive(request.config, f"{verdict.message}{_sim(c)} {_where(c)}")
     assert verdict.passed, f"{verdict.message}{_sim(c)} {_where(c)}"

@@ -225,7 +225,7 @@ def _uplift_settings(meta: Mapping[str, object], kind: str) -> tuple[str, bool, 
 def _uplift(meta: Mapping[str, object], kind: str, arm_names: list[str],
             rep_data: dict[tuple[str, str], dict[int, JSONObject]],
             agg_values: dict[tuple[str, str], dict[str, list[float]]], points: list[str]) -> list[UpliftEntry]:
-    from pytest_p2p.stats.uplift_rule import TooFewRepsError, judge
+    from pytest_p2p.stats.uplift_rule import judge
 
     _, paired_uplift = _stats()
     metric, higher, rule, _excl = _uplift_settings(meta, kind)
@@ -269,20 +269,17 @@ def _uplift(meta: Mapping[str, object], kind: str, arm_names: list[str],
                 _take_decision(entry, as_dict(as_dict(meta.get("decisions")).get(point)))
                 out.append(entry)
                 continue
-            try:  # at the campaign's alpha split over its points, as it decides (CampaignResult.uplift_verdict)
-                verdict = judge(res, point, rule.in_family(len(points)), metric=metric, faster_arm=faster,
-                                slower_arm=slower)
-            except TooFewRepsError as exc:
-                entry["message"] = str(exc)
-            else:
-                outcome = str(getattr(verdict, "outcome", "pass" if verdict.passed else "fail"))
-                # inconclusive is neither a pass nor a fail: passed None, and how many more pairs would decide
-                entry["passed"] = {"pass": True, "fail": False}.get(outcome)
-                entry["outcome"] = outcome
-                entry["pairs_needed"] = getattr(verdict, "pairs_needed", None)
-                entry["message"] = verdict.message
-                entry["interval"] = list(verdict.ci95) if verdict.ci95 else None
-                entry["level"] = verdict.level
+            # at the campaign's alpha split over its points, as it decides (CampaignResult.uplift_verdict)
+            verdict = judge(res, point, rule.in_family(len(points)), metric=metric, faster_arm=faster,
+                            slower_arm=slower)
+            outcome = str(getattr(verdict, "outcome", "pass" if verdict.passed else "fail"))
+            # inconclusive is neither a pass nor a fail: passed None, and how many more pairs would decide
+            entry["passed"] = {"pass": True, "fail": False}.get(outcome)
+            entry["outcome"] = outcome
+            entry["pairs_needed"] = getattr(verdict, "pairs_needed", None)
+            entry["message"] = verdict.message
+            entry["interval"] = list(verdict.ci95) if verdict.ci95 else None
+            entry["level"] = verdict.level
             _take_decision(entry, as_dict(as_dict(meta.get("decisions")).get(point)))
             out.append(entry)
     return out

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import SupportsFloat, SupportsIndex
 
-from ..errors import ConfigError, P2PError
+from ..errors import ConfigError
 from ..jsontypes import JSONObject, as_float, as_int
 from ..util import format_size, parse_size
 from ..validate import join, percent
@@ -36,10 +36,6 @@ from .tdist import StatsError
 RULES = ("bounds", "point", "ci_lower")
 MIN_PAIRS = {"bounds": 2, "point": 2, "ci_lower": 2}
 DEFAULT_ALPHA = 0.01
-
-
-class TooFewRepsError(P2PError):
-    """Kept for callers that catch it; the bounds rule reports too few pairs as inconclusive instead."""
 
 
 def point_key(key: object, kind: str, source: str = "rig.yaml", path: str = "campaign.min_uplift") -> str:
