@@ -25,6 +25,7 @@ LINE = re.compile(r"scenario (\d+)/(\d+) (\S+(?: [\d-]+)?) rep \d+/\d+ (.*?) \| 
 PLAN = re.compile(r"plan: .*?: (\d+) starts x (\d+) window pairs x (\d+) point\(s\), windows of ([\d.]+) s.*?"
                   r"server starts of ~(\d+) s")
 AT_ONCE = re.compile(r"(\d+) starts at once")
+AHEAD = re.compile(r"started ahead: ~(\d+) s of GPU work each")
 
 
 def _secs(clock: str) -> float:
@@ -49,8 +50,11 @@ def replay(text: str, wall: float) -> list[tuple[float, float | None, float | No
     m = AT_ONCE.search(text)
     at_once = int(m[1]) if m else 1
     launches = len(range(1, starts + 1, at_once))
+    extra = PLAN_PER_SERVER_S * max(0, 2 * at_once - 2)
+    ahead = AHEAD.search(text)  # later launches started ahead: only their GPU work is left to them
     pace = Pace(window_s=window_s * PLAN_WINDOW_OVERRUN + PLAN_WARM_S / windows,  # what blocks.pace() plans
-                launch_s=start_s + PLAN_PER_SERVER_S * max(0, 2 * at_once - 2), launches_ahead=launches)
+                launch_s=(float(ahead[1]) if ahead else start_s) + extra, launches_ahead=launches,
+                first_launch_s=start_s + extra)
     clock = _Clock()
     p = Progress("replay", total=starts * windows * 2 * points, pace=pace, clock=clock, started=0.0)
     out: list[tuple[float, float | None, float | None, float]] = []

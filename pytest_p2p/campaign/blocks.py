@@ -187,12 +187,13 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
 
 
 def pace(runner: ResidentRunner, points: list[str]) -> Pace:
-    """The plan line's figures as the progress line's pace: a window (its share of a warm-up included) and a
-    later launch, and the launches of the plan; the campaign replaces both figures with what it measures."""
+    """The plan line's figures as the progress line's pace: a window (its share of a warm-up included), the first
+    launch and a later one, and the launches of the plan; the campaign replaces them with what it measures."""
     cfg = runner.config
     return Pace(window_s=_window_took(runner) + _warm_s(runner) / max(1, cfg.windows),
                 launch_s=_start_estimate(runner, 2, cfg.starts_at_once),
-                launches_ahead=len(range(1, cfg.starts + 1, cfg.starts_at_once)))
+                launches_ahead=len(range(1, cfg.starts + 1, cfg.starts_at_once)),
+                first_launch_s=_start_estimate(runner, 1, cfg.starts_at_once))
 
 
 def _window_took(runner: ResidentRunner) -> float:
