@@ -7,6 +7,7 @@ make a rep's first attempt bad and its re-run normal.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,3 +57,13 @@ def run_campaign(tmp_path: Path, backend: SlotBackend, rig: str, **cfg: Any) -> 
     return CampaignRunner(pair=(0, 1), config=parse_campaign(base, f"{rig}-rig.yaml"), kind="model",
                           arms=PRESETS, backend=backend, results_root=tmp_path / "results", rig_name=rig,
                           simulated=True, lease=GpuLease(tmp_path / "locks")).run()
+
+
+def forget_decisions(res: Any) -> None:
+    """A finished campaign as one cut short before it decided leaves it: no decisions, in ``run.json`` or in ``res``
+    (a ``CampaignResult``)."""
+    run_json = res.run_dir / "run.json"
+    meta = json.loads(run_json.read_text())
+    meta["decisions"] = {}
+    run_json.write_text(json.dumps(meta))
+    res.decisions = {}

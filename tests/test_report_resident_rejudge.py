@@ -11,6 +11,7 @@ import json
 import math
 from pathlib import Path
 
+from campaign_fakes import forget_decisions
 from test_campaign_resident import _reps, _runner
 
 from pytest_p2p.report.render import build_summary
@@ -49,11 +50,7 @@ def test_the_report_and_the_check_judge_a_run_without_decisions_alike(tmp_path: 
     ``test_uplift`` could disagree, as a decided run's did before 3e3a8a1."""
     res = _runner(tmp_path).run()
     assert res.status == "complete", res.errors
-    run_json = res.run_dir / "run.json"
-    meta = json.loads(run_json.read_text())
-    meta["decisions"] = {}
-    run_json.write_text(json.dumps(meta))
-    res.decisions = {}
+    forget_decisions(res)
 
     entries = {e["point"]: e for e in build_summary(RunReader(res.run_dir))["uplift"]}
     assert sorted(entries) == sorted(res.points) == ["c1", "c2"]

@@ -10,12 +10,12 @@ rig's alpha each, 4 sizes of the probe uplift at a true value on the margin fail
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import random
 from pathlib import Path
 from typing import Any
 
+from campaign_fakes import forget_decisions
 from test_campaign_demo import FakeBackend, _runner
 from test_probe_trials import KiB, _result, noisy
 
@@ -54,11 +54,7 @@ def test_a_restart_campaign_decides_each_point_at_its_share_of_the_alpha(tmp_pat
 def test_the_report_and_the_check_agree_on_a_restart_run_without_decisions(tmp_path: Path) -> None:
     """A run cut short before it decided: both judge its pairs at the campaign's alpha split over its points."""
     res = _runner(tmp_path, NoisyBackend(), schedule="abba", reps=4, min_uplift="0%").run()
-    run_json = res.run_dir / "run.json"
-    meta = json.loads(run_json.read_text())
-    meta["decisions"] = {}
-    run_json.write_text(json.dumps(meta))
-    res.decisions = {}
+    forget_decisions(res)
     entries = {e["point"]: e for e in build_summary(RunReader(res.run_dir))["uplift"]}
     for point in res.points:
         v, e = res.uplift_verdict(point), entries[point]

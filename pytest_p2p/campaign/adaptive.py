@@ -231,6 +231,16 @@ def decide_starts(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: lis
                          launches=pb.launches, sequences=pb.sequences)
 
 
+def decide_after(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int], threshold: float,
+                 points: int) -> Json:
+    """A resident campaign's decision at one point, taken from its windows after the campaign ended without one
+    (cut short), as ``run.json`` keeps a decision: on the start means at the campaign's alpha split over its
+    ``points``. The check (``CampaignResult.uplift_verdict``) and the report judge such a run with this, so they
+    cannot disagree. Raises ``StatsError`` where the windows cannot form a decision."""
+    d = decide_starts(a, b, config, kind, reps, threshold, config.uplift_rule_for(kind).family_alpha(points))
+    return {**decision_json(d), "needed_unit": "starts"}
+
+
 def point_record(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int],
                  prior: StartPrior | None) -> Json:
     """What ``run.json`` keeps next to a point's decision, from one grouping of its windows by start:

@@ -93,13 +93,11 @@ class CampaignResult:
                 return got
         up = self.uplift.get(point) or {"n": 0, "estimate": None, "ci95": None}
         if up.get("starts"):  # resident arms, no decision made: decide on the start means, at the campaign's alpha
-            from . import adaptive
+            from .adaptive import decide_after
 
             a, b = self.rep_data.get((cfg.arm_a, point), {}), self.rep_data.get((cfg.arm_b, point), {})
-            d = adaptive.decide_starts(a, b, cfg, self.kind, sorted(set(a) & set(b)), rule.threshold(point),
-                                       rule.family_alpha(len(self.points)))
-            got = from_decision({**adaptive.decision_json(d), "needed_unit": "starts"}, point, rule, metric=metric,
-                                faster_arm=cfg.arm_a, slower_arm=cfg.arm_b)
+            after = decide_after(a, b, cfg, self.kind, sorted(set(a) & set(b)), rule.threshold(point), len(self.points))
+            got = from_decision(after, point, rule, metric=metric, faster_arm=cfg.arm_a, slower_arm=cfg.arm_b)
             if got is not None:
                 return got
         return judge(up, point, rule.in_family(len(self.points)), metric=metric, faster_arm=cfg.arm_a,

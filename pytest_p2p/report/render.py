@@ -8,6 +8,7 @@ an interrupted campaign correct: reps 1-2 are summarised, rep 3 is listed as mis
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -229,6 +230,8 @@ def _uplift(meta: Mapping[str, object], kind: str, arm_names: list[str],
 
     _, paired_uplift = _stats()
     metric, higher, rule, _excl = _uplift_settings(meta, kind)
+    family = rule.in_family(len(points))  # the campaign's alpha split over its points, as it decides
+    own_config = functools.cache(lambda: _campaign_config(meta))  # read once, when a resident run first needs it
     out: list[UpliftEntry] = []
     for faster, slower in _comparisons(meta, arm_names):
         for point in points:
@@ -261,17 +264,15 @@ def _uplift(meta: Mapping[str, object], kind: str, arm_names: list[str],
             }
             blocks = _start_blocks(fr, sr, common, metric)
             if blocks:  # resident arms: the start is the unit, as in the campaign's own decision
-                own = _campaign_config(meta)
+                own = own_config()
                 if own is not None and (own.arm_a, own.arm_b) == (faster, slower):
                     _decide_as_the_campaign(entry, own, kind, fr, sr, common, len(points))
                 else:
-                    _judge_starts(entry, blocks, rule.in_family(len(points)), higher)
+                    _judge_starts(entry, blocks, family, higher)
                 _take_decision(entry, as_dict(as_dict(meta.get("decisions")).get(point)))
                 out.append(entry)
                 continue
-            # at the campaign's alpha split over its points, as it decides (CampaignResult.uplift_verdict)
-            verdict = judge(res, point, rule.in_family(len(points)), metric=metric, faster_arm=faster,
-                            slower_arm=slower)
+            verdict = judge(res, point, family, metric=metric, faster_arm=faster, slower_arm=slower)
             outcome = str(getattr(verdict, "outcome", "pass" if verdict.passed else "fail"))
             # inconclusive is neither a pass nor a fail: passed None, and how many more pairs would decide
             entry["passed"] = {"pass": True, "fail": False}.get(outcome)
@@ -322,24 +323,22 @@ def _campaign_config(meta: Mapping[str, object]) -> CampaignConfig | None:
 
 def _decide_as_the_campaign(entry: UpliftEntry, cfg: CampaignConfig, kind: str, fr: Mapping[int, JSONObject],
                             sr: Mapping[int, JSONObject], common: list[int], points: int) -> None:
-    """A resident run's uplift decided as the campaign decides it (``campaign.adaptive.decide_starts``, at the
+    """A resident run's uplift decided as the campaign decides it (``campaign.adaptive.decide_after``, at the
     campaign's alpha split over its ``points``), for a run that ended before it decided.
 
     Why: ``test_uplift`` judges such a run this way (``CampaignResult.uplift_verdict``); judged at the per-point
     alpha the report said 98 % where the check said 99 % for 2 points, and the two could disagree."""
-    from pytest_p2p.campaign import adaptive
+    from pytest_p2p.campaign.adaptive import decide_after
     from pytest_p2p.stats import StatsError
 
-    rule = cfg.uplift_rule_for(kind)
     try:
-        d = adaptive.decide_starts(fr, sr, cfg, kind, common, float(entry["threshold"] or 0.0),
-                                   rule.family_alpha(points))
+        after = decide_after(fr, sr, cfg, kind, common, float(entry["threshold"] or 0.0), points)
     except StatsError as exc:
         entry["message"] = f"uplift of {entry['faster_arm']} over {entry['slower_arm']} at {entry['point']}: " \
                            f"cannot be judged ({exc})"
         return
-    entry["n"] = d.n
-    _take_decision(entry, {**adaptive.decision_json(d), "needed_unit": "starts"})
+    entry["n"] = as_int(after.get("n")) or 0
+    _take_decision(entry, after)
 
 
 def _judge_starts(entry: UpliftEntry, by_start: Mapping[int, list[tuple[float, float]]], rule: UpliftRule,
