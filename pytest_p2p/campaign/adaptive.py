@@ -142,12 +142,44 @@ def screen_campaign(rep_data: Mapping[tuple[str, str], Reps], config: CampaignCo
     return why
 
 
-@dataclass(frozen=True)
-class Budget:
-    """When adding pairs stops: ``max_reps`` pairs, or ``deadline`` (monotonic seconds)."""
+@dataclass
+class TimeBudget:
+    """``campaign.max_time_s`` as a nightly slot that ends: a unit added while undecided (a launch of starts, a
+    pair) is begun only where it can end inside the slot, at what the last such unit took.
 
-    max_reps: int
-    deadline: float | None
+    Why not "stop once the time is spent": checked only before each unit, that let a campaign overrun its slot by
+    a whole unit, and a unit is long on real rigs (a launch of one start and its windows took 96 s on 2x H100 and
+    2x H200; a restart pair 2-4 min). The estimate is the last unit measured, per start or pair times the next
+    one's size (starts made at once; the planned pairs' share before a pair is added); the first launch, which
+    compiles, is never the last once a second ran.
+
+    ``started`` and the times given are monotonic seconds."""
+
+    max_time_s: float | None
+    started: float
+    unit: str  # what is added: "start", "pair"
+    last_s: float | None = None  # what the last unit took
+    last_size: int = 1  # how many starts (pairs) it held
+
+    def took(self, began: float, ended: float, size: int = 1) -> None:
+        """The unit begun at ``began`` (of ``size`` starts or pairs) ended at ``ended``."""
+        self.last_s, self.last_size = max(0.0, ended - began), max(1, size)
+
+    def refuses(self, now: float, size: int = 1) -> str | None:
+        """Why another unit of ``size`` cannot be begun at ``now`` (the ``stopped`` reason), or None."""
+        if self.max_time_s is None:
+            return None
+        left = self.max_time_s - (now - self.started)
+        if left <= 0:
+            return f"time budget campaign.max_time_s={self.max_time_s:g} s spent"
+        if self.last_s is None:
+            return None
+        need = self.last_s * size / self.last_size
+        if need <= left:
+            return None
+        what = self.unit if size == 1 else f"{size} {self.unit}s"
+        return (f"time budget campaign.max_time_s={self.max_time_s:g} s: another {what} (~{need:.0f} s, as the "
+                f"last took) would end past it ({left:.0f} s left)")
 
 
 def plan(config: CampaignConfig, alpha: float) -> SequentialPlan:

@@ -23,7 +23,9 @@ and inside it the campaign measures many short windows, alternating the arms:
   dead server's start effect). An outlying window pair is re-measured in place, on the
   same servers; an outlying start is set aside and re-run once.
 * **Adaptive starts**: while an uplift is inconclusive, starts are added up to
-  ``campaign.max_starts`` / ``max_time_s``, each look at its alpha-spending level.
+  ``campaign.max_starts`` / ``max_time_s``, each look at its alpha-spending level; a launch
+  is added only where it ends inside ``max_time_s`` at what the last launch took
+  (:class:`adaptive.TimeBudget`).
 * **One error budget per campaign**: each point's uplift is judged at ``alpha / points``
   (Bonferroni), so a wrong verdict anywhere in the campaign has probability at most the
   rule's alpha (1 %), per kind of wrong verdict; per point alone it would grow with the
@@ -400,16 +402,16 @@ def run_blocks(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, po
     once the planned starts are in, and an added launch makes at most the starts left to ``max_starts``."""
     cfg = runner.config
     last = max(cfg.starts, cfg.max_starts or cfg.starts)
-    deadline = started + cfg.max_time_s if cfg.max_time_s is not None else None
+    budget = adaptive.TimeBudget(cfg.max_time_s, started, "start")
     ahead = _Ahead()
     try:
-        _run_launches(runner, rd, result, points, pending, deadline, last, ahead)
+        _run_launches(runner, rd, result, points, pending, budget, last, ahead)
     finally:
         ahead.drop(result)
 
 
 def _run_launches(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, points: list[str],
-                  pending: set[tuple[str, str, int]], deadline: float | None, last: int, ahead: _Ahead) -> None:
+                  pending: set[tuple[str, str, int]], budget: adaptive.TimeBudget, last: int, ahead: _Ahead) -> None:
     cfg = runner.config
     rule = cfg.uplift_rule_for(runner.kind)
     rerun: set[int] = set()
@@ -421,7 +423,9 @@ def _run_launches(runner: ResidentRunner, rd: RunWriter, result: CampaignResult,
                        for w in range(1, cfg.windows + 1))
         _pace_ahead(runner, _launches_after(group, cfg.starts, cfg.starts_at_once))
         following = launches(start + 1, cfg.starts, cfg.starts_at_once) if start < cfg.starts else None
+        began = time.monotonic()
         _start_with_retries(runner, rd, result, group, points, pending, ahead=ahead, following=following)
+        budget.took(began, time.monotonic(), size=len(group))
         if result.errors:
             return
         result.reps = start * cfg.windows
@@ -446,8 +450,9 @@ def _run_launches(runner: ResidentRunner, rd: RunWriter, result: CampaignResult,
                      for p in points}
         undecided = any(not d.decided for d in decisions.values())
         stopped = None
-        if undecided and start < last and deadline is not None and time.monotonic() >= deadline:
-            stopped = f"time budget campaign.max_time_s={cfg.max_time_s:g} s spent"
+        if undecided and start < last and (refused := budget.refuses(
+                time.monotonic(), len(launches(start + 1, last, cfg.starts_at_once)))) is not None:
+            stopped = refused
         elif undecided and start >= last:
             stopped = (f"max_starts={last} reached" if last > cfg.starts
                        else "fixed design (campaign.max_starts not set)")

@@ -29,7 +29,7 @@ Example (every key optional; the values shown are the defaults unless noted)::
       request_timeout_s: null # null: the server section's request_timeout_s
       rep_retries: 2          # a rep whose server died (or that completed no request) is re-run this often
       max_reps: null          # adaptive: add interleaved pairs up to this many while the uplift is inconclusive
-      max_time_s: null        # adaptive: ... or until this many seconds of campaign have passed
+      max_time_s: null        # adaptive: ... within this slot: a pair or start is added only if it ends inside it
       residency: auto         # model: resident (both arms' servers up at once, GPU memory split) | sleep
                               # (vLLM sleep mode: the idle arm sleeps) | restart (a server start per rep) | auto
                               # (resident; sleep when the two servers do not fit on the pair, said in the notes)

@@ -282,15 +282,16 @@ class CampaignRunner(Generic[H]):
             return
         rule = cfg.uplift_rule_for(self.kind)
         alpha = rule.family_alpha(len(points))
-        deadline = started + cfg.max_time_s if cfg.max_time_s is not None else None
+        budget = adaptive.TimeBudget(cfg.max_time_s, started, "pair")
+        budget.took(started, time.monotonic(), size=max(1, result.reps))  # a planned pair's share until one is added
         while True:
             reps = list(range(1, result.reps + 1))
             decisions = {p: adaptive.decide(*self._arm_reps(result, p), cfg, self.kind, reps, rule.threshold(p),
                                             alpha) for p in points}
             more = adaptive.should_add(decisions, cfg, result.reps, alpha)
             stopped = None
-            if more and deadline is not None and time.monotonic() >= deadline:
-                stopped = f"time budget campaign.max_time_s={cfg.max_time_s:g} s spent"
+            if more and (refused := budget.refuses(time.monotonic())) is not None:
+                stopped = refused
             elif not more and any(not d.decided for d in decisions.values()):
                 stopped = (f"max_reps={cfg.max_reps} reached" if cfg.max_reps and cfg.max_reps > cfg.reps
                            else "fixed design (campaign.max_reps not set)")
@@ -299,7 +300,9 @@ class CampaignRunner(Generic[H]):
                 return
             result.reps += 1
             result.notes.append(f"uplift inconclusive at {result.reps - 1} pair(s): adding pair {result.reps}")
+            began = time.monotonic()
             self._run_block(rd, result, result.reps, points, pending)
+            budget.took(began, time.monotonic())
             if pending or result.errors:
                 return
 
