@@ -97,6 +97,10 @@ def _clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+PLAN_WINDOWS = 4  # the plan's window figure weighs as much as this many measured windows in the ETA
+PLAN_LAUNCHES = 2  # ... and its later launch's figure as much as this many measured launches
+
+
 @dataclass
 class Pace:
     """A resident campaign's plan, split as its time splits: what a window and a launch are expected to take
@@ -125,6 +129,7 @@ class Progress:
     launch_spent: float = 0.0  # seconds in launches that are over (a failed one's included)
     launches_done: int = 0  # launches whose servers came up
     first_launch_spent: float | None = None  # ``launch_spent`` when the first launch came up
+    _first_launch_began: float | None = None  # windows' time counts from here: what came before set the run up
     _launch_began: float | None = None
     _rewrote: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)  # a heartbeat writes from its thread
@@ -142,6 +147,8 @@ class Progress:
         now = self.clock()
         if self._launch_began is not None:
             self.launch_spent += now - self._launch_began
+        if self._first_launch_began is None:
+            self._first_launch_began = now
         self._launch_began = now
 
     def launch_ready(self) -> None:
@@ -155,15 +162,32 @@ class Progress:
         self._launch_began = None
 
     def _later_launch_s(self, pace: Pace) -> float:
-        """What a launch after the first is expected to take: the mean of those measured, else the plan's figure.
+        """What a launch after the first is expected to take: the mean of those measured and the plan's figure,
+        weighed as ``PLAN_LAUNCHES`` launches (the second launch ran slow on both complete nights of the committed
+        rig, 28 and 36 s against 17-23 s after it: alone, it charged its excess to every launch to come).
 
         Why not the first launch's: it compiles and nothing started it ahead. On 2x H200 (2026-11-27, eleventh
         session) it took 79.5 s and the later ones 17-28 s; charged to the seven to come, the ETA after the first
         window said 18:55-21:48 for a campaign that had 12.3 minutes left."""
         later = self.launches_done - 1
         if later >= 1 and self.first_launch_spent is not None:
-            return (self.launch_spent - self.first_launch_spent) / later
+            measured = self.launch_spent - self.first_launch_spent
+            return (measured + PLAN_LAUNCHES * pace.launch_s) / (later + PLAN_LAUNCHES)
         return pace.launch_s
+
+    def _window_s(self, pace: Pace, in_launch: float) -> float:
+        """What a window is expected to take: the windows' time so far and the plan's figure, weighed as
+        ``done`` windows against ``PLAN_WINDOWS``.
+
+        Why not the windows' own mean from the first one: the time before the first launch (the run's setup) and a
+        start's first warm-ups landed on the first window alone, and 63 windows to come were charged with it. On 2x
+        H100 (2026-11-28, twelfth session) the line read ``ETA 12:18`` before the first window (12:25 was left) and
+        ``ETA 15:52`` right after it."""
+        if not self.done:
+            return pace.window_s
+        origin = self._first_launch_began if self._first_launch_began is not None else self.started
+        measured = max(0.0, self.clock() - origin - self.launch_spent - in_launch)
+        return (measured + PLAN_WINDOWS * pace.window_s) / (self.done + PLAN_WINDOWS)
 
     def eta(self) -> float | None:
         """Seconds left: windows and launches at their own mean (the pace), else the plain ratio of elapsed/done."""
@@ -174,7 +198,7 @@ class Progress:
         in_launch = self.clock() - self._launch_began if self._launch_began is not None else 0.0
         later = self._later_launch_s(pace)
         first = pace.first_launch_s if pace.first_launch_s is not None else pace.launch_s
-        window = (elapsed - self.launch_spent - in_launch) / self.done if self.done else pace.window_s
+        window = self._window_s(pace, in_launch)
         ahead = pace.launches_ahead * later
         if self.launches_done == 0 and self._launch_began is None and pace.launches_ahead:  # the first is ahead
             ahead += first - later
