@@ -48,7 +48,8 @@
 #             makes k starts per launch (3 launches at least), CAMPAIGN_KV_GIB the KV cache of each server,
 #             default 16); the step twice in one queue: two nights on the pair, the second judged against
 #             the first's baseline in history.db (campaign2_night2.txt). CAMPAIGN_RIG=FILE runs that rig file
-#             as it is (the prior and the baseline need the same file, byte for byte), HISTORY_DB=FILE starts
+#             as it is (the prior and the baseline need the same rig file: what it says, and for nights saved
+#             before 2026-11-28 its bytes), HISTORY_DB=FILE starts
 #             from a carried store: e.g. .night1/ (git-ignored, carried) holds the 2026-11-26 late-night run's
 #             rig and history.db, so CAMPAIGN_RIG=.night1/rig_campaign2.yaml HISTORY_DB=.night1/history.db
 #             makes tonight its second night (a start prior needs 3 earlier nights: bring history.db back);

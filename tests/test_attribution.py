@@ -73,3 +73,27 @@ def test_a_replaced_gpu_is_named_by_its_slot_model_and_uuid(tmp_path):
     assert any(t.startswith("GPU 0000:0A:00.0 NVIDIA GeForce RTX 5060 Ti GPU-aaaaaaaa -> NVIDIA GeForce RTX 5070 "
                             "GPU-aaaaaaaa") and t.endswith("(other GPU model)") for t in
                (ch.text for ch in fingerprint_changes(a, c))), [ch.text for ch in fingerprint_changes(a, c)]
+
+
+def test_a_rig_file_is_a_cause_when_what_it_says_changed_not_its_comments(tmp_path):
+    """A run names its rig file by what it says (``rig_digest``) and by its bytes (``rig_file_digest``); runs saved
+    before had only the bytes' digest, in ``rig_digest``. A comment edit is no cause; a changed setting is, and a
+    baseline saved before is read against tonight's file as it was."""
+    from pytest_p2p.results.write import RunDir
+
+    def run(name, **digests):
+        path = write_run(tmp_path, name)
+        RunDir(path).write_run_meta(digests)
+        return build_fingerprint(path)
+
+    old = run("saved-before", rig_digest="bytes1")
+    same_file = run("same-file", rig_digest="says1", rig_file_digest="bytes1")
+    comment_moved = run("comment", rig_digest="says1", rig_file_digest="bytes2")
+    setting_changed = run("setting", rig_digest="says2", rig_file_digest="bytes3")
+
+    def causes(base, cur):
+        return [c.text for c in fingerprint_changes(base, cur)]
+
+    assert causes(old, same_file) == [] and causes(same_file, comment_moved) == []
+    assert causes(old, comment_moved) == ["rig file bytes1 -> says1"]  # the file as it was then is not known
+    assert causes(comment_moved, setting_changed) == ["rig file says1 -> says2"]

@@ -38,7 +38,7 @@ IDENT = "0000:09:00.0+0000:0A:00.0"  # synthetic_runs.BUS, as fingerprint.pair_i
 def resident_run(root: Path, run_id: str, on: dict[int, tuple[int, float]], off: dict[int, tuple[int, float]],
                  *, campaign: dict[str, Any] | None = None, status: str = "complete", simulated: bool = False,
                  excluded: dict[str, list[int]] | None = None, started_at: str = "2026-11-20T10:00:00Z",
-                 driver: str = "595.71.05", rig_digest: str | None = None,
+                 driver: str = "595.71.05", rig_digest: str | None = None, rig_file_digest: str | None = None,
                  gpu_names: tuple[str | None, ...] | None = None) -> Path:
     """A resident campaign at c16: ``{rep: (start, output_throughput)}`` per arm, written by the one writer;
     ``gpu_names`` replaces the pair GPUs' names in run.json (None: that GPU's name left out)."""
@@ -62,7 +62,8 @@ def resident_run(root: Path, run_id: str, on: dict[int, tuple[int, float]], off:
                                         "flags": {"excluded_reps": sorted(skip)}})
     rd.write_run_meta({"status": status, "simulated": simulated, "campaign": campaign or CAMPAIGN,
                        "uplift": {"metric": METRIC, "direction": "higher"},
-                       **({"rig_digest": rig_digest} if rig_digest else {})})
+                       **({"rig_digest": rig_digest} if rig_digest else {}),
+                       **({"rig_file_digest": rig_file_digest} if rig_file_digest else {})})
     return path
 
 
@@ -248,6 +249,26 @@ def test_only_nights_of_tonights_driver_and_rig_file_are_lent(tmp_path: Path) ->
         assert len(start_blocks(st, query(driver="590.2"))) == 2
         assert len(start_blocks(st, query(driver="590.2", rig_digest="d1"))) == 1
         assert len(start_blocks(st, query(rig_digest="d1"))) == 2
+
+
+def test_a_night_saved_before_content_digests_is_lent_while_the_file_is_unchanged(tmp_path: Path) -> None:
+    """Runs used to name their rig file by its bytes; they name it by what it says now (a comment edit is no new
+    rig file). A chain of nights saved before goes on while tonight's file has those bytes, and only then."""
+    before = night([10.0, 11.0, 12.0, 13.0], [9.0, 9.5, 10.0, 10.5])
+    since = night([20.0, 21.0, 22.0, 23.0], [9.0, 9.5, 10.0, 10.5])
+    runs = [resident_run(tmp_path, "saved-before", *before, rig_digest="bytes1", started_at="2026-11-20T10:00:00Z"),
+            resident_run(tmp_path, "saved-since", *since, rig_digest="says1", rig_file_digest="bytes2",
+                         started_at="2026-11-21T10:00:00Z")]
+
+    def lent(**kw: Any) -> list[float]:  # each lent night's first p2p_on value: 10 saved before, 20 since
+        return [blocks[0][0][0] for blocks in start_blocks(st, query(**kw))]
+
+    with Store(str(tmp_path / "h.db")) as st:
+        for r in runs:
+            st.save_run_dir(r)
+        assert lent(rig_digest="says1", rig_file_digest="bytes1") == [10.0, 20.0]  # the file of then, a comment moved
+        assert lent(rig_digest="says1", rig_file_digest="bytes3") == [20.0]  # another file than then, saying the same
+        assert lent(rig_digest="says2", rig_file_digest="bytes2") == []  # the file says another thing
 
 
 H100 = ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3")

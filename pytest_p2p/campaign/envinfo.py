@@ -92,7 +92,7 @@ def write_env(rd: RunWriter, snapshot: Mapping[str, object] | None, version_info
 
 def run_meta(rig: str, digest: str, kind: str, pair: tuple[int, int], evidence: Evidence | None,
              arms: Mapping[str, Arm], config: CampaignConfig, points: list[str], schedule: str, simulated: bool,
-             server: Mapping[str, object] | None) -> Json:
+             server: Mapping[str, object] | None, *, file_digest: str = "") -> Json:
     """The first full ``run.json``: what will be measured, on which GPUs (bus ids, UUIDs), how judged."""
     gpus = []
     for g in pair:
@@ -104,7 +104,7 @@ def run_meta(rig: str, digest: str, kind: str, pair: tuple[int, int], evidence: 
     arm_meta = {name: {"env": dict(arms[name].env), "expect_transport": arms[name].expect_transport,
                        "custom_all_reduce": arms[name].custom_all_reduce} for name in config.arms}
     return {
-        "rig": rig, "rig_digest": digest, "kind": kind,
+        "rig": rig, "rig_digest": digest, "rig_file_digest": file_digest or None, "kind": kind,
         "pair": {"key": f"gpu{pair[0]}-gpu{pair[1]}", "gpus": gpus}, "arms": arm_meta, "points": points,
         "reps": config.reps, "schedule": schedule, "schedule_mode": config.schedule,
         "simulated": simulated, "status": "running", "missing": [], "rep_failures": [],

@@ -74,6 +74,7 @@ class CampaignRunner(Generic[H]):
     results_root: Path
     rig_name: str
     rig_digest: str = ""
+    rig_file_digest: str = ""  # the rig file's bytes (runs saved before content digests were named by it)
     evidence: Evidence | None = None
     snapshot: Mapping[str, object] | None = None
     simulated: bool = False
@@ -156,7 +157,8 @@ class CampaignRunner(Generic[H]):
         status = "running"
         try:
             meta = run_meta(self.rig_name, self.rig_digest, self.kind, self.pair, self.evidence, self.arms, cfg,
-                            points, self._schedule_text(slots), self.simulated, self.backend.describe())
+                            points, self._schedule_text(slots), self.simulated, self.backend.describe(),
+                            file_digest=self.rig_file_digest)
             rd.write_run_meta(meta)
             write_env(rd, self.snapshot, dict(meta["versions"]) if isinstance(meta["versions"], dict) else {})
             for arm in cfg.arms:

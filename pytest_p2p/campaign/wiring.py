@@ -40,6 +40,9 @@ class RigLike(Protocol):
     def digest(self) -> str: ...
 
     @property
+    def file_digest(self) -> str: ...
+
+    @property
     def env(self) -> Mapping[str, str]: ...
 
     @property
@@ -90,6 +93,7 @@ def from_session(session: SessionLike, pair: tuple[int, int], config: CampaignCo
         snapshot = session.snapshot_dict()
     common = {"pair": pair, "config": config, "kind": kind, "arms": arms, "results_root": Path(session.results_root),
               "rig_name": rig.name, "rig_digest": str(rig.digest or ""),
+              "rig_file_digest": str(rig.file_digest or ""),
               "evidence": session.evidence, "snapshot": snapshot, "simulated": bool(session.simulated),
               "live": bool(session.live), "run_id": run_id, "lease": lease or GpuLease(), "progress": progress,
               "on_finished": on_finished, "start_priors": dict(start_priors or {}),

@@ -460,6 +460,7 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
                                                         metric=cfg.metric(p.kind), design=design,
                                                         simulated=bool(session.simulated), driver=driver,
                                                         rig_digest=str(session.rig.digest or "") or None,
+                                                        rig_file_digest=str(session.rig.file_digest or "") or None,
                                                         gpu_models=tuple(models) if models else None))
                 prior = start_prior(nights, higher_is_better=higher) if nights else None
                 if prior is not None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..jsontypes import JSONObject, JSONValue, as_dict
-from .fingerprint import flatten
+from .fingerprint import flatten, same_rig_file
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ _RANKS: tuple[tuple[str, int], ...] = (
     ("rig_digest", 6), ("pair.gpus", 7), ("versions.python", 8), ("versions.plugin", 8),
     ("versions.git_commit", 8),
 )
-_IGNORED = ("run_id", "started_at", "fingerprint_version", "pair.key", "simulated")
+_IGNORED = ("run_id", "started_at", "fingerprint_version", "pair.key", "simulated", "rig_file_digest")
 _NAMES = {"versions.driver": "driver", "versions.nccl": "NCCL", "versions.cuda_driver": "CUDA driver",
           "versions.vllm": "vLLM", "versions.torch": "torch", "versions.kernel": "kernel",
           "versions.python": "Python", "versions.plugin": "pytest-p2p", "versions.git_commit": "test repo commit",
@@ -122,7 +122,7 @@ def fingerprint_changes(base: Mapping[str, object], cur: Mapping[str, object], *
                 and key.split(".", 1)[1] != scenario:
             continue
         b, c = fb.get(key), fc.get(key)
-        if b == c:
+        if b == c or (key == "rig_digest" and same_rig_file(base, cur)):
             continue
         if key.startswith("throttled.") or key.startswith("downtrained."):
             what = "throttling" if key.startswith("throttled.") else "link downtraining"

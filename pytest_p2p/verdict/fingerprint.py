@@ -80,7 +80,8 @@ class Fingerprint(TypedDict):
     fingerprint_version: int
     run_id: str
     rig: str
-    rig_digest: JSONValue
+    rig_digest: JSONValue  # what the rig file says (plugin.rig.content_digest); its bytes' digest in older runs
+    rig_file_digest: JSONValue  # the rig file's bytes (None in runs saved before content digests)
     kind: str | None
     simulated: bool
     started_at: JSONValue
@@ -229,6 +230,7 @@ def build_fingerprint(run_dir: str | Path) -> Fingerprint:
         "run_id": str(run["run_id"]),
         "rig": str(run["rig"]),
         "rig_digest": run.get("rig_digest"),
+        "rig_file_digest": run.get("rig_file_digest"),
         "kind": _text(run.get("kind")),
         "simulated": bool(run.get("simulated", False) or (evidence is not None and evidence.simulated)),
         "started_at": run.get("started_at"),
@@ -252,6 +254,19 @@ def build_fingerprint(run_dir: str | Path) -> Fingerprint:
         "throttled": throttled,
         "downtrained": downtrained,
     }
+
+
+def same_rig_file(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
+    """Whether two runs (fingerprints, or ``run.json``) ran the same rig file: the same content digest, or, where
+    one run was saved before content digests (no ``rig_file_digest``), its digest equal to the other's file digest.
+
+    Why both: a run's ``rig_digest`` was the file's bytes until a comment edit was seen to count as a new rig file;
+    it is what the file says now. A store of nights saved before keeps its chain with the rig file as it was."""
+    da, db = a.get("rig_digest"), b.get("rig_digest")
+    if da == db:
+        return True
+    fa, fb = a.get("rig_file_digest"), b.get("rig_file_digest")
+    return bool((fa is None and da and da == fb) or (fb is None and db and db == fa))
 
 
 def gpu_models(fp: Mapping[str, object]) -> list[str] | None:

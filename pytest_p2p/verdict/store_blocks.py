@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import StoreError
-from .fingerprint import gpu_models
+from .fingerprint import gpu_models, same_rig_file
 from .store import Store
 
 #: how many earlier nights a prior is learned from at most (a month of nightly runs)
@@ -57,6 +57,7 @@ class BlockQuery:
     simulated: bool
     driver: str | None = None  # tonight's driver version: nights of another driver are not lent
     rig_digest: str | None = None  # tonight's rig file digest: nights of another rig file are not lent
+    rig_file_digest: str | None = None  # tonight's file's bytes: matches the nights saved before content digests
     # tonight's GPU model names, in any order (None: unknown): the pair ident is the slots' bus ids, and a
     # night on other GPUs in the same slots measured another spread, so it is not lent
     gpu_models: tuple[str, ...] | None = None
@@ -80,8 +81,9 @@ def _same_rig(fingerprint: object, q: BlockQuery) -> bool:
     driver = versions.get("driver") if isinstance(versions, dict) else None
     digest = fp.get("rig_digest")
     names = gpu_models(fp) if q.gpu_models is not None else None
+    tonight = {"rig_digest": q.rig_digest, "rig_file_digest": q.rig_file_digest}
     return ((q.driver is None or driver in (None, q.driver))
-            and (not q.rig_digest or not digest or digest == q.rig_digest)
+            and (not q.rig_digest or not digest or same_rig_file(fp, tonight))
             and (q.gpu_models is None or names is None or names == sorted(q.gpu_models)))
 
 

@@ -99,7 +99,7 @@ def seed_record(path: str | Path) -> tuple[JSONObject, SeedFingerprint, list[Met
 
     fingerprint: SeedFingerprint = {
         "fingerprint_version": FINGERPRINT_VERSION, "run_id": run_id, "rig": SEED_RIG,
-        "rig_digest": None, "kind": "model", "simulated": False, "started_at": started_at,
+        "rig_digest": None, "rig_file_digest": None, "kind": "model", "simulated": False, "started_at": started_at,
         "source": f"p2p-bench results directory {name} (seed layout)",
         "pair": {"key": key, "ident": pair_ident(record),
                  "gpus": [{k: g.get(k) for k in ("index", "bus_id", "uuid", "name")} for g in gpus]},
