@@ -271,6 +271,26 @@ def test_a_night_saved_before_content_digests_is_lent_while_the_file_is_unchange
         assert lent(rig_digest="says2", rig_file_digest="bytes2") == []  # the file says another thing
 
 
+def test_a_night_on_the_same_bytes_adopts_the_saved_before_nights(tmp_path: Path, store_target: str) -> None:
+    """Saving a night whose rig file has the bytes of nights saved before content digests gives those nights
+    tonight's digest of what the file says: the chain then outlives a later comment edit. Another rig's runs, and
+    runs of other bytes, are left as they were."""
+    same = night([10.0, 11.0, 12.0, 13.0], [9.0, 9.5, 10.0, 10.5])
+    old = resident_run(tmp_path, "saved-before", *same, rig_digest="bytes1", started_at="2026-11-20T10:00:00Z")
+    other = resident_run(tmp_path, "other-bytes", *same, rig_digest="bytes9", started_at="2026-11-21T10:00:00Z")
+    new = resident_run(tmp_path, "tonight", *same, rig_digest="says1", rig_file_digest="bytes1",
+                       started_at="2026-11-22T10:00:00Z")
+    with Store(store_target) as st:
+        st.save_run_dir(old)
+        st.save_run_dir(other)
+        st.save_run_dir(new)
+        fps = {r.run_id: r.fingerprint for r in st.runs()}
+        assert (fps["saved-before"]["rig_digest"], fps["saved-before"]["rig_file_digest"]) == ("says1", "bytes1")
+        assert (fps["other-bytes"]["rig_digest"], fps["other-bytes"].get("rig_file_digest")) == ("bytes9", None)
+        # a comment edited since: the file's bytes moved, what it says did not; both nights are still lent
+        assert len(start_blocks(st, query(rig_digest="says1", rig_file_digest="bytes2"))) == 2
+
+
 H100 = ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3")
 H200 = ("NVIDIA H200", "NVIDIA H200")
 

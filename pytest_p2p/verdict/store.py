@@ -142,6 +142,7 @@ class Store:
                     f"INSERT INTO results ({RESULT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     [(run_id, r.arm, r.point, r.metric, r.n, r.mean, r.std, r.median, json.dumps(r.values),
                       _json_ints(r.starts), _json_ints(r.reps)) for r in rows])
+                _adopt_saved_before(db, str(run["rig"]), fingerprint)
             if accept is not None:
                 self._accept(db, run_id, accept, note)
         return run_id
@@ -340,6 +341,28 @@ class Store:
     def import_data(self, data: object, *, source: str = "export") -> tuple[int, int, int]:
         """Add an :meth:`export` (of either backend) in one transaction: (runs added, already there, acceptances)."""
         return import_store(self, data, source=source)
+
+
+def _adopt_saved_before(db: Backend, rig: str, fingerprint: Mapping[str, object]) -> None:
+    """Runs of ``rig`` saved before content digests, whose rig file had tonight's bytes, take tonight's digest of
+    what the file says (their own stays, as ``rig_file_digest``).
+
+    Why: those runs name the rig file by its bytes only (``rig_digest``), so they match tonight while the file is
+    byte for byte the same (``fingerprint.same_rig_file``), and a later comment edit would have cut them off the
+    chain of nights and the baseline. The same bytes say the same thing, so the rewrite only completes what the
+    run would have recorded; nothing it measured changes."""
+    says, file = fingerprint.get("rig_digest"), fingerprint.get("rig_file_digest")
+    if not says or not file or says == file:
+        return
+    for run_id, text in db.query("SELECT run_id, fingerprint FROM runs WHERE rig = ?", (rig,)):
+        try:
+            fp = json.loads(_text(text))
+        except ValueError:
+            continue  # a damaged fingerprint is left as it is: the readers say so where they meet it
+        if isinstance(fp, dict) and fp.get("rig_digest") == file and fp.get("rig_file_digest") is None:
+            db.execute("UPDATE runs SET fingerprint = ? WHERE run_id = ?",
+                       (json.dumps({**fp, "rig_digest": says, "rig_file_digest": file}, sort_keys=True, default=str),
+                        run_id))
 
 
 def exists(target: str | Path) -> bool:
