@@ -354,7 +354,9 @@ def _adopt_saved_before(db: Backend, rig: str, fingerprint: Mapping[str, object]
     says, file = fingerprint.get("rig_digest"), fingerprint.get("rig_file_digest")
     if not says or not file or says == file:
         return
-    for run_id, text in db.query("SELECT run_id, fingerprint FROM runs WHERE rig = ?", (rig,)):
+    like = f'%"rig_digest": {json.dumps(file)}%'  # how save() writes it: only candidates leave the database
+    for run_id, text in db.query("SELECT run_id, fingerprint FROM runs WHERE rig = ? AND fingerprint LIKE ?",
+                                 (rig, like)):
         try:
             fp = json.loads(_text(text))
         except ValueError:
