@@ -129,7 +129,6 @@ class Progress:
     launch_spent: float = 0.0  # seconds in launches that are over (a failed one's included)
     launches_done: int = 0  # launches whose servers came up
     first_launch_spent: float | None = None  # ``launch_spent`` when the first launch came up
-    _first_launch_began: float | None = None  # windows' time counts from here: what came before set the run up
     _launch_began: float | None = None
     _rewrote: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)  # a heartbeat writes from its thread
@@ -147,8 +146,6 @@ class Progress:
         now = self.clock()
         if self._launch_began is not None:
             self.launch_spent += now - self._launch_began
-        if self._first_launch_began is None:
-            self._first_launch_began = now
         self._launch_began = now
 
     def launch_ready(self) -> None:
@@ -179,14 +176,13 @@ class Progress:
         """What a window is expected to take: the windows' time so far and the plan's figure, weighed as
         ``done`` windows against ``PLAN_WINDOWS``.
 
-        Why not the windows' own mean from the first one: the time before the first launch (the run's setup) and a
-        start's first warm-ups landed on the first window alone, and 63 windows to come were charged with it. On 2x
-        H100 (2026-11-28, twelfth session) the line read ``ETA 12:18`` before the first window (12:25 was left) and
-        ``ETA 15:52`` right after it."""
+        Why not the windows' own mean from the first one: the first point's two warm-ups after the first launch
+        (~5 s) landed on the first window alone, which took 12 s by that count instead of 6.5, and the 63 windows to
+        come were charged with it. On 2x H100 (2026-11-28, twelfth session) the line read ``ETA 12:18`` before the
+        first window (12:25 was left) and ``ETA 15:52`` right after it."""
         if not self.done:
             return pace.window_s
-        origin = self._first_launch_began if self._first_launch_began is not None else self.started
-        measured = max(0.0, self.clock() - origin - self.launch_spent - in_launch)
+        measured = max(0.0, self.clock() - self.started - self.launch_spent - in_launch)
         return (measured + PLAN_WINDOWS * pace.window_s) / (self.done + PLAN_WINDOWS)
 
     def eta(self) -> float | None:
