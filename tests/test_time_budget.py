@@ -59,17 +59,17 @@ def test_a_restart_campaign_adds_no_pair_that_would_overrun_its_slot(tmp_path: P
 
     class Slow(TableBackend):
         def measure(self, handle: tuple[str, int, int], point: str, rep: int) -> dict[str, Any]:
-            clock.offset += 10.0  # a slot: 10 s, a pair 20 s
+            clock.offset += 1000.0  # a slot: 1000 s, a pair 2000 s (and what this box took: far less)
             return super().measure(handle, point, rep)
 
     # +5.5 % against +5 %: undecided for many more pairs than the slot holds
     table = {("p2p_on", k + 1): [v] for k, v in enumerate([106.5, 104.5, 106.0])}
     res = run_campaign(tmp_path, Slow(table, {"p2p_on": 105.5, "p2p_off": 100.0}), "budget", reps=3, max_reps=50,
-                       max_time_s=75)
-    # 60 s spent on the 3 planned pairs, 15 s left: a 4th pair (20 s) would end at 80 s
+                       max_time_s=7500)
+    # 6000 s spent on the 3 planned pairs, 1500 s left: a 4th pair (2000 s) would end past the slot
     d = res.decisions["c1"]
     assert res.reps == 3 and d["outcome"] == "inconclusive", (res.reps, d)
-    assert d["stopped"].startswith("time budget campaign.max_time_s=75 s: another pair (~20 s"), d["stopped"]
+    assert d["stopped"].startswith("time budget campaign.max_time_s=7500 s: another pair (~2"), d["stopped"]
 
 
 def test_a_resident_campaign_adds_no_start_that_would_overrun_its_slot(tmp_path: Path,
@@ -81,7 +81,8 @@ def test_a_resident_campaign_adds_no_start_that_would_overrun_its_slot(tmp_path:
 
     def launch(*args: Any, **kwargs: Any) -> None:
         real_launch(*args, **kwargs)
-        clock.offset += 100.0  # a launch and its windows: 100 s more than this box took
+        if not kwargs.get("rerun"):  # a start the screen runs again (this loaded box can make one odd) takes no jump
+            clock.offset += 10_000.0  # a launch and its windows: 10 000 s more than this box took
 
     monkeypatch.setattr(blocks, "_start_with_retries", launch)
     real_decide = blocks.adaptive.decide_starts
@@ -90,10 +91,10 @@ def test_a_resident_campaign_adds_no_start_that_would_overrun_its_slot(tmp_path:
         return dataclasses.replace(real_decide(*args, **kwargs), outcome=Outcome.INCONCLUSIVE)
 
     monkeypatch.setattr(blocks.adaptive, "decide_starts", undecided)
-    res = _runner(tmp_path, starts=3, max_starts=6, windows=1, concurrency=[1], max_time_s=350).run()
+    res = _runner(tmp_path, starts=3, max_starts=6, windows=1, concurrency=[1], max_time_s=35_000).run()
     assert res.status == "complete", res.errors
-    # 3 launches: 300 s and what this box took; a 4th (~100 s more) would end past 350 s
+    # 3 launches: 30 000 s and what this box took; a 4th (10 000 s and more) would end past 35 000 s
     assert not [n for n in res.notes if n.startswith("uplift inconclusive at")], res.notes
     stopped = res.decisions["c1"]["stopped"]
-    assert stopped.startswith("time budget campaign.max_time_s=350 s: another start (~1"), stopped
+    assert stopped.startswith("time budget campaign.max_time_s=35000 s: another start (~1"), stopped
     assert "would end past it" in stopped
