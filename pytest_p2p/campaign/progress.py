@@ -172,9 +172,9 @@ class Progress:
             return (measured + PLAN_LAUNCHES * pace.launch_s) / (later + PLAN_LAUNCHES)
         return pace.launch_s
 
-    def _window_s(self, pace: Pace, in_launch: float) -> float:
+    def _window_s(self, pace: Pace, windows_s: float) -> float:
         """What a window is expected to take: the windows' time so far and the plan's figure, weighed as
-        ``done`` windows against ``PLAN_WINDOWS``.
+        ``done`` windows against ``PLAN_WINDOWS``; ``windows_s``: the time elapsed outside launches.
 
         Why not the windows' own mean from the first one: the first point's two warm-ups after the first launch
         (~5 s) landed on the first window alone, which took 12 s by that count instead of 6.5, and the 63 windows to
@@ -182,19 +182,19 @@ class Progress:
         first window (12:25 was left) and ``ETA 15:52`` right after it."""
         if not self.done:
             return pace.window_s
-        measured = max(0.0, self.clock() - self.started - self.launch_spent - in_launch)
-        return (measured + PLAN_WINDOWS * pace.window_s) / (self.done + PLAN_WINDOWS)
+        return (max(0.0, windows_s) + PLAN_WINDOWS * pace.window_s) / (self.done + PLAN_WINDOWS)
 
     def eta(self) -> float | None:
         """Seconds left: windows and launches at their own mean (the pace), else the plain ratio of elapsed/done."""
-        elapsed = self.clock() - self.started
+        now = self.clock()
+        elapsed = now - self.started
         pace = self.pace
         if pace is None:
             return elapsed / self.done * (self.total - self.done) if self.done else None
-        in_launch = self.clock() - self._launch_began if self._launch_began is not None else 0.0
+        in_launch = now - self._launch_began if self._launch_began is not None else 0.0
         later = self._later_launch_s(pace)
         first = pace.first_launch_s if pace.first_launch_s is not None else pace.launch_s
-        window = self._window_s(pace, in_launch)
+        window = self._window_s(pace, elapsed - self.launch_spent - in_launch)
         ahead = pace.launches_ahead * later
         if self.launches_done == 0 and self._launch_began is None and pace.launches_ahead:  # the first is ahead
             ahead += first - later

@@ -219,7 +219,7 @@ def _parse_rig(data: object, source: str, text: str | None, default_name: str) -
 
 def _canonical(value: object) -> object:
     if isinstance(value, Mapping):
-        return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+        return {str(k): _canonical(v) for k, v in value.items()}  # json.dumps sorts them
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
     if value is None or isinstance(value, (str, int, float)):

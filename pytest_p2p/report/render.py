@@ -168,13 +168,6 @@ def _comparisons(meta: Mapping[str, object], arm_names: list[str]) -> list[tuple
     return [(a, ref) for a in arm_names if a != ref]
 
 
-def _to_float(value: object) -> float:
-    """``float(value)`` for what JSON can hold; TypeError for null, a list or an object (as float() raises)."""
-    if isinstance(value, (int, float, str)):
-        return float(value)
-    raise TypeError(f"float() argument must be a string or a real number, not {type(value).__name__!r}")
-
-
 def _uplift_settings(meta: Mapping[str, object], kind: str) -> tuple[str, bool, UpliftRule, bool]:
     """metric, higher_is_better, the UpliftRule and exclude_throttled, as the campaign recorded them.
 
@@ -182,7 +175,7 @@ def _uplift_settings(meta: Mapping[str, object], kind: str) -> tuple[str, bool, 
     exclude_throttled}``; absent keys fall back to ``campaign: CampaignConfig.to_dict()``
     and then to the campaign defaults (output_throughput / time_us, 5 %, point rule).
     """
-    from pytest_p2p.stats.uplift_rule import DEFAULT_ALPHA, RULES, UpliftRule
+    from pytest_p2p.stats.uplift_rule import RULES, UpliftRule
 
     up = as_dict(meta.get("uplift"))
     camp = as_dict(meta.get("campaign"))
@@ -202,20 +195,8 @@ def _uplift_settings(meta: Mapping[str, object], kind: str) -> tuple[str, bool, 
     if not isinstance(rule_name, str) or rule_name not in RULES:
         raise ResultsError(f"run.json: uplift.rule.rule is {rule_name!r}, expected one of {', '.join(RULES)}")
     try:
-        per_point = rule_d.get("per_point") or {}
-        if not isinstance(per_point, dict):
-            raise AttributeError("per_point has no items()")
-        plan = rule_d.get("plan")
-        if plan is not None and not (isinstance(plan, list) and len(plan) == 2):
-            raise ValueError("plan is not [first, last]")
-        alpha = _to_float(rule_d.get("alpha", DEFAULT_ALPHA))
-        if not 0 < alpha < 0.5:
-            raise ValueError("alpha is not in (0, 0.5)")
-        rule = UpliftRule(default=_to_float(rule_d.get("default", 0.05)),
-                          per_point={str(k): _to_float(v) for k, v in per_point.items()},
-                          rule=rule_name, alpha=alpha,
-                          plan=(int(_to_float(plan[0])), int(_to_float(plan[1]))) if plan is not None else None)
-    except (TypeError, ValueError, AttributeError):
+        rule = UpliftRule.from_dict(rule_d, rule_name)
+    except (TypeError, ValueError):
         raise ResultsError(f"run.json: uplift.rule {rule_d!r} is not an UpliftRule dict "
                            "({default, per_point, rule, alpha, plan})") from None
     excl = up.get("exclude_throttled", camp.get("exclude_throttled", True))

@@ -92,6 +92,30 @@ class UpliftRule:
         return {"default": self.default, "per_point": dict(self.per_point), "rule": self.rule,
                 "alpha": self.alpha, "plan": list(self.plan) if self.plan else None}
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object], rule: str) -> UpliftRule:
+        """The inverse of :meth:`to_dict` (absent keys: the defaults), with ``rule`` the rule's name as the caller
+        resolved it. Raises ``ValueError`` (or ``TypeError``) where a value is not what :meth:`to_dict` writes."""
+        per_point = d.get("per_point") or {}
+        if not isinstance(per_point, Mapping):
+            raise ValueError("per_point is not a mapping")
+        plan = d.get("plan")
+        if plan is not None and not (isinstance(plan, list) and len(plan) == 2):
+            raise ValueError("plan is not [first, last]")
+        alpha = _number(d.get("alpha", DEFAULT_ALPHA))
+        if not 0 < alpha < 0.5:
+            raise ValueError("alpha is not in (0, 0.5)")
+        return cls(default=_number(d.get("default", 0.05)),
+                   per_point={str(k): _number(v) for k, v in per_point.items()}, rule=rule, alpha=alpha,
+                   plan=(int(_number(plan[0])), int(_number(plan[1]))) if plan is not None else None)
+
+
+def _number(value: object) -> float:
+    """``float(value)`` for what JSON can hold; TypeError for null, a list or an object (as float() raises)."""
+    if isinstance(value, (int, float, str)):
+        return float(value)
+    raise TypeError(f"float() argument must be a string or a real number, not {type(value).__name__!r}")
+
 
 def parse_min_uplift(value: object, rule: str, kind: str, source: str, path: str) -> UpliftRule:
     """``5%`` (one threshold everywhere) or ``{default: 5%, 8: 8%}``."""
