@@ -79,7 +79,7 @@ def test_a_comment_or_the_order_of_keys_is_no_new_rig_file(tmp_path: Any) -> Non
     a, b = load_rig(ROOT / "fixtures" / "rigs" / "nvlink-pair-vllm-7b.yaml"), load_rig(edited)
     assert a.digest == b.digest and a.file_digest != b.file_digest
     changed = tmp_path / "changed.yaml"
-    changed.write_text(text.replace("window_s: 6 ", "window_s: 7 "), encoding="utf-8")
+    changed.write_text(text.replace("window_s: 6.5 ", "window_s: 7 "), encoding="utf-8")
     assert load_rig(changed).digest != a.digest  # what it says changed: another rig file
 
 

@@ -562,7 +562,9 @@ def test_the_committed_rig_s_plan_meets_its_measured_night(tmp_path: Path) -> No
     """The 7B rig's plan said `expected 14 min ... 68 % of it under load` for the 2x H200 night that took 869 s with
     59.8 % under measured load (eighth session, 2026-11-27): it counted warm-ups as load and no launch's idle
     baseline or teardown. It now counts the windows only, and each launch's gap; the next complete night of the
-    rig (eleventh session) took 825 s with 61 %, and the one after, on 2x H100 (twelfth), 846 s with 58 %."""
+    rig (eleventh session) took 825 s with 61 %, and the one after, on 2x H100 (twelfth), 846 s with 58 %. Those
+    nights ran windows of 6 s and a warm-up of 64 requests, the rig's values then."""
+    import dataclasses
     import re
 
     from pytest_p2p.campaign.backends import ModelBackend
@@ -573,9 +575,10 @@ def test_the_committed_rig_s_plan_meets_its_measured_night(tmp_path: Path) -> No
     from pytest_p2p.probes.arms import PRESETS
 
     rig = load_rig(Path(__file__).resolve().parent.parent / "fixtures" / "rigs" / "nvlink-pair-vllm-7b.yaml")
-    assert (rig.campaign.starts, rig.campaign.windows, rig.campaign.window_s) == (8, 2, 6)
-    runner = CampaignRunner(pair=(0, 1), config=rig.campaign, kind="model", arms=PRESETS,
-                            backend=ModelBackend(server=rig.server, campaign=rig.campaign, pair=(0, 1), rig_env={}),
+    assert (rig.campaign.starts, rig.campaign.windows) == (8, 2)
+    nights = dataclasses.replace(rig.campaign, window_s=6.0, warmup=64)
+    runner = CampaignRunner(pair=(0, 1), config=nights, kind="model", arms=PRESETS,
+                            backend=ModelBackend(server=rig.server, campaign=nights, pair=(0, 1), rig_env={}),
                             results_root=tmp_path, rig_name="r", lease=GpuLease(tmp_path / "locks"))
     line = plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]
     got = re.search(r"expected (\d+) min .*?, (\d+) % of it under measured load\)", line)
