@@ -65,3 +65,20 @@ def test_the_report_names_the_prefix_cache_of_a_campaign(tmp_path: Path, capsys:
     assert window_noise.main([str(res.run_dir)]) == 0
     out = capsys.readouterr().out
     assert "prefix cache: hit rate 0.0% at most over 24 windows" in out and "first window vs later" in out
+
+
+THIRTEENTH = (Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+              / "campaign2_compact-h200-8x2x6.5-thirteenth-2026-11-28.json")
+
+
+def test_the_first_window_by_arm_says_whose_window_is_off() -> None:
+    """The thirteenth session's night (2x H200): p2p_on's first c64 window 2.31 % below its second, p2p_off's
+    0.17 % (docs/campaign-design.md: over three nights p2p_on's gap is -1.65 %, p = 0.011)."""
+    arms = ("p2p_on", "p2p_off")
+    line = window_noise.arm_position("c64", {a: window_noise.windows(THIRTEENTH, a, "c64") for a in arms})
+    assert "p2p_on -2.31 points (sd 3.30, p = 0.088); p2p_off -0.17 points (sd 3.37, p = 0.889)" in line, line
+    slow_first = {(s, w): {"output_throughput": 90.0 if w == 1 else 100.0} for s in (1, 2, 3) for w in (1, 2)}
+    steady = {(s, w): {"output_throughput": 100.0 + s} for s in (1, 2, 3) for w in (1, 2)}
+    line = window_noise.arm_position("c8", {"on": slow_first, "off": steady})
+    assert "on -10.54 points (sd 0.00, p = 0.000); off +0.00 points (sd 0.00, p = 1.000)" in line, line
+    assert "on too few starts" in window_noise.arm_position("c8", {"on": {(1, 1): {"output_throughput": 1.0}}})
