@@ -106,8 +106,6 @@ POOL: dict[str, list[object]] = {
     "starts_at_once": [1, 2, 16, 17, 0, None, "2"],
     # and again (issue 24, starts made ahead): default false everywhere before
     "start_ahead": [True, False, None, "yes", 1],
-    # and again (issue 24, warm-ups of as many rounds at every point): default 1 everywhere before
-    "warmup_rounds": [1, 2, 100, 101, 0, None, 1.5, "2"],
 }
 
 

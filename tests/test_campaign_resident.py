@@ -399,19 +399,3 @@ def test_a_rig_that_captures_graphs_the_campaign_never_runs_is_told_how_to_start
                   dataclasses.replace(server, simulated=True)):
         backend.server = quiet
         assert backend.graph_capture_note() is None, quiet
-
-
-def test_a_warm_up_is_at_least_its_rounds_of_the_concurrency(tmp_path: Path) -> None:
-    """``warmup`` requests, at least ``warmup_rounds`` rounds of the point's concurrency: the committed rig's 32
-    are 2 rounds at c16 and (one round being the least) 1 at c64; ``warmup_rounds: 2`` makes it 2 at both
-    (P2P on's first c64 window after one round ran 1.65 % slow over 24 starts: docs/campaign-design.md)."""
-    def warm_requests(**cfg: Any) -> dict[int, int]:
-        config = parse_campaign({**BASE, "concurrency": [16, 64], **cfg}, "resident-rig.yaml")
-        backend = ModelBackend(server=_server(tmp_path, {}), campaign=config, pair=(0, 1), rig_env={})
-        return {c: backend._warm_prompts(c) for c in config.concurrency}
-
-    assert warm_requests(warmup=32) == {16: 32, 64: 64}
-    assert warm_requests(warmup=32, warmup_rounds=2) == {16: 32, 64: 128}
-    assert warm_requests(warmup=200, warmup_rounds=2) == {16: 200, 64: 200}
-    with pytest.raises(ConfigError, match=r"campaign.warmup_rounds: expected an integer 1..100, got 0"):
-        parse_campaign({**BASE, "warmup_rounds": 0}, "resident-rig.yaml")

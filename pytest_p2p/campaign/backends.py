@@ -355,8 +355,7 @@ class ModelBackend:
             self.window_prompts[point] = window_prompts(res, c, self.campaign.window_s)
 
     def _warm_prompts(self, concurrency: int) -> int:
-        """The warm-up's requests at ``concurrency``: the rig's ``warmup``, at least ``warmup_rounds`` rounds of it."""
-        return max(self.campaign.warmup, self.campaign.warmup_rounds * concurrency)
+        return max(self.campaign.warmup, concurrency)
 
     def calibrated(self, point: str) -> bool:
         """Whether a window's prompt count at ``point`` is known: a time budget is sized by the point's first

@@ -12,7 +12,6 @@ Example (every key optional; the values shown are the defaults unless noted)::
       seed: 0
       smoke: true             # one tiny request per arm before anything is timed
       warmup: 4               # warm-up requests per concurrency level, excluded from metrics
-      warmup_rounds: 1        # ... at least this many rounds of the concurrency (1: one request a stream)
       prompts_per_concurrency: 8
       input_len: null         # null: the server section's load defaults
       output_len: null
@@ -140,9 +139,6 @@ class CampaignConfig:
     seed: int = key(0, whole(0, 2**32 - 1))
     smoke: bool = key(True, flag)
     warmup: int = key(4, whole(0, MAX_PROMPTS))
-    # why: a warm-up of N requests is 4 rounds at c16 and 1 at c64; P2P on's first c64 window after one round ran
-    # 1.65 % slow over 24 starts on 2x H100/H200 (docs/campaign-design.md); rounds give every point the same
-    warmup_rounds: int = key(1, whole(1, 100))
     prompts_per_concurrency: int = key(8, whole(1, MAX_PROMPTS))
     input_len: int | None = key(None, whole(1, MAX_TOKENS), null=True)
     output_len: int | None = key(None, whole(1, MAX_TOKENS), null=True)
