@@ -15,7 +15,8 @@ ones (the first follows the server's own warm-up; later ones follow other server
 difference of their log ratios over starts and a paired t-test's two-sided p. On 2x H100 with starts made 2 at
 once (2026-11-27) the first windows' uplift ran 7-10 points below the later ones' (p = 0.02 at both points);
 with starts one at a time (2x H100, 5 windows) and 4 at once (2x H200) it did not (p >= 0.2). The same per arm
-(``by arm``): a gap in the ratio does not say whose window is off.
+(``by arm``): a gap in the ratio does not say whose window is off; and each arm's windows right after the other
+server's against those right after its own (output tok/s and TTFT).
 Windows that were set aside are not in the data (their files are ``*.try<n>.*``).
 """
 
@@ -103,6 +104,8 @@ def report(run_dir: Path, arms: tuple[str, str]) -> None:
     for point in points:
         print(position(point, wins[(arms[0], point)], wins[(arms[1], point)]))
         print(arm_position(point, {arm: wins[(arm, point)] for arm in arms}))
+        print(after_own(scen, arms, point))
+        print(after_own(scen, arms, point, "mean_ttft_ms"))
         print(first_arm(point, wins[(arms[0], point)], wins[(arms[1], point)], arms))
     hits = [float(pc["hit_rate"]) for reps in scen.values() for r in reps  # rep files since 2026-11-27
             if isinstance(pc := r.get("prefix_cache"), dict) and isinstance(pc.get("hit_rate"), (int, float))]
@@ -146,9 +149,7 @@ def arm_position(point: str, wins: dict[str, dict[tuple[int, int], dict[str, flo
 
     Why: a gap in the ratio does not say whose window is off. Over the three complete nights of the committed rig
     (2026-11-27/28: 2x H200, 2x H100, 2x H200) p2p_on's first c64 window of a start ran 1.1-2.3 % below its
-    second and p2p_off's did not (-0.2 .. +1.4 %): the faster arm's first window at c64, after a warm-up of one
-    round, is a little slow. A constant gap moves every start mean alike, so the interval's width is untouched;
-    the estimate is lowered by about half the gap (docs/campaign-design.md)."""
+    second and p2p_off's did not (-0.2 .. +1.4 %); :func:`after_own` says why (docs/campaign-design.md)."""
     parts = []
     for arm, w in wins.items():
         by_start: dict[int, dict[int, float]] = defaultdict(dict)
@@ -159,6 +160,48 @@ def arm_position(point: str, wins: dict[str, dict[tuple[int, int], dict[str, flo
         parts.append(f"{arm} too few starts" if got is None else
                      f"{arm} {got[0]:+.2f} points (sd {got[1]:.2f}, p = {got[2]:.3f})")
     return f"{point:>7} first window vs later by arm ({metric}): " + "; ".join(parts)
+
+
+def after_own(scen: dict[str, Reps], arms: tuple[str, str], point: str, metric: str = "output_throughput") -> str:
+    """One line: each arm's windows right after the other arm's window (or warm-up) against those right after its
+    own, per start (log, percentage points), in the order the windows ran (``meta.started_at``).
+
+    Why: with ABBA over 2 window pairs the second arm of a start runs its second window right after its first, and
+    every other window right after the other server's. On the three complete nights of the committed rig
+    (2026-11-27/28) p2p_on's c64 windows after the other server's ran 1.1 / 3.3 / 3.8 % slower than after its own,
+    with TTFT 1.5 / 11 / 11 % longer, through the whole window (the steady throughput too); on three nights
+    before (servers pinned; forked; started ahead, all before the load clients were pooled) they did not (-0.5 /
+    -0.1 / +1.6 %). Each arm runs a quarter of its windows after its own, so against continuous service the
+    uplift reads about 3/4 of the difference of the arms' costs low (docs/campaign-design.md)."""
+    seq: list[tuple[str, str, int, float]] = []
+    for arm in arms:
+        for pt in {n.split("-", 1)[1] for n in scen if "-" in n}:
+            for r in scen.get(f"{arm}-{pt}", []):
+                meta = r.get("meta")
+                value = r.get(metric)
+                if not isinstance(meta, dict) or not isinstance(value, (int, float)) or value <= 0:
+                    continue
+                if "started_at" in meta and "start" in meta:
+                    seq.append((str(meta["started_at"]), f"{arm}\0{pt}", int(meta["start"]), math.log(value)))
+    seq.sort()
+    parts = []
+    for arm in arms:
+        own: dict[int, list[float]] = defaultdict(list)
+        other: dict[int, list[float]] = defaultdict(list)
+        for i, (_, who, start, value) in enumerate(seq):
+            if who != f"{arm}\0{point}":
+                continue
+            before = seq[i - 1] if i else None
+            (own if before is not None and before[1] == who and before[2] == start else other)[start].append(value)
+        d = [100 * (statistics.fmean(other[s]) - statistics.fmean(own[s])) for s in sorted(own) if other.get(s)]
+        if len(d) < 2:
+            parts.append(f"{arm} too few starts with both")
+            continue
+        mean, sd = statistics.fmean(d), statistics.stdev(d)
+        t = mean / (sd / math.sqrt(len(d))) if sd > 1e-9 else (0.0 if abs(mean) <= 1e-9 else math.inf)
+        p = 2 * (1 - t_cdf(abs(t), len(d) - 1)) if math.isfinite(t) else 0.0
+        parts.append(f"{arm} {mean:+.2f} points (sd {sd:.2f} over {len(d)} starts, p = {p:.3f})")
+    return f"{point:>7} after the other server's window vs after its own ({metric}): " + "; ".join(parts)
 
 
 def first_arm(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tuple[int, int], dict[str, float]],
