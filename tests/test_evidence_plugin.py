@@ -252,3 +252,18 @@ def test_error_counters_read_nvml_once_at_the_end_for_all_gpus(pytester, monkeyp
     r = run(pytester, "-m", "p2p", "--pyargs", CHECKS, "-k", "error_counters")
     r.assert_outcomes(passed=2)
     assert reads["n"] == 4  # 2 GPUs at the start, 2 at the end: one end-of-session reading, not one per GPU
+
+
+def test_an_unwritable_out_is_named_before_any_evidence_is_gathered(tmp_path, capsys):
+    """``snapshot`` and ``gen-config`` check ``--out`` first: on a GPU machine the evidence they gather puts the
+    links under load, and a missing folder named afterwards lost that measurement. Here (NVML hidden by the
+    suite) gathering would end in "no driver", exit 3; the --out mistake comes first, exit 2."""
+    from pytest_p2p import cli
+
+    missing = tmp_path / "no-such-folder" / "machine.json"
+    assert cli.main(["snapshot", "--out", str(missing)]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"--out {missing}: cannot write: {missing.parent} does not exist" in err and "NVML" not in err
+    assert cli.main(["gen-config", "--out", str(tmp_path)]) == cli.EXIT_USAGE
+    assert f"--out {tmp_path}: is a folder; name a file in it" in capsys.readouterr().err
+    assert cli.main(["snapshot", "--out", str(tmp_path / "ok.json")]) == cli.EXIT_NO_GPU  # a good --out: gathering

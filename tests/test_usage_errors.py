@@ -58,6 +58,10 @@ def test_model_campaign_without_model_is_a_usage_error_before_collection_and_doc
     _one_paragraph(_pytest(tmp_path, "--p2p-rig", str(rig)), "server.model", "a model campaign needs")
     assert cli.main(["doctor", "--snapshot", "demo", "--rig", str(rig)]) == cli.EXIT_USAGE
     assert "server.model: a model campaign needs" in capsys.readouterr().err
+    # live, on this machine without a driver (the suite hides NVML): the rig file's mistake, not "no driver"
+    assert cli.main(["doctor", "--rig", str(rig)]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "server.model: a model campaign needs" in err and "NVML" not in err
 
 
 @pytest.mark.parametrize(("args", "needle"), [
