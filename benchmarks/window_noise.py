@@ -116,8 +116,13 @@ def report(run_dir: Path, arms: tuple[str, str]) -> None:
 def _first_vs_later(by_start: dict[int, dict[int, float]]) -> tuple[float, float, float, int] | None:
     """Each start's first window against the mean of its later ones (log values, percentage points): the mean gap,
     its sd over starts, a paired t-test's two-sided p, and the number of starts; ``None`` below 2 starts."""
-    d = [100 * (ws[min(ws)] - statistics.fmean(v for w, v in ws.items() if w != min(ws)))
-         for ws in by_start.values() if len(ws) > 1]
+    return _t_test([100 * (ws[min(ws)] - statistics.fmean(v for w, v in ws.items() if w != min(ws)))
+                    for ws in by_start.values() if len(ws) > 1])
+
+
+def _t_test(d: list[float]) -> tuple[float, float, float, int] | None:
+    """Paired differences ``d`` (one a start): their mean, sd, a one-sample t-test's two-sided p against 0, and
+    their number; ``None`` below 2."""
     if len(d) < 2:
         return None
     sd, mean = statistics.stdev(d), statistics.fmean(d)
@@ -193,14 +198,10 @@ def after_own(scen: dict[str, Reps], arms: tuple[str, str], point: str, metric: 
                 continue
             before = seq[i - 1] if i else None
             (own if before is not None and before[1] == who and before[2] == start else other)[start].append(value)
-        d = [100 * (statistics.fmean(other[s]) - statistics.fmean(own[s])) for s in sorted(own) if other.get(s)]
-        if len(d) < 2:
-            parts.append(f"{arm} too few starts with both")
-            continue
-        mean, sd = statistics.fmean(d), statistics.stdev(d)
-        t = mean / (sd / math.sqrt(len(d))) if sd > 1e-9 else (0.0 if abs(mean) <= 1e-9 else math.inf)
-        p = 2 * (1 - t_cdf(abs(t), len(d) - 1)) if math.isfinite(t) else 0.0
-        parts.append(f"{arm} {mean:+.2f} points (sd {sd:.2f} over {len(d)} starts, p = {p:.3f})")
+        got = _t_test([100 * (statistics.fmean(other[s]) - statistics.fmean(own[s]))
+                       for s in sorted(own) if other.get(s)])
+        parts.append(f"{arm} too few starts with both" if got is None else
+                     f"{arm} {got[0]:+.2f} points (sd {got[1]:.2f} over {got[3]} starts, p = {got[2]:.3f})")
     return f"{point:>7} after the other server's window vs after its own ({metric}): " + "; ".join(parts)
 
 

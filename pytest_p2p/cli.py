@@ -79,6 +79,9 @@ def _check_out(path: str) -> None:
     """Refuse an ``--out`` that cannot be written before any evidence is gathered (NVML asked, links put under
     load): a missing folder or a folder in its place is named at once, not after the measurement it would lose."""
     import os
+    from pathlib import Path
+
+    from .options import unwritable
 
     target = os.path.abspath(path)
     folder = os.path.dirname(target)
@@ -87,8 +90,9 @@ def _check_out(path: str) -> None:
     if not os.path.isdir(folder):
         what = "is a file, not a folder" if os.path.exists(folder) else "does not exist"
         raise P2PError(f"--out {path}: cannot write: {folder} {what}")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise P2PError(f"--out {path}: cannot write: the folder {folder} is not writable")
+    problem = unwritable(Path(folder))  # the plugin's own check of --p2p-results: root, read-only mounts, /proc
+    if problem:
+        raise P2PError(f"--out {path}: cannot write: {problem}")
 
 
 def _write_out(path: str, write: Callable[[str], object]) -> None:

@@ -356,7 +356,8 @@ def unwritable(directory: Path) -> str | None:
             return (f"permission denied: {existing} belongs to uid {st.st_uid} with mode {st.st_mode & 0o7777:o}, "
                     f"and this process runs as uid {os.getuid()}")
         if exc.errno == errno.ENOENT:
-            return f"{existing} does not allow creating {directory.relative_to(existing)} in it{on}"
+            what = "entries" if directory == existing else directory.relative_to(existing)
+            return f"{existing} does not allow creating {what} in it{on}"
         if exc.errno == errno.ENOSPC:
             return f"no space left on the device holding {existing}{on}"
         return f"{directory} cannot be written: {exc.strerror or exc}{on}"
