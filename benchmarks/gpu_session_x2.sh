@@ -11,6 +11,8 @@
 #   bash benchmarks/gpu_session_x2.sh wait [S]       # poll until the queue is done or S seconds (280) passed, then
 #                                                    # status: a whole call of polling, so the next call follows at once
 #                                                    # (three nights were lost right after a ~9-minute call: keep them short)
+#                                                    # issue the next wait at once, and read what came back in a
+#                                                    # call beside it: two selfchecks were lost to a gap of > 30 s
 #   bash benchmarks/gpu_session_x2.sh collect        # results under $OUT: logs, run.json, history.db and every rep's
 #                                                    # metrics as res_*_poll_compact.json (the rep files stay: 101 MiB)
 #
