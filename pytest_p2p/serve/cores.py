@@ -123,7 +123,7 @@ def server_blocks(n: int, cpus: Iterable[int], sysfs: Path = SYSFS_CPU) -> list[
     1-2 %). A block of its own keeps every start's processes together, and keeps a server off the cores the
     other arm's server has just used (the cost of a window after the other server's, docs/campaign-design.md).
     On that 32-core VM, whose CPUs share one cache, two pinned nights narrowed neither spread and a third of the
-    cores left P2P on at c64 short of CPU (docs/rig-file.md#server-cpus), so it is a rig's choice, off by
+    cores a server ran P2P on at c64 2.5 % slower (docs/rig-file.md#server-cpus), so it is a rig's choice, off by
     default. Each block is ``cores // (n + 1)``
     cores, taken inside one last-level cache where one has room for it (first fit, in the kernel's order),
     else across the next free cores; the rest stay with the load generator.
