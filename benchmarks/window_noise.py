@@ -178,23 +178,24 @@ def after_own(scen: dict[str, Reps], arms: tuple[str, str], point: str, metric: 
     before (servers pinned; forked; started ahead, all before the load clients were pooled) they did not (-0.5 /
     -0.1 / +1.6 %). Each arm runs a quarter of its windows after its own, so against continuous service the
     uplift reads about 3/4 of the difference of the arms' costs low (docs/campaign-design.md)."""
-    seq: list[tuple[str, str, int, float]] = []
+    points = {n.split("-", 1)[1] for n in scen if "-" in n}
+    seq: list[tuple[str, tuple[str, str], int, float]] = []  # (started_at, (arm, point), start, log value)
     for arm in arms:
-        for pt in {n.split("-", 1)[1] for n in scen if "-" in n}:
+        for pt in points:
             for r in scen.get(f"{arm}-{pt}", []):
                 meta = r.get("meta")
                 value = r.get(metric)
                 if not isinstance(meta, dict) or not isinstance(value, (int, float)) or value <= 0:
                     continue
                 if "started_at" in meta and "start" in meta:
-                    seq.append((str(meta["started_at"]), f"{arm}\0{pt}", int(meta["start"]), math.log(value)))
+                    seq.append((str(meta["started_at"]), (arm, pt), int(meta["start"]), math.log(value)))
     seq.sort()
     parts = []
     for arm in arms:
         own: dict[int, list[float]] = defaultdict(list)
         other: dict[int, list[float]] = defaultdict(list)
         for i, (_, who, start, value) in enumerate(seq):
-            if who != f"{arm}\0{point}":
+            if who != (arm, point):
                 continue
             before = seq[i - 1] if i else None
             (own if before is not None and before[1] == who and before[2] == start else other)[start].append(value)
