@@ -38,6 +38,7 @@
 #             what do fewer CUDA graphs save? (issue 24)                                                      ~8
 #   selfcheck .ci/gpu-selfcheck: the project's suite (hermetic), the gpu-marked tests, doctor and the main job
 #             live, auto-detected and with a gen-config rig (issue 10's check, repeated on this tree)        ~8
+#             (SUITE=0: without the hermetic suite, which CI runs: ~7)
 #   waitvllm  waits (<= 15 min) until vLLM imports: lets a lane start before the last stage call
 #   noiseab   one output length against lengths within a range (CAMPAIGN_RANGE, default 0.5), interleaved on
 #             the 7B rig's two servers started once: NOISEAB_ROUNDS (8) rounds at NOISEAB_C (16), windows of
@@ -171,7 +172,7 @@ step() {
     cache2) (cd $P && for n in 1 2; do timeout 300 python3 benchmarks/compile_cache_gpu.py --starts 1 \
                --pair ${PAIR:-0,1} --cache-root $W/cache2_vllm --model-dir $W/cache2_tiny --out $W/cache2_p$n \
                $([ $n = 2 ] && echo --expect-cached); done > $W/cache2.txt 2>&1);;
-    selfcheck) (cd $P && OUT=$W/selfcheck JOBS=${JOBS:-12} timeout 1200 bash .ci/gpu-selfcheck > $W/selfcheck.txt 2>&1);;
+    selfcheck) (cd $P && OUT=$W/selfcheck JOBS=${JOBS:-12} SUITE=${SUITE:-1} timeout 1200 bash .ci/gpu-selfcheck > $W/selfcheck.txt 2>&1);;
     heartbeat) (cd $P && timeout 300 python3 benchmarks/heartbeat_gpu.py > $W/heartbeat.txt 2>&1);;
     startfork) (cd $P && timeout 900 python3 benchmarks/start_phases_gpu.py --rounds ${STARTFORK_ROUNDS:-2} \
                --variants ${STARTFORK_VARIANTS:-default,fork,seqs64} ${STARTFORK_MODEL:+--model-dir $STARTFORK_MODEL} \
