@@ -16,7 +16,9 @@ KEEP = ("output_throughput", "steady_output_throughput", "steady_s",
         "total_token_throughput", "request_throughput", "mean_ttft_ms", "median_ttft_ms",
         "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "completed", "failed",
         "duration", "total_output_tokens", "tokens_per_joule", "avg_power_w", "cause", "screened", "set_aside",
-        "prefix_cache", "seed")
+        "prefix_cache", "seed",
+        # the instrument: how many client processes ran the window, and whether they were late (serve.result)
+        "client_processes", "client_lateness", "client_loop_lag_p99_ms", "client_cpu_util_max")
 
 
 def _rep(path: Path) -> dict[str, object]:

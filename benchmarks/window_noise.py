@@ -107,10 +107,35 @@ def report(run_dir: Path, arms: tuple[str, str]) -> None:
         print(after_own(scen, arms, point))
         print(after_own(scen, arms, point, "mean_ttft_ms"))
         print(first_arm(point, wins[(arms[0], point)], wins[(arms[1], point)], arms))
+        if (line := clients(scen, arms, point)) is not None:
+            print(line)
     hits = [float(pc["hit_rate"]) for reps in scen.values() for r in reps  # rep files since 2026-11-27
             if isinstance(pc := r.get("prefix_cache"), dict) and isinstance(pc.get("hit_rate"), (int, float))]
     if hits:  # vLLM's own count of prompt tokens found in its prefix cache (0 when every prompt was new)
         print(f"{'':>7} prefix cache: hit rate {max(hits):.1%} at most over {len(hits)} windows")
+
+
+def clients(scen: dict[str, Reps], arms: tuple[str, str], point: str) -> str | None:
+    """The client processes each start's windows at ``point`` ran on (both arms), and the starts measured with
+    more than one count; ``None`` where the rep files do not say (compact files before 2026-11-28 lack the key).
+
+    Why: the load generator's count is the instrument. Until 2026-11-28 a late window raised it for the very next
+    window, so a pair could be measured with two counts (the fifteenth night: c64 window 8); now it is held for a
+    launch (``serve.loadclients.HeldPlanner``), and every start should show one count."""
+    by_start: dict[int, set[int]] = defaultdict(set)
+    late = 0
+    for arm in arms:
+        for d in scen.get(f"{arm}-{point}", []):
+            meta, n = d.get("meta"), d.get("client_processes")
+            if isinstance(meta, dict) and isinstance(n, int):
+                by_start[int(meta.get("start", 0))].add(n)
+                late += bool(d.get("client_lateness"))
+    if not by_start:
+        return None
+    runs = ", ".join(f"{s}: {'/'.join(map(str, sorted(ns)))}" for s, ns in sorted(by_start.items()))
+    mixed = [s for s, ns in sorted(by_start.items()) if len(ns) > 1]
+    return (f"{'':>7} {point} client processes by start ({runs}); {late} late window(s); "
+            + (f"start(s) {mixed} measured with two counts" if mixed else "one count within every start"))
 
 
 def _first_vs_later(by_start: dict[int, dict[int, float]]) -> tuple[float, float, float, int] | None:

@@ -328,9 +328,9 @@ def test_no_server_is_sent_prompts_it_has_served(tmp_path: Path, monkeypatch: py
     sent: list[tuple[str, int, int]] = []  # (server url, seed, prompts)
     real = loadgen.generate_load
 
-    def spy(base_url: str, api_key: str, model: str, spec: Any, *args: Any) -> Any:
+    def spy(base_url: str, api_key: str, model: str, spec: Any, *args: Any, **kw: Any) -> Any:
         sent.append((base_url, spec.seed, spec.num_prompts))
-        return real(base_url, api_key, model, spec, *args)
+        return real(base_url, api_key, model, spec, *args, **kw)
 
     monkeypatch.setattr(loadgen, "generate_load", spy)
     res = _runner(tmp_path).run()

@@ -146,7 +146,7 @@ def test_model_backend_load_passes_transport_tokenizer_and_client_processes(tmp_
         def to_dict() -> dict[str, Any]:
             return {"completed": 1}
 
-    def fake_generate_load(base_url: str, api_key: str, model: str, spec: Any) -> _Done:
+    def fake_generate_load(base_url: str, api_key: str, model: str, spec: Any, planner: Any = None) -> _Done:
         seen.append(dict(spec.__dict__))
         return _Done()
 

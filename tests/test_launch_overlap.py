@@ -31,13 +31,13 @@ def _watch_load(monkeypatch: pytest.MonkeyPatch) -> tuple[list[tuple[str, str, s
     in_flight = [0]
     peak = [0]
 
-    def spy(base_url: str, api_key: str, model: str, spec: Any, *args: Any) -> Any:
+    def spy(base_url: str, api_key: str, model: str, spec: Any, *args: Any, **kw: Any) -> Any:
         with lock:
             runs.append(("warm" if spec.reshard else "window", base_url, f"c{spec.concurrency}"))
             in_flight[0] += 1
             peak[0] = max(peak[0], in_flight[0])
         try:
-            return real(base_url, api_key, model, spec, *args)
+            return real(base_url, api_key, model, spec, *args, **kw)
         finally:
             with lock:
                 in_flight[0] -= 1

@@ -65,6 +65,22 @@ def test_the_report_names_the_prefix_cache_of_a_campaign(tmp_path: Path, capsys:
     assert window_noise.main([str(res.run_dir)]) == 0
     out = capsys.readouterr().out
     assert "prefix cache: hit rate 0.0% at most over 24 windows" in out and "first window vs later" in out
+    assert "c2 client processes by start (1: 1, 2: 1, 3: 1" in out and "one count within every start" in out
+
+
+def test_a_start_measured_with_two_client_counts_is_named() -> None:
+    """The fifteenth night's c64 (2x H200, before the count was held): p2p_on's window 8 (start 4) was late, so
+    p2p_off's window 8 ran on two client processes and p2p_on's on one; starts 5-8 ran on two."""
+    def rep(arm: str, start: int, n: int) -> dict[str, object]:
+        return {"client_processes": n, "client_lateness": "late" if (arm, start, n) == ("p2p_on", 4, 1) else "",
+                "meta": {"start": start}}
+
+    scen = {"p2p_on-c64": [rep("p2p_on", s, 1 if s <= 4 else 2) for s in range(1, 9)],
+            "p2p_off-c64": [rep("p2p_off", s, 1 if s < 4 else 2) for s in range(1, 9)] + [rep("p2p_off", 4, 1)]}
+    line = window_noise.clients(scen, ("p2p_on", "p2p_off"), "c64")
+    assert line is not None and "(1: 1, 2: 1, 3: 1, 4: 1/2, 5: 2" in line and "1 late window(s)" in line, line
+    assert line.endswith("start(s) [4] measured with two counts"), line
+    assert window_noise.clients({"p2p_on-c64": [{"meta": {"start": 1}}]}, ("p2p_on", "p2p_off"), "c64") is None
 
 
 THIRTEENTH = (Path(__file__).resolve().parent.parent / "benchmarks" / "results"

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ..probes.config import ProbeConfig
     from ..serve.config import ServerConfig
     from ..serve.hold import Held
+    from ..serve.loadclients import HeldPlanner
     from ..serve.loadspec import LoadSpec
     from ..serve.server import RunningServer
 
@@ -114,6 +115,8 @@ class ModelBackend:
     last_start: Json = dataclasses.field(default_factory=dict)  # how the last start launched (StartPlan.record)
     start_log: list[Json] = dataclasses.field(default_factory=list)  # every start's record (run.json server_starts)
     tokenizer_id: str | None = None  # the tokenizer the campaign's prompts are made with (:meth:`_tokenizer`)
+    # the windows' client processes: held from a launch's first window at a point to the next launch (:meth:`measure`)
+    window_planner: HeldPlanner = dataclasses.field(default_factory=lambda: _held_planner())
 
     def _lens(self) -> tuple[int, int]:
         load = self.server.load
@@ -123,6 +126,7 @@ class ModelBackend:
     def slot(self, arm: Arm, rep: int, log_path: Path) -> Iterator[ServerSlot]:
         from ..serve.server import launch
 
+        self.window_planner.release()  # a start of its own (the restart design): its count may change
         with launch(self.server, arm, self.pair, self.rig_env, log_path) as srv:
             yield ServerSlot(srv, Identity.of(srv.process))
 
@@ -178,6 +182,7 @@ class ModelBackend:
                                 f"{names} and {len(log_paths)} log(s)")
         plan = self.start_plan(mode)
         config, extra_env = self._launch_config(plan, len(arms), mode)
+        self.window_planner.release()  # a new launch: its windows may run on what the last one's taught
         t0 = time.monotonic()
         slots: dict[str, ServerSlot] = {}
         with contextlib.ExitStack() as stack:
@@ -327,13 +332,13 @@ class ModelBackend:
 
     def _load(self, slot: ServerSlot, concurrency: int, num_prompts: int, *, input_len: int | None = None,
               output_len: int | None = None, reshard: bool = False, seed_offset: int = 0,
-              tokenizer: str | None = None) -> Json:
+              tokenizer: str | None = None, planner: HeldPlanner | None = None) -> Json:
         from ..serve.loadgen import generate_load
 
         srv = slot.server
         spec = self._spec(concurrency, num_prompts, input_len=input_len, output_len=output_len, reshard=reshard,
                           seed_offset=seed_offset, tokenizer=tokenizer)
-        return dict(generate_load(srv.base_url, srv.api_key, srv.model, spec).to_dict())
+        return dict(generate_load(srv.base_url, srv.api_key, srv.model, spec, planner=planner).to_dict())
 
     def smoke(self, arm: Arm, log_path: Path) -> None:
         with self.slot(arm, 0, log_path) as slot:
@@ -412,19 +417,23 @@ class ModelBackend:
         again = handle.served.get((point, rep), 0)
         srv = handle.server
         prepare(srv.base_url, srv.api_key, srv.model,
-                self._spec(c, n, seed_offset=prompt_seed(point, rep, again), tokenizer=self._tokenizer(handle)))
+                self._spec(c, n, seed_offset=prompt_seed(point, rep, again), tokenizer=self._tokenizer(handle)),
+                planner=self.window_planner)
 
     def measure(self, handle: ServerSlot, point: str, rep: int) -> Json:
         """One timed window. Windows with a time budget (``campaign.window_s``) send the prompt count the
         first warm-up at this point calibrated, the same for every arm and window (equal work per window);
         each window draws prompts its server has not served (:func:`prompt_seed`), the same for both arms of a
-        window pair, so a prefix cache cannot favour one window over another."""
+        window pair, so a prefix cache cannot favour one window over another. The client processes are
+        :attr:`window_planner`'s: the count a launch's first window at this point ran on, for every window and arm
+        of the launch (a late window raises it for the next launch)."""
         from ..serve.prefix import prefix_counts
 
         c, n = self._window(point)
         srv = handle.server
         before = prefix_counts(srv.base_url, srv.api_key)  # outside the load's own timing
-        res = self._load(handle, c, n, seed_offset=self._seed(handle, point, rep), tokenizer=self._tokenizer(handle))
+        res = self._load(handle, c, n, seed_offset=self._seed(handle, point, rep), tokenizer=self._tokenizer(handle),
+                         planner=self.window_planner)
         after = prefix_counts(srv.base_url, srv.api_key) if before is not None else None
         got = after.since(before) if after is not None and before is not None else None
         if got is not None:  # the server's word that the window's prompts were new to it (serve.prefix)
@@ -539,6 +548,14 @@ class ModelBackend:
 WORKER_METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
 KV_BYTES = ("kv-cache-memory-bytes", "kv_cache_memory_bytes")
 KV_MARGIN = 0.95  # of the learned size: the logged GiB is rounded, and a start's free memory varies a little
+
+
+def _held_planner() -> HeldPlanner:
+    """The windows' planner over the load generator's (imported when a backend is made, not when this module is)."""
+    from ..serve import loadgen
+    from ..serve.loadclients import HeldPlanner
+
+    return HeldPlanner(loadgen.PLANNER)
 
 
 def rig_kv_bytes(server: ServerConfig) -> tuple[object | None, str]:

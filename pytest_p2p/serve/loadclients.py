@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
     from multiprocessing.context import SpawnContext, SpawnProcess
 
-__all__ = ["PLANNER", "ClientPlanner", "ClientPool", "Job", "Shard", "client_pool", "current_pool", "drive",
-           "free_cores", "process_cap", "run_coroutine", "run_sharded"]
+__all__ = ["PLANNER", "ClientPlanner", "ClientPool", "CountPlanner", "HeldPlanner", "Job", "Shard", "client_pool",
+           "current_pool", "drive", "free_cores", "process_cap", "run_coroutine", "run_sharded"]
 
 #: a planner remembers this many workloads (oldest forgotten first)
 _PLANNER_MEMORY = 256
@@ -119,6 +119,55 @@ class ClientPlanner:
         while len(self._learned) > _PLANNER_MEMORY:
             del self._learned[next(iter(self._learned))]
         return nxt if nxt > n else None
+
+
+    def at_least(self, workload: tuple[object, ...], n: int) -> None:
+        """Remember at least ``n`` processes for ``workload`` (a count learned elsewhere: :class:`HeldPlanner`)."""
+        self._learned[workload] = max(n, self._learned.pop(workload, 1))
+        while len(self._learned) > _PLANNER_MEMORY:
+            del self._learned[next(iter(self._learned))]
+
+
+class CountPlanner(Protocol):
+    """What :func:`~.loadgen.generate_load` asks of a planner: a count to start on, and what a run taught."""
+
+    def start(self, workload: tuple[object, ...], cap: int) -> int: ...
+
+    def after(self, workload: tuple[object, ...], n: int, late: bool, cap: int) -> int | None: ...
+
+
+class HeldPlanner:
+    """The count of ``inner`` (a :class:`ClientPlanner`), held per workload from its first run until :meth:`release`.
+
+    Why: a campaign compares its arms window pair by window pair, and a start is the unit its verdict counts.
+    The plain planner changes the count at the run after a late one. On 2x H200 (2026-11-28, fifteenth night)
+    p2p_on's c64 window 8 came back late (one process, busy 55-63 % of its windows), so p2p_off's window 8 ran
+    on two processes and p2p_on's on one: one pair measured with two instruments, and starts 1-4 and 5-8 with
+    different ones. A campaign's windows hold the count instead, and the campaign releases it where a launch
+    begins, for every arm at once: a start is measured with one instrument. A late window still teaches
+    ``inner`` (twice the count, up to the cap), so the next launch runs on more; it is kept and flagged as late,
+    as before, never re-run (a window's telemetry must hold one run).
+    """
+
+    def __init__(self, inner: ClientPlanner) -> None:
+        self.inner = inner
+        self._held: dict[tuple[object, ...], int] = {}
+
+    def start(self, workload: tuple[object, ...], cap: int) -> int:
+        """The held count, or ``inner``'s now, held from here on."""
+        n = self._held.get(workload)
+        if n is None:
+            n = self._held[workload] = self.inner.start(workload, cap)
+        return n
+
+    def after(self, workload: tuple[object, ...], n: int, late: bool, cap: int) -> None:
+        """A late run raises ``inner``'s count for after the release; the held count stays, nothing is re-run."""
+        if late:
+            self.inner.at_least(workload, min(cap, 2 * n))
+
+    def release(self) -> None:
+        """Let every workload take ``inner``'s count at its next run (a campaign calls this where a launch begins)."""
+        self._held.clear()
 
 
 #: the planner :func:`~.loadgen.generate_load` uses unless given another (one per process: xdist workers learn apart)

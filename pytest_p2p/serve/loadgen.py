@@ -39,7 +39,17 @@ from dataclasses import replace
 
 from ..errors import ServerError
 from .cores import client_cpus
-from .loadclients import PLANNER, ClientPlanner, Job, current_pool, free_cores, process_cap, run_coroutine, run_sharded
+from .loadclients import (
+    PLANNER,
+    ClientPlanner,
+    CountPlanner,
+    Job,
+    current_pool,
+    free_cores,
+    process_cap,
+    run_coroutine,
+    run_sharded,
+)
 from .loadspec import LoadSpec
 from .metrics import RequestRecord, goodput, peaks, steady_state, summarize
 from .result import ClientStats, LoadResult
@@ -51,7 +61,7 @@ __all__ = ["PLANNER", "ClientPlanner", "free_cores", "generate_load", "make_prom
 
 
 def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,
-                  records_out: list[RequestRecord] | None = None, planner: ClientPlanner | None = None) -> LoadResult:
+                  records_out: list[RequestRecord] | None = None, planner: CountPlanner | None = None) -> LoadResult:
     """Run ``spec.warmup`` unmeasured requests, then ``spec.num_prompts`` measured ones; the typed result.
 
     With ``client_processes=0`` the ``planner`` (default :data:`~.loadclients.PLANNER`) picks
@@ -77,7 +87,7 @@ def generate_load(base_url: str, api_key: str, model: str, spec: LoadSpec,
     return result
 
 
-def prepare(base_url: str, api_key: str, model: str, spec: LoadSpec) -> None:
+def prepare(base_url: str, api_key: str, model: str, spec: LoadSpec, planner: CountPlanner | None = None) -> None:
     """Make the prompts of a run of ``spec`` now, for :func:`generate_load` to find made.
 
     Why: making 557 prompts of exactly 128 tokens takes 0.2-0.35 s of CPU (``token_prompts`` redraws until the
@@ -86,14 +96,15 @@ def prepare(base_url: str, api_key: str, model: str, spec: LoadSpec) -> None:
     outside its load (stand-in with a 7B tokenizer; 0.64 s a window on 2x H200). The campaign calls this
     before a window's clock starts; the other arm of the window pair sends the same prompts and finds them made.
     Inside a :func:`~.loadclients.client_pool` the run's client processes are spawned now too, if the pool has
-    none of the count the run will use (a Python start each, ~0.5 s of a c64 window on 2x H200).
+    none of the count the run will use (a Python start each, ~0.5 s of a c64 window on 2x H200): the count
+    ``planner`` (default :data:`~.loadclients.PLANNER`) gives the run, which must be the one it then runs with.
     """
     spec.check()
     tok, tokenizer_id = _tokenizer(base_url, api_key, model, spec)
     _workload(spec, tok, tokenizer_id)
     pool = current_pool()
     if pool is not None:  # the run's client processes, spawned now if the pool has none of its count
-        n = _clients(spec, model, tokenizer_id, PLANNER)
+        n = _clients(spec, model, tokenizer_id, planner or PLANNER)
         if n > 1:
             pool.ensure(n)
 
@@ -146,7 +157,7 @@ def _workload(spec: LoadSpec, tok: Tokenizer, tokenizer_id: str) -> tuple[tuple[
     return lengths, made
 
 
-def _clients(spec: LoadSpec, model: str, tokenizer_id: str, planner: ClientPlanner) -> int:
+def _clients(spec: LoadSpec, model: str, tokenizer_id: str, planner: CountPlanner) -> int:
     """Client processes the next run of ``spec`` starts on: the spec's count, else the planner's for its workload,
     capped by :func:`process_cap` on the CPUs we may use -- not on a 50 ms look at the idle ones, which
     :func:`_planned` takes only after a late run."""
@@ -163,7 +174,7 @@ def _workload_key(spec: LoadSpec, model: str, tokenizer_id: str) -> tuple[object
 
 
 def _planned(base_url: str, api_key: str, model: str, spec: LoadSpec, tok: Tokenizer, tokenizer_id: str,
-             planner: ClientPlanner) -> tuple[LoadResult, list[RequestRecord]]:
+             planner: CountPlanner) -> tuple[LoadResult, list[RequestRecord]]:
     """Runs on the planner's process count; a late one is replaced (``spec.reshard``) while more may help.
 
     The idle cores are looked at (50 ms of ``/proc/stat``) only after a late run, to size its replacement: a
