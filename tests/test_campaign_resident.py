@@ -143,10 +143,11 @@ def test_a_window_is_sized_from_the_warm_up_rate_with_two_rounds_at_least() -> N
 SWITCHING = r"""
 import os, sys
 count = os.environ["LAUNCH_COUNT"]
-n = len(open(count).read()) if os.path.exists(count) else 0
-open(count, "a").write("x")
-if n == 2:  # the third launch: start 2's first server (p2p_on) comes up on SHM, as a changed environment would
-    os.environ["NCCL_P2P_DISABLE"] = "1"
+if os.environ.get("NCCL_P2P_DISABLE") == "0":  # p2p_on's servers only: a start's two servers may launch at once
+    n = len(open(count).read()) if os.path.exists(count) else 0
+    open(count, "a").write("x")
+    if n == 1:  # p2p_on's second server (start 2's) comes up on SHM, as a changed environment would
+        os.environ["NCCL_P2P_DISABLE"] = "1"
 os.execv(sys.executable, [sys.executable, "-m", "pytest_p2p.serve.standin", *sys.argv[1:]])
 """
 
