@@ -327,7 +327,8 @@ class ModelBackend:
                          tokenizer=tokenizer or load.tokenizer,  # None: the loadgen asks the server
                          client_processes=load.client_processes, **load.client_options(),
                          # a measured rep's telemetry window must hold one run: a late rep is kept (flagged)
-                         # and the next gets more client processes; the warm-up, before the window, may re-run
+                         # and the next launch gets more client processes (window_planner); the warm-up,
+                         # before the window, may re-run
                          reshard=reshard)
 
     def _load(self, slot: ServerSlot, concurrency: int, num_prompts: int, *, input_len: int | None = None,
