@@ -56,7 +56,9 @@
 #             from a carried store: e.g. .night1/ (git-ignored, carried) holds the 2026-11-26 late-night run's
 #             rig and history.db, so CAMPAIGN_RIG=.night1/rig_campaign2.yaml HISTORY_DB=.night1/history.db
 #             makes tonight its second night (a start prior needs 3 earlier nights: bring history.db back);
-#             with CAMPAIGN_RIG, CAMPAIGN_STARTS N is --p2p-reps N (starts are not part of the design key)
+#             with CAMPAIGN_RIG, CAMPAIGN_STARTS N is --p2p-reps N (starts are not part of the design key);
+#             CAMPAIGN_WARMUP_ORDER=reverse sets campaign.warmup_order in the rig it runs (window_noise.py's
+#             "first window vs later" line then says whether the first pair's lower c64 uplift went away)
 # Steps run on the lane's pair ($PAIR, default 0,1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -153,6 +155,10 @@ step() {
       [ -f /tmp/m7b/config.json ] || python3 -m pytest_p2p.serve.tinymodel /tmp/m7b --hidden 4096 --layers 32 \
         --heads 32 --kv-heads 8 > $W/model.log 2>&1
       if [ -n "${CAMPAIGN_RIG:-}" ]; then cp "$P/$CAMPAIGN_RIG" $W/rig_campaign2.yaml; else windows_rig campaign2; fi
+      if [ -n "${CAMPAIGN_WARMUP_ORDER:-}" ]; then  # campaign.warmup_order (a new rig: its own chain)
+        python3 -c "import sys, yaml; p = sys.argv[1]; r = yaml.safe_load(open(p)); r['campaign']['warmup_order'] = sys.argv[2]; yaml.safe_dump(r, open(p, 'w'), sort_keys=False)" \
+          $W/rig_campaign2.yaml "$CAMPAIGN_WARMUP_ORDER"
+      fi
       # an earlier night's store (carried): tonight is judged against it and borrows its start spread
       [ -n "${HISTORY_DB:-}" ] && [ ! -f $W/history.db ] && cp "$P/$HISTORY_DB" $W/history.db
       # a second campaign2 in one queue is the next night on the same pair (same history.db: the start prior)

@@ -106,6 +106,8 @@ POOL: dict[str, list[object]] = {
     "starts_at_once": [1, 2, 16, 17, 0, None, "2"],
     # and again (issue 24, starts made ahead): default false everywhere before
     "start_ahead": [True, False, None, "yes", 1],
+    # and again (issue 24, the warm-up order of resident arms): default windows everywhere before
+    "warmup_order": ["windows", "reverse", "sideways", None, 1],
 }
 
 

@@ -56,7 +56,7 @@ from . import adaptive
 from .backends import ModelBackend, ServerSlot
 from .gpu import wait_vram_free
 from .progress import Pace
-from .schedule import order
+from .schedule import order, warm_order
 from .telemetry import Row, _Reader
 
 if TYPE_CHECKING:
@@ -824,8 +824,9 @@ class _Start:
 
     def warm(self, point: str, group: list[int]) -> None:
         """Warm every server of the launch at ``point`` before its first window there, one after the other, in
-        the order of their first windows (the first one's warm-up sizes the point's windows where they have a
-        time budget). Sleep mode leaves each server's warm-up to its first window, when it is awake.
+        the order of their first windows or its reverse (``campaign.warmup_order``, :func:`.schedule.warm_order`;
+        the first window's server's warm-up sizes the point's windows where they have a time budget). Sleep mode
+        leaves each server's warm-up to its first window, when it is awake.
 
         Why before the windows: the launch's first windows then wait for the next launch's servers started
         ahead (:meth:`_Ahead.settle`) after these warm-ups, not before them. Why not at once: two servers
@@ -836,12 +837,14 @@ class _Start:
         r = self.runner
         if r.config.warmup <= 0 or self.mode != "resident":
             return
-        for s in group:
-            for arm in order(list(r.config.arms), s, 1):
-                if (arm, s, point) not in self.warmed:
-                    signals.checkpoint()
-                    r._warm(self.slots[(arm, s)], arm, point, rep_of(s, 1, r.config.windows))
-                    self.warmed.add((arm, s, point))
+        assert isinstance(r.backend, ModelBackend)
+        before = set(self.warmed)  # a server warmed at this point already (a start run again) is not warmed again
+        for arm, s in warm_order(list(r.config.arms), group, r.config.warmup_order,
+                                 sized=r.backend.calibrated(point)):
+            if (arm, s, point) not in before:
+                signals.checkpoint()
+                r._warm(self.slots[(arm, s)], arm, point, rep_of(s, 1, r.config.windows))
+                self.warmed.add((arm, s, point))
 
     def window(self, point: str, arm: str, start: int, w: int) -> None:
         """One timed window of ``arm``'s server of ``start`` at ``point``: the server checked before and after,

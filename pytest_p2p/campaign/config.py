@@ -12,6 +12,8 @@ Example (every key optional; the values shown are the defaults unless noted)::
       seed: 0
       smoke: true             # one tiny request per arm before anything is timed
       warmup: 4               # warm-up requests per concurrency level, excluded from metrics
+      warmup_order: windows   # resident arms: windows (that of the first window pair) | reverse (its first
+                              # window follows its own server's warm-up)
       prompts_per_concurrency: 8
       input_len: null         # null: the server section's load defaults
       output_len: null
@@ -72,7 +74,7 @@ from ..schema import as_written, distinct, each, flag, key, load, optional, real
 from ..stats.uplift_rule import RULES, UpliftRule, parse_min_uplift
 from ..util import format_size
 from ..validate import int_in, join, sequence, size
-from .schedule import MODES
+from .schedule import MODES, WARMUP_ORDERS
 
 KINDS = ("auto", "model", "probe")
 RESIDENCY = ("auto", "resident", "sleep", "restart")
@@ -139,6 +141,9 @@ class CampaignConfig:
     seed: int = key(0, whole(0, 2**32 - 1))
     smoke: bool = key(True, flag)
     warmup: int = key(4, whole(0, MAX_PROMPTS))
+    # why: with ABBA every window but one in four follows the other server's, and P2P on at c64 ran 2-4 % slower
+    # so on 2x H100/H200 (docs/campaign-design.md); reversed, half of them follow their own server's activity
+    warmup_order: str = key("windows", word(*WARMUP_ORDERS))
     prompts_per_concurrency: int = key(8, whole(1, MAX_PROMPTS))
     input_len: int | None = key(None, whole(1, MAX_TOKENS), null=True)
     output_len: int | None = key(None, whole(1, MAX_TOKENS), null=True)

@@ -77,6 +77,26 @@ def order(arms: Sequence[str], start: int, window: int) -> list[str]:
     return list(reversed(arms)) if (window % 2 == 0) != (start % 2 == 0) else list(arms)
 
 
+WARMUP_ORDERS = ("windows", "reverse")
+
+
+def warm_order(arms: Sequence[str], group: Sequence[int], how: str, *, sized: bool = True) -> list[tuple[str, int]]:
+    """``(arm, start)`` in the order a launch's servers warm up at a point, before its first window pair there.
+
+    ``windows``: the order of that window pair, so every first window follows another server's warm-up or window.
+    ``reverse``: the reverse, so the launch's first window follows its own server's warm-up and each arm runs half
+    its windows right after its own activity instead of a quarter (docs/campaign-design.md, "A server's window
+    after its own"). Where the point's windows are not ``sized`` yet, the first window's server warms first as
+    well: the first warm-up sizes a point's windows (``ModelBackend.warm``), and on the first window's arm, as
+    with ``windows``, or every window would be sized on the other arm's rate."""
+    if how not in WARMUP_ORDERS:
+        raise ValueError(f"warm-up order must be one of {', '.join(WARMUP_ORDERS)}, got {how!r}")
+    seq = [(arm, s) for s in group for arm in order(arms, s, 1)]
+    if how == "windows":
+        return seq
+    return ([] if sized else seq[:1]) + seq[::-1]
+
+
 def first_arm(arms: Sequence[str], start: int, among: Sequence[str] = ()) -> str:
     """The arm that goes first at every point of server start ``start``: the start's *sequence*, as the verdict
     labels it (``stats.decide_nested(sequences=)`` fits the order's effect from 6 starts on).
