@@ -220,6 +220,24 @@ def test_the_plan_is_sized_with_the_spreads_earlier_nights_measured_on_this_pair
         assert "(H100 figures)" in plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]
 
 
+def test_the_plan_states_the_level_the_verdict_will_use_at_the_planned_starts(tmp_path: Path) -> None:
+    """With starts to add while undecided, the first look spends 8/10 of the point's alpha: the committed 7B rig's
+    verdict is a 99.2 % interval, and the plan said 99 % (fifteenth night, 2x H200: "~2.7 %", 2.6 % came)."""
+    server = parse_server({"command": ["vllm", "serve"], "model": "m", "args": KV}, "rig.yaml")
+    halves = {}
+    for max_starts in (None, 10):
+        config = parse_campaign({**BASE, "starts": 8, "windows": 2, "window_s": 6.5, "concurrency": [16, 64],
+                                 "max_starts": max_starts}, "rig.yaml")
+        runner = CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS,
+                                backend=ModelBackend(server=server, campaign=config, pair=(0, 1), rig_env={}),
+                                results_root=tmp_path, rig_name="r", lease=GpuLease(tmp_path / "locks"))
+        line = plan_line(runner, ["c16", "c64"])  # type: ignore[arg-type]
+        level = "99.2 %" if max_starts else "99 %"
+        assert f"; expected {level} CI half-width ~" in line, line
+        halves[max_starts] = _half(line)
+    assert halves[10] > halves[None]  # the smaller first-look alpha: a wider interval expected
+
+
 def _half(line: str) -> float:
     return float(line.split("CI half-width ~")[1].split(" %")[0])
 

@@ -172,16 +172,20 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     # what one more start costs: its share of a later launch and of the gap before it, and its warm-ups
     start_cost = (launch_s + gap) / k + len(points) * n_arms * _warm_s(runner)
     start_sd, window_sd, whose = _plan_spreads(runner.prior_history, points, cfg.windows, window_s)
+    # the verdict's alpha at the planned starts: with starts to add while undecided (max_starts), the first look
+    # spends only its share of the point's alpha (adaptive.start_plan). The committed 7B rig's verdict is a 99.2 %
+    # interval, not the 99 % this line said until 2026-11-28 (fifteenth night: "~2.7 %" said, 2.6 % came at 99.2 %)
+    look = adaptive.start_plan(cfg, alpha).alpha_at(cfg.starts) or alpha
     try:
         # the first arm alternates start by start: from 6 starts on the verdict fits its effect (one df less)
-        half = expected_halfwidth(start_sd, window_sd, cfg.starts, cfg.windows, alpha, alternating=True)
+        half = expected_halfwidth(start_sd, window_sd, cfg.starts, cfg.windows, look, alternating=True)
         best = plan_for(start_sd, window_sd, PLAN_TARGET, alpha, start_cost, n_arms * window_took, MAX_PLAN_STARTS,
                         points=len(points), alternating=True)
     except StatsError:
         return line
     # half-widths are of the on/off ratio (log scale): in uplift points they are (1 + uplift) times that, so a
     # +55 % uplift decided to +-2 % of its ratio is +-3.1 uplift points (2x H100, 2026-11-26)
-    return (line + f"; expected {(1 - 2 * alpha) * 100:.4g} % CI half-width ~{half * 100:.1f} % of the ratio if "
+    return (line + f"; expected {(1 - 2 * look) * 100:.4g} % CI half-width ~{half * 100:.1f} % of the ratio if "
             f"window pairs vary by {window_sd * 100:.1f} % and starts by {start_sd * 100:.1f} % ({whose}); "
             f"+-{PLAN_TARGET * 100:.0f} % would take {best.describe()}"
             + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, start_cost, n_arms * window_took)
