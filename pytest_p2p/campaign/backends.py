@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ..probes.config import ProbeConfig
     from ..serve.config import ServerConfig
     from ..serve.hold import Held
-    from ..serve.loadclients import HeldPlanner
+    from ..serve.loadclients import CountPlanner, HeldPlanner
     from ..serve.loadspec import LoadSpec
     from ..serve.server import RunningServer
 
@@ -99,6 +99,14 @@ class ServerSlot:
     served: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)  # (point, rep) -> windows sent
 
 
+def _held_planner() -> HeldPlanner:
+    """The windows' planner over the load generator's (imported when a backend is made, not when this module is)."""
+    from ..serve import loadgen
+    from ..serve.loadclients import HeldPlanner
+
+    return HeldPlanner(loadgen.PLANNER)
+
+
 @dataclass
 class ModelBackend:
     """A server per arm and slot (vLLM or the stand-in, through the serve stage's ``launch``)."""
@@ -116,7 +124,7 @@ class ModelBackend:
     start_log: list[Json] = dataclasses.field(default_factory=list)  # every start's record (run.json server_starts)
     tokenizer_id: str | None = None  # the tokenizer the campaign's prompts are made with (:meth:`_tokenizer`)
     # the windows' client processes: held from a launch's first window at a point to the next launch (:meth:`measure`)
-    window_planner: HeldPlanner = dataclasses.field(default_factory=lambda: _held_planner())
+    window_planner: HeldPlanner = dataclasses.field(default_factory=_held_planner)
 
     def _lens(self) -> tuple[int, int]:
         load = self.server.load
@@ -333,7 +341,7 @@ class ModelBackend:
 
     def _load(self, slot: ServerSlot, concurrency: int, num_prompts: int, *, input_len: int | None = None,
               output_len: int | None = None, reshard: bool = False, seed_offset: int = 0,
-              tokenizer: str | None = None, planner: HeldPlanner | None = None) -> Json:
+              tokenizer: str | None = None, planner: CountPlanner | None = None) -> Json:
         from ..serve.loadgen import generate_load
 
         srv = slot.server
@@ -549,14 +557,6 @@ class ModelBackend:
 WORKER_METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
 KV_BYTES = ("kv-cache-memory-bytes", "kv_cache_memory_bytes")
 KV_MARGIN = 0.95  # of the learned size: the logged GiB is rounded, and a start's free memory varies a little
-
-
-def _held_planner() -> HeldPlanner:
-    """The windows' planner over the load generator's (imported when a backend is made, not when this module is)."""
-    from ..serve import loadgen
-    from ..serve.loadclients import HeldPlanner
-
-    return HeldPlanner(loadgen.PLANNER)
 
 
 def rig_kv_bytes(server: ServerConfig) -> tuple[object | None, str]:

@@ -842,7 +842,9 @@ class _Start:
         if r.config.warmup <= 0 or self.mode != "resident":
             return
         assert isinstance(r.backend, ModelBackend)
-        before = set(self.warmed)  # a server warmed at this point already (a start run again) is not warmed again
+        # checked against what was warmed before this call: the order may name the first window's server twice
+        # (sizing the windows, then settling it right before its window: schedule.warm_order)
+        before = set(self.warmed)
         for arm, s in warm_order(list(r.config.arms), group, r.config.warmup_order,
                                  sized=r.backend.calibrated(point)):
             if (arm, s, point) not in before:

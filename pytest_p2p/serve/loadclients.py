@@ -114,16 +114,17 @@ class ClientPlanner:
     def after(self, workload: tuple[object, ...], n: int, late: bool, cap: int) -> int | None:
         """Record how a run of ``n`` processes went; the count to re-run with, or ``None`` to keep this run."""
         nxt = min(cap, 2 * n) if late else n
-        self._learned.pop(workload, None)
-        self._learned[workload] = nxt
-        while len(self._learned) > _PLANNER_MEMORY:
-            del self._learned[next(iter(self._learned))]
+        self._remember(workload, nxt)
         return nxt if nxt > n else None
-
 
     def at_least(self, workload: tuple[object, ...], n: int) -> None:
         """Remember at least ``n`` processes for ``workload`` (a count learned elsewhere: :class:`HeldPlanner`)."""
-        self._learned[workload] = max(n, self._learned.pop(workload, 1))
+        self._remember(workload, max(n, self._learned.get(workload, 1)))
+
+    def _remember(self, workload: tuple[object, ...], n: int) -> None:
+        """``n`` for ``workload``, as the newest entry; the oldest forgotten beyond :data:`_PLANNER_MEMORY`."""
+        self._learned.pop(workload, None)
+        self._learned[workload] = n
         while len(self._learned) > _PLANNER_MEMORY:
             del self._learned[next(iter(self._learned))]
 
