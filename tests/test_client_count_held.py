@@ -55,12 +55,14 @@ def test_a_late_window_changes_the_count_between_launches_never_within_one(tmp_p
     monkeypatch.setattr(loadgen, "PLANNER", ClientPlanner())  # nothing learned by other tests in this process
     res = _runner(tmp_path, starts=3, concurrency=[2]).run()
     assert res.status == "complete", res.errors
-    counts: dict[tuple[int, int], set[int]] = defaultdict(set)  # (start, attempt) -> the counts its windows ran on
+    # launch -> the counts its windows ran on, set-aside windows included: a start the screen re-ran on this loaded
+    # box keeps its start number and attempt but is a launch of its own (meta.launch), which may run on more
+    counts: dict[int, set[int]] = defaultdict(set)
     for arm in ("p2p_on", "p2p_off"):
         for p in (res.run_dir / "scenarios" / f"{arm}-c2").glob("run_*.json"):
             rep: dict[str, Any] = json.loads(p.read_text())
-            counts[(rep["meta"]["start"], rep["meta"]["attempt"])].add(rep["client_processes"])
-    assert all(len(c) == 1 for c in counts.values()), counts  # one instrument a start, both arms
+            counts[rep["meta"]["launch"]].add(rep["client_processes"])
+    assert all(len(c) == 1 for c in counts.values()), counts  # one instrument a launch (a start), both arms
     first = min(counts)
     assert counts[first] == {1}  # the first launch: one process, its late window kept on it
     assert {2} in counts.values()  # the launches after it: what the late window taught
