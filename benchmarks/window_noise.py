@@ -103,6 +103,7 @@ def report(run_dir: Path, arms: tuple[str, str]) -> None:
             print(f"{point:>7} {m:>25} {cvs[0]:>11.2%} {cvs[1]:>11.2%} {sd:>8.2%} {df:>4} {need:>15.0f}")
     for point in points:
         print(position(point, wins[(arms[0], point)], wins[(arms[1], point)]))
+        print(position_by_first_arm(point, wins[(arms[0], point)], wins[(arms[1], point)], arms))
         print(arm_position(point, {arm: wins[(arm, point)] for arm in arms}))
         print(after_own(scen, arms, point))
         print(after_own(scen, arms, point, "mean_ttft_ms"))
@@ -171,6 +172,37 @@ def position(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tup
     mean, sd, p, n = got
     return (f"{point:>7} first window vs later ({metric} ratio): {mean:+.2f} points "
             f"(sd {sd:.2f} over {n} starts, paired t p = {p:.3f})")
+
+
+def position_by_first_arm(point: str, a: dict[tuple[int, int], dict[str, float]],
+                          b: dict[tuple[int, int], dict[str, float]], arms: tuple[str, str],
+                          metric: str = "output_throughput") -> str:
+    """One line: :func:`position`'s gap (first window pair against the later ones, log ratio, percentage points)
+    split by the arm that went first in the start, each side's mean, standard error and starts.
+
+    Why: it tells a switching cost from a first pair that is slow for another reason. If the first arm's server
+    pays ``c`` after the other server's window and the second's nothing, ABBA over 2 pairs with the default
+    warm-up order (``campaign.warmup_order: windows``) predicts a gap of 0 where the first arm went first and
+    ``-c`` where the other did; ``reverse`` (the first window after its own server's warm-up) predicts ``+c`` and
+    ``-c``, where a warm-up settles a server as its own window does. On the five nights of the committed 7B rig in
+    the default order (2026-11-27/28) c64 read -1.5 (p2p_on first, 20 starts) and -2.8 points (p2p_off first):
+    a switching cost of ~1.3 points on top of a first pair ~1.5 points low either way."""
+    by_first: dict[str, list[float]] = defaultdict(list)
+    for start in sorted({s for s, _ in set(a) & set(b)}):
+        ws = {w: math.log(a[(s, w)][metric] / b[(s, w)][metric]) for s, w in set(a) & set(b)
+              if s == start and a[(s, w)].get(metric, 0) > 0 and b[(s, w)].get(metric, 0) > 0}
+        if len(ws) > 1:
+            gap = 100 * (ws[min(ws)] - statistics.fmean(v for w, v in ws.items() if w != min(ws)))
+            by_first[first_arm_of(list(arms), start)].append(gap)
+    parts = []
+    for arm in arms:
+        d = by_first.get(arm, [])
+        if len(d) < 2:
+            parts.append(f"{arm} first too few starts")
+            continue
+        se = statistics.stdev(d) / math.sqrt(len(d))
+        parts.append(f"{arm} first {statistics.fmean(d):+.2f} points (se {se:.2f}, {len(d)} starts)")
+    return f"{point:>7} first window vs later by the arm that went first ({metric} ratio): " + "; ".join(parts)
 
 
 def arm_position(point: str, wins: dict[str, dict[tuple[int, int], dict[str, float]]],

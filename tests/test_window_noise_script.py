@@ -123,3 +123,20 @@ def test_after_its_own_window_is_told_from_after_the_other_s() -> None:
     made["on-c8"] += [rep("on", 3, 1, "22", 100.0), rep("on", 3, 2, "23", 110.0)]
     made["off-c8"] += [rep("off", 3, 1, "21", 50.0), rep("off", 3, 2, "24", 50.0)]
     assert "on -9.53 points (sd 0.00 over 2 starts, p = 0.000)" in window_noise.after_own(made, ("on", "off"), "c8")
+
+
+def test_the_first_pair_gap_is_split_by_the_arm_that_went_first() -> None:
+    """The thirteenth session's night (c64: -1.99 points where p2p_on went first, -2.28 where p2p_off did); and a
+    made switching cost: the second arm's second window after its own runs 4 % fast, so the gap is 0 where the first
+    arm went first and -4 points where the other did (``first_arm_of``: p2p_on first in odd starts)."""
+    arms = ("p2p_on", "p2p_off")
+    line = window_noise.position_by_first_arm("c64", window_noise.windows(THIRTEENTH, "p2p_on", "c64"),
+                                              window_noise.windows(THIRTEENTH, "p2p_off", "c64"), arms)
+    assert "p2p_on first -1.99 points (se 2.38, 4 starts); p2p_off first -2.28 points (se 1.98, 4 starts)" in line
+    on = {(s, w): {"output_throughput": 100.0 * (1.04 if (s % 2 == 0 and w == 2) else 1.0) * (1 + s / 100)}
+          for s in range(1, 7) for w in (1, 2)}
+    off = {(s, w): {"output_throughput": 60.0 * (1 + s / 100)} for s in range(1, 7) for w in (1, 2)}
+    line = window_noise.position_by_first_arm("c8", on, off, arms)
+    assert "p2p_on first +0.00 points (se 0.00, 3 starts); p2p_off first -3.92 points (se 0.00, 3 starts)" in line
+    assert "p2p_off first too few starts" in window_noise.position_by_first_arm(
+        "c8", {k: v for k, v in on.items() if k[0] == 1}, off, arms)
