@@ -216,6 +216,9 @@ case "${1:-status}" in
   wait)  # wait SECONDS: poll until the queue is done or SECONDS have passed, then status (and collect) once
     # one call that never leaves the machine idle: a machine idle ~30 s is given back with /tmp, and the ninth
     # session's night (2026-11-27) was lost at 9:41 while its poll's logs were read between two calls
+    # a fresh machine has no queue (the last one was taken back with its /tmp: 2026-11-28, sixteenth session, two
+    # polls of 280 s each spent on an empty machine): say so at once instead of polling nothing
+    if [ ! -f $W/queue.log ]; then echo "no queue here: a fresh machine (the one that ran it was given back)"; exit 3; fi
     end=$((SECONDS + ${2:-280}))
     while [ $SECONDS -lt $end ] && ! grep -qs "queue done" $W/queue.log; do sleep 10; done
     bash "$0" status;;

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from ..procstat import start_time
+
 
 class ProcessLike(Protocol):
     """What we need of ``subprocess.Popen``."""
@@ -28,15 +30,7 @@ class ProcessLike(Protocol):
 
 def start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22); ``None`` if gone."""
-    from ..serve.procs import stat_fields
-
-    rest = stat_fields(pid)
-    if rest is None:
-        return None
-    try:
-        return int(rest[19])  # fields after "comm": state is 3rd overall, starttime the 22nd
-    except (IndexError, ValueError):
-        return None
+    return start_time(pid)
 
 
 def describe_exit(code: int) -> str:

@@ -22,6 +22,7 @@ from pytest_p2p.report.proof import proof_for_run
 from pytest_p2p.report.summary_files import csv_text, md_text
 from pytest_p2p.report.summary_types import EnergyGroup, Scenario, Stat, Summary, TransportEntry, UpliftEntry, is_stat
 from pytest_p2p.results.layout import AGGREGATE, PLOTS, PROOF
+from pytest_p2p.results.liveness import writer_state
 from pytest_p2p.results.read import RunReader, optional_object
 from pytest_p2p.util import atomic_write_json, atomic_write_text
 
@@ -462,6 +463,12 @@ def build_summary(rd: RunReader) -> Summary:
         "uplift": _uplift(meta, kind, arm_names, rep_data, agg_values, points),
         "verdicts": None,
     }
+    # a run killed outright never wrote its last status: on the host that wrote it, a writer that is gone says so
+    state = writer_state(meta, rd.last_write())
+    if state is not None:
+        summary["status_note"] = state.text
+        if state.gone:
+            summary["status"] = "abandoned"
     return summary
 
 

@@ -119,6 +119,8 @@ def _print_verdicts(summary: Summary) -> None:
 def _print_tail(summary: Summary, notes: list[str], paths: list[Path], quiet: bool) -> None:
     """What every rendered directory ends with: the missing reps (unless quiet), notes, the files written."""
     if not quiet:
+        if note := summary.get("status_note"):
+            print(f"status: {summary.get('status')}: {note}")
         for m in summary.get("missing") or []:
             print(f"missing: {m}")
     for note in notes:

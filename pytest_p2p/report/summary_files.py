@@ -89,7 +89,9 @@ def md_text(summary: Summary, plot_paths: list[Path], notes: list[str], run_dir:
     gpus = ", ".join(f"GPU{g.get('index')} {g.get('name', '')} {g.get('bus_id', '')}".strip()
                      for g in as_dicts(pair.get("gpus")))
     lines += [
-        f"- status: **{summary['status']}**; kind: {summary['kind']}; reps per scenario: {summary.get('reps')}; "
+        f"- status: **{summary['status']}**"
+        + (f" ({note})" if (note := summary.get("status_note")) else "")
+        + f"; kind: {summary['kind']}; reps per scenario: {summary.get('reps')}; "
         f"schedule: {summary.get('schedule') or '-'}",
         f"- pair: {pair.get('key', '?')}" + (f" ({gpus})" if gpus else ""),
         f"- started: {summary.get('started_at') or '-'}; finished: {summary.get('finished_at') or '-'}",

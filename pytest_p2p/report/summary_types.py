@@ -84,6 +84,7 @@ class Summary(TypedDict, total=False):
     kind: str
     simulated: bool
     status: JSONValue
+    status_note: str  # a run that says running: still going, cut (status then abandoned), or cannot tell here
     missing: list[str]
     reps: int | None
     schedule: JSONValue

@@ -163,6 +163,18 @@ class RunReader:
     def __repr__(self) -> str:
         return f"RunReader({str(self._path)!r})"
 
+    def last_write(self) -> float | None:
+        """The newest modification time among what the campaign writes, ``run.json`` and the scenarios' files
+        (seconds since the epoch; ``None``: none readable): when a run that still says ``running`` last did
+        anything (``liveness.writer_state``). The report's own files (summary, plots) are not the run's."""
+        times = []
+        for f in [self._path / RUN_META, *(self._path / SCENARIOS).rglob("*")]:
+            try:
+                times.append(f.stat().st_mtime)
+            except OSError:
+                continue
+        return max(times, default=None)
+
     def read_run_meta(self) -> JSONObject:
         return run_meta(self._path)
 

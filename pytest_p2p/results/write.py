@@ -37,6 +37,7 @@ from .layout import (
     safe_component,
     scenario_name,
 )
+from .liveness import writer_record
 
 _RESERVE_BYTES = 64 * 1024
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
@@ -107,7 +108,7 @@ class RunDir:
         rd.write_run_meta({"run_id": path.name, "rig": rig, "kind": kind, "pair": {"key": pair_key},
                            "status": "running", "missing": [],
                            "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                           "finished_at": None})
+                           "finished_at": None, "writer": writer_record()})
         return rd
 
     @property

@@ -24,18 +24,10 @@ import subprocess
 import time
 from collections.abc import Sequence
 
+from ..procstat import start_time, stat_fields
+
 TOKEN_ENV = "PYTEST_P2P_SERVER_TOKEN"
 OWNER_ENV = "PYTEST_P2P_SERVER_OWNER"  # "<pid>:<start time>" of the pytest process that launched the server
-
-
-def start_time(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (/proc/<pid>/stat field 22); None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read().decode("latin-1")
-        return int(stat[stat.rfind(")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def owner_mark(pid: int | None = None) -> str:
@@ -53,19 +45,6 @@ def owner_alive(mark: str) -> bool:
         return True  # not a mark we wrote: leave the process alone
     now = start_time(pid)
     return now is not None and (start == 0 or now == start)
-
-
-def stat_fields(pid: int) -> list[str] | None:
-    """The fields of /proc/<pid>/stat after ``comm`` (state, ppid, pgrp, session, ...), or None if gone.
-
-    ``comm`` may hold spaces and parentheses, so the split starts after its last ")".
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read().decode("latin-1")
-    except OSError:
-        return None
-    return stat[stat.rfind(")") + 2:].split()
 
 
 def proc_state(pid: int) -> tuple[str, int] | None:
