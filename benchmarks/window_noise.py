@@ -180,13 +180,14 @@ def position_by_first_arm(point: str, a: dict[tuple[int, int], dict[str, float]]
     """One line: :func:`position`'s gap (first window pair against the later ones, log ratio, percentage points)
     split by the arm that went first in the start, each side's mean, standard error and starts.
 
-    Why: it tells a switching cost from a first pair that is slow for another reason. If the first arm's server
-    pays ``c`` after the other server's window and the second's nothing, ABBA over 2 pairs with the default
-    warm-up order (``campaign.warmup_order: windows``) predicts a gap of 0 where the first arm went first and
-    ``-c`` where the other did; ``reverse`` (the first window after its own server's warm-up) predicts ``+c`` and
-    ``-c``, where a warm-up settles a server as its own window does. On the five nights of the committed 7B rig in
-    the default order (2026-11-27/28) c64 read -1.5 (p2p_on first, 20 starts) and -2.8 points (p2p_off first):
-    a switching cost of ~1.3 points on top of a first pair ~1.5 points low either way."""
+    Why: it tests the switching-cost account of that gap. With costs ``c_on`` and ``c_off`` paid after the other
+    server's window (:func:`after_own` reads ``-c``), ABBA over 2 pairs in the default warm-up order
+    (``campaign.warmup_order: windows``) predicts ``c_off`` where p2p_on went first and ``-c_on`` where p2p_off did;
+    ``reverse`` (the first window after its own server's warm-up) predicts ``c_on + c_off`` and ``-(c_on + c_off)``
+    if a warm-up settles a server as its own window does. On the five default-order nights of the committed 7B rig
+    (2026-11-27/28) c64 read -1.54 (se 0.77) and -2.83 (se 1.09) against -0.4 and -2.35 predicted from their
+    after-own lines.
+    """
     by_first: dict[str, list[float]] = defaultdict(list)
     for start in sorted({s for s, _ in set(a) & set(b)}):
         ws = {w: math.log(a[(s, w)][metric] / b[(s, w)][metric]) for s, w in set(a) & set(b)
