@@ -2,7 +2,7 @@
 
 Why one place: a process is named by its pid *and* its start time wherever the plugin must not mistake a later
 process for an earlier one -- the server under measurement (``campaign.liveness``), the pytest that owns a
-server (``serve.procs``), the process that wrote a run directory (``results.liveness``). Three parsers of the
+server (``serve.procs``), the process that wrote a run directory (``results.process``). Three parsers of the
 same line were two too many: the command name before the fields may hold spaces and parentheses, so every
 split starts after its last ``)``.
 """

@@ -22,7 +22,7 @@ from pytest_p2p.report.proof import proof_for_run
 from pytest_p2p.report.summary_files import csv_text, md_text
 from pytest_p2p.report.summary_types import EnergyGroup, Scenario, Stat, Summary, TransportEntry, UpliftEntry, is_stat
 from pytest_p2p.results.layout import AGGREGATE, PLOTS, PROOF
-from pytest_p2p.results.liveness import writer_state
+from pytest_p2p.results.process import writer_state
 from pytest_p2p.results.read import RunReader, optional_object
 from pytest_p2p.util import atomic_write_json, atomic_write_text
 

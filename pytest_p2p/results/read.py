@@ -166,7 +166,7 @@ class RunReader:
     def last_write(self) -> float | None:
         """The newest modification time among what the campaign writes, ``run.json`` and the scenarios' files
         (seconds since the epoch; ``None``: none readable): when a run that still says ``running`` last did
-        anything (``liveness.writer_state``). The report's own files (summary, plots) are not the run's."""
+        anything (``process.writer_state``). The report's own files (summary, plots) are not the run's."""
         times = []
         for f in [self._path / RUN_META, *(self._path / SCENARIOS).rglob("*")]:
             try:

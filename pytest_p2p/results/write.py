@@ -37,7 +37,7 @@ from .layout import (
     safe_component,
     scenario_name,
 )
-from .liveness import writer_record
+from .process import writer_record
 
 _RESERVE_BYTES = 64 * 1024
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}

@@ -1,4 +1,4 @@
-"""results.liveness: a run whose run.json says running, told apart from one whose process was killed outright
+"""results.process: a run whose run.json says running, told apart from one whose process was killed outright
 (a SIGKILL, the OOM killer, a machine taken away: nothing can write a last status then), and the report saying so."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_p2p.report.render import build_summary
-from pytest_p2p.results.liveness import writer_record, writer_state
+from pytest_p2p.results.process import writer_record, writer_state
 from pytest_p2p.results.read import RunReader
 
 BOOT = "8e1f0c2a-boot"
