@@ -90,7 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--windows", action="store_true", help="print every window too")
     args = ap.parse_args(argv)
     for path in args.compacts:
-        night(path, args.windows)
+        try:
+            night(path, args.windows)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            # the campaign's log or a run directory given by mistake: say what this reads instead of a traceback
+            print(f"{path}: not a compact file of benchmarks/campaign_compact.py ({type(exc).__name__}: {exc})",
+                  file=sys.stderr)
+            return 2
     return 0
 
 
