@@ -9,6 +9,7 @@ split starts after its last ``)``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -37,5 +38,14 @@ def boot_id(proc: Path = PROC) -> str | None:
     """This boot's id (``/proc/sys/kernel/random/boot_id``): a pid and start time name a process of one boot."""
     try:
         return (proc / "sys" / "kernel" / "random" / "boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def pid_namespace(proc: Path = PROC) -> str | None:
+    """This process's pid namespace (``pid:[4026531836]``): pids of one namespace only name the same process;
+    ``None`` where the system does not say."""
+    try:
+        return os.readlink(proc / "self" / "ns" / "pid")
     except OSError:
         return None

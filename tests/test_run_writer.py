@@ -18,14 +18,17 @@ from pytest_p2p.results.process import writer_record, writer_state
 from pytest_p2p.results.read import RunReader
 
 BOOT = "8e1f0c2a-boot"
+NS = "pid:[4026531836]"
 
 
-def _proc(tmp_path: Path, live: dict[int, tuple[str, int]], boot: str = BOOT) -> Path:
+def _proc(tmp_path: Path, live: dict[int, tuple[str, int]], boot: str = BOOT, ns: str = NS) -> Path:
     """A stand-in /proc: the boot id and, per live pid, a stat line (state, start ticks) whose command name holds
     spaces and a parenthesis, as real ones may."""
     proc = tmp_path / "proc"
     (proc / "sys" / "kernel" / "random").mkdir(parents=True)
     (proc / "sys" / "kernel" / "random" / "boot_id").write_text(boot + "\n")
+    (proc / "self" / "ns").mkdir(parents=True)
+    (proc / "self" / "ns" / "pid").symlink_to(ns)
     for pid, (state, start) in live.items():
         (proc / str(pid)).mkdir()
         rest = " ".join(["1"] * 18)
@@ -33,17 +36,20 @@ def _proc(tmp_path: Path, live: dict[int, tuple[str, int]], boot: str = BOOT) ->
     return proc
 
 
-def _meta(pid: int = 4242, host: str = "rig-a", boot: str | None = BOOT, start: int | None = 777) -> dict[str, object]:
-    return {"status": "running", "writer": {"host": host, "pid": pid, "boot_id": boot, "process_start": start}}
+def _meta(pid: int = 4242, host: str = "rig-a", boot: str | None = BOOT, start: int | None = 777,
+          ns: str | None = NS) -> dict[str, object]:
+    return {"status": "running",
+            "writer": {"host": host, "pid": pid, "boot_id": boot, "pid_ns": ns, "process_start": start}}
 
 
 def test_the_writer_is_this_process(tmp_path: Path) -> None:
     proc = _proc(tmp_path, {os.getpid(): ("R", 123456)})
     assert writer_record(proc=proc) == {"host": socket.gethostname(), "pid": os.getpid(), "boot_id": BOOT,
-                                        "process_start": 123456}
+                                        "pid_ns": NS, "process_start": 123456}
     if Path("/proc/self/stat").is_file():  # the real /proc of a Linux box
         real = writer_record()
         assert real["pid"] == os.getpid() and isinstance(real["process_start"], int) and real["boot_id"]
+        assert str(real["pid_ns"]).startswith("pid:[")
 
 
 def test_only_a_run_that_says_running_is_looked_at(tmp_path: Path) -> None:
@@ -63,7 +69,6 @@ def test_a_live_writer_is_still_running(tmp_path: Path) -> None:
     ({}, _meta(), "ended without a last status (killed"),  # no such process
     ({4242: ("Z", 777)}, _meta(), "ended without a last status (killed"),  # killed, not reaped yet
     ({4242: ("S", 999)}, _meta(), "ended (its pid is another process's now)"),  # the pid reused
-    ({4242: ("S", 777)}, _meta(boot="an-earlier-boot"), "this machine has booted since"),
 ])
 def test_a_writer_that_is_gone_cut_the_run(tmp_path: Path, live: dict[int, tuple[str, int]],
                                            meta: dict[str, object], why: str) -> None:
@@ -78,12 +83,20 @@ def test_what_this_host_cannot_tell_it_does_not_guess(tmp_path: Path) -> None:
     assert other is not None and other.gone is None
     assert other.text == ("run.json says running, written by pid 4242 on host rig-b, not this one: still running "
                           "there, or cut")
+    # a host name is not a machine: another boot (a reboot, or another machine of that name) or another pid
+    # namespace (a container) leaves the pid meaningless here, so nothing is claimed
+    live = _proc(tmp_path / "c", {4242: ("S", 777)})
+    boot = writer_state(_meta(boot="another-boot"), None, host="rig-a", proc=live)
+    assert boot is not None and boot.gone is None and "during another boot" in boot.text, boot
+    gone = _proc(tmp_path / "d", {})
+    ns = writer_state(_meta(ns="pid:[4026532999]"), None, host="rig-a", proc=gone)
+    assert ns is not None and ns.gone is None and "in another pid namespace" in ns.text, ns
     old = writer_state({"status": "running"}, 1000.0, host="rig-a", proc=proc, now=1030.0)
     assert old is not None and old.gone is None and "does not name its process" in old.text
     assert old.text.endswith("last written less than a minute ago: still running, or cut")
     bare = _proc(tmp_path / "b", {4242: ("R", 1)})
-    unknown = writer_state(_meta(boot=None, start=None), None, host="rig-a", proc=bare)
-    assert unknown is not None and unknown.gone is False  # neither boot nor start recorded: the pid decides
+    unknown = writer_state(_meta(boot=None, start=None, ns=None), None, host="rig-a", proc=bare)
+    assert unknown is not None and unknown.gone is False  # nothing but the pid recorded: the pid decides
 
 
 def test_a_campaign_killed_outright_is_reported_abandoned(tmp_path: Path) -> None:

@@ -5,13 +5,16 @@ mid-night: 2x H200, 2026-11-28, cut after 5 of 8 starts) never writes its last s
 ``running`` for good, and a ``report`` of it the next morning printed ``[running]`` over a verdict judged on the
 starts it had, as if the night were still going. Ctrl-C, SIGTERM and SIGHUP are caught by the campaign
 (``interrupted``) and a dead xdist worker by the controller (``abandoned``); nothing can write after a SIGKILL,
-so the reader tells: on the host that wrote the run, a writer whose process is gone (or whose machine has booted
-since) did not finish. From another host nothing can be told but when the run last wrote a file.
+so the reader tells, where it can be sure: a writer of this host, this boot and this pid namespace whose process
+is gone (or whose pid another process now has) did not finish. Anything else (another host, another boot, a
+container's own pid namespace, a run written before the writer was recorded) is said to be undecidable here, with
+when the run last wrote a file: a host name is not a machine (our GPU machines and this box are all ``vm``), so a
+reader that guessed would call a run cut that another machine is still running.
 
-The writer is ``{"host", "pid", "boot_id", "process_start"}``: ``boot_id`` (Linux's
-``/proc/sys/kernel/random/boot_id``) tells a reboot, ``process_start`` (the process's start time in clock ticks
-since boot, ``/proc/<pid>/stat`` field 22) a pid that a later process reuses. Either is ``None`` where the system
-does not say; the pid alone then decides.
+The writer is ``{"host", "pid", "boot_id", "pid_ns", "process_start"}``: ``boot_id`` (Linux's
+``/proc/sys/kernel/random/boot_id``) and ``pid_ns`` (``/proc/self/ns/pid``) say whether a pid is the same
+kernel's and namespace's; ``process_start`` (``/proc/<pid>/stat`` field 22) tells a pid that a later process
+reuses. Each is ``None`` where the system does not say; the others then decide.
 """
 
 from __future__ import annotations
@@ -23,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..jsontypes import JSONObject, JSONValue, as_dict
-from ..procstat import PROC, boot_id, start_time, stat_fields
+from ..procstat import PROC, boot_id, pid_namespace, start_time, stat_fields
 
 
 def writer_record(*, proc: Path = PROC) -> JSONObject:
     """This process as the writer of a run directory (``run.json``'s ``writer``)."""
     pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "boot_id": boot_id(proc),
+    return {"host": socket.gethostname(), "pid": pid, "boot_id": boot_id(proc), "pid_ns": pid_namespace(proc),
             "process_start": start_time(pid, proc)}
 
 
@@ -87,11 +90,14 @@ def writer_state(meta: JSONObject, last_write: float | None, *, host: str | None
     if wrote_on != here:
         return WriterState(None, f"run.json says running, written by pid {pid} on host {wrote_on}, not this "
                                  f"one{when}: still running there, or cut")
-    boot = writer.get("boot_id")
-    now_boot = boot_id(proc)
-    if isinstance(boot, str) and now_boot is not None and boot != now_boot:
-        return WriterState(True, f"cut: this machine has booted since its process (pid {pid}) wrote it, and "
-                                 f"run.json still says running{when}")
+    elsewhere = {"boot_id": (boot_id(proc), "during another boot (this machine has booted since, or it is another "
+                                            "machine of that name)"),
+                 "pid_ns": (pid_namespace(proc), "in another pid namespace (another container)")}
+    for key, (mine, where) in elsewhere.items():
+        theirs = writer.get(key)
+        if isinstance(theirs, str) and mine is not None and theirs != mine:
+            return WriterState(None, f"run.json says running, written by pid {pid} on host {wrote_on} {where}"
+                                     f"{when}: still running there, or cut")
     cut = (f"cut: its process (pid {pid} on this host) ended without a last status (killed: SIGKILL, the OOM "
            f"killer, a runner taken away), and run.json still says running{when}")
     if not _alive(pid, proc):
