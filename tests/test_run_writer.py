@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_p2p.report import report_cli
 from pytest_p2p.report.render import build_summary
 from pytest_p2p.results.process import writer_record, writer_state
 from pytest_p2p.results.read import RunReader
@@ -99,7 +100,8 @@ def test_what_this_host_cannot_tell_it_does_not_guess(tmp_path: Path) -> None:
     assert unknown is not None and unknown.gone is False  # nothing but the pid recorded: the pid decides
 
 
-def test_a_campaign_killed_outright_is_reported_abandoned(tmp_path: Path) -> None:
+def test_a_campaign_killed_outright_is_reported_abandoned(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """A real process writes a run directory and a rep, and is SIGKILLed: its run.json still says running, and the
     report says abandoned, why, and judges what it measured; while it ran, the report said it was running."""
     code = ("import sys, time\n"
@@ -122,3 +124,8 @@ def test_a_campaign_killed_outright_is_reported_abandoned(tmp_path: Path) -> Non
     assert cut["status_note"].startswith(f"cut: its process (pid {child.pid} on this host) ended without a last "
                                          "status"), cut["status_note"]
     assert (tmp_path / "night" / "run.json").read_text().count('"running"') == 1  # the reader writes no run.json
+    assert report_cli.main([str(tmp_path / "night"), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "[abandoned]" in out and f"status: abandoned: cut: its process (pid {child.pid} on this host)" in out
+    md = (tmp_path / "night" / "summary.md").read_text()
+    assert f"- status: **abandoned** (cut: its process (pid {child.pid} on this host) ended" in md, md
