@@ -102,8 +102,8 @@ def test_what_this_host_cannot_tell_it_does_not_guess(tmp_path: Path) -> None:
 
 def test_a_campaign_killed_outright_is_reported_abandoned(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    """A real process writes a run directory and a rep, and is SIGKILLed: its run.json still says running, and the
-    report says abandoned, why, and judges what it measured; while it ran, the report said it was running."""
+    """A real process makes a run directory and is SIGKILLed: its run.json still says running, and the report
+    (summary, CLI, summary.md) says abandoned and why; while the process ran, the report said it was running."""
     code = ("import sys, time\n"
             "from pytest_p2p.results.write import RunDir\n"
             "rd = RunDir.create(sys.argv[1], 'rig', 'gpu0-gpu1', 'model', run_id='night')\n"
