@@ -1,6 +1,6 @@
 """Window-to-window noise of a resident campaign, per throughput metric (issue 24: windows sized for signal).
 
-    python benchmarks/window_noise.py RUN_DIR|COMPACT.json [...] [--arms p2p_on,p2p_off]
+    python benchmarks/window_noise.py RUN_DIR|COMPACT.json [...] [--arms p2p_on,p2p_off] [--pool]
 
 Why: the time to a decided uplift is set by how much a window pair's ratio (arm A over arm B)
 varies. A window's ``output_throughput`` divides by the whole window, so the first wave's prefill
@@ -174,6 +174,20 @@ def position(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tup
             f"(sd {sd:.2f} over {n} starts, paired t p = {p:.3f})")
 
 
+def gaps_by_first_arm(a: dict[tuple[int, int], dict[str, float]], b: dict[tuple[int, int], dict[str, float]],
+                      arms: tuple[str, str], metric: str = "output_throughput") -> dict[str, list[float]]:
+    """Each start's first window pair against its later ones (log ratio, percentage points), by the arm that went
+    first in the start (``campaign.schedule.first_arm``)."""
+    by_first: dict[str, list[float]] = defaultdict(list)
+    for start in sorted({s for s, _ in set(a) & set(b)}):
+        ws = {w: math.log(a[(s, w)][metric] / b[(s, w)][metric]) for s, w in set(a) & set(b)
+              if s == start and a[(s, w)].get(metric, 0) > 0 and b[(s, w)].get(metric, 0) > 0}
+        if len(ws) > 1:
+            gap = 100 * (ws[min(ws)] - statistics.fmean(v for w, v in ws.items() if w != min(ws)))
+            by_first[first_arm_of(list(arms), start)].append(gap)
+    return by_first
+
+
 def position_by_first_arm(point: str, a: dict[tuple[int, int], dict[str, float]],
                           b: dict[tuple[int, int], dict[str, float]], arms: tuple[str, str],
                           metric: str = "output_throughput") -> str:
@@ -188,13 +202,7 @@ def position_by_first_arm(point: str, a: dict[tuple[int, int], dict[str, float]]
     (2026-11-27/28) c64 read -1.54 (se 0.77) and -2.83 (se 1.09) against -0.4 and -2.35 predicted from their
     after-own lines.
     """
-    by_first: dict[str, list[float]] = defaultdict(list)
-    for start in sorted({s for s, _ in set(a) & set(b)}):
-        ws = {w: math.log(a[(s, w)][metric] / b[(s, w)][metric]) for s, w in set(a) & set(b)
-              if s == start and a[(s, w)].get(metric, 0) > 0 and b[(s, w)].get(metric, 0) > 0}
-        if len(ws) > 1:
-            gap = 100 * (ws[min(ws)] - statistics.fmean(v for w, v in ws.items() if w != min(ws)))
-            by_first[first_arm_of(list(arms), start)].append(gap)
+    by_first = gaps_by_first_arm(a, b, arms, metric)
     parts = []
     for arm in arms:
         d = by_first.get(arm, [])
@@ -236,6 +244,18 @@ def after_own(scen: dict[str, Reps], arms: tuple[str, str], point: str, metric: 
     before (servers pinned; forked; started ahead, all before the load clients were pooled) they did not (-0.5 /
     -0.1 / +1.6 %). Each arm runs a quarter of its windows after its own, so against continuous service the
     uplift reads about 3/4 of the difference of the arms' costs low (docs/campaign-design.md)."""
+    parts = []
+    for arm, d in after_own_gaps(scen, arms, point, metric).items():
+        got = _t_test(d)
+        parts.append(f"{arm} too few starts with both" if got is None else
+                     f"{arm} {got[0]:+.2f} points (sd {got[1]:.2f} over {got[3]} starts, p = {got[2]:.3f})")
+    return f"{point:>7} after the other server's window vs after its own ({metric}): " + "; ".join(parts)
+
+
+def after_own_gaps(scen: dict[str, Reps], arms: tuple[str, str], point: str,
+                   metric: str = "output_throughput") -> dict[str, list[float]]:
+    """Per arm, each start's mean of its windows after the other server's against after its own (log, percentage
+    points; starts with both kinds only), from the windows' own start times."""
     points = {n.split("-", 1)[1] for n in scen if "-" in n}
     seq: list[tuple[str, tuple[str, str], int, float]] = []  # (started_at, (arm, point), start, log value)
     for arm in arms:
@@ -248,7 +268,7 @@ def after_own(scen: dict[str, Reps], arms: tuple[str, str], point: str, metric: 
                 if "started_at" in meta and "start" in meta:
                     seq.append((str(meta["started_at"]), (arm, pt), int(meta["start"]), math.log(value)))
     seq.sort()
-    parts = []
+    out: dict[str, list[float]] = {}
     for arm in arms:
         own: dict[int, list[float]] = defaultdict(list)
         other: dict[int, list[float]] = defaultdict(list)
@@ -257,11 +277,8 @@ def after_own(scen: dict[str, Reps], arms: tuple[str, str], point: str, metric: 
                 continue
             before = seq[i - 1] if i else None
             (own if before is not None and before[1] == who and before[2] == start else other)[start].append(value)
-        got = _t_test([100 * (statistics.fmean(other[s]) - statistics.fmean(own[s]))
-                       for s in sorted(own) if other.get(s)])
-        parts.append(f"{arm} too few starts with both" if got is None else
-                     f"{arm} {got[0]:+.2f} points (sd {got[1]:.2f} over {got[3]} starts, p = {got[2]:.3f})")
-    return f"{point:>7} after the other server's window vs after its own ({metric}): " + "; ".join(parts)
+        out[arm] = [100 * (statistics.fmean(other[s]) - statistics.fmean(own[s])) for s in sorted(own) if other.get(s)]
+    return out
 
 
 def first_arm(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tuple[int, int], dict[str, float]],
@@ -290,10 +307,56 @@ def first_arm(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tu
             f"p = {fit.p:.2g} ({verdict})")
 
 
+def _mean_se(d: list[float]) -> str:
+    if len(d) < 2:
+        return "too few starts"
+    return f"{statistics.fmean(d):+.2f} (se {statistics.stdev(d) / math.sqrt(len(d)):.2f}, {len(d)} starts)"
+
+
+def pooled(sources: list[Path], arms: tuple[str, str], metric: str = "output_throughput") -> list[str]:
+    """Lines pooling several nights' starts, per point: the window-pair spread within starts, the first pair's gap
+    by the arm that went first, each arm's cost after the other server's window, and the gaps those costs predict
+    for 2 window pairs a start in the default warm-up order (``c_off`` and ``-c_on``,
+    :func:`position_by_first_arm`).
+
+    Why: one night's 4 + 4 starts leave each of these within +-2 points; the figures docs/campaign-design.md quotes
+    for the five default-order nights of the committed rig (2026-11-27/28) are these lines' (``--pool``)."""
+    scens = [scenarios(src) for src in sources]
+    points = sorted({n.split("-", 1)[1] for sc in scens for n in sc if "-" in n}, key=lambda x: (len(x), x))
+    out = [f"== pooled over {len(sources)} night(s)"]
+    for point in points:
+        groups: dict[tuple[int, int], list[float]] = defaultdict(list)
+        by_first: dict[str, list[float]] = defaultdict(list)
+        costs: dict[str, list[float]] = defaultdict(list)
+        for i, sc in enumerate(scens):
+            a, b = _windows(sc.get(f"{arms[0]}-{point}", [])), _windows(sc.get(f"{arms[1]}-{point}", []))
+            for key in sorted(set(a) & set(b)):
+                if a[key].get(metric, 0) > 0 and b[key].get(metric, 0) > 0:
+                    groups[(i, key[0])].append(math.log(a[key][metric] / b[key][metric]))
+            for arm, d in gaps_by_first_arm(a, b, arms, metric).items():
+                by_first[arm] += d
+            for arm, d in after_own_gaps(sc, arms, point, metric).items():
+                costs[arm] += d
+        ss = sum(sum((x - statistics.fmean(xs)) ** 2 for x in xs) for xs in groups.values() if len(xs) > 1)
+        df = sum(len(xs) - 1 for xs in groups.values() if len(xs) > 1)
+        spread = f"{math.sqrt(ss / df):.2%} on {df} df" if df else "-"
+        out.append(f"{point:>7} window pairs within a start ({metric} ratio): sd {spread}")
+        out.append(f"{point:>7} first window vs later by the arm that went first: "
+                   + "; ".join(f"{arm} first {_mean_se(by_first[arm])}" for arm in arms))
+        out.append(f"{point:>7} after the other server's window vs after its own: "
+                   + "; ".join(f"{arm} {_mean_se(costs[arm])}" for arm in arms))
+        if all(len(costs[arm]) > 1 for arm in arms):
+            first, second = -statistics.fmean(costs[arms[1]]), statistics.fmean(costs[arms[0]])
+            out.append(f"{point:>7} predicted by those for 2 window pairs in the default warm-up order: "
+                       f"{arms[0]} first {first:+.2f}, {arms[1]} first {second:+.2f}")
+    return out
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("run_dirs", nargs="+", type=Path)
     ap.add_argument("--arms", default="p2p_on,p2p_off")
+    ap.add_argument("--pool", action="store_true", help="then pool the nights' starts (the same design's nights)")
     ns = ap.parse_args(argv)
     a, b = ns.arms.split(",")
     for d in ns.run_dirs:
@@ -301,6 +364,8 @@ def main(argv: list[str]) -> int:
             print(f"{d}: not a campaign results directory (no scenarios/) nor a compact JSON file", file=sys.stderr)
             return 2
         report(d, (a, b))
+    if ns.pool:
+        print("\n".join(pooled(ns.run_dirs, (a, b))))
     return 0
 
 

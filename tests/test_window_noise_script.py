@@ -22,8 +22,8 @@ def test_the_first_windows_of_the_real_run_sit_apart() -> None:
     assert "-7.31 points (sd 5.32 over 6 starts, paired t p = 0.020)" in lines["c64"]
 
 
-NIGHT = (Path(__file__).resolve().parent.parent / "benchmarks" / "results"
-         / "campaign2_compact-h200-ahead-5x2-2026-11-27.json")
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+NIGHT = RESULTS / "campaign2_compact-h200-ahead-5x2-2026-11-27.json"
 
 
 def test_the_start_means_of_the_real_night_split_by_the_arm_that_went_first() -> None:
@@ -140,3 +140,22 @@ def test_the_first_pair_gap_is_split_by_the_arm_that_went_first() -> None:
     assert "p2p_on first +0.00 points (se 0.00, 3 starts); p2p_off first -3.92 points (se 0.00, 3 starts)" in line
     assert "p2p_off first too few starts" in window_noise.position_by_first_arm(
         "c8", {k: v for k, v in on.items() if k[0] == 1}, off, arms)
+
+
+def test_five_nights_pooled_give_the_documented_figures() -> None:
+    """The five default-order nights of the committed rig (eleventh to fifteenth sessions), pooled: the figures
+    docs/campaign-design.md quotes, and the gaps each arm's own switching cost predicts."""
+    nights = [RESULTS / f"campaign2_compact-{n}.json" for n in (
+        "h200-8x2x6-eleventh-2026-11-27", "h100-8x2x6-twelfth-2026-11-28", "h200-8x2x6.5-thirteenth-2026-11-28",
+        "h200-8x2x6.5-pinned-fourteenth-2026-11-28", "h200-8x2x6.5-fifteenth-2026-11-28")]
+    lines = window_noise.pooled(nights, ("p2p_on", "p2p_off"))
+    text = "\n".join(lines)
+    assert lines[0] == "== pooled over 5 night(s)"
+    assert "c64 window pairs within a start (output_throughput ratio): sd 3.31% on 40 df" in text
+    assert ("c64 first window vs later by the arm that went first: p2p_on first -1.54 (se 0.77, 20 starts); "
+            "p2p_off first -2.83 (se 1.09, 20 starts)") in text
+    assert "p2p_on -2.35 (se 0.67, 20 starts); p2p_off +0.43 (se 0.44, 20 starts)" in text
+    assert "c64 predicted by those for 2 window pairs in the default warm-up order: p2p_on first -0.43, " \
+           "p2p_off first -2.35" in text
+    one = window_noise.pooled(nights[:1], ("p2p_on", "p2p_off"))
+    assert one[0] == "== pooled over 1 night(s)" and len(one) == 1 + 2 * 4
