@@ -27,6 +27,7 @@ from pytest_p2p import signals
 from pytest_p2p.campaign.backends import ModelBackend
 from pytest_p2p.campaign.blocks import _start_estimate, plan_line
 from pytest_p2p.campaign.config import parse_campaign
+from pytest_p2p.campaign.progress import Progress
 from pytest_p2p.campaign.runner import CampaignRunner
 from pytest_p2p.errors import ConfigError
 from pytest_p2p.lease import GpuLease
@@ -143,11 +144,17 @@ def test_a_server_dying_in_a_parallel_start_tears_down_the_other_and_the_start_i
     # suite, 2026-11-27); that path: tests/test_start_ahead.py. Here the parallel start itself.
     config = parse_campaign({**BASE, "starts": 2, "windows": 1, "concurrency": [1], "start_ahead": False},
                             "resident-rig.yaml")
-    res = CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS,
-                         backend=ModelBackend(server=server, campaign=config, pair=(0, 1), rig_env={}),
-                         results_root=tmp_path / "results", rig_name="resident", simulated=True,
-                         lease=GpuLease(tmp_path / "locks")).run()
+    runner = CampaignRunner(pair=(0, 1), config=config, kind="model", arms=PRESETS,
+                            backend=ModelBackend(server=server, campaign=config, pair=(0, 1), rig_env={}),
+                            results_root=tmp_path / "results", rig_name="resident", simulated=True,
+                            lease=GpuLease(tmp_path / "locks"))
+    runner.progress = Progress("gpu0-gpu1", total=4)
+    res = runner.run()
     assert res.status == "complete", res.errors
+    # the failed attempt measured nothing, so the retry adds nothing to the line: it ends with the last window
+    # (until 2026-11-28 a retry added its whole launch, and the line stopped short of its end)
+    measured = len(list(res.run_dir.glob("scenarios/*/run_*.json")))
+    assert runner.progress.total == runner.progress.done == measured, (runner.progress.total, res.notes)
     note = next(n for n in res.notes if n.startswith("start 2 attempt 1 set aside and re-run"))
     assert "server for arm p2p_on on gpu0-gpu1 exited with code 1 before it was ready" in note, note
     assert [(s["start"], s["attempt"], s["start_mode"]) for s in _starts(res.run_dir)][:2] == [

@@ -22,6 +22,7 @@ from test_parallel_start import _overlap, _starts
 from pytest_p2p.campaign.backends import ModelBackend
 from pytest_p2p.campaign.blocks import launches, plan_line
 from pytest_p2p.campaign.config import parse_campaign
+from pytest_p2p.campaign.progress import Progress
 from pytest_p2p.campaign.runner import CampaignRunner
 from pytest_p2p.campaign.schedule import order
 from pytest_p2p.errors import ConfigError
@@ -129,9 +130,16 @@ def test_an_undecided_campaign_adds_a_launch_of_the_starts_left(tmp_path: Path) 
 def test_a_server_dying_sets_the_whole_launch_aside_and_makes_it_again(tmp_path: Path) -> None:
     """p2p_on's first server dies at its 4th completion: both starts of the launch went down with it."""
     env = {"PYTEST_P2P_STANDIN_FAULT": "die-after=4", "FAULT_ONCE_MARKER": str(tmp_path / "fault-once")}
-    res = _with_kv(_runner(tmp_path, env, starts=6, starts_at_once=2, windows=2, concurrency=[1])).run()
+    runner = _with_kv(_runner(tmp_path, env, starts=6, starts_at_once=2, windows=2, concurrency=[1]))
+    runner.progress = Progress("gpu0-gpu1", total=24)
+    res = runner.run()
     assert res.status == "complete", res.errors
     assert any(n.startswith("starts 1-2 attempt 1 set aside and re-run") for n in res.notes), res.notes
+    # the line counts what the failed attempt had measured once more, and nothing it had not: it ends with the last
+    # window measured (kept or set aside)
+    measured = len(list(res.run_dir.glob("scenarios/*/run_*.json")))
+    assert runner.progress.total == runner.progress.done == measured, (runner.progress.total, measured, res.notes)
+    assert measured > 24  # the failed attempt had measured windows before its server died
     assert {a.rep for a in res.set_aside if a.kind == "failed"} <= {1, 2, 3, 4}
     alone = {int(n.split()[1]) for n in res.notes if n.startswith("start ") and " screened and re-run" in n}
     for arm in ("p2p_on", "p2p_off"):

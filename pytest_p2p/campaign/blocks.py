@@ -477,17 +477,24 @@ def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignR
     """One launch (the starts of ``group``, made at once); a launch whose server died (or measured nothing) is set
     aside whole and made again: every start of it, since all of them went down with the launch.
 
-    Every start the plan did not count (an added start, a screened start's re-run, a retry) adds its windows to
-    what the progress line counts down: the line must not read ``ETA 0:00`` while a start is still to come.
+    Every start the plan did not count (an added start, a screened start's re-run) adds its windows to what the
+    progress line counts down, and a retry the windows its failed attempt had measured: the line must not read
+    ``ETA 0:00`` while a start is still to come, nor stop short of its end.
 
     ``ahead``: servers started ahead for this launch are its first attempt's (``campaign.start_ahead``), and
     this launch starts those of ``following`` (the next planned launch) as it begins."""
     cfg = runner.config
     what = starts_text(group)
+    again = 0  # windows a failed attempt measured (and the line counted done): the next attempt measures them again
     for attempt in range(1, cfg.rep_retries + 2):
         held = ahead.take(group, result) if ahead is not None and attempt == 1 else None
-        if rerun or attempt > 1 or group[-1] > cfg.starts:
+        if attempt == 1 and (rerun or group[-1] > cfg.starts):
             _count_more(runner, cfg.windows * len(cfg.arms) * len(points) * len(group))
+        # a retry adds only what its failed attempt had measured: the windows it never reached are the plan's
+        # still (until 2026-11-28 a retry added the whole launch, so a launch that failed at its first window left
+        # the line 8 windows short of its end: "26/34" on a loaded CI box)
+        _count_more(runner, again)
+        before = _counts(runner)
         for s in group:
             for arm in cfg.arms:
                 for w in range(1, cfg.windows + 1):
@@ -497,6 +504,8 @@ def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignR
                        following=following)
             return
         except RepFailed as exc:
+            done, total = _counts(runner)
+            again = (done - before[0]) - (total - before[1])  # steps beyond the windows this attempt added itself
             first = str(exc).splitlines()[0]
             for s in group:
                 _set_aside_start(runner, rd, result, s, points, str(exc), kind="failed")
@@ -520,6 +529,11 @@ def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignR
 def _pace_ahead(runner: ResidentRunner, launches: int) -> None:
     if runner.progress is not None and runner.progress.pace is not None:
         runner.progress.pace.launches_ahead = launches
+
+
+def _counts(runner: ResidentRunner) -> tuple[int, int]:
+    """The progress line's windows done and its total (0, 0 without a line)."""
+    return (runner.progress.done, runner.progress.total) if runner.progress is not None else (0, 0)
 
 
 def _count_more(runner: ResidentRunner, windows: int) -> None:
