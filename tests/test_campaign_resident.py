@@ -401,3 +401,29 @@ def test_a_rig_that_captures_graphs_the_campaign_never_runs_is_told_how_to_start
                   dataclasses.replace(server, simulated=True)):
         backend.server = quiet
         assert backend.graph_capture_note() is None, quiet
+
+
+def test_a_screened_start_run_again_keeps_every_window_it_set_aside(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start 2's first window pair at c1 is screened in the start and in its re-run, and the start itself is
+    screened: three windows of one rep set aside for p2p_on, each under a name of its own. Until 2026-11-28 the
+    re-run counted attempts from 1 again, so its screened window overwrote the start's first one (and the
+    progress line counted a window no file held: 34 against 32 files on a loaded CI box)."""
+    from pytest_p2p.campaign import adaptive
+    from pytest_p2p.campaign.progress import Progress
+
+    monkeypatch.setattr(adaptive, "screen_starts_campaign", lambda *a, **k: {2: "made to sit off (test)"})
+    monkeypatch.setattr(adaptive, "screen_windows_start",
+                        lambda rep_data, config, kind, point, start: {1: "made outlying (test)"}
+                        if (point, start) == ("c1", 2) else {})
+    runner = _runner(tmp_path)
+    runner.progress = Progress("gpu0-gpu1", total=24)
+    res = runner.run()
+    assert res.status == "complete", res.errors
+    k = rep_of(2, 1, 2)
+    kept_aside = sorted(p.name for p in (res.run_dir / "scenarios" / "p2p_on-c1").glob(f"run_{k}.try*.json"))
+    assert kept_aside == [f"run_{k}.try1.screened.json", f"run_{k}.try2.screened.json",
+                          f"run_{k}.try3.screened.json"], kept_aside
+    assert (res.run_dir / "scenarios" / "p2p_on-c1" / f"run_{k}.json").is_file()  # the re-run's re-measure
+    measured = len(list(res.run_dir.glob("scenarios/*/run_*.json")))
+    assert runner.progress.total == runner.progress.done == measured == 24 + 8 + 2 + 2, res.notes

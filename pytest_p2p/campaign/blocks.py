@@ -498,7 +498,10 @@ def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignR
         for s in group:
             for arm in cfg.arms:
                 for w in range(1, cfg.windows + 1):
-                    runner._attempts[(arm, rep_of(s, w, cfg.windows))] = attempt
+                    # a window's attempts count on over a screened start's re-run and a retry (they name its
+                    # set-aside files: counted from 1 again, a re-run's screened window overwrote the start's)
+                    key = (arm, rep_of(s, w, cfg.windows))
+                    runner._attempts[key] = runner._attempts.get(key, 0) + 1
         try:
             _run_start(runner, rd, result, group, points, attempt, pending, held=held, ahead=ahead,
                        following=following)
