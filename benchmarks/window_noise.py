@@ -28,6 +28,7 @@ import math
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ def windows(source: Path, arm: str, point: str) -> dict[tuple[int, int], dict[st
     return _windows(scenarios(source).get(f"{arm}-{point}", []))
 
 
-def pooled_sd(groups: dict[int, list[float]]) -> tuple[float, int]:
+def pooled_sd(groups: Mapping[object, list[float]]) -> tuple[float, int]:
     """The within-group standard deviation pooled over groups, with its degrees of freedom."""
     ss = sum(sum((x - statistics.fmean(xs)) ** 2 for x in xs) for xs in groups.values() if len(xs) > 1)
     df = sum(len(xs) - 1 for xs in groups.values() if len(xs) > 1)
@@ -94,11 +95,7 @@ def report(run_dir: Path, arms: tuple[str, str]) -> None:
             for side in (a, b):
                 xs = [v[m] for v in side.values() if m in v]
                 cvs.append(statistics.stdev(xs) / statistics.fmean(xs) if len(xs) > 1 else math.nan)
-            groups: dict[int, list[float]] = defaultdict(list)
-            for key in sorted(set(a) & set(b)):
-                if m in a[key] and m in b[key] and a[key][m] > 0 and b[key][m] > 0:
-                    groups[key[0]].append(math.log(a[key][m] / b[key][m]))
-            sd, df = pooled_sd(groups)
+            sd, df = pooled_sd({s: list(ws.values()) for s, ws in _ratios_by_start(a, b, m).items()})
             need = (Z98 * sd / 0.02) ** 2 if not math.isnan(sd) else math.nan
             print(f"{point:>7} {m:>25} {cvs[0]:>11.2%} {cvs[1]:>11.2%} {sd:>8.2%} {df:>4} {need:>15.0f}")
     for point in points:
@@ -139,11 +136,25 @@ def clients(scen: dict[str, Reps], arms: tuple[str, str], point: str) -> str | N
             + (f"start(s) {mixed} measured with two counts" if mixed else "one count within every start"))
 
 
+def _ratios_by_start(a: dict[tuple[int, int], dict[str, float]], b: dict[tuple[int, int], dict[str, float]],
+                     metric: str) -> dict[int, dict[int, float]]:
+    """start -> window -> log ratio of ``a`` over ``b`` (window pairs with both values positive)."""
+    by_start: dict[int, dict[int, float]] = defaultdict(dict)
+    for key in sorted(set(a) & set(b)):
+        if a[key].get(metric, 0) > 0 and b[key].get(metric, 0) > 0:
+            by_start[key[0]][key[1]] = math.log(a[key][metric] / b[key][metric])
+    return by_start
+
+
+def _gap(ws: dict[int, float]) -> float:
+    """A start's first window against the mean of its later ones (log values, in percentage points)."""
+    return 100 * (ws[min(ws)] - statistics.fmean(v for w, v in ws.items() if w != min(ws)))
+
+
 def _first_vs_later(by_start: dict[int, dict[int, float]]) -> tuple[float, float, float, int] | None:
-    """Each start's first window against the mean of its later ones (log values, percentage points): the mean gap,
-    its sd over starts, a paired t-test's two-sided p, and the number of starts; ``None`` below 2 starts."""
-    return _t_test([100 * (ws[min(ws)] - statistics.fmean(v for w, v in ws.items() if w != min(ws)))
-                    for ws in by_start.values() if len(ws) > 1])
+    """Each start's :func:`_gap`: the mean gap, its sd over starts, a paired t-test's two-sided p, and the number
+    of starts; ``None`` below 2 starts."""
+    return _t_test([_gap(ws) for ws in by_start.values() if len(ws) > 1])
 
 
 def _t_test(d: list[float]) -> tuple[float, float, float, int] | None:
@@ -162,11 +173,7 @@ def _t_test(d: list[float]) -> tuple[float, float, float, int] | None:
 def position(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tuple[int, int], dict[str, float]],
              metric: str = "output_throughput") -> str:
     """One line: each start's first window pair against its later ones (log ratio, percentage points)."""
-    by_start: dict[int, dict[int, float]] = defaultdict(dict)
-    for key in sorted(set(a) & set(b)):
-        if a[key].get(metric, 0) > 0 and b[key].get(metric, 0) > 0:
-            by_start[key[0]][key[1]] = math.log(a[key][metric] / b[key][metric])
-    got = _first_vs_later(by_start)
+    got = _first_vs_later(_ratios_by_start(a, b, metric))
     if got is None:
         return f"{point:>7} first window vs later: too few starts with 2 windows"
     mean, sd, p, n = got
@@ -179,12 +186,9 @@ def gaps_by_first_arm(a: dict[tuple[int, int], dict[str, float]], b: dict[tuple[
     """Each start's first window pair against its later ones (log ratio, percentage points), by the arm that went
     first in the start (``campaign.schedule.first_arm``)."""
     by_first: dict[str, list[float]] = defaultdict(list)
-    for start in sorted({s for s, _ in set(a) & set(b)}):
-        ws = {w: math.log(a[(s, w)][metric] / b[(s, w)][metric]) for s, w in set(a) & set(b)
-              if s == start and a[(s, w)].get(metric, 0) > 0 and b[(s, w)].get(metric, 0) > 0}
+    for start, ws in sorted(_ratios_by_start(a, b, metric).items()):
         if len(ws) > 1:
-            gap = 100 * (ws[min(ws)] - statistics.fmean(v for w, v in ws.items() if w != min(ws)))
-            by_first[first_arm_of(list(arms), start)].append(gap)
+            by_first[first_arm_of(list(arms), start)].append(_gap(ws))
     return by_first
 
 
@@ -291,12 +295,10 @@ def first_arm(point: str, a: dict[tuple[int, int], dict[str, float]], b: dict[tu
     2026-11-27: p2p_on slower at its point's ends of a start) then splits the start means by order: c16's ran
     23.2 / 27.9 / 23.4 / 27.8 / 23.8 %. The test is ``stats.sequence_fit``'s F on the log start means, the one
     the verdict reports (``first_arm`` in run.json); from 6 starts on the verdict fits the split."""
-    by_start: dict[int, list[float]] = defaultdict(list)
-    for key in sorted(set(a) & set(b)):
-        if a[key].get(metric, 0) > 0 and b[key].get(metric, 0) > 0:
-            by_start[key[0]].append(math.log(a[key][metric] / b[key][metric]))
+    by_start = _ratios_by_start(a, b, metric)
     starts = sorted(by_start)
-    fit = sequence_fit([statistics.fmean(by_start[s]) for s in starts], [first_arm_of(list(arms), s) for s in starts])
+    fit = sequence_fit([statistics.fmean(by_start[s].values()) for s in starts],
+                       [first_arm_of(list(arms), s) for s in starts])
     got = {g: (n, 100 * math.expm1(m)) for g, n, m in fit.groups}
     if len(got) < 2 or fit.p is None or min(n for n, _ in got.values()) < 2:
         return f"{point:>7} start means by the arm that went first: too few starts of each"
@@ -325,21 +327,18 @@ def pooled(sources: list[Path], arms: tuple[str, str], metric: str = "output_thr
     points = sorted({n.split("-", 1)[1] for sc in scens for n in sc if "-" in n}, key=lambda x: (len(x), x))
     out = [f"== pooled over {len(sources)} night(s)"]
     for point in points:
-        groups: dict[tuple[int, int], list[float]] = defaultdict(list)
+        groups: dict[tuple[int, int], list[float]] = {}  # (night, start) -> its window pairs' log ratios
         by_first: dict[str, list[float]] = defaultdict(list)
         costs: dict[str, list[float]] = defaultdict(list)
         for i, sc in enumerate(scens):
             a, b = _windows(sc.get(f"{arms[0]}-{point}", [])), _windows(sc.get(f"{arms[1]}-{point}", []))
-            for key in sorted(set(a) & set(b)):
-                if a[key].get(metric, 0) > 0 and b[key].get(metric, 0) > 0:
-                    groups[(i, key[0])].append(math.log(a[key][metric] / b[key][metric]))
+            groups.update({(i, start): list(ws.values()) for start, ws in _ratios_by_start(a, b, metric).items()})
             for arm, d in gaps_by_first_arm(a, b, arms, metric).items():
                 by_first[arm] += d
             for arm, d in after_own_gaps(sc, arms, point, metric).items():
                 costs[arm] += d
-        ss = sum(sum((x - statistics.fmean(xs)) ** 2 for x in xs) for xs in groups.values() if len(xs) > 1)
-        df = sum(len(xs) - 1 for xs in groups.values() if len(xs) > 1)
-        spread = f"{math.sqrt(ss / df):.2%} on {df} df" if df else "-"
+        sd, df = pooled_sd(groups)
+        spread = f"{sd:.2%} on {df} df" if df else "-"
         out.append(f"{point:>7} window pairs within a start ({metric} ratio): sd {spread}")
         out.append(f"{point:>7} first window vs later by the arm that went first: "
                    + "; ".join(f"{arm} first {_mean_se(by_first[arm])}" for arm in arms))

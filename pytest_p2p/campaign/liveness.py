@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..procstat import start_time
+from ..procstat import start_time as start_ticks  # the process's start in clock ticks since boot
 
 
 class ProcessLike(Protocol):
@@ -26,11 +26,6 @@ class ProcessLike(Protocol):
     def pid(self) -> int: ...
 
     def poll(self) -> int | None: ...
-
-
-def start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22); ``None`` if gone."""
-    return start_time(pid)
 
 
 def describe_exit(code: int) -> str:

@@ -464,7 +464,8 @@ def build_summary(rd: RunReader) -> Summary:
         "verdicts": None,
     }
     # a run killed outright never wrote its last status: on the host that wrote it, a writer that is gone says so
-    state = writer_state(meta, rd.last_write())
+    # (the run's files are walked for their last write only where run.json says running)
+    state = writer_state(meta, rd.last_write()) if meta.get("status") == "running" else None
     if state is not None:
         summary["status_note"] = state.text
         if state.gone:
