@@ -200,9 +200,9 @@ def test_the_plan_says_what_the_store_held_of_earlier_nights_where_nothing_is_bo
     runner.prior_history = {"c16": SpreadSeen(1, 2), "c64": SpreadSeen(1, 2)}
     assert plan_line(runner, ["c16", "c64"]).endswith(  # type: ignore[arg-type]
         "; earlier nights of this design on this pair (same rig file, driver and GPU models): 1 earlier night "
-        "(2 df) at every point; a start spread is borrowed from 3 nights and 4 df")
+        "(2 df) at every point; no start spread is borrowed before 3 nights and 4 df")
     runner.prior_history = {"c16": SpreadSeen(0, 0), "c64": SpreadSeen(2, 3)}
-    assert "GPU models): c16 none, c64 2 earlier nights (3 df); a start" in plan_line(  # type: ignore[arg-type]
+    assert "GPU models): c16 none, c64 2 earlier nights (3 df); no start" in plan_line(  # type: ignore[arg-type]
         runner, ["c16", "c64"])
 
 

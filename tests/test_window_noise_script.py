@@ -159,3 +159,17 @@ def test_five_nights_pooled_give_the_documented_figures() -> None:
            "p2p_off first -2.35" in text
     one = window_noise.pooled(nights[:1], ("p2p_on", "p2p_off"))
     assert one[0] == "== pooled over 1 night(s)" and len(one) == 1 + 2 * 4
+
+
+def test_six_nights_pooled_give_the_documented_figures() -> None:
+    """The five nights and the seventeenth session's (night 3 of the committed rig's chain): the c64 window-pair
+    spread docs/performance.md quotes (3.3 % on 48 df), and the switching-cost picture unchanged."""
+    nights = [RESULTS / f"campaign2_compact-{n}.json" for n in (
+        "h200-8x2x6-eleventh-2026-11-27", "h100-8x2x6-twelfth-2026-11-28", "h200-8x2x6.5-thirteenth-2026-11-28",
+        "h200-8x2x6.5-pinned-fourteenth-2026-11-28", "h200-8x2x6.5-fifteenth-2026-11-28",
+        "h200-8x2x6.5-seventeenth-2026-11-28")]
+    text = "\n".join(window_noise.pooled(nights, ("p2p_on", "p2p_off")))
+    kept = (RESULTS / "window_noise_pooled-six-default-nights-2026-11-28.txt").read_text()
+    assert text in kept
+    assert "c64 window pairs within a start (output_throughput ratio): sd 3.27% on 48 df" in text
+    assert "c64 after the other server's window vs after its own: p2p_on -2.10 (se 0.66, 24 starts)" in text

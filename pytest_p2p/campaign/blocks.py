@@ -272,8 +272,10 @@ def _history_text(history: Mapping[str, SpreadSeen], points: list[str], borrowed
     texts = {t for _, t in got}
     body = (f"{next(iter(texts))}{' at every point' if len(got) > 1 else ''}" if len(texts) == 1
             else ", ".join(f"{p} {t}" for p, t in got))
-    return (f"; earlier nights of this design on this pair (same rig file, driver and GPU models): {body}; a start "
-            f"spread is borrowed from {MIN_PRIOR_NIGHTS} nights and {MIN_PRIOR_DF} df")
+    # "a start spread is borrowed from 3 nights and 4 df" read as if one had been (2x H200, night 3 of the 7B
+    # rig's chain, 2026-11-28): the clause says what is missing
+    return (f"; earlier nights of this design on this pair (same rig file, driver and GPU models): {body}; no start "
+            f"spread is borrowed before {MIN_PRIOR_NIGHTS} nights and {MIN_PRIOR_DF} df")
 
 
 MAX_PLAN_STARTS = 40
