@@ -57,6 +57,8 @@
 #             rig and history.db, so CAMPAIGN_RIG=.night1/rig_campaign2.yaml HISTORY_DB=.night1/history.db
 #             makes tonight its second night (a start prior needs 3 earlier nights: bring history.db back);
 #             with CAMPAIGN_RIG, CAMPAIGN_STARTS N is --p2p-reps N (starts are not part of the design key);
+#             CAMPAIGN_COMPARE=1 adds the baseline checks and --p2p-compare (the nightly recipe: from the
+#             chain's night 4, HISTORY_DB=benchmarks/results/history-h200-7b-committed-8x2x6.5-night3-*.db);
 #             CAMPAIGN_WARMUP_ORDER=reverse sets campaign.warmup_order in the rig it runs (window_noise.py's
 #             "first window vs later" line then says whether the first pair's lower c64 uplift went away)
 # Steps run on the lane's pair ($PAIR, default 0,1).
@@ -165,9 +167,12 @@ step() {
       local log=$W/campaign2.txt; [ -f $log ] && log=$W/campaign2_night$(( $(ls $W/campaign2*.txt | wc -l) + 1 )).txt
       # with a carried rig, CAMPAIGN_STARTS is --p2p-reps: fewer starts of the same design, the file unchanged
       local starts=(); [ -n "${CAMPAIGN_RIG:-}" ] && [ -n "${CAMPAIGN_STARTS:-}" ] && starts=(--p2p-reps "$CAMPAIGN_STARTS")
-      (cd $W && timeout 1500 python3 -m pytest -m p2p --pyargs pytest_p2p.checks.test_campaign --p2p-live \
-         --p2p-rig $W/rig_campaign2.yaml --p2p-results $W/res_campaign2 --p2p-db $W/history.db --p2p-save-baseline \
-         "${starts[@]}" -rs -q -p no:cacheprovider > $log 2>&1)
+      # CAMPAIGN_COMPARE=1: the nightly recipe (docs/nightly-ci.md), tonight judged against the store's accepted
+      # baseline before it is saved: the baseline checks and --p2p-compare
+      local compare=(); [ "${CAMPAIGN_COMPARE:-0}" = 1 ] && compare=(pytest_p2p.checks.test_baseline --p2p-compare)
+      (cd $W && timeout 1500 python3 -m pytest -m p2p --pyargs pytest_p2p.checks.test_campaign "${compare[@]}" \
+         --p2p-live --p2p-rig $W/rig_campaign2.yaml --p2p-results $W/res_campaign2 --p2p-db $W/history.db \
+         --p2p-save-baseline "${starts[@]}" -rs -q -p no:cacheprovider > $log 2>&1)
       python3 $P/benchmarks/window_noise.py $W/res_campaign2/*/ >> $log 2>&1
       python3 $P/benchmarks/campaign_compact.py $W/res_campaign2/*/ --out $W/campaign2_compact.json >> $log 2>&1
       python3 $P/benchmarks/campaign_time.py $W/res_campaign2/*/ --json $W/campaign2_time.json >> $log 2>&1;;
