@@ -29,7 +29,7 @@ from pytest_p2p.stats import (
     start_prior,
     t_quantile,
 )
-from pytest_p2p.stats.nested import GUARD_LEVEL, f_sf
+from pytest_p2p.stats.nested import GUARD_LEVEL, GUARD_LEVEL_MANY, f_sf, guard_level
 
 Blocks = list[list[tuple[float, float]]]
 
@@ -142,6 +142,29 @@ def test_the_guard_refuses_the_prior_of_a_night_that_got_noisier() -> None:
     use = prior_use(_blocks(noisy), PRIOR)
     assert use.status == "refused" and use.guard_p is not None and use.guard_p < GUARD_LEVEL
     assert use.as_json()["guard_level"] == GUARD_LEVEL
+
+
+def test_the_guard_is_stricter_where_tonight_has_many_df() -> None:
+    """Tonight's spread twice the prior's (F = 2, 18 prior df): on the committed rig's 8 starts, the first arm
+    fitted (6 df), p ~ 0.1 is below the 20 % guard and the prior is refused; on 3 plain starts (2 df) the same
+    F has p ~ 0.16, above the 5 % guard, and the prior is borrowed (benchmarks/verdict_prior_committed.py)."""
+    assert (guard_level(1), guard_level(5), guard_level(6), guard_level(27)) == (
+        GUARD_LEVEL, GUARD_LEVEL, GUARD_LEVEL_MANY, GUARD_LEVEL_MANY)
+    a = math.sqrt(1.5e-4)  # each order's 4 start means at +-a about its mean: within-order ss 8 a^2 on 6 df = 2e-4
+    means = [c + d for c, d in ((0.06, -a), (0.05, -a), (0.06, -a), (0.05, -a),
+                                (0.06, a), (0.05, a), (0.06, a), (0.05, a))]
+    orders = ["p2p_on", "p2p_off"] * 4
+    p = f_sf(2.0, 6, 18)
+    assert GUARD_LEVEL < p < GUARD_LEVEL_MANY
+    use = prior_use(_blocks(means), PRIOR, sequences=orders)
+    assert use.status == "refused" and use.guard_p == pytest.approx(p, rel=1e-9)
+    assert use.as_json()["guard_level"] == GUARD_LEVEL_MANY
+    d = decide_nested(_blocks(means), threshold=0.0, alpha=0.005, prior=PRIOR, sequences=orders)
+    assert f"< {GUARD_LEVEL_MANY:g})" in d.reason and "is not borrowed" in d.reason
+    few = [0.05, 0.05 + math.sqrt(2e-4), 0.05 + 2 * math.sqrt(2e-4)]  # 3 starts, s2 = 2e-4 on 2 df
+    assert f_sf(2.0, 2, 18) > GUARD_LEVEL
+    used = prior_use(_blocks(few), PRIOR)
+    assert used.status == "used" and used.as_json()["guard_level"] == GUARD_LEVEL
 
 
 def test_a_prior_of_another_design_is_ignored_and_one_start_stays_undecided() -> None:

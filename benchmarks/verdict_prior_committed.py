@@ -1,0 +1,253 @@
+"""The start prior at the committed rig's design: does borrowing it keep the campaign's error rate? (issue 24)
+
+Every campaign here is SIMULATED.  ``benchmarks/verdict_prior.py`` proved the prior for nights of 2-3 starts of
+8 window pairs, judged on plain start means.  The committed rig (``fixtures/rigs/nvlink-pair-vllm-7b.yaml``) runs
+another design, and its chain lends a prior from its fourth night on (the store after night 3 is kept in
+``benchmarks/results``):
+
+* every night, earlier ones and tonight: **8 starts x 2 window pairs** per point, 2 points (c16, c64);
+* the arm that goes first alternates start by start, and its effect is **fitted** (``stats.sequence_fit``):
+  tonight's estimate is the mean of the two orders' means and its spread the one within orders, on
+  ``B - 2 = 6`` df; an order effect of ``ORDER`` log points is in every night (the first window pair's gap by
+  the arm that went first, pooled over six real nights, is 1.4-2.7 points at c64: docs/campaign-design.md);
+* the prior comes from the earlier nights' *plain* start means (``stats.start_prior`` on 7 df a night: the
+  order effect in them widens it), and the guard's F test compares tonight's within-order spread with it on
+  ``(6, d0)`` df, at the package's level for 6 df (``stats.nested.guard_level``: 20 %; table 2 shows the others);
+* noise: the nested model of ``benchmarks/verdict_nested.py`` (a start effect per arm and start, half of its
+  variance shared by the points; window noise per window), with the spreads measured on the committed rig's
+  six complete nights: window pairs 1.65 % (c16) and 3.3 % (c64) pooled, and 1.5 / 3.5 % as before; start sd
+  0, 1, 2 %;
+* history ``same`` / ``varies`` (each night's and tonight's noise scaled by sqrt(NU / chi2_NU), NU = 6) /
+  ``2x`` / ``4x`` (tonight's start sd that many times the history's);
+* truth: uplift = threshold = 0 % at both points (a pass or a fail is wrong), and a -10 % drop (a pass is
+  wrong; a fail is power); alpha 1 % per campaign, 0.5 % per point and kind (Bonferroni), as the campaign
+  splits it over its points (the committed rig's first look spends 0.4 % of it: this is the whole budget).
+
+The rules are re-implemented in numpy; ``fidelity()`` first checks them against ``stats.start_prior`` and
+``stats.decide_nested(prior=, sequences=)`` on random inputs of this design and aborts on any disagreement.
+
+Usage: python benchmarks/verdict_prior_committed.py [--trials 4000] [--seed 1] [--quick]
+Needs numpy and scipy (benchmarks only; the plugin needs neither).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats as sst
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from verdict_nested import draw  # noqa: E402  (the nested noise model)
+from verdict_prior import _blocks, prior_np  # noqa: E402  (start_prior in numpy; blocks of given means)
+
+from pytest_p2p.stats import decide_nested, start_prior  # noqa: E402
+from pytest_p2p.stats.nested import guard_level  # noqa: E402
+
+CAMPAIGN_ALPHA = 0.01
+P = 2  # points
+ALPHA = CAMPAIGN_ALPHA / P  # per point and kind of wrong verdict
+THR = 0.0
+B = 8  # starts, every night
+W = 2  # window pairs per start and point
+NU = 6  # df of the scaled inverse chi-square the night-to-night spread varies by
+ORDER = 0.02  # the first arm's effect on a start mean (log units), in every night (--order)
+PACKAGE_GUARD = guard_level(B - 2)  # the package's guard level for tonight's within-order spread (6 df)
+GUARD = PACKAGE_GUARD  # the level in the numpy rules (--guard; table 2 explores others)
+KINDS = ("same", "varies", "2x", "4x")
+FIRST = np.arange(B) % 2 == 0  # starts where p2p_on went first (the campaign alternates)
+
+
+# ----------------------------------------------------------------------------- the rules (numpy)
+
+def fitted_np(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """m (..., B) start means, the first arm alternating -> (estimate, within-order variance on B - 2 df)."""
+    a, b = m[..., FIRST], m[..., ~FIRST]
+    est = (a.mean(-1) + b.mean(-1)) / 2
+    ssw = ((a - a.mean(-1, keepdims=True)) ** 2).sum(-1) + ((b - b.mean(-1, keepdims=True)) ** 2).sum(-1)
+    return est, ssw / (B - 2)
+
+
+SCALE = (1 / FIRST.sum() + 1 / (~FIRST).sum()) / 4  # variance of the estimate per unit start-mean variance
+
+
+def decide_np(m: np.ndarray, var0: np.ndarray | None, d0: np.ndarray | None, thr: float,
+              alpha: float) -> dict[str, np.ndarray]:
+    """m (..., B) start means; prior (...) -> pass, fail, half-width, refused, as ``decide_nested``."""
+    est, s2 = fitted_np(m)
+    df = np.full(est.shape, float(B - 2))
+    v = s2
+    refused = np.zeros(est.shape, bool)
+    if var0 is not None and d0 is not None:
+        refused = sst.f.sf(s2 / var0, B - 2, d0) < GUARD
+        use = ~refused
+        v = np.where(use, (d0 * var0 + (B - 2) * s2) / (d0 + B - 2), s2)
+        df = np.where(use, d0 + B - 2, df)
+    half = sst.t.ppf(1 - alpha, df) * np.sqrt(v * SCALE)
+    t = math.log1p(thr)
+    return {"pass": est - half >= t, "fail": est + half < t, "half": half, "refused": refused}
+
+
+# ----------------------------------------------------------------------------- fidelity
+
+def fidelity(rng: np.random.Generator, trials: int = 200) -> None:
+    """The numpy rules against the package on random nights of this design (any disagreement aborts)."""
+    bad = 0
+    labels = ["p2p_on" if f else "p2p_off" for f in FIRST]
+    for _ in range(trials):
+        k = int(rng.integers(3, 8))
+        scale = rng.uniform(0.005, 0.03) * np.sqrt(NU / rng.chisquare(NU, k)) ** rng.choice([0.0, 1.0])
+        order = float(rng.choice([0.0, ORDER]))
+        nights = rng.normal(0, 1, (k, B)) * scale[:, None] + np.where(FIRST, order / 2, -order / 2)
+        got = start_prior([_blocks(nm, rng, W) for nm in nights])
+        var0, d0 = prior_np(nights.var(-1, ddof=1), B - 1)
+        if got is None or abs(got.var / float(var0) - 1) > 1e-6 or abs(got.df / float(d0) - 1) > 1e-6:
+            bad += 1
+            continue
+        tonight = (rng.normal(rng.normal(0, 0.02), float(scale.mean()) * rng.choice([1.0, 4.0]), B)
+                   + np.where(FIRST, order / 2, -order / 2))
+        thr = float(rng.choice([0.0, 0.01]))
+        d = decide_nested(_blocks(tonight, rng, W), threshold=thr, alpha=ALPHA, prior=got, sequences=labels)
+        r = decide_np(tonight, var0, d0, thr, ALPHA)
+        want = "pass" if r["pass"] else ("fail" if r["fail"] else "inconclusive")
+        bad += int(want != d.outcome.value)
+        bad += int(abs(math.log1p(d.upper) - math.log1p(d.lower) - 2 * float(r["half"])) > 1e-8)
+        bad += int(bool(r["refused"]) != ("not borrowed" in d.reason))
+    if bad:
+        raise SystemExit(f"fidelity: {bad} disagreements between the numpy rules and pytest_p2p.stats")
+    print(f"fidelity: numpy rules agree with stats.start_prior / decide_nested(prior=, sequences=) on {trials} random "
+          f"chains (3-7 nights of {B} starts x {W} window pairs, an order effect of 0 or {ORDER:.0%}, tonight's spread "
+          "1x or 4x)")
+
+
+# ----------------------------------------------------------------------------- campaigns
+
+def start_means(rng: np.random.Generator, t: int, s_sd: float, w_sd: float, up: float, varies: bool,
+                nights: int = 0) -> np.ndarray:
+    """(T, P, B) start means of tonight's campaigns, or (T, P, K, B) of ``nights`` earlier nights."""
+    shape_k = max(1, nights)
+    r = draw(rng, t * shape_k, B, W, s_sd, w_sd, 0.0).mean(-1)  # (T*K, P, B)
+    if varies:
+        r = r * np.sqrt(NU / rng.chisquare(NU, t * shape_k))[:, None, None]
+    r = r + np.where(FIRST, ORDER / 2, -ORDER / 2) + math.log1p(up)
+    if nights:
+        return r.reshape(t, shape_k, P, B).transpose(0, 2, 1, 3)
+    return r
+
+
+def rate(x: np.ndarray) -> float:
+    return float(np.mean(x))
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.2f}"
+
+
+def cell(rng: np.random.Generator, t: int, k: int, s_sd: float, w_sd: float, kind: str) -> dict[str, float]:
+    varies = kind == "varies"
+    hist = start_means(rng, t, s_sd, w_sd, 0.0, varies, nights=k)  # (T, P, K, B)
+    var0, d0 = prior_np(hist.var(-1, ddof=1), B - 1)  # (T, P)
+    tonight_sd = s_sd * {"2x": 2.0, "4x": 4.0}.get(kind, 1.0)
+    null = start_means(rng, t, tonight_sd, w_sd, THR, varies)
+    drop = start_means(rng, t, tonight_sd, w_sd, -0.10, varies)
+    n, dr = decide_np(null, var0, d0, THR, ALPHA), decide_np(drop, var0, d0, THR, ALPHA)
+    own_null, own = decide_np(null, None, None, THR, ALPHA), decide_np(drop, None, None, THR, ALPHA)
+    return {"pass": rate(n["pass"].any(1)), "fail": rate(n["fail"].any(1)), "drop_pass": rate(dr["pass"].any(1)),
+            "own_wrong": max(rate(own_null["pass"].any(1)), rate(own_null["fail"].any(1))),
+            "power": rate(dr["fail"]), "power_own": rate(own["fail"]), "refused": rate(n["refused"]),
+            "half": float(np.median(n["half"])), "half_own": float(np.median(own_null["half"])),
+            "d0": float(np.median(d0))}
+
+
+def table(rng: np.random.Generator, t: int, quick: bool) -> None:
+    ks = (3,) if quick else (3, 10, 30)
+    sds = (0.0, 0.01) if quick else (0.0, 0.01, 0.02)
+    wsds = (0.0165, 0.033) if quick else (0.015, 0.0165, 0.033, 0.035)
+    print(f"\n## 1. Wrong verdicts per campaign and kind, the committed design: K nights of {B} starts x {W} window "
+          f"pairs lend a prior; tonight {B} x {W}, the first arm fitted (within-order spread, {B - 2} df), an order "
+          f"effect of {ORDER:.0%} in every night; 2 points, {ALPHA:.2%} per point and kind; {t} campaigns a cell\n")
+    print("Rates in %.  boundary: true uplift = threshold = 0 % at both points; wrong = a pass (or a fail) at "
+          "either point; -10 %: pass = wrong, power = fail per point with the prior / tonight's own df; refused = "
+          "points whose prior the guard refused (boundary); half = median 99 % CI half-width, % of the ratio, with "
+          "the prior / own\n")
+    print("| K | start sd | window sd | history | d0 | boundary: pass / fail | own df: wrong | -10 %: pass | "
+          "power prior / own | refused | half prior / own |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    groups: dict[tuple[str, int], list[dict[str, float]]] = {}
+    for k in ks:
+        for s_sd in sds:
+            for w_sd in wsds:
+                for kind in KINDS:
+                    if s_sd == 0 and kind in ("2x", "4x"):
+                        continue  # a start sd of 0 doubled is the same
+                    c = cell(rng, t, k, s_sd, w_sd, kind)
+                    groups.setdefault((kind, k), []).append(c)
+                    print(f"| {k} | {s_sd:.1%} | {w_sd:.2%} | {kind} | {c['d0']:.3g} | {pct(c['pass'])} / "
+                          f"{pct(c['fail'])} | {pct(c['own_wrong'])} | {pct(c['drop_pass'])} | {pct(c['power'])} / "
+                          f"{pct(c['power_own'])} | {pct(c['refused'])} | {pct(c['half'])} / {pct(c['half_own'])} |",
+                          flush=True)
+    print("\n## 1b. Pooled over the start and window sds: mean over cells (worst cell), %\n")
+    print("| history | K | cells | wrong per kind: pass / fail, mean (worst) | own df: wrong, mean (worst) | "
+          "power prior / own | refused | half prior / own (mean) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (kind, k), cs in sorted(groups.items(), key=lambda g: (KINDS.index(g[0][0]), g[0][1])):
+        def mean(key: str, cs: list[dict[str, float]] = cs) -> float:
+            return sum(c[key] for c in cs) / len(cs)
+        worst = max(max(c["pass"], c["fail"]) for c in cs)
+        print(f"| {kind} | {k} | {len(cs)} | {pct(mean('pass'))} / {pct(mean('fail'))} ({pct(worst)}) | "
+              f"{pct(mean('own_wrong'))} ({pct(max(c['own_wrong'] for c in cs))}) | {100 * mean('power'):.1f} / "
+              f"{100 * mean('power_own'):.1f} | {100 * mean('refused'):.1f} | {pct(mean('half'))} / "
+              f"{pct(mean('half_own'))} |")
+
+
+def table_guard(rng: np.random.Generator, t: int) -> None:
+    """What the guard's level buys and costs at this design (K = 3, the chain's first borrowing night)."""
+    global GUARD
+    keep = GUARD
+    k = 3
+    print(f"\n## 2. The guard's level at this design (K = {k}, window sd 3.3 %, start sd 1 %; {t} campaigns a cell): "
+          "wrong = the worse kind per campaign at the boundary, half = median 99 % CI half-width with the prior, "
+          "% of the ratio (tonight's own df: the last row)\n")
+    print("| guard level | same: wrong / half / refused | varies: wrong / half | 2x: wrong / half | 4x: wrong / half |")
+    print("|---|---|---|---|---|")
+    for g in (0.05, 0.1, 0.2, 0.3, 0.5, 1.0):
+        GUARD = g
+        cs = {kind: cell(rng, t, k, 0.01, 0.033, kind) for kind in KINDS}
+        label = f"{g:g}{' (package)' if g == PACKAGE_GUARD else ''}{' (never borrowed)' if g == 1.0 else ''}"
+        texts = [f"{pct(max(c['pass'], c['fail']))} / {pct(c['half'])}"
+                 + (f" / {pct(c['refused'])}" if kind == "same" else "") for kind, c in cs.items()]
+        print(f"| {label} | " + " | ".join(texts) + " |", flush=True)
+    GUARD = keep
+
+
+def main(argv: list[str] | None = None) -> int:
+    global ORDER, GUARD
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trials", type=int, default=4000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="fewer cells and 500 trials (smoke)")
+    ap.add_argument("--order", type=float, default=ORDER, help="the first arm's effect, log units (%(default)s)")
+    ap.add_argument("--guard", type=float, default=PACKAGE_GUARD,
+                    help="the guard's level in table 1's numpy rules (the package's: %(default)s)")
+    a = ap.parse_args(argv)
+    ORDER, GUARD = a.order, a.guard
+    started = time.time()
+    rng = np.random.default_rng(a.seed)
+    if GUARD == PACKAGE_GUARD:  # the package's rule: check the numpy copy against it first
+        fidelity(rng, 40 if a.quick else 200)
+    args = argv if argv is not None else sys.argv[1:]
+    print("command: python benchmarks/verdict_prior_committed.py " + " ".join(args))
+    table(rng, 500 if a.quick else a.trials, a.quick)
+    table_guard(rng, 500 if a.quick else a.trials)
+    print(f"\nelapsed {time.time() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
