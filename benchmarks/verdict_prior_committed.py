@@ -45,22 +45,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from verdict_nested import draw  # noqa: E402  (the nested noise model)
-from verdict_prior import _blocks, prior_np  # noqa: E402  (start_prior in numpy; blocks of given means)
+
+# the prior benchmark's campaign (2 points, alpha split, threshold, NU, history kinds), its start_prior in numpy,
+# blocks of given means and its rate formatting: this one changes the design only
+from verdict_prior import ALPHA, KINDS, NU, THR, P, _blocks, pct, prior_np, rate  # noqa: E402
 
 from pytest_p2p.stats import decide_nested, start_prior  # noqa: E402
 from pytest_p2p.stats.nested import guard_level  # noqa: E402
 
-CAMPAIGN_ALPHA = 0.01
-P = 2  # points
-ALPHA = CAMPAIGN_ALPHA / P  # per point and kind of wrong verdict
-THR = 0.0
 B = 8  # starts, every night
 W = 2  # window pairs per start and point
-NU = 6  # df of the scaled inverse chi-square the night-to-night spread varies by
 ORDER = 0.02  # the first arm's effect on a start mean (log units), in every night (--order)
 PACKAGE_GUARD = guard_level(B - 2)  # the package's guard level for tonight's within-order spread (6 df)
 GUARD = PACKAGE_GUARD  # the level in the numpy rules (--guard; table 2 explores others)
-KINDS = ("same", "varies", "2x", "4x")
 FIRST = np.arange(B) % 2 == 0  # starts where p2p_on went first (the campaign alternates)
 
 
@@ -139,14 +136,6 @@ def start_means(rng: np.random.Generator, t: int, s_sd: float, w_sd: float, up: 
     if nights:
         return r.reshape(t, shape_k, P, B).transpose(0, 2, 1, 3)
     return r
-
-
-def rate(x: np.ndarray) -> float:
-    return float(np.mean(x))
-
-
-def pct(x: float) -> str:
-    return f"{100 * x:.2f}"
 
 
 def cell(rng: np.random.Generator, t: int, k: int, s_sd: float, w_sd: float, kind: str) -> dict[str, float]:

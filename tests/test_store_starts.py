@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from pathlib import Path
@@ -350,29 +351,25 @@ def test_the_chain_after_night_3_lends_night_4_the_documented_start_spread() -> 
           / "history-h200-7b-committed-8x2x6.5-night3-seventeenth-2026-11-28.db")
     design = design_key("model", cfg.to_dict(), cfg.metric("model"), cfg.direction("model"))
     assert design is not None
+    tonight = BlockQuery(rig=rig.name, pair_ident="0000:00:06.0+0000:00:07.0", kind="model", point="c16",
+                         arm_a="p2p_on", arm_b="p2p_off", metric=cfg.metric("model"), design=design, simulated=False,
+                         driver="580.159.04", rig_digest=rig.digest, rig_file_digest=rig.file_digest,
+                         gpu_models=("NVIDIA H200", "NVIDIA H200"))
     got = {}
     with Store(str(db), create=False) as store:
         for point in ("c16", "c64"):
-            q = BlockQuery(rig=rig.name, pair_ident="0000:00:06.0+0000:00:07.0", kind="model", point=point,
-                           arm_a="p2p_on", arm_b="p2p_off", metric=cfg.metric("model"), design=design,
-                           simulated=False, driver="580.159.04", rig_digest=rig.digest,
-                           rig_file_digest=rig.file_digest, gpu_models=("NVIDIA H200", "NVIDIA H200"))
-            nights = start_blocks(store, q)
+            nights = start_blocks(store, dataclasses.replace(tonight, point=point))
             assert [len(n) for n in nights] == [8, 8, 8], point
             prior = start_prior(nights)
             assert prior is not None and (prior.nights, prior.df, prior.windows, prior.moderated) == (3, 21.0, 2, False)
             got[point] = prior
+        # the same store read as a night on another GPU model in the same slots lends nothing
+        other = dataclasses.replace(tonight, point="c64", gpu_models=("NVIDIA H100 80GB HBM3",) * 2)
+        assert start_blocks(store, other) == []
     assert round(got["c16"].var ** 0.5 * 100, 2) == 0.96 and round(got["c64"].var ** 0.5 * 100, 2) == 2.09
     half = {p: {a: expected_halfwidth(got[p].var ** 0.5, 0.0, 8, 2, a, prior_df=21, alternating=True)
                 for a in (0.01, 0.004)} for p in got}
     assert [round(half[p][a] * 100, 2) for p in ("c16", "c64") for a in (0.01, 0.004)] == [0.83, 0.96, 1.81, 2.10]
-    # the same store read as another GPU model's night, or another driver's, lends nothing
-    with Store(str(db), create=False) as store:
-        other = BlockQuery(rig=rig.name, pair_ident="0000:00:06.0+0000:00:07.0", kind="model", point="c64",
-                           arm_a="p2p_on", arm_b="p2p_off", metric=cfg.metric("model"), design=design,
-                           simulated=False, driver="580.159.04", rig_digest=rig.digest,
-                           rig_file_digest=rig.file_digest, gpu_models=("NVIDIA H100 80GB HBM3",) * 2)
-        assert start_blocks(store, other) == []
 
 
 # -- the glue --------------------------------------------------------------------------------------
