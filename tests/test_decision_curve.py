@@ -80,3 +80,42 @@ def test_starts_made_at_once_are_looked_at_per_launch_with_the_launch_guard(tmp_
     (run, wins), = decision_curve.load(path, "output_throughput").values()
     rows = decision_curve.curve(run, wins, 0.005, 0.0, "p2p_on", "p2p_off")
     assert [r["starts"] for r in rows] == [2, 3, 4, 5, 6] and not any("launch_guard" in r for r in rows)
+
+
+RESULTS = ROOT / "benchmarks" / "results"
+NIGHT4 = RESULTS / "campaign2_compact-h200-8x2x6.5-night4-cut-eighteenth-2026-11-28.json"
+STORE = RESULTS / "history-h200-7b-committed-8x2x6.5-night3-seventeenth-2026-11-28.db"
+
+
+def test_a_replay_reads_the_spread_the_store_lends_as_the_campaign_would(capsys: pytest.CaptureFixture[str]) -> None:
+    """Night 4 of the committed rig's chain on 2x H200, cut after 5 starts (eighteenth session), replayed with the
+    store after night 3: the run's own run.json names the rig, pair, design, driver and GPU models, so the
+    replay borrows what the campaign borrowed (docs/gpu-runs.md quotes these rows)."""
+    (run, wins), = decision_curve.load(NIGHT4, "output_throughput").values()
+    lent = decision_curve.stored_priors(STORE, run, ["c16", "c64"], "p2p_on", "p2p_off")
+    assert {p: (round(v.var ** 0.5 * 100, 2), v.nights, v.df) for p, v in lent.items()} == {
+        "c16": (0.96, 3, 21.0), "c64": (2.09, 3, 21.0)}
+    rows = decision_curve.curve(run, wins, 0.01, 0.0, "p2p_on", "p2p_off", lent_by_point=lent)
+    last = {r["point"]: r for r in rows}
+    assert (last["c16"]["starts"], last["c64"]["starts"]) == (5, 4)
+    assert {r["prior"] for r in rows} == {"used"} and all(r["prior_guard_level"] == 0.05 for r in rows)
+    assert [round(100 * float(last[p]["half_of_ratio"]), 1) for p in ("c16", "c64")] == [1.0, 2.6]
+    # the same night on other GPUs in the same slots: nothing is lent, and the header says so
+    other = json.loads(json.dumps(run))
+    for g in other["pair"]["gpus"]:
+        g["name"] = "NVIDIA H100 80GB HBM3"
+    assert decision_curve.stored_priors(STORE, other, ["c16", "c64"], "p2p_on", "p2p_off") == {}
+    assert decision_curve.main([str(NIGHT4), "--alpha", "0.01", "--prior-store", str(STORE)]) == 0
+    out = capsys.readouterr().out
+    assert "REPLAY of the start spread" in out and "c64 2.09 % (3 nights, 21 df)" in out
+
+
+def test_a_start_sd_typed_as_a_percentage_is_refused_before_anything_is_read(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        decision_curve.main([str(NIGHT4), "--prior-start-sd", "0.96"])
+    assert exc.value.code == 2
+    assert "0.96: a start sd is a fraction of the log ratio (0.0096 for 0.96 %)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        decision_curve.main([str(NIGHT4), "--prior-start-sd", "0.01", "--prior-store", str(STORE)])
+    assert "one history at a time" in capsys.readouterr().err
