@@ -4,6 +4,10 @@
 #   bash benchmarks/gpu_session_x2.sh stage K        # calls 1..8, each carrying .vwK: vLLM 0.24 (../shared/vllm);
 #                                                    # the last also carries .whl (project + deps) and installs them after
 #                                                    # vLLM (carried earlier, a machine lost between calls loses them too)
+#                                                    # A call carries the tracked tree too (11 MiB on 2026-11-28), and
+#                                                    # .vw7 (53 MiB) with it passed the 64 MiB a call may carry: move
+#                                                    # two of its wheels to .vw7b (mv .vw7/pycountry-* .vw7/mistral_common-*
+#                                                    # .vw7b/) and stage 7b in a call of its own before 8
 #   bash benchmarks/gpu_session_x2.sh launch STEP... # the queue, detached (steps below, in the order given)
 #   bash benchmarks/gpu_session_x2.sh lane NAME A,B STEP...  # a queue of its own on GPUs A,B (4-GPU machines:
 #                                                    # one lane per pair, e.g. lane a 0,1 ... and lane b 2,3 ...)
