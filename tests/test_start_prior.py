@@ -252,3 +252,30 @@ def test_a_campaign_given_a_prior_decides_with_it_and_says_so(tmp_path: Path) ->
     assert "c1: +-2 % would take " in plan
     assert "as on earlier nights (start spread from 20 earlier nights (40 df))" in plan
     assert "c2: the start spread from 9 earlier nights (18 df) is of 4 window pairs per start" in plan
+
+
+def test_the_plan_leads_with_what_the_borrowed_spread_lets_tonight_expect(tmp_path: Path) -> None:
+    """Night 4 of the committed 7B rig's chain (2x H200, 2026-11-28) printed "expected ... ~3.3 %" and "+-2 % would
+    take 14 starts": its own starts' figures, while both points borrowed a spread that expected ~1.0 and ~2.1 %.
+    With a prior at every point the line leads with each point's expected half-width with it and drops the
+    own-starts +-2 % plan; with a prior at one point it names that point's beside tonight's own figure."""
+    from pytest_p2p.campaign.blocks import plan_line
+
+    runner: Any = _runner(tmp_path, starts=8, concurrency=[1, 2])
+    priors = {"c1": StartPrior(var=0.0096 ** 2, df=21.0, nights=3, windows=2),
+              "c2": StartPrior(var=0.0209 ** 2, df=21.0, nights=3, windows=2)}
+    look = adaptive.start_plan(runner.config, runner.config.uplift_rule_for("model").family_alpha(2)).alpha_at(8)
+    want = {p: expected_halfwidth(v.var ** 0.5, 0.0, 8, 2, look, prior_df=21.0, alternating=True)
+            for p, v in priors.items()}
+    runner.start_priors = priors
+    both = plan_line(runner, ["c1", "c2"])
+    assert (f"CI half-width ~{want['c1'] * 100:.1f} % (c1), ~{want['c2'] * 100:.1f} % (c2) of the ratio with the "
+            "start spread of earlier nights (unless tonight's starts spread more: the guard), ~") in both
+    assert "on tonight's starts alone" in both and "+-2 % would take 1" not in both.split("; c1:")[0]
+    assert "; c1: +-2 % would take " in both and "; c2: +-2 % would take " in both
+    runner.start_priors = {"c2": priors["c2"]}
+    one = plan_line(runner, ["c1", "c2"])
+    assert f"% ({'H100 figures'}), ~{want['c2'] * 100:.1f} % (c2) with the start spread of earlier nights; " \
+           "+-2 % would take " in one
+    runner.start_priors = {}
+    assert "with the start spread" not in plan_line(runner, ["c1", "c2"])

@@ -185,11 +185,47 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
         return line
     # half-widths are of the on/off ratio (log scale): in uplift points they are (1 + uplift) times that, so a
     # +55 % uplift decided to +-2 % of its ratio is +-3.1 uplift points (2x H100, 2026-11-26)
-    return (line + f"; expected {(1 - 2 * look) * 100:.4g} % CI half-width ~{half * 100:.1f} % of the ratio if "
-            f"window pairs vary by {window_sd * 100:.1f} % and starts by {start_sd * 100:.1f} % ({whose}); "
-            f"+-{PLAN_TARGET * 100:.0f} % would take {best.describe()}"
+    level = f"{(1 - 2 * look) * 100:.4g} % CI half-width"
+    spreads = f"if window pairs vary by {window_sd * 100:.1f} % and starts by {start_sd * 100:.1f} % ({whose})"
+    lent = _lent_halfwidths(runner.start_priors, points, cfg.starts, cfg.windows, look)
+    if lent and len(lent) == len(points):
+        # every point borrows: tonight expects the borrowed precision. Night 4 of the 7B rig's chain (2x H200,
+        # 2026-11-28) led with "~3.3 %" and "+-2 % would take 14 starts", its own starts' figures, while the
+        # points it was about to decide expected ~1.0 % and ~2.1 % with the chain's spread
+        text = (f"; expected {level} {_per_point(lent)} of the ratio with the start spread of earlier nights "
+                f"(unless tonight's starts spread more: the guard), ~{half * 100:.1f} % on tonight's starts alone "
+                f"{spreads}")
+    else:
+        text = (f"; expected {level} ~{half * 100:.1f} % of the ratio {spreads}"
+                + (f", {_per_point(lent)} with the start spread of earlier nights" if lent else "")
+                + f"; +-{PLAN_TARGET * 100:.0f} % would take {best.describe()}")
+    return (line + text
             + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, start_cost, n_arms * window_took)
             + _history_text(runner.prior_history, points, runner.start_priors))
+
+
+def _lent_halfwidths(priors: Mapping[str, StartPrior], points: list[str], starts: int, windows: int,
+                     alpha: float) -> dict[str, float]:
+    """Per point that borrows a start spread of this design (its window pairs per start), the half-width the
+    planned starts are expected to reach with it: the spread of a start mean as earlier nights measured it,
+    on their df and tonight's (:func:`expected_halfwidth` with ``prior_df``), the first arm fitted as tonight's
+    decision fits it."""
+    out: dict[str, float] = {}
+    for p in points:
+        prior = priors.get(p)
+        if prior is None or prior.windows != windows:
+            continue
+        try:
+            out[p] = expected_halfwidth(prior.var ** 0.5, 0.0, starts, windows, alpha, prior_df=prior.df,
+                                        alternating=True)
+        except StatsError:
+            continue
+    return out
+
+
+def _per_point(halves: Mapping[str, float]) -> str:
+    """``~1.0 % (c16), ~2.1 % (c64)``."""
+    return ", ".join(f"~{h * 100:.1f} % ({p})" for p, h in halves.items())
 
 
 def pace(runner: ResidentRunner, points: list[str]) -> Pace:
