@@ -58,11 +58,17 @@ def test_a_start_s_servers_warm_up_one_after_the_other_before_its_first_window(
     assert peak[0] == 1
     servers = list(dict.fromkeys(url for _, url, _ in runs))
     assert len(servers) >= 6  # 3 starts x 2 arms
+    # a start the screen ran again, or a launch set aside and made again, has servers of its own; one set aside
+    # before its windows at a point has warm-ups there and no window (a loaded 32-core GPU machine, 2026-11-28)
+    made_again = any(" re-run" in n for n in res.notes)
     for a, b in zip(servers[::2], servers[1::2], strict=True):  # the two servers of one start
         for point in ("c1", "c2"):
             mine = [(kind, url) for kind, url, p in runs if url in (a, b) and p == point]
-            first_window = next(i for i, (kind, _) in enumerate(mine) if kind == "window")
-            assert {url for kind, url in mine[:first_window] if kind == "warm"} == {a, b}, mine
+            first_window = next((i for i, (kind, _) in enumerate(mine) if kind == "window"), None)
+            if first_window is None:
+                assert made_again, (point, mine, res.notes)
+                continue
+            assert {url for kind, url in mine[:first_window] if kind == "warm"} == {a, b}, (mine, res.notes)
 
 
 @pytest.mark.parametrize("window_s", [0.2, None])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -94,22 +95,26 @@ def test_every_server_of_a_launch_warms_up_before_its_first_window(tmp_path: Pat
     runner = _with_kv(_runner(tmp_path, starts=6, starts_at_once=2, windows=1, concurrency=[1, 2], warmup=1))
     backend = runner.backend
     assert isinstance(backend, ModelBackend)
-    warmed: list[tuple[str, str]] = []
+    warmed: list[tuple[Any, str, str]] = []  # (the server's slot, kept alive here so ids stay unique; log; point)
     real_warm = backend.warm
 
     def warm(handle: Any, point: str) -> None:
-        warmed.append((str(handle.server.log_path), point))
+        warmed.append((handle, str(handle.server.log_path), point))
         real_warm(handle, point)
 
     backend.warm = warm  # type: ignore[method-assign]
     res = runner.run()
     assert res.status == "complete", res.errors
-    kept = [(log, p) for log, p in warmed if ".try" not in log]  # a launch made again warms its servers again
-    servers = {log for log, _ in kept}
-    assert len(servers) == 12 and {Path(log).name for log in servers} == {f"server_start{s}.log" for s in range(1, 7)}
-    assert set(kept) == {(log, p) for log in servers for p in ("c1", "c2")}
-    reruns = sum(1 for n in res.notes if " screened and re-run" in n)  # a start the screen ran again: 2 servers
-    assert len(kept) == 24 + 4 * reruns  # once per server and point, no more
+    # once per server and point, no more: counted per server, since a start the screen ran again or a launch
+    # set aside and made again (both happen on a loaded machine: a 32-core GPU machine under 12 xdist workers,
+    # 2026-11-28) has servers of its own, whose logs take the same names
+    per_server = Counter((id(h), p) for h, _, p in warmed)
+    assert set(per_server.values()) == {1}, res.notes
+    logs = {log for _, log, _ in warmed}
+    assert len(logs) == 12 and {Path(log).name for log in logs} == {f"server_start{s}.log" for s in range(1, 7)}
+    assert {(log, p) for _, log, p in warmed} == {(log, p) for log in logs for p in ("c1", "c2")}
+    servers = {id(h) for h, _, _ in warmed}
+    assert len(servers) == 12 or any(" re-run" in n for n in res.notes), res.notes  # 6 starts x 2 arms, + made again
 
 
 def test_an_undecided_campaign_adds_a_launch_of_the_starts_left(tmp_path: Path) -> None:

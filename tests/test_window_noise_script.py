@@ -3,6 +3,7 @@ compact file of real windows, and the prefix-cache line from a stand-in campaign
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -65,7 +66,11 @@ def test_the_report_names_the_prefix_cache_of_a_campaign(tmp_path: Path, capsys:
     assert window_noise.main([str(res.run_dir)]) == 0
     out = capsys.readouterr().out
     assert "prefix cache: hit rate 0.0% at most over 24 windows" in out and "first window vs later" in out
-    assert "c2 client processes by start (1: 1, 2: 1, 3: 1" in out and "one count within every start" in out
+    # how many client processes a start's windows took depends on how fast this machine makes prompts (a loaded
+    # 32-core GPU machine raised it to 2 for start 3, 2026-11-28): the line names one count per start, and the
+    # invariant that none changed within a start
+    assert re.search(r"c2 client processes by start \(1: \d+, 2: \d+, 3: \d+\)", out), out
+    assert "one count within every start" in out
 
 
 def test_a_start_measured_with_two_client_counts_is_named() -> None:
