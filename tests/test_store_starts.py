@@ -372,6 +372,40 @@ def test_the_chain_after_night_3_lends_night_4_the_documented_start_spread() -> 
     assert [round(half[p][a] * 100, 2) for p in ("c16", "c64") for a in (0.01, 0.004)] == [0.83, 0.96, 1.81, 2.10]
 
 
+def test_night_4_s_plan_line_leads_with_the_borrowed_precision(tmp_path: Path) -> None:
+    """The plan line night 4 prints with what the kept store lends (the committed rig's campaign section, the
+    chain's priors): its points' expected half-widths at the campaign's own first look (99.2 %), not the ~3.3 %
+    of its own starts that night 4 led with on 2x H200 (eighteenth session)."""
+    from test_campaign_resident import _runner
+
+    from pytest_p2p.campaign.blocks import plan_line
+    from pytest_p2p.plugin.rig import load_rig
+    from pytest_p2p.stats.nested import start_prior
+
+    rig = load_rig(Path(__file__).parent.parent / "fixtures/rigs/nvlink-pair-vllm-7b.yaml")
+    campaign = yaml.safe_load((Path(__file__).parent.parent / "fixtures/rigs/nvlink-pair-vllm-7b.yaml").read_text())[
+        "campaign"]
+    db = (Path(__file__).parent.parent / "benchmarks/results"
+          / "history-h200-7b-committed-8x2x6.5-night3-seventeenth-2026-11-28.db")
+    cfg = rig.campaign
+    design = design_key("model", cfg.to_dict(), cfg.metric("model"), cfg.direction("model"))
+    assert design is not None
+    q = BlockQuery(rig=rig.name, pair_ident="0000:00:06.0+0000:00:07.0", kind="model", point="c16",
+                   arm_a="p2p_on", arm_b="p2p_off", metric=cfg.metric("model"), design=design, simulated=False,
+                   driver="580.159.04", rig_digest=rig.digest, rig_file_digest=rig.file_digest,
+                   gpu_models=("NVIDIA H200", "NVIDIA H200"))
+    runner: Any = _runner(tmp_path, **campaign)
+    with Store(str(db), create=False) as store:
+        for point in ("c16", "c64"):
+            got = start_prior(start_blocks(store, dataclasses.replace(q, point=point)))
+            assert got is not None
+            runner.start_priors[point] = got
+    line = plan_line(runner, ["c16", "c64"])
+    assert ("expected 99.2 % CI half-width ~1.0 % (c16), ~2.1 % (c64) of the ratio with the start spread of earlier "
+            "nights (unless tonight's starts spread more: the guard), ~") in line, line
+    assert "; c64: +-2 % would take 9 starts x 2 window pairs" in line, line
+
+
 # -- the glue --------------------------------------------------------------------------------------
 
 RECORD_ONLY = '''
