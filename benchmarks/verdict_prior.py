@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from verdict_nested import draw  # noqa: E402  (the nested noise model, shared with the nested benchmark)
 from verdict_power import _trigamma_inv  # noqa: E402  (Smyth's Newton iteration, vectorised)
 
-from pytest_p2p.stats import decide_nested, expected_halfwidth, plan_for, start_prior  # noqa: E402
+from pytest_p2p.stats import Decision, decide_nested, expected_halfwidth, plan_for, start_prior  # noqa: E402
 from pytest_p2p.stats.nested import GUARD_LEVEL, MIN_PRIOR_DF, MIN_PRIOR_NIGHTS  # noqa: E402
 
 CAMPAIGN_ALPHA = 0.01
@@ -123,6 +123,15 @@ def _blocks(means: np.ndarray, rng: np.random.Generator, w: int) -> list[list[tu
     return out
 
 
+def disagreements(d: Decision, r: dict[str, np.ndarray]) -> int:
+    """How many ways the package's decision ``d`` and the numpy rule's ``r`` (one campaign) differ: the outcome,
+    the interval's width, and whether the prior was refused (0: they agree)."""
+    want = "pass" if r["pass"] else ("fail" if r["fail"] else "inconclusive")
+    return (int(want != d.outcome.value)
+            + int(abs(math.log1p(d.upper) - math.log1p(d.lower) - 2 * float(r["half"])) > 1e-8)
+            + int(bool(r["refused"]) != ("not borrowed" in d.reason)))
+
+
 def fidelity(rng: np.random.Generator, trials: int = 300) -> None:
     bad = 0
     for _ in range(trials):
@@ -144,11 +153,7 @@ def fidelity(rng: np.random.Generator, trials: int = 300) -> None:
         thr = float(rng.choice([0.0, 0.01]))
         alpha = float(rng.choice([0.005, 0.01]))
         d = decide_nested(_blocks(tonight, rng, w), threshold=thr, alpha=alpha, prior=got)
-        r = decide_np(tonight, var0, d0, thr, alpha)
-        want = "pass" if r["pass"] else ("fail" if r["fail"] else "inconclusive")
-        bad += int(want != d.outcome.value)
-        bad += int(abs(math.log1p(d.upper) - math.log1p(d.lower) - 2 * float(r["half"])) > 1e-8)
-        bad += int(bool(r["refused"]) != ("not borrowed" in d.reason))
+        bad += disagreements(d, decide_np(tonight, var0, d0, thr, alpha))
     if bad:
         raise SystemExit(f"fidelity: {bad} disagreements between the numpy rules and pytest_p2p.stats")
     print(f"fidelity: numpy rules agree with stats.start_prior / decide_nested(prior=) on {trials} random histories "

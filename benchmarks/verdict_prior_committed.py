@@ -51,7 +51,7 @@ from verdict_nested import draw  # noqa: E402  (the nested noise model)
 
 # the prior benchmark's campaign (2 points, alpha split, threshold, NU, history kinds), its start_prior in numpy,
 # blocks of given means and its rate formatting: this one changes the design only
-from verdict_prior import ALPHA, KINDS, NU, THR, P, _blocks, pct, prior_np, rate  # noqa: E402
+from verdict_prior import ALPHA, KINDS, NU, THR, P, _blocks, disagreements, pct, prior_np, rate  # noqa: E402
 
 from pytest_p2p.stats import decide_nested, start_prior  # noqa: E402
 from pytest_p2p.stats.nested import guard_level  # noqa: E402
@@ -127,11 +127,7 @@ def fidelity(rng: np.random.Generator, trials: int = 200) -> None:
                    + np.where(FIRST, order / 2, -order / 2))
         thr = float(rng.choice([0.0, 0.01]))
         d = decide_nested(_blocks(tonight, rng, W), threshold=thr, alpha=ALPHA, prior=got, sequences=labels)
-        r = decide_np(tonight, var0, d0, thr, ALPHA)
-        want = "pass" if r["pass"] else ("fail" if r["fail"] else "inconclusive")
-        bad += int(want != d.outcome.value)
-        bad += int(abs(math.log1p(d.upper) - math.log1p(d.lower) - 2 * float(r["half"])) > 1e-8)
-        bad += int(bool(r["refused"]) != ("not borrowed" in d.reason))
+        bad += disagreements(d, decide_np(tonight, var0, d0, thr, ALPHA))
     if bad:
         raise SystemExit(f"fidelity: {bad} disagreements between the numpy rules and pytest_p2p.stats")
     print(f"fidelity: numpy rules agree with stats.start_prior / decide_nested(prior=, sequences=) on {trials} random "

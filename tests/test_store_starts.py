@@ -337,26 +337,37 @@ def test_the_design_says_what_makes_start_means_comparable() -> None:
     assert design_key("probe", CAMPAIGN, "time_us", "lower") is None
 
 
+ROOT = Path(__file__).parent.parent
+COMMITTED_RIG = ROOT / "fixtures/rigs/nvlink-pair-vllm-7b.yaml"
+#: the committed rig's chain on 2x H200 after night 3 (thirteenth, fifteenth, seventeenth sessions)
+CHAIN_DB = ROOT / "benchmarks/results/history-h200-7b-committed-8x2x6.5-night3-seventeenth-2026-11-28.db"
+
+
+def _night_4_query() -> BlockQuery:
+    """What night 4 of the chain asks the store at c16 (vary ``point`` with dataclasses.replace): the committed
+    rig's name, design and digests, the pair's bus ids, the nights' driver and GPU models."""
+    from pytest_p2p.plugin.rig import load_rig
+
+    rig = load_rig(COMMITTED_RIG)
+    cfg = rig.campaign
+    design = design_key("model", cfg.to_dict(), cfg.metric("model"), cfg.direction("model"))
+    assert design is not None
+    return BlockQuery(rig=rig.name, pair_ident="0000:00:06.0+0000:00:07.0", kind="model", point="c16",
+                      arm_a="p2p_on", arm_b="p2p_off", metric=cfg.metric("model"), design=design, simulated=False,
+                      driver="580.159.04", rig_digest=rig.digest, rig_file_digest=rig.file_digest,
+                      gpu_models=("NVIDIA H200", "NVIDIA H200"))
+
+
 def test_the_chain_after_night_3_lends_night_4_the_documented_start_spread() -> None:
     """The committed 7B rig's chain on 2x H200 (thirteenth, fifteenth, seventeenth sessions): the store after
     night 3, kept in benchmarks/results, read as night 4 would read it (the committed rig's design and digest,
     the nights' driver and GPU models), lends the start spread docs/performance.md quotes, and the planner's
     arithmetic puts 8 starts at the half-widths quoted there."""
-    from pytest_p2p.plugin.rig import load_rig
     from pytest_p2p.stats.nested import expected_halfwidth, start_prior
 
-    rig = load_rig(Path(__file__).parent.parent / "fixtures/rigs/nvlink-pair-vllm-7b.yaml")
-    cfg = rig.campaign
-    db = (Path(__file__).parent.parent / "benchmarks/results"
-          / "history-h200-7b-committed-8x2x6.5-night3-seventeenth-2026-11-28.db")
-    design = design_key("model", cfg.to_dict(), cfg.metric("model"), cfg.direction("model"))
-    assert design is not None
-    tonight = BlockQuery(rig=rig.name, pair_ident="0000:00:06.0+0000:00:07.0", kind="model", point="c16",
-                         arm_a="p2p_on", arm_b="p2p_off", metric=cfg.metric("model"), design=design, simulated=False,
-                         driver="580.159.04", rig_digest=rig.digest, rig_file_digest=rig.file_digest,
-                         gpu_models=("NVIDIA H200", "NVIDIA H200"))
+    tonight = _night_4_query()
     got = {}
-    with Store(str(db), create=False) as store:
+    with Store(str(CHAIN_DB), create=False) as store:
         for point in ("c16", "c64"):
             nights = start_blocks(store, dataclasses.replace(tonight, point=point))
             assert [len(n) for n in nights] == [8, 8, 8], point
@@ -379,23 +390,11 @@ def test_night_4_s_plan_line_leads_with_the_borrowed_precision(tmp_path: Path) -
     from test_campaign_resident import _runner
 
     from pytest_p2p.campaign.blocks import plan_line
-    from pytest_p2p.plugin.rig import load_rig
     from pytest_p2p.stats.nested import start_prior
 
-    rig = load_rig(Path(__file__).parent.parent / "fixtures/rigs/nvlink-pair-vllm-7b.yaml")
-    campaign = yaml.safe_load((Path(__file__).parent.parent / "fixtures/rigs/nvlink-pair-vllm-7b.yaml").read_text())[
-        "campaign"]
-    db = (Path(__file__).parent.parent / "benchmarks/results"
-          / "history-h200-7b-committed-8x2x6.5-night3-seventeenth-2026-11-28.db")
-    cfg = rig.campaign
-    design = design_key("model", cfg.to_dict(), cfg.metric("model"), cfg.direction("model"))
-    assert design is not None
-    q = BlockQuery(rig=rig.name, pair_ident="0000:00:06.0+0000:00:07.0", kind="model", point="c16",
-                   arm_a="p2p_on", arm_b="p2p_off", metric=cfg.metric("model"), design=design, simulated=False,
-                   driver="580.159.04", rig_digest=rig.digest, rig_file_digest=rig.file_digest,
-                   gpu_models=("NVIDIA H200", "NVIDIA H200"))
-    runner: Any = _runner(tmp_path, **campaign)
-    with Store(str(db), create=False) as store:
+    q = _night_4_query()
+    runner: Any = _runner(tmp_path, **yaml.safe_load(COMMITTED_RIG.read_text())["campaign"])
+    with Store(str(CHAIN_DB), create=False) as store:
         for point in ("c16", "c64"):
             got = start_prior(start_blocks(store, dataclasses.replace(q, point=point)))
             assert got is not None
