@@ -294,6 +294,28 @@ def table_goal(rng: np.random.Generator, t: int) -> None:
                           f"{pct(rate(pr['half'] <= GOAL))} / {pct(rate(own['half'] <= GOAL))} | "
                           f"{pct(float(np.median(pr['half'])))} / {pct(float(np.median(own['half'])))} | "
                           f"{pct(rate(pr2['half'] <= GOAL))} / {pct(rate(own2['half'] <= GOAL))} |", flush=True)
+    goal_windows(rng, t)
+
+
+def goal_windows(rng: np.random.Generator, t: int) -> None:
+    """Table 4b: the same goal at c64 (the chain's 2.6 %) with more window pairs per start, every night of the chain
+    (the history too) of that design: what a third or fourth c64 pair would buy."""
+    global W
+    keep = W
+    print(f"\n## 4b. c64 (window pairs 2.6 %, no start component, history same) with more window pairs per start, "
+          f"history and tonight alike; {t} campaigns a cell\n")
+    print("| window pairs per start | K | met at 98 %: prior / own | median half 98 %: prior / own |")
+    print("|---|---|---|---|")
+    for w in (2, 3, 4):
+        W = w
+        for k in (3, 10):
+            hist = start_means(rng, t, 0.0, 0.026, 0.0, False, nights=k)[:, 0]
+            var0, d0 = prior_np(hist.var(-1, ddof=1), B - 1)
+            night = start_means(rng, t, 0.0, 0.026, 0.30, False)[:, 0]
+            pr, own = decide_np(night, var0, d0, THR, GOAL_ALPHA), decide_np(night, None, None, THR, GOAL_ALPHA)
+            print(f"| {w} | {k} | {pct(rate(pr['half'] <= GOAL))} / {pct(rate(own['half'] <= GOAL))} | "
+                  f"{pct(float(np.median(pr['half'])))} / {pct(float(np.median(own['half'])))} |", flush=True)
+    W = keep
 
 
 def main(argv: list[str] | None = None) -> int:
