@@ -85,6 +85,7 @@ def test_starts_made_at_once_are_looked_at_per_launch_with_the_launch_guard(tmp_
 RESULTS = ROOT / "benchmarks" / "results"
 NIGHT4 = RESULTS / "campaign2_compact-h200-8x2x6.5-night4-cut-eighteenth-2026-11-28.json"
 STORE = RESULTS / "history-h200-7b-committed-8x2x6.5-night3-seventeenth-2026-11-28.db"
+NIGHT4_DONE = RESULTS / "campaign2_compact-h200-8x2x6.5-night4-nineteenth-2026-11-28.json"
 
 
 def test_a_replay_reads_the_spread_the_store_lends_as_the_campaign_would(capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,6 +109,31 @@ def test_a_replay_reads_the_spread_the_store_lends_as_the_campaign_would(capsys:
     assert decision_curve.main([str(NIGHT4), "--alpha", "0.01", "--prior-store", str(STORE)]) == 0
     out = capsys.readouterr().out
     assert "REPLAY of the start spread" in out and "c64 2.09 % (3 nights, 21 df)" in out
+
+
+def test_night_4_s_verdicts_are_its_windows_replayed_with_the_night_3_store() -> None:
+    """Night 4 run to its end on 2x H200 (nineteenth session): the decisions its run.json kept — c16 on its own
+    starts (the guard refused the prior, p = 0.05 < 0.2), c64 with the chain's spread — are what the replay of its
+    kept windows with the store after night 3 gives at the campaign's first look (99.2 %), to the last digit; at
+    98 % the issue's goal reads 1.7 % (c16) and 1.8 % (c64) of the ratio (docs/gpu-runs.md)."""
+    (run, wins), = decision_curve.load(NIGHT4_DONE, "output_throughput").values()
+    lent = decision_curve.stored_priors(STORE, run, ["c16", "c64"], "p2p_on", "p2p_off")
+    kept = run["decisions"]
+    for alpha, halves in ((0.004, None), (0.01, [1.7, 1.8])):
+        rows = decision_curve.curve(run, wins, alpha, 0.0, "p2p_on", "p2p_off", lent_by_point=lent)
+        last = {r["point"]: r for r in rows}
+        assert (last["c16"]["starts"], last["c64"]["starts"]) == (8, 8)
+        assert (last["c16"]["prior"], last["c64"]["prior"]) == ("refused", "used")
+        for p in ("c16", "c64"):
+            assert last[p]["prior_guard_level"] == kept[p]["start_prior"]["guard_level"] == 0.2
+            assert math.isclose(float(last[p]["prior_guard_p"]), kept[p]["start_prior"]["guard_p"], rel_tol=1e-9)
+            assert last[p]["outcome"] == kept[p]["outcome"] == "pass"
+        if halves is None:  # the campaign's own level: its interval, exactly
+            for p in ("c16", "c64"):
+                assert math.isclose(float(last[p]["lo"]), kept[p]["lower"], rel_tol=1e-9), p
+                assert math.isclose(float(last[p]["hi"]), kept[p]["upper"], rel_tol=1e-9), p
+        else:
+            assert [round(100 * float(last[p]["half_of_ratio"]), 1) for p in ("c16", "c64")] == halves
 
 
 def test_a_start_sd_typed_as_a_percentage_is_refused_before_anything_is_read(

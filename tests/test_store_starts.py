@@ -341,6 +341,7 @@ ROOT = Path(__file__).parent.parent
 COMMITTED_RIG = ROOT / "fixtures/rigs/nvlink-pair-vllm-7b.yaml"
 #: the committed rig's chain on 2x H200 after night 3 (thirteenth, fifteenth, seventeenth sessions)
 CHAIN_DB = ROOT / "benchmarks/results/history-h200-7b-committed-8x2x6.5-night3-seventeenth-2026-11-28.db"
+CHAIN_DB_4 = ROOT / "benchmarks/results/history-h200-7b-committed-8x2x6.5-night4-nineteenth-2026-11-28.db"
 
 
 def _night_4_query() -> BlockQuery:
@@ -381,6 +382,24 @@ def test_the_chain_after_night_3_lends_night_4_the_documented_start_spread() -> 
     half = {p: {a: expected_halfwidth(got[p].var ** 0.5, 0.0, 8, 2, a, prior_df=21, alternating=True)
                 for a in (0.01, 0.004)} for p in got}
     assert [round(half[p][a] * 100, 2) for p in ("c16", "c64") for a in (0.01, 0.004)] == [0.83, 0.96, 1.81, 2.10]
+
+
+def test_the_store_after_night_4_lends_night_5_four_nights_and_moderates_c16() -> None:
+    """The store night 4 left (nineteenth session, kept in benchmarks/results), read as night 5 will read it: c64
+    lends 4 nights on 28 df (2.00 %), with which 8 starts expect 1.71 % of the ratio at 98 %; c16's nights now
+    disagree (night 4's c16 start means spread 1.5 % against the others' ~0.9 %), so the moderated fit lends its
+    spread on fewer df than 4 x 7 (docs/gpu-runs.md)."""
+    from pytest_p2p.stats.nested import expected_halfwidth, start_prior
+
+    tonight = _night_4_query()
+    with Store(str(CHAIN_DB_4), create=False) as store:
+        got = {p: start_prior(start_blocks(store, dataclasses.replace(tonight, point=p))) for p in ("c16", "c64")}
+    c16, c64 = got["c16"], got["c64"]
+    assert c16 is not None and c64 is not None
+    assert (c64.nights, c64.df, c64.moderated, round(c64.var ** 0.5 * 100, 2)) == (4, 28.0, False, 2.0)
+    assert (c16.nights, c16.moderated, round(c16.var ** 0.5 * 100, 2)) == (4, True, 1.07) and 4 < c16.df < 28
+    half = expected_halfwidth(c64.var ** 0.5, 0.0, 8, 2, 0.01, prior_df=c64.df, alternating=True)
+    assert round(half * 100, 2) == 1.71
 
 
 def test_night_4_s_plan_line_leads_with_the_borrowed_precision(tmp_path: Path) -> None:
