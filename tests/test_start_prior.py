@@ -29,7 +29,7 @@ from pytest_p2p.stats import (
     start_prior,
     t_quantile,
 )
-from pytest_p2p.stats.nested import GUARD_LEVEL, GUARD_LEVEL_MANY, f_sf, guard_level
+from pytest_p2p.stats.nested import GUARD_LEVEL, GUARD_LEVEL_MANY, f_sf, guard_level, look_alpha
 
 Blocks = list[list[tuple[float, float]]]
 
@@ -196,6 +196,27 @@ def test_expected_halfwidth_and_the_plan_take_the_prior_df() -> None:
     assert "start spread from 30 earlier nights (60 df)" in many.describe()
     with pytest.raises(StatsError, match="prior df"):
         expected_halfwidth(0.01, 0.035, 2, 8, 0.005, prior_df=-1)
+
+
+def test_a_plan_is_judged_at_the_alpha_its_first_look_spends_with_the_rig_s_max_starts() -> None:
+    """Night 4 of the 7B rig's chain (2x H200) printed "c64: +-2 % would take 9 starts ..., expected 99 % CI
+    half-width 1.9 %" beside "expected 99.2 % CI half-width ~2.1 %" at its 8 planned starts: with ``max_starts:
+    10`` kept, 9 starts are judged at 99.1 % (``adaptive.start_plan``), and the advice now says so and is priced
+    at it; without added starts the whole alpha is spent at once, as before."""
+    prior = StartPrior(0.0209 ** 2, 21.0, 3, 2)
+    kept = plan_with_prior(prior, 0.02, 0.005, 120.0, 15.0, 40, points=2, alternating=True, spent_over=10)
+    whole = plan_with_prior(prior, 0.02, 0.005, 120.0, 15.0, 40, points=2, alternating=True)
+    assert whole.alpha == 0.005 and kept.alpha == pytest.approx(0.005 * kept.starts / 10)
+    assert kept.starts >= whole.starts
+    assert kept.halfwidth == pytest.approx(expected_halfwidth(0.0209, 0.0, kept.starts, 2, kept.alpha, prior_df=21.0,
+                                                              alternating=True))
+    assert f"expected {(1 - 2 * kept.alpha) * 100:.4g} % CI" in kept.describe()
+    assert "expected 99 % CI" in whole.describe()
+    # beyond max_starts a plan's first look spends the whole alpha again (max_starts rises to the starts)
+    assert plan_for(0.02, 0.035, 0.02, 0.005, 120.0, 15.0, 40, points=2, spent_over=3).alpha == 0.005
+    sp = adaptive.start_plan(parse_campaign({"kind": "model", "concurrency": [16], "starts": 9, "max_starts": 10},
+                                            "test"), 0.005)
+    assert sp.alpha_at(9) == pytest.approx(look_alpha(0.005, 9, 10))
 
 
 # ----------------------------------------------------------------------------- the campaign path

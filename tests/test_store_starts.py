@@ -422,6 +422,9 @@ def test_night_4_s_plan_line_leads_with_the_borrowed_precision(tmp_path: Path) -
     assert ("expected 99.2 % CI half-width ~1.0 % (c16), ~2.1 % (c64) of the ratio with the start spread of earlier "
             "nights (unless tonight's starts spread more: the guard), ~") in line, line
     assert "; c64: +-2 % would take 9 starts x 2 window pairs" in line, line
+    # judged at the alpha 9 starts' first look would spend with max_starts 10 kept, not the 99 % it said
+    assert "c64: +-2 % would take 9 starts x 2 window pairs x 2 points ~ " in line
+    assert line.split("; c64: ")[1].split("expected ")[1].startswith("99.1 % CI half-width 1.9 %"), line
 
 
 # -- the glue --------------------------------------------------------------------------------------

@@ -180,7 +180,7 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
         # the first arm alternates start by start: from 6 starts on the verdict fits its effect (one df less)
         half = expected_halfwidth(start_sd, window_sd, cfg.starts, cfg.windows, look, alternating=True)
         best = plan_for(start_sd, window_sd, PLAN_TARGET, alpha, start_cost, n_arms * window_took, MAX_PLAN_STARTS,
-                        points=len(points), alternating=True)
+                        points=len(points), alternating=True, spent_over=cfg.max_starts)
     except StatsError:
         return line
     # half-widths are of the on/off ratio (log scale): in uplift points they are (1 + uplift) times that, so a
@@ -200,7 +200,8 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
                 + (f", {_per_point(lent)} with the start spread of earlier nights" if lent else "")
                 + f"; +-{PLAN_TARGET * 100:.0f} % would take {best.describe()}")
     return (line + text
-            + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, start_cost, n_arms * window_took)
+            + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, start_cost, n_arms * window_took,
+                               cfg.max_starts)
             + _history_text(runner.prior_history, points, runner.start_priors))
 
 
@@ -260,9 +261,10 @@ def _launches_after(group: list[int], planned: int, at_once: int) -> int:
 
 
 def _prior_plan_text(priors: Mapping[str, StartPrior], points: list[str], windows: int, alpha: float,
-                     start_cost: float, window_cost: float) -> str:
+                     start_cost: float, window_cost: float, max_starts: int | None) -> str:
     """What the start spread from earlier nights changes in the plan: the starts +-2 % needs with it, per
-    point that has one (or why it cannot be borrowed: another design's windows per start)."""
+    point that has one (or why it cannot be borrowed: another design's windows per start), each plan at the
+    alpha its first look would spend with the rig's ``max_starts`` kept."""
     parts: list[str] = []
     for p in points:
         prior = priors.get(p)
@@ -274,7 +276,7 @@ def _prior_plan_text(priors: Mapping[str, StartPrior], points: list[str], window
             continue
         try:
             plan = plan_with_prior(prior, PLAN_TARGET, alpha, start_cost, window_cost, MAX_PLAN_STARTS,
-                                   points=len(points), alternating=True)
+                                   points=len(points), alternating=True, spent_over=max_starts)
         except StatsError:
             continue
         parts.append(f"{p}: +-{PLAN_TARGET * 100:.0f} % would take {plan.describe()}")

@@ -840,9 +840,22 @@ class NestedPlan:
         return text
 
 
+def look_alpha(alpha: float, starts: int, spent_over: int | None) -> float:
+    """The alpha a campaign of ``starts`` planned starts is judged at on its first look, where the adaptive stop may
+    add starts up to ``spent_over`` (``max_starts``): its share ``starts / max(starts, spent_over)`` of ``alpha``
+    (``SequentialPlan.alpha_at``). ``None``: no starts are added, the whole ``alpha``.
+
+    Why: the plan line said "+-2 % would take 9 starts ..., expected 99 % CI half-width 1.9 %" beside "expected
+    99.2 % CI half-width ~2.1 %" at the planned 8 (night 4 of the 7B rig's chain, 2x H200, 2026-11-28): a rig that
+    took the advice and kept ``max_starts: 10`` would be judged at 99.1 %, not 99 %."""
+    if spent_over is None or spent_over <= starts:
+        return alpha
+    return alpha * starts / spent_over
+
+
 def plan_for(start_sd: float, window_sd: float, target_halfwidth: float, alpha: float, start_cost_s: float,
              window_cost_s: float, max_starts: int, *, points: int = 1, min_starts: int = 2,
-             alternating: bool = False) -> NestedPlan:
+             alternating: bool = False, spent_over: int | None = None) -> NestedPlan:
     """The cheapest (starts, windows) whose expected half-width is at most ``target_halfwidth``.
 
     Searches ``min_starts..max_starts`` starts and ``MIN_WINDOWS..MAX_WINDOWS`` window pairs
@@ -852,6 +865,8 @@ def plan_for(start_sd: float, window_sd: float, target_halfwidth: float, alpha: 
     within ``max_starts`` reaches the target, the plan at ``max_starts`` with the
     :func:`windows_for` optimum is returned with ``meets_target=False``.  ``alternating``: as
     :func:`expected_halfwidth`'s (the first arm's effect fitted from :func:`fits_sequences` starts on).
+    ``spent_over``: the campaign's ``max_starts``; each plan is judged at its first look's alpha
+    (:func:`look_alpha`), and the plan keeps that alpha.
     """
     target = _positive(target_halfwidth, "target half-width")
     start_cost, window_cost = _positive(start_cost_s, "start cost"), _positive(window_cost_s, "window cost")
@@ -860,8 +875,9 @@ def plan_for(start_sd: float, window_sd: float, target_halfwidth: float, alpha: 
                          f"{max_starts}")
     best: tuple[float, float, int, int] | None = None  # (seconds, halfwidth, starts, windows)
     for b in range(min_starts, max_starts + 1):
+        a_b = look_alpha(alpha, b, spent_over)
         for w in range(MIN_WINDOWS, MAX_WINDOWS + 1):
-            h = expected_halfwidth(start_sd, window_sd, b, w, alpha, alternating=alternating)
+            h = expected_halfwidth(start_sd, window_sd, b, w, a_b, alternating=alternating)
             if h <= target:
                 cand = (b * (start_cost + points * w * window_cost), h, b, w)
                 best = cand if best is None or cand < best else best
@@ -871,20 +887,22 @@ def plan_for(start_sd: float, window_sd: float, target_halfwidth: float, alpha: 
         comp = Components(start_sd, window_sd, max_starts, 0, 0.0, None, math.nan)
         w = windows_for(comp, start_cost, points * window_cost)
         best = (max_starts * (start_cost + points * w * window_cost),
-                expected_halfwidth(start_sd, window_sd, max_starts, w, alpha, alternating=alternating), max_starts, w)
+                expected_halfwidth(start_sd, window_sd, max_starts, w, look_alpha(alpha, max_starts, spent_over),
+                                   alternating=alternating), max_starts, w)
     seconds, h, b, w = best
-    return NestedPlan(b, w, h, seconds, points, meets, start_sd, window_sd, alpha, target)
+    return NestedPlan(b, w, h, seconds, points, meets, start_sd, window_sd, look_alpha(alpha, b, spent_over), target)
 
 
 def plan_with_prior(prior: StartPrior, target_halfwidth: float, alpha: float, start_cost_s: float,
                     window_cost_s: float, max_starts: int, *, points: int = 1, min_starts: int = 2,
-                    alternating: bool = False) -> NestedPlan:
+                    alternating: bool = False, spent_over: int | None = None) -> NestedPlan:
     """The fewest starts whose expected half-width reaches ``target_halfwidth`` when ``prior`` is borrowed.
 
     The windows per start are the prior's (its variance is valid for that design only), the
     spread of a start mean is the prior's, and the t quantile has ``prior.df + B - 1`` df — so
     more nights (more df) need fewer starts.  It assumes the guard lets the prior in; when
-    the prior is refused the campaign falls back to :func:`plan_for`'s arithmetic.
+    the prior is refused the campaign falls back to :func:`plan_for`'s arithmetic. ``spent_over``: as
+    :func:`plan_for`'s.
     """
     target = _positive(target_halfwidth, "target half-width")
     start_cost, window_cost = _positive(start_cost_s, "start cost"), _positive(window_cost_s, "window cost")
@@ -893,12 +911,13 @@ def plan_with_prior(prior: StartPrior, target_halfwidth: float, alpha: float, st
                          f"{max_starts}")
     w, sd = prior.windows, math.sqrt(_positive(prior.var, "prior variance"))
     b = min_starts
-    h = expected_halfwidth(sd, 0.0, b, w, alpha, prior_df=prior.df, alternating=alternating)
+    h = expected_halfwidth(sd, 0.0, b, w, look_alpha(alpha, b, spent_over), prior_df=prior.df, alternating=alternating)
     while h > target and b < max_starts:
         b += 1
-        h = expected_halfwidth(sd, 0.0, b, w, alpha, prior_df=prior.df, alternating=alternating)
-    return NestedPlan(b, w, h, b * (start_cost + points * w * window_cost), points, h <= target, sd, 0.0, alpha,
-                      target, prior)
+        h = expected_halfwidth(sd, 0.0, b, w, look_alpha(alpha, b, spent_over), prior_df=prior.df,
+                               alternating=alternating)
+    return NestedPlan(b, w, h, b * (start_cost + points * w * window_cost), points, h <= target, sd, 0.0,
+                      look_alpha(alpha, b, spent_over), target, prior)
 
 
 # ----------------------------------------------------------------------------- screens
