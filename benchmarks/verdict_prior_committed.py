@@ -316,6 +316,28 @@ def goal_windows(rng: np.random.Generator, t: int) -> None:
             print(f"| {w} | {k} | {pct(rate(pr['half'] <= GOAL))} / {pct(rate(own['half'] <= GOAL))} | "
                   f"{pct(float(np.median(pr['half'])))} / {pct(float(np.median(own['half'])))} |", flush=True)
     W = keep
+    goal_lengths(rng, t)
+
+
+def goal_lengths(rng: np.random.Generator, t: int) -> None:
+    """Table 4c: the other way to the same end at no more wall time, longer c64 windows and shorter c16 ones (a
+    window's noise scaled by sqrt(6.5 s / length), as the H100 and H200 nights' 6-10 s windows went), 2 pairs
+    each: c16 5 s and c64 8.5 s cost ~40 s a night more than 6.5 s at both (night 4's window durations)."""
+    print(f"\n## 4c. Window length per point, 2 pairs per start (window noise ~ sqrt(6.5 s / length)); {t} "
+          "campaigns a cell\n")
+    print("| point, window | window sd | start sd | K | met at 98 %: prior / own | median half 98 %: prior / own |")
+    print("|---|---|---|---|---|---|")
+    for point, base, length, s_sd in (("c64", 0.026, 8.5, 0.0), ("c64", 0.026, 9.75, 0.0), ("c16", 0.0165, 5.0, 0.0),
+                                      ("c16", 0.0165, 5.0, 0.01)):
+        w_sd = base * (6.5 / length) ** 0.5
+        for k in (3, 10):
+            hist = start_means(rng, t, s_sd, w_sd, 0.0, False, nights=k)[:, 0]
+            var0, d0 = prior_np(hist.var(-1, ddof=1), B - 1)
+            night = start_means(rng, t, s_sd, w_sd, 0.30, False)[:, 0]
+            pr, own = decide_np(night, var0, d0, THR, GOAL_ALPHA), decide_np(night, None, None, THR, GOAL_ALPHA)
+            print(f"| {point}, {length:g} s | {w_sd:.2%} | {s_sd:.1%} | {k} | {pct(rate(pr['half'] <= GOAL))} / "
+                  f"{pct(rate(own['half'] <= GOAL))} | {pct(float(np.median(pr['half'])))} / "
+                  f"{pct(float(np.median(own['half'])))} |", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
