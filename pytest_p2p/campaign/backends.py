@@ -365,8 +365,9 @@ class ModelBackend:
         c = concurrency_of(point)
         res = self._load(handle, c, self._warm_prompts(c), reshard=True,  # outside the window: find the count
                          seed_offset=self._seed(handle, point, 0), tokenizer=self._tokenizer(handle))
-        if self.campaign.window_s is not None and point not in self.window_prompts:
-            self.window_prompts[point] = window_prompts(res, c, self.campaign.window_s)
+        window_s = self.campaign.window_s_for(point)
+        if window_s is not None and point not in self.window_prompts:
+            self.window_prompts[point] = window_prompts(res, c, window_s)
 
     def _warm_prompts(self, concurrency: int) -> int:
         return max(self.campaign.warmup, concurrency)
@@ -374,7 +375,7 @@ class ModelBackend:
     def calibrated(self, point: str) -> bool:
         """Whether a window's prompt count at ``point`` is known: a time budget is sized by the point's first
         warm-up (:func:`window_prompts`), the first launch's."""
-        return self.campaign.window_s is None or point in self.window_prompts
+        return self.campaign.window_s_for(point) is None or point in self.window_prompts
 
     def prompts_ahead(self, points: Sequence[str], reps: Sequence[int]) -> threading.Thread | None:
         """Make, in a thread, the prompts of a launch's warm-ups and of its windows ``reps`` at ``points`` (each
@@ -412,7 +413,7 @@ class ModelBackend:
         return thread
 
     def _window(self, point: str) -> tuple[int, int]:
-        """A window's concurrency and prompts at ``point``: the count the first warm-up calibrated for
+        """A window's concurrency and prompts at ``point``: the count the first warm-up calibrated for the point's
         ``campaign.window_s``, else ``prompts_per_concurrency`` x the concurrency."""
         c = concurrency_of(point)
         return c, self.window_prompts.get(point, c * self.campaign.prompts_per_concurrency)

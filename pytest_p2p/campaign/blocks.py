@@ -54,6 +54,7 @@ from ..stats import SpreadSeen, StartPrior, StatsError, expected_halfwidth, plan
 from ..stats.nested import MIN_PRIOR_DF, MIN_PRIOR_NIGHTS
 from . import adaptive
 from .backends import ModelBackend, ServerSlot
+from .config import WindowLengths
 from .gpu import wait_vram_free
 from .progress import Pace
 from .schedule import order, warm_order
@@ -149,8 +150,9 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     # rig that learns its KV cache size starts ahead from launch 3 on, and its +-2 % plan priced every start at
     # launch 2's unheld 90 s: "10 starts ~ 29 min" for the 7B rig, 18 min at the later launches' 25 s)
     launch_s = _start_estimate(runner, 3, k)
-    window_s = cfg.window_s if cfg.window_s is not None else 10.0
-    window_took = _window_took(runner)
+    mean_s = cfg.window_s_mean(points)
+    window_s = mean_s if mean_s is not None else 10.0
+    window_took = _window_took(runner, points)
     gap = _launch_gap_s(runner)
     starts_s += len(groups) * gap
     servings = cfg.starts * len(points) * n_arms  # each start's servers at each point: a warm-up and the windows
@@ -163,7 +165,7 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
             else "")
     alpha = cfg.uplift_rule_for(runner.kind).family_alpha(len(points))
     line = (f"plan: {mode} arms ({memory}): {cfg.starts} starts x {cfg.windows} window pairs x {len(points)} "
-            f"point(s), windows of {_window_text(cfg.window_s, cfg.prompts_per_concurrency)}{more}; expected "
+            f"point(s), windows of {_window_text(cfg, points)}{more}; expected "
             f"{total / 60:.0f} min ({cfg.starts * n_arms} server starts of ~{start_s:.0f} s{_start_text(runner)}"
             + (f", {len(groups)} launches of ~{launch_s:.0f} s" if k > 1 else "") + ", "
             f"{100 * measured / total:.0f} % of it under measured load)")
@@ -233,19 +235,20 @@ def pace(runner: ResidentRunner, points: list[str]) -> Pace:
     """The plan line's figures as the progress line's pace: a window (its share of a warm-up included), the first
     launch and a later one, and the launches of the plan; the campaign replaces them with what it measures."""
     cfg = runner.config
-    return Pace(window_s=_window_took(runner) + _warm_s(runner) / max(1, cfg.windows),
+    return Pace(window_s=_window_took(runner, points) + _warm_s(runner) / max(1, cfg.windows),
                 launch_s=_start_estimate(runner, 2, cfg.starts_at_once),
                 launches_ahead=len(range(1, cfg.starts + 1, cfg.starts_at_once)),
                 first_launch_s=_start_estimate(runner, 1, cfg.starts_at_once))
 
 
-def _window_took(runner: ResidentRunner) -> float:
-    """Seconds one window is expected to take: its time budget with the slower arm's overrun, else (a window of
-    so many prompts) 10 s on a real server and 1 s on the stand-in, which answers a window's prompts in about
-    that (the README's demo planned "expected 12 min" for a campaign of one minute until 2026-11-27)."""
-    cfg = runner.config
-    if cfg.window_s is not None:
-        return cfg.window_s * PLAN_WINDOW_OVERRUN
+def _window_took(runner: ResidentRunner, points: Sequence[str]) -> float:
+    """Seconds one window is expected to take, on average over ``points``: its time budget with the slower arm's
+    overrun, else (a window of so many prompts) 10 s on a real server and 1 s on the stand-in, which answers a
+    window's prompts in about that (the README's demo planned "expected 12 min" for a campaign of one minute
+    until 2026-11-27). Every point runs as many windows, so the mean prices the sum."""
+    mean_s = runner.config.window_s_mean(points)
+    if mean_s is not None:
+        return mean_s * PLAN_WINDOW_OVERRUN
     return 1.0 if _stand_in(runner) else 10.0
 
 
@@ -319,8 +322,12 @@ def _history_text(history: Mapping[str, SpreadSeen], points: list[str], borrowed
 MAX_PLAN_STARTS = 40
 
 
-def _window_text(window_s: float | None, prompts: int) -> str:
-    return f"{window_s:g} s" if window_s is not None else f"{prompts} prompts per concurrency"
+def _window_text(cfg: CampaignConfig, points: Sequence[str]) -> str:
+    """``6.5 s``, ``5 s (c16), 8.5 s (c64)`` or ``8 prompts per concurrency``."""
+    w = cfg.window_s
+    if isinstance(w, WindowLengths):
+        return w.text(points)
+    return f"{w:g} s" if w is not None else f"{cfg.prompts_per_concurrency} prompts per concurrency"
 
 
 #: seconds a server's warm-up at a point is expected to take: on a real server, and on the stand-in

@@ -45,7 +45,7 @@ def design_key(kind: object, campaign: object, metric: object, direction: object
     design: JSONObject = {"residency": residency, "metric": metric,
                           "direction": direction if isinstance(direction, str) else None}
     if residency in NESTED:
-        window_s = as_float(campaign.get("window_s"))
+        window_s = _window_s(campaign.get("window_s"))
         design.update({"windows": as_int(campaign.get("windows")), "window_s": window_s,
                        "prompts_per_concurrency": as_int(campaign.get("prompts_per_concurrency"))
                        if window_s is None else None})
@@ -53,6 +53,15 @@ def design_key(kind: object, campaign: object, metric: object, direction: object
         if at_once is not None and at_once > 1:  # 1 (or a run.json before the key) keeps the key it always had
             design["starts_at_once"] = at_once  # a start among 2k servers sharing the pair is another start
     return json.dumps(design, sort_keys=True, separators=(",", ":"))
+
+
+def _window_s(value: object) -> float | JSONObject | None:
+    """A window's length as the design states it: seconds, or seconds per point (``{"default": 5.0, "c64": 8.5}``,
+    ``CampaignConfig.to_dict``), the same JSON text for the same table whatever order it was written in."""
+    if isinstance(value, Mapping):
+        got = {str(k): as_float(v) for k, v in value.items()}
+        return dict(sorted(got.items())) if all(v is not None for v in got.values()) else None
+    return as_float(value)
 
 
 def run_design(run: Mapping[str, object]) -> str | None:
