@@ -63,6 +63,8 @@
 #             with CAMPAIGN_RIG, CAMPAIGN_STARTS N is --p2p-reps N (starts are not part of the design key);
 #             CAMPAIGN_COMPARE=1 adds the baseline checks and --p2p-compare (the nightly recipe: from the
 #             chain's night 4, HISTORY_DB=benchmarks/results/history-h200-7b-committed-8x2x6.5-night3-*.db);
+#             CAMPAIGN_WINDOW_AT=16:5,64:8.5 sets campaign.window_s per point in the rig it runs (the rig's
+#             length the default; a new design, so its own chain: benchmarks/verdict_prior_committed.py table 4c);
 #             CAMPAIGN_WARMUP_ORDER=reverse sets campaign.warmup_order in the rig it runs (window_noise.py's
 #             "first window vs later" line then says whether the first pair's lower c64 uplift went away)
 # Steps run on the lane's pair ($PAIR, default 0,1).
@@ -164,6 +166,10 @@ step() {
       if [ -n "${CAMPAIGN_WARMUP_ORDER:-}" ]; then  # campaign.warmup_order (a new rig: its own chain)
         python3 -c "import sys, yaml; p = sys.argv[1]; r = yaml.safe_load(open(p)); r['campaign']['warmup_order'] = sys.argv[2]; yaml.safe_dump(r, open(p, 'w'), sort_keys=False)" \
           $W/rig_campaign2.yaml "$CAMPAIGN_WARMUP_ORDER"
+      fi
+      if [ -n "${CAMPAIGN_WINDOW_AT:-}" ]; then  # campaign.window_s per point, e.g. "16:5,64:8.5" (a new design)
+        python3 -c "import sys, yaml; p = sys.argv[1]; r = yaml.safe_load(open(p)); c = r['campaign']; t = {'default': c.get('window_s', 15)}; t.update((int(k), float(v)) for k, v in (x.split(':') for x in sys.argv[2].split(','))); c['window_s'] = t; yaml.safe_dump(r, open(p, 'w'), sort_keys=False)" \
+          $W/rig_campaign2.yaml "$CAMPAIGN_WINDOW_AT"
       fi
       # an earlier night's store (carried): tonight is judged against it and borrows its start spread
       [ -n "${HISTORY_DB:-}" ] && [ ! -f $W/history.db ] && cp "$P/$HISTORY_DB" $W/history.db
