@@ -112,7 +112,8 @@ MAX_TOKENS = 1_000_000
 MAX_SIZE = 16 * 1024**3
 DAY_S = 86_400.0
 WEEK_S = 7 * DAY_S
-WINDOW_S: float | WindowLengths | None = 15.0  # typed so that ``null`` and a table per point are values of the key
+WINDOW_S_DEFAULT = 15.0  # seconds; also a per-point table's default where it leaves ``default`` out
+WINDOW_S: float | WindowLengths | None = WINDOW_S_DEFAULT  # typed: ``null`` and a table are values of the key too
 
 
 def _int_list(value: object, source: str, path: str) -> tuple[int, ...]:
@@ -171,7 +172,6 @@ def _window_s(value: object, source: str, path: str) -> float | WindowLengths | 
     return WindowLengths(default, kept) if kept else default
 
 
-WINDOW_S_DEFAULT = 15.0  # WINDOW_S as a number
 _SECONDS = real(0.1, DAY_S)
 
 

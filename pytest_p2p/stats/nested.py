@@ -75,7 +75,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from .decide import SCREEN_FLOOR, Decision, Outcome, _pct, decide_uplift, log_ratios, outliers, pairs_for
+from .decide import (
+    SCREEN_FLOOR,
+    Decision,
+    Outcome,
+    SequentialPlan,
+    _pct,
+    decide_uplift,
+    log_ratios,
+    outliers,
+    pairs_for,
+)
 from .moderate import spread_prior
 from .tdist import StatsError, _betainc, t_cdf, t_quantile
 
@@ -848,9 +858,8 @@ def look_alpha(alpha: float, starts: int, spent_over: int | None) -> float:
     Why: the plan line said "+-2 % would take 9 starts ..., expected 99 % CI half-width 1.9 %" beside "expected
     99.2 % CI half-width ~2.1 %" at the planned 8 (night 4 of the 7B rig's chain, 2x H200, 2026-11-28): a rig that
     took the advice and kept ``max_starts: 10`` would be judged at 99.1 %, not 99 %."""
-    if spent_over is None or spent_over <= starts:
-        return alpha
-    return alpha * starts / spent_over
+    plan = SequentialPlan(alpha=alpha, min_pairs=starts, max_pairs=max(starts, spent_over or starts))
+    return plan.alpha_at(starts)
 
 
 def plan_for(start_sd: float, window_sd: float, target_halfwidth: float, alpha: float, start_cost_s: float,
