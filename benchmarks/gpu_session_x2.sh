@@ -12,6 +12,8 @@
 #   bash benchmarks/gpu_session_x2.sh lane NAME A,B STEP...  # a queue of its own on GPUs A,B (4-GPU machines:
 #                                                    # one lane per pair, e.g. lane a 0,1 ... and lane b 2,3 ...)
 #   bash benchmarks/gpu_session_x2.sh status         # where it is, and collect (a call every < 30 s keeps the machine)
+#   bash benchmarks/gpu_session_x2.sh stop           # the queues and what they started (never pkill -f the script's
+#                                                    # name from a call: it matches that call and kills it)
 #   bash benchmarks/gpu_session_x2.sh wait [S]       # poll until the queue is done or S seconds (280) passed, then
 #                                                    # status: a whole call of polling, so the next call follows at once
 #                                                    # (three nights were lost right after a ~9-minute call: keep them short)
@@ -208,12 +210,20 @@ case "${1:-status}" in
     if [ -d .whl ] && [ ! -f $W/whl.done ]; then  # kept: vLLM's install.sh below replaces /tmp/site
       mkdir -p $W/whl && cp .whl/*.whl $W/whl/ && touch $W/whl.done
     fi
-    if [ "$2" = 8 ]; then bash .vw8/install.sh 2>&1 | tail -1; site_add; fi
+    if [ "$2" = 8 ]; then bash .vw8/install.sh 2>&1 | tail -1; site_add
+      # a stage lost on the way (a machine given back between calls takes /tmp/vwstage with it) fails here, not
+      # in a queue that then runs for minutes without vLLM (twentieth session: ~400 s of device time)
+      python3 -c "import vllm" 2> /dev/null || { echo "stage 8: vLLM does not import: $(ls /tmp/vwstage 2> /dev/null \
+        | wc -l) files staged; stage 1..8 again, back to back"; exit 1; }
+    fi
     if [ -d .rw1 ] || [ -d .rw2 ]; then mkdir -p /tmp/rwstage && cp .rw*/* /tmp/rwstage/ 2>/dev/null
       [ -f /tmp/rwstage/ray_wheels.sh ] && ls /tmp/rwstage/*.part-ab > /dev/null 2>&1 && bash /tmp/rwstage/ray_wheels.sh install 2>&1 | tail -1
     fi;;
   launch)
     shift
+    if [ "$*" != topo ] && [ "${NO_VLLM:-0}" != 1 ] && ! python3 -c "import vllm" 2> /dev/null; then
+      echo "launch: vLLM does not import here (stage 1..8 first; NO_VLLM=1 launches anyway)"; exit 1
+    fi
     copy_proj
     echo "$*" > $W/steps
     setsid nohup bash $W/proj/benchmarks/gpu_session_x2.sh _queue > $W/queue.out 2>&1 < /dev/null & disown
@@ -228,6 +238,11 @@ case "${1:-status}" in
   _queue)
     for s in $(cat $W/steps${2:+_$2}); do say "${2:+[$2] }step $s starts"; step "$s"; say "${2:+[$2] }step $s done"; done
     say "${2:+[$2] }queue done";;
+  stop)  # the queues and what they started (each queue is a session of its own: setsid)
+    # not "pkill -f gpu_session_x2.sh" in the call: it matches the call's own command line and kills it first
+    # (twentieth session: stage 1 of a restaging killed that way, and the night's install failed)
+    for pid in $(pgrep -f 'gpu_session_x2[.]sh _queue'); do kill -TERM -- "-$pid" 2> /dev/null; done
+    sleep 2; pgrep -fa 'gpu_session_x2[.]sh _queue' || echo "no queue running";;
   wait)  # wait SECONDS: poll until the queue is done or SECONDS have passed, then status (and collect) once
     # one call that never leaves the machine idle: a machine idle ~30 s is given back with /tmp, and the ninth
     # session's night (2026-11-27) was lost at 9:41 while its poll's logs were read between two calls
