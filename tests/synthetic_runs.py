@@ -56,6 +56,7 @@ def write_run(
     gpu_names: tuple[str, str] = ("NVIDIA GeForce RTX 5060 Ti", "NVIDIA GeForce RTX 5060 Ti"),
     uuids: tuple[str, str] = UUIDS,
     load: Mapping[str, Any] | None = None,  # run.json server.load (None: a run saved before it was recorded)
+    arm_scale: Mapping[str, float] | None = None,  # arm -> factor on every metric's mean (one arm slower)
 ) -> Path:
     rng = random.Random(seed)
     rd = RunDir.create(root, "demo-rig", "gpu1-gpu2", kind, run_id=run_id)
@@ -78,7 +79,8 @@ def write_run(
         for point in points:
             metrics = {}
             for name, mean in metric_means.items():
-                mu = mean * (scale or {}).get(name, 1.0) * (0.8 if arm == "p2p_off" else 1.0)
+                mu = mean * (scale or {}).get(name, 1.0) * (0.8 if arm == "p2p_off" else 1.0) * (arm_scale or {}).get(
+                    arm, 1.0)
                 vals = [mu * rng.lognormvariate(0.0, cv) for _ in range(reps)]
                 m = sum(vals) / len(vals)
                 sd = (sum((v - m) ** 2 for v in vals) / (len(vals) - 1)) ** 0.5 if len(vals) > 1 else 0.0

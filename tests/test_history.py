@@ -226,3 +226,69 @@ def test_history_plot_marks_the_step_for_each_point_of_the_run(tmp_path: Path, s
     assert {p.name for p in written} >= {"history_output_throughput_c8.png"}
     got = marks(history(store_target, "demo-rig", "gpu1-gpu2", "c8", "output_throughput"), "output_throughput")
     assert any("step" in label for _, _, label in got), got  # the drop from night 21 is what the plot marks
+
+
+def _cloud_nights(root: Path, target: str, n: int, creep_from: int, creep: float) -> list[Path]:
+    """``n`` nights on fresh machines: both arms move together by 2.5 % from night to night, each arm by 0.4 % of
+    its own; from night ``creep_from`` on, P2P on alone loses ``creep`` a night (an interconnect slowly degrading).
+    The first 8 nights are accepted by a person, later ones by the nightly recipe (``auto:``)."""
+    rng = random.Random(2026)
+    dirs = []
+    with Store(target) as st:
+        for i in range(n):
+            machine = math.exp(rng.gauss(0.0, 0.025))
+            drift = math.exp(math.log1p(-creep) * max(0, i + 1 - creep_from))
+            arm_scale = {"p2p_on": drift * math.exp(rng.gauss(0.0, 0.004)), "p2p_off": math.exp(rng.gauss(0.0, 0.004))}
+            d = write_run(root, f"2026{i // 28 + 1:02d}{i % 28 + 1:02d}-030000_rig_p", seed=i, cv=0.01, reps=16,
+                          started_at=f"2026-{i // 28 + 1:02d}-{i % 28 + 1:02d}T03:00:00Z",
+                          scale={"output_throughput": machine}, arm_scale=arm_scale)
+            rid = st.save_run_dir(d, accept="accepted" if i < 8 else None)
+            if i >= 8:
+                st.accept(rid, "accepted", f"{AUTO_NOTE} passed against 8 baseline run(s)")
+            dirs.append(d)
+    return dirs
+
+
+def test_a_creep_of_the_uplift_alone_fails_its_history_where_the_arms_move_together(
+        tmp_path: Path, store_target: str, pytestconfig: pytest.Config, capsys: pytest.CaptureFixture[str]) -> None:
+    """A cloud runner's nights spread 2.5 % in both arms at once (the 7B chain on 2x H200: 2.2-2.5 %, the on/off
+    ratio 0.7 %). P2P on losing 0.5 % a night from night 12 on is lost in the absolute series, whose scan does not
+    flag it; the uplift's series (``ratio_nights``) is as quiet as the ratio and does. The uplift check then fails,
+    naming the trend, the recipe refuses to accept the night, and ``baseline history`` shows the uplift's series."""
+    _cloud_nights(tmp_path / "h", store_target, 23, creep_from=12, creep=0.005)
+    rng = random.Random(99)
+    cur = write_run(tmp_path, "20260301-030000_rig_p", seed=99, cv=0.01, reps=16, started_at="2026-03-01T03:00:00Z",
+                    scale={"output_throughput": math.exp(rng.gauss(0.0, 0.025))},
+                    arm_scale={"p2p_on": math.exp(13 * math.log1p(-0.005))})
+    with Store(store_target, create=False) as st:
+        camp = compare_campaign(st, cur, BaselineConfig())
+    on = camp.scenarios[("p2p_on", "c8")]
+    assert not on.history_failures, on.history_failures  # the absolute series: within its nights' spread
+    up = camp.uplifts["c8"]["output_throughput"]
+    assert up.verdict == REGRESSION, up.reason
+    assert camp.uplift_history_failures and "uplift(output_throughput) c8 p2p_on/p2p_off" in \
+        camp.uplift_history_failures[0], camp.uplift_history_failures
+    assert "trend" in camp.uplift_history_failures[0] or "step" in camp.uplift_history_failures[0]
+    verdict, text = camp.uplift_verdict("c8")
+    assert verdict == REGRESSION and "its history:" in text
+    if not store_target.startswith("postgresql"):
+        sess = _session(pytestconfig, store_target)
+        with Store(store_target) as st:
+            ok, why = sess.acceptance(st, cur)
+        assert not ok and "adverse change" in why and "uplift(output_throughput)" in why, why
+    assert baseline_main(["--db", store_target, "history", "--metric", "output_throughput"]) == 1
+    out = capsys.readouterr().out
+    assert "uplift(output_throughput) c8 p2p_on/p2p_off (23 runs" in out and "FAILS the check" in out
+
+
+def test_the_uplift_series_pairs_the_arms_by_run_and_keeps_tonight_last() -> None:
+    from pytest_p2p.verdict.history import ratio_nights
+
+    on = _nights([0.10, 0.12, 0.11], accepted={0})
+    off = _nights([0.0, 0.02, 0.05])
+    off = [off[0], off[2]]  # the second run has no P2P off value
+    tonight = Night("tonight", "2026-03-01", 1.0, 0.2, False, False, {}, current=True)
+    got = ratio_nights([*on, tonight], [*off, Night("tonight", "2026-03-01", 1.0, 0.05, False, False, {}, True)])
+    assert [n.run_id for n in got] == [on[0].run_id, on[2].run_id, "tonight"]
+    assert [round(n.good, 6) for n in got] == [0.1, 0.06, 0.15]
+    assert got[0].accepted and got[-1].current and round(got[-1].value, 6) == round(math.exp(0.15), 6)

@@ -256,7 +256,7 @@ class BaselineSession:
         if any(sc.verdict == NOT_COMPARABLE for sc in scen):
             return False, f"not comparable with baseline {self.save_name!r} (" + "; ".join(
                 sc.message for sc in scen if sc.verdict == NOT_COMPARABLE)[:300] + ")"
-        history = [t for sc in scen for t in sc.history_failures]
+        history = [t for sc in scen for t in sc.history_failures] + camp.uplift_history_failures
         if history:
             return False, "its history has an adverse change: " + "; ".join(history)[:400]
         health = sorted({h for sc in scen for h in sc.health})

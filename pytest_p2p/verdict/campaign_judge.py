@@ -43,6 +43,7 @@ from .compare import (
     NOT_COMPARABLE,
     REGRESSION,
     ChangeInputs,
+    HistoryReport,
     Judgement,
     Sample,
     ScenarioComparison,
@@ -73,11 +74,19 @@ class CampaignComparison:
     scenarios: dict[Scenario, ScenarioComparison] = field(default_factory=dict)
     uplifts: dict[str, dict[str, Judgement]] = field(default_factory=dict)  # point -> metric -> judgement
     uplift_arms: tuple[str, str] | None = None
+    #: point -> metric -> the uplift's whole stored history (change points and trends of the on/off ratio)
+    uplift_series: dict[str, dict[str, HistoryReport]] = field(default_factory=dict)
     family: int = 0  # primary tests under Holm
     verdict: str = NO_BASELINE
     message: str = ""
     #: why this campaign cannot reach the power goal (GOAL_DROP found GOAL_POWER of the time), empty when it can
     power_notes: list[str] = field(default_factory=list)
+
+    @property
+    def uplift_history_failures(self) -> list[str]:
+        """Adverse change points or trends of an uplift's history that nobody accepted since."""
+        return [rep.failure_text() for _, got in sorted(self.uplift_series.items())
+                for _, rep in sorted(got.items()) if rep.failing]
 
     def uplift_verdict(self, point: str) -> tuple[str, str]:
         """``(verdict, message)`` of the uplift history at ``point``."""
@@ -195,6 +204,7 @@ def compare_campaign(store: Store, run_dir: Path, cfg: BaselineConfig, name: str
     _uplift_history(out, cfg, usable_by_arm, base_rows, current)
     _multiplicity(out, cfg)
     _history(out, store, fp, cfg, name, current)
+    _uplift_series(out, store, fp, cfg, name, current)
     for (arm, point), sc in out.scenarios.items():
         if sc.verdict in (NO_BASELINE, NOT_COMPARABLE):
             continue
@@ -291,6 +301,32 @@ def _history(out: CampaignComparison, store: Store, fp: Mapping[str, object], cf
             rep = judge_series(arm, point, metric, d == "higher", nights, cfg.depth)
             sc.history[metric] = rep
             sc.health.extend(f"{metric}: {p}" for p in rep.health.problems)
+
+
+def _uplift_series(out: CampaignComparison, store: Store, fp: Mapping[str, object], cfg: BaselineConfig, name: str,
+                   current: Mapping[Scenario, Mapping[str, Sample]]) -> None:
+    """Each point's uplift against its whole stored history (``history.ratio_nights``): an adverse change point or
+    trend of the on/off ratio nobody accepted since fails the uplift check, as a primary's does its scenario's."""
+    from .history import judge_series, load_nights, ratio_nights
+
+    if out.uplift_arms is None:
+        return
+    a, b = out.uplift_arms
+    for point, got in out.uplifts.items():
+        for metric, j in got.items():
+            on, off = current.get((a, point), {}).get(metric), current.get((b, point), {}).get(metric)
+            if j.verdict in (NO_BASELINE, NOT_COMPARABLE) or on is None or off is None:
+                continue
+            higher = direction(metric, cfg.directions) == "higher"
+            nights = ratio_nights(load_nights(store, fp, a, point, metric, higher, name, on),
+                                  load_nights(store, fp, b, point, metric, higher, name, off))
+            rep = judge_series(f"{a}/{b}", point, f"uplift({metric})", True, nights, cfg.depth)
+            out.uplift_series.setdefault(point, {})[metric] = rep
+            if rep.failing:
+                j.verdict = REGRESSION
+                j.reason += "; its history: " + rep.failure_text()
+            if rep.health.problems:
+                j.reason += " [uplift history health: " + "; ".join(rep.health.problems) + "]"
 
 
 def _moderate(group: Sequence[Judgement]) -> SpreadPrior | None:

@@ -1,4 +1,5 @@
-"""``python -m pytest_p2p baseline history``: every series of the store with its change points and health.
+"""``python -m pytest_p2p baseline history``: every series of the store with its change points and health, and
+each point's uplift (the on/off ratio) as a series of its own.
 
 Why a separate view: the nightly check names the change that fails it; a rig owner
 reviewing a quarter wants every series at once -- the run means night by night, each
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 from .. import metrics as registry
 from ..jsontypes import as_dict
 from .compare import direction
-from .history import HISTORY_ALPHA, SeriesReport, judge_series, load_nights
+from .history import HISTORY_ALPHA, Night, SeriesReport, judge_series, load_nights, ratio_nights
 
 if TYPE_CHECKING:
     from .store import Store
@@ -35,8 +36,14 @@ def series_keys(store: Store, rig: str | None, metric: str | None) -> Iterator[t
                 yield rec, row.arm, row.point, row.metric
 
 
+#: the arms whose ratio is the uplift where a run does not say (the judge reads run.json's ``uplift`` arms)
+UPLIFT_ARMS = ("p2p_on", "p2p_off")
+
+
 def reports(store: Store, rig: str | None, metric: str | None, name: str) -> list[tuple[RunRecord, SeriesReport]]:
+    """Each arm's series, and after a point's arms the uplift's (``history.ratio_nights``) where both are stored."""
     out = []
+    arms: dict[tuple[str, str, str], dict[str, list[Night]]] = {}
     for rec, arm, point, m in series_keys(store, rig, metric):
         higher = direction(m) == "higher"
         fp = dict(rec.fingerprint)
@@ -44,6 +51,11 @@ def reports(store: Store, rig: str | None, metric: str | None, name: str) -> lis
         fp.update(rig=rec.rig, kind=rec.kind, run_id="", pair={**as_dict(fp.get("pair")), "ident": rec.pair_ident})
         nights = load_nights(store, fp, arm, point, m, higher, name)
         out.append((rec, judge_series(arm, point, m, higher, nights)))
+        got = arms.setdefault((rec.run_id, point, m), {})
+        got[arm] = nights
+        a, b = UPLIFT_ARMS
+        if a in got and b in got:
+            out.append((rec, judge_series(f"{a}/{b}", point, f"uplift({m})", True, ratio_nights(got[a], got[b]))))
     return out
 
 
@@ -56,7 +68,7 @@ def print_history(store: Store, *, rig: str | None, metric: str | None, name: st
         out.write(f"no stored runs{f' of rig {rig!r}' if rig else ''} in {store.where}\n")
         return 0
     for rec, rep in got:
-        unit = registry.unit(rep.metric)
+        unit = "x (on/off)" if rep.metric.startswith("uplift(") else registry.unit(rep.metric)
         out.write(f"\n{rec.rig} {rec.pair_key} ({rec.pair_ident}) {rec.kind}: {rep.metric} {rep.point} {rep.arm} "
                   f"({len(rep.nights)} runs, baseline {name!r})\n")
         marks = {c.night: c for c in rep.changes}
