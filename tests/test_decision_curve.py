@@ -145,3 +145,35 @@ def test_a_start_sd_typed_as_a_percentage_is_refused_before_anything_is_read(
     with pytest.raises(SystemExit):
         decision_curve.main([str(NIGHT4), "--prior-start-sd", "0.01", "--prior-store", str(STORE)])
     assert "one history at a time" in capsys.readouterr().err
+
+
+NIGHT_AT = RESULTS / "campaign2_compact-h200-window-at-16x5-64x8.5-night1-twentieth-2026-11-28.json"
+STORE_4 = RESULTS / "history-h200-7b-committed-8x2x6.5-night4-nineteenth-2026-11-28.db"
+
+
+def test_the_per_point_window_night_decided_on_its_own_starts_with_its_own_lengths() -> None:
+    """The committed rig with windows of 5 s at c16 and 8.5 s at c64, run to its end on 2x H200 (twentieth session)
+    against the chain's store after night 4: another design, so nothing is lent (the store's nights ran 6.5 s
+    windows, whose start means spread otherwise); the decisions its run.json kept are its own windows replayed,
+    and at 98 % read 1.6 % (c16) and 2.6 % (c64) of the ratio. Each point's windows were sized for its own length:
+    one request count per point, c16's smaller than night 4's (194) and c64's larger (639)."""
+    (run, wins), = decision_curve.load(NIGHT_AT, "output_throughput").values()
+    assert run["campaign"]["window_s"] == {"default": 6.5, "c16": 5.0, "c64": 8.5}
+    assert decision_curve.stored_priors(STORE_4, run, ["c16", "c64"], "p2p_on", "p2p_off") == {}
+    kept = run["decisions"]
+    assert kept["c16"]["start_prior"]["status"] == kept["c64"]["start_prior"]["status"] == "none"
+    for alpha, halves in ((0.004, None), (0.01, [1.6, 2.6])):
+        rows = decision_curve.curve(run, wins, alpha, 0.0, "p2p_on", "p2p_off")
+        last = {r["point"]: r for r in rows}
+        assert (last["c16"]["starts"], last["c64"]["starts"]) == (8, 8)
+        if halves is None:
+            for p in ("c16", "c64"):
+                assert last[p]["outcome"] == kept[p]["outcome"] == "pass"
+                assert math.isclose(float(last[p]["lo"]), kept[p]["lower"], rel_tol=1e-9), p
+                assert math.isclose(float(last[p]["hi"]), kept[p]["upper"], rel_tol=1e-9), p
+        else:
+            assert [round(100 * float(last[p]["half_of_ratio"]), 1) for p in ("c16", "c64")] == halves
+    compact = json.loads(NIGHT_AT.read_text())
+    (scenarios,) = [v["scenarios"] for v in compact.values()]
+    sizes = {k: {w["completed"] for w in reps} for k, reps in scenarios.items()}
+    assert sizes == {"p2p_on-c16": {151}, "p2p_off-c16": {151}, "p2p_on-c64": {833}, "p2p_off-c64": {833}}, sizes
