@@ -267,12 +267,10 @@ def _spread_dominates(s_m: float, det: float) -> str:
     waited for a person at any K (benchmarks/acceptance_cloud.py). "Save more baseline runs"
     is then the wrong advice; the tolerance or the runner is the lever.
     """
-    advice = "(save more baseline runs or reduce noise)"
-    if not s_m > 0:
-        return f"more reps of this run cannot decide it: the baseline's run-to-run spread dominates {advice}"
-    share = NormalDist().cdf(-det / s_m - z_quantile(POWER))
+    share = NormalDist().cdf(-det / s_m - z_quantile(POWER)) if s_m > 0 else 1.0
     if share >= HONEST_PASS:
-        return f"more reps of this run cannot decide it: the baseline's run-to-run spread dominates {advice}"
+        return ("more reps of this run cannot decide it: the baseline's run-to-run spread dominates (save more "
+                "baseline runs or reduce noise)")
     wide = -math.expm1(-(z_quantile(POWER) + z_quantile(HONEST_PASS)) * s_m / DETECT_FACTOR)
     return (f"more reps of this run cannot decide it, and more baseline runs only up to a point: the runs' means "
             f"spread {s_m * 100:.2g} % from run to run, so even a long baseline lets an unchanged run pass on its "

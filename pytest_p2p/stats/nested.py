@@ -882,24 +882,25 @@ def plan_for(start_sd: float, window_sd: float, target_halfwidth: float, alpha: 
     if points < 1 or not 2 <= min_starts <= max_starts:
         raise StatsError(f"need points >= 1 and 2 <= min_starts <= max_starts, got {points}, {min_starts}, "
                          f"{max_starts}")
-    best: tuple[float, float, int, int] | None = None  # (seconds, halfwidth, starts, windows)
+    best: tuple[float, float, int, int, float] | None = None  # (seconds, halfwidth, starts, windows, look alpha)
     for b in range(min_starts, max_starts + 1):
         a_b = look_alpha(alpha, b, spent_over)
         for w in range(MIN_WINDOWS, MAX_WINDOWS + 1):
             h = expected_halfwidth(start_sd, window_sd, b, w, a_b, alternating=alternating)
             if h <= target:
-                cand = (b * (start_cost + points * w * window_cost), h, b, w)
+                cand = (b * (start_cost + points * w * window_cost), h, b, w, a_b)
                 best = cand if best is None or cand < best else best
                 break  # more windows at these starts only cost more
     meets = best is not None
     if best is None:
         comp = Components(start_sd, window_sd, max_starts, 0, 0.0, None, math.nan)
         w = windows_for(comp, start_cost, points * window_cost)
+        a_b = look_alpha(alpha, max_starts, spent_over)
         best = (max_starts * (start_cost + points * w * window_cost),
-                expected_halfwidth(start_sd, window_sd, max_starts, w, look_alpha(alpha, max_starts, spent_over),
-                                   alternating=alternating), max_starts, w)
-    seconds, h, b, w = best
-    return NestedPlan(b, w, h, seconds, points, meets, start_sd, window_sd, look_alpha(alpha, b, spent_over), target)
+                expected_halfwidth(start_sd, window_sd, max_starts, w, a_b, alternating=alternating), max_starts, w,
+                a_b)
+    seconds, h, b, w, a_b = best
+    return NestedPlan(b, w, h, seconds, points, meets, start_sd, window_sd, a_b, target)
 
 
 def plan_with_prior(prior: StartPrior, target_halfwidth: float, alpha: float, start_cost_s: float,
@@ -919,14 +920,13 @@ def plan_with_prior(prior: StartPrior, target_halfwidth: float, alpha: float, st
         raise StatsError(f"need points >= 1 and 2 <= min_starts <= max_starts, got {points}, {min_starts}, "
                          f"{max_starts}")
     w, sd = prior.windows, math.sqrt(_positive(prior.var, "prior variance"))
-    b = min_starts
-    h = expected_halfwidth(sd, 0.0, b, w, look_alpha(alpha, b, spent_over), prior_df=prior.df, alternating=alternating)
-    while h > target and b < max_starts:
-        b += 1
-        h = expected_halfwidth(sd, 0.0, b, w, look_alpha(alpha, b, spent_over), prior_df=prior.df,
-                               alternating=alternating)
-    return NestedPlan(b, w, h, b * (start_cost + points * w * window_cost), points, h <= target, sd, 0.0,
-                      look_alpha(alpha, b, spent_over), target, prior)
+    for b in range(min_starts, max_starts + 1):  # the fewest starts that reach the target, else max_starts
+        a_b = look_alpha(alpha, b, spent_over)
+        h = expected_halfwidth(sd, 0.0, b, w, a_b, prior_df=prior.df, alternating=alternating)
+        if h <= target:
+            break
+    return NestedPlan(b, w, h, b * (start_cost + points * w * window_cost), points, h <= target, sd, 0.0, a_b,
+                      target, prior)
 
 
 # ----------------------------------------------------------------------------- screens

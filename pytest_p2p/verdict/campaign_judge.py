@@ -57,6 +57,7 @@ from .compare import (
 from .config import BaselineConfig
 
 if TYPE_CHECKING:
+    from .history import Night
     from .store import Store
     from .store_base import RunRecord
 
@@ -203,8 +204,8 @@ def compare_campaign(store: Store, run_dir: Path, cfg: BaselineConfig, name: str
                                                reason="primary metric absent from this run")
     _uplift_history(out, cfg, usable_by_arm, base_rows, current)
     _multiplicity(out, cfg)
-    _history(out, store, fp, cfg, name, current)
-    _uplift_series(out, store, fp, cfg, name, current)
+    loaded = _history(out, store, fp, cfg, name, current)
+    _uplift_series(out, store, fp, cfg, name, current, loaded)
     for (arm, point), sc in out.scenarios.items():
         if sc.verdict in (NO_BASELINE, NOT_COMPARABLE):
             continue
@@ -285,10 +286,12 @@ def _uplift_history(out: CampaignComparison, cfg: BaselineConfig, usable_by_arm:
 
 
 def _history(out: CampaignComparison, store: Store, fp: Mapping[str, object], cfg: BaselineConfig, name: str,
-             current: Mapping[Scenario, Mapping[str, Sample]]) -> None:
-    """Each judged scenario's primaries against their whole stored history (verdict/history.py)."""
+             current: Mapping[Scenario, Mapping[str, Sample]]) -> dict[tuple[str, str, str], list[Night]]:
+    """Each judged scenario's primaries against their whole stored history (verdict/history.py); returns the
+    nights it read, by ``(arm, point, metric)``, for the uplift's series (:func:`_uplift_series`)."""
     from .history import judge_series, load_nights
 
+    loaded: dict[tuple[str, str, str], list[Night]] = {}
     for (arm, point), sc in out.scenarios.items():
         if sc.verdict in (NO_BASELINE, NOT_COMPARABLE):
             continue
@@ -297,16 +300,20 @@ def _history(out: CampaignComparison, store: Store, fp: Mapping[str, object], cf
             cur = current.get((arm, point), {}).get(metric)
             if d not in ("higher", "lower") or cur is None:
                 continue
-            nights = load_nights(store, fp, arm, point, metric, d == "higher", name, cur)
+            nights = loaded[(arm, point, metric)] = load_nights(store, fp, arm, point, metric, d == "higher", name,
+                                                                cur)
             rep = judge_series(arm, point, metric, d == "higher", nights, cfg.depth)
             sc.history[metric] = rep
             sc.health.extend(f"{metric}: {p}" for p in rep.health.problems)
+    return loaded
 
 
 def _uplift_series(out: CampaignComparison, store: Store, fp: Mapping[str, object], cfg: BaselineConfig, name: str,
-                   current: Mapping[Scenario, Mapping[str, Sample]]) -> None:
+                   current: Mapping[Scenario, Mapping[str, Sample]],
+                   loaded: Mapping[tuple[str, str, str], list[Night]]) -> None:
     """Each point's uplift against its whole stored history (``history.ratio_nights``): an adverse change point or
-    trend of the on/off ratio nobody accepted since fails the uplift check, as a primary's does its scenario's."""
+    trend of the on/off ratio nobody accepted since fails the uplift check, as a primary's does its scenario's.
+    Each arm's nights are those :func:`_history` read (``loaded``), read here only where it did not."""
     from .history import judge_series, load_nights, ratio_nights
 
     if out.uplift_arms is None:
@@ -318,8 +325,9 @@ def _uplift_series(out: CampaignComparison, store: Store, fp: Mapping[str, objec
             if j.verdict in (NO_BASELINE, NOT_COMPARABLE) or on is None or off is None:
                 continue
             higher = direction(metric, cfg.directions) == "higher"
-            nights = ratio_nights(load_nights(store, fp, a, point, metric, higher, name, on),
-                                  load_nights(store, fp, b, point, metric, higher, name, off))
+            nights = ratio_nights(*(loaded.get((arm, point, metric)) or
+                                    load_nights(store, fp, arm, point, metric, higher, name, cur)
+                                    for arm, cur in ((a, on), (b, off))))
             rep = judge_series(f"{a}/{b}", point, f"uplift({metric})", True, nights, cfg.depth)
             out.uplift_series.setdefault(point, {})[metric] = rep
             if rep.failing:

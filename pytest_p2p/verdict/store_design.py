@@ -57,11 +57,15 @@ def design_key(kind: object, campaign: object, metric: object, direction: object
 
 def _window_s(value: object) -> float | JSONObject | None:
     """A window's length as the design states it: seconds, or seconds per point (``{"default": 5.0, "c64": 8.5}``,
-    ``CampaignConfig.to_dict``), the same JSON text for the same table whatever order it was written in."""
-    if isinstance(value, Mapping):
-        got = {str(k): as_float(v) for k, v in value.items()}
-        return dict(sorted(got.items())) if all(v is not None for v in got.values()) else None
-    return as_float(value)
+    ``CampaignConfig.to_dict``); :func:`design_key`'s ``sort_keys`` makes a table one text in any order."""
+    if not isinstance(value, Mapping):
+        return as_float(value)
+    table: JSONObject = {}
+    for k, v in value.items():
+        if (seconds := as_float(v)) is None:
+            return None
+        table[str(k)] = seconds
+    return table
 
 
 def run_design(run: Mapping[str, object]) -> str | None:
