@@ -67,6 +67,8 @@
 #             chain's night 4, HISTORY_DB=benchmarks/results/history-h200-7b-committed-8x2x6.5-night3-*.db);
 #             CAMPAIGN_WINDOW_AT=16:5,64:8.5 sets campaign.window_s per point in the rig it runs (the rig's
 #             length the default; a new design, so its own chain: benchmarks/verdict_prior_committed.py table 4c);
+#             CAMPAIGN_WINDOWS_AT=64:3 sets campaign.windows per point likewise (the rig's count the default;
+#             with CAMPAIGN_STARTS=7: table 4d's 7 starts x 2 / 3 pairs, ~14.4 min, a chain of its own);
 #             CAMPAIGN_WARMUP_ORDER=reverse sets campaign.warmup_order in the rig it runs (window_noise.py's
 #             "first window vs later" line then says whether the first pair's lower c64 uplift went away)
 # Steps run on the lane's pair ($PAIR, default 0,1).
@@ -172,6 +174,10 @@ step() {
       if [ -n "${CAMPAIGN_WINDOW_AT:-}" ]; then  # campaign.window_s per point, e.g. "16:5,64:8.5" (a new design)
         python3 -c "import sys, yaml; p = sys.argv[1]; r = yaml.safe_load(open(p)); c = r['campaign']; t = {'default': c.get('window_s', 15)}; t.update((int(k), float(v)) for k, v in (x.split(':') for x in sys.argv[2].split(','))); c['window_s'] = t; yaml.safe_dump(r, open(p, 'w'), sort_keys=False)" \
           $W/rig_campaign2.yaml "$CAMPAIGN_WINDOW_AT"
+      fi
+      if [ -n "${CAMPAIGN_WINDOWS_AT:-}" ]; then  # campaign.windows per point, e.g. "64:3" (a new design)
+        python3 -c "import sys, yaml; p = sys.argv[1]; r = yaml.safe_load(open(p)); c = r['campaign']; t = {'default': c.get('windows', 4)}; t.update((int(k), int(v)) for k, v in (x.split(':') for x in sys.argv[2].split(','))); c['windows'] = t; yaml.safe_dump(r, open(p, 'w'), sort_keys=False)" \
+          $W/rig_campaign2.yaml "$CAMPAIGN_WINDOWS_AT"
       fi
       # an earlier night's store (carried): tonight is judged against it and borrows its start spread
       [ -n "${HISTORY_DB:-}" ] && [ ! -f $W/history.db ] && cp "$P/$HISTORY_DB" $W/history.db

@@ -15,10 +15,9 @@ import pytest
 from test_campaign_faults import _server
 
 from pytest_p2p.campaign.backends import ModelBackend, resident_config, window_prompts
-from pytest_p2p.campaign.blocks import rep_of
 from pytest_p2p.campaign.config import parse_campaign
 from pytest_p2p.campaign.runner import CampaignRunner
-from pytest_p2p.campaign.schedule import order
+from pytest_p2p.campaign.schedule import order, rep_of
 from pytest_p2p.errors import CampaignError, ConfigError
 from pytest_p2p.lease import GpuLease
 from pytest_p2p.probes.arms import PRESETS

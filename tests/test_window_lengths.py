@@ -16,7 +16,7 @@ from test_campaign_resident import _runner
 
 from pytest_p2p.campaign import backends
 from pytest_p2p.campaign.blocks import plan_line
-from pytest_p2p.campaign.config import CampaignConfig, WindowLengths, parse_campaign
+from pytest_p2p.campaign.config import CampaignConfig, PerPoint, parse_campaign
 from pytest_p2p.errors import ConfigError
 from pytest_p2p.verdict.store_design import design_key
 
@@ -29,13 +29,13 @@ def _parse(window_s: object) -> CampaignConfig:
 
 def test_a_table_gives_each_point_its_length_and_a_number_stays_one_length() -> None:
     cfg = _parse({"default": 5, 64: 8.5})
-    assert cfg.window_s == WindowLengths(5.0, (("c64", 8.5),))
+    assert cfg.window_s == PerPoint(5.0, (("c64", 8.5),))
     assert (cfg.window_s_for("c16"), cfg.window_s_for("c64"), cfg.window_s_mean(["c16", "c64"])) == (5.0, 8.5, 6.75)
     assert cfg.to_dict()["window_s"] == {"default": 5.0, "c64": 8.5}
     assert _parse({"default": 5, "c64": 8.5}).window_s == cfg.window_s  # 64 or c64
     # a table that says one length is that number (the same design as ``window_s: 6.5``)
     assert _parse({"default": 6.5, 16: 6.5}).window_s == 6.5 == _parse(6.5).window_s
-    assert _parse({64: 8.5}).window_s == WindowLengths(15.0, (("c64", 8.5),))  # the key's default where left out
+    assert _parse({64: 8.5}).window_s == PerPoint(15.0, (("c64", 8.5),))  # the key's default where left out
     none = _parse(None)
     assert none.window_s is None and none.window_s_for("c64") is None and none.window_s_mean(["c64"]) is None
 

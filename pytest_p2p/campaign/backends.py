@@ -377,9 +377,9 @@ class ModelBackend:
         warm-up (:func:`window_prompts`), the first launch's."""
         return self.campaign.window_s_for(point) is None or point in self.window_prompts
 
-    def prompts_ahead(self, points: Sequence[str], reps: Sequence[int]) -> threading.Thread | None:
-        """Make, in a thread, the prompts of a launch's warm-ups and of its windows ``reps`` at ``points`` (each
-        for its first sending), while the launch's servers start; ``None`` where the tokenizer is not known yet
+    def prompts_ahead(self, reps: Mapping[str, Sequence[int]]) -> threading.Thread | None:
+        """Make, in a thread, the prompts of a launch's warm-ups and of its windows ``reps[point]`` at each point
+        (each for its first sending), while the launch's servers start; ``None`` where the tokenizer is not known yet
         (the night's first launch asks its first server).
 
         Why: a window pair's prompts took 0.3-0.6 s to make on 2x H200 (``token_prompts`` redraws until the
@@ -391,13 +391,13 @@ class ModelBackend:
         if tok is None:
             return None
         specs = []
-        for point in points:
+        for point, ks in reps.items():
             c = concurrency_of(point)
             if self.campaign.warmup > 0:
                 specs.append(self._spec(c, self._warm_prompts(c), seed_offset=prompt_seed(point, 0), tokenizer=tok))
             if self.calibrated(point):
                 n = self._window(point)[1]
-                specs.extend(self._spec(c, n, seed_offset=prompt_seed(point, k), tokenizer=tok) for k in reps)
+                specs.extend(self._spec(c, n, seed_offset=prompt_seed(point, k), tokenizer=tok) for k in ks)
 
         def make() -> None:
             from ..serve.loadgen import make_prompts

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -51,13 +52,13 @@ from .. import signals
 from ..errors import P2PError, RepFailed
 from ..jsontypes import as_dict
 from ..stats import SpreadSeen, StartPrior, StatsError, expected_halfwidth, plan_for, plan_with_prior
-from ..stats.nested import MIN_PRIOR_DF, MIN_PRIOR_NIGHTS
+from ..stats.nested import MIN_PRIOR_DF, MIN_PRIOR_NIGHTS, NestedPlan, look_alpha
 from . import adaptive
 from .backends import ModelBackend, ServerSlot
-from .config import WindowLengths
+from .config import PerPoint
 from .gpu import wait_vram_free
 from .progress import Pace
-from .schedule import order, warm_order
+from .schedule import order, rep_of, warm_order
 from .telemetry import Row, _Reader
 
 if TYPE_CHECKING:
@@ -114,11 +115,6 @@ class ResidentRunner(Protocol):
                        idle_rows: list[Row], *, warm: bool = True) -> Json: ...
 
 
-def rep_of(start: int, window: int, windows: int) -> int:
-    """Rep number of window pair ``window`` (1-based) of start ``start`` (1-based)."""
-    return (start - 1) * windows + window
-
-
 #: The spreads the planner assumes before a campaign has measured its own (log units), from H100 pairs with a
 #: 7B-shape Llama at TP=2 (docs/gpu-runs.md): a window pair's uplift ratio varied within a start by 1.35-1.5 %
 #: (c16) and 1.7-2.5 % (c64) at 10 s windows (4x H100, 2026-11-26 evening) and by 1.9-2.1 % at 8 s (2x H100,
@@ -155,8 +151,9 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     window_took = _window_took(runner, points)
     gap = _launch_gap_s(runner)
     starts_s += len(groups) * gap
-    servings = cfg.starts * len(points) * n_arms  # each start's servers at each point: a warm-up and the windows
-    measured = servings * cfg.windows * window_took
+    servings = cfg.starts * len(points) * n_arms  # each start's servers at each point: a warm-up
+    pairs = cfg.window_pairs(points)  # window pairs a start measures, over every point
+    measured = cfg.starts * n_arms * pairs * window_took
     total = starts_s + measured + servings * _warm_s(runner)
     memory = ("GPU memory split between the arms' servers" if mode == "resident" and k == 1
               else f"GPU memory split among {n_arms * k} servers: {k} starts at once" if mode == "resident"
@@ -164,8 +161,9 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     more = (f", up to {cfg.max_starts} starts while undecided" if cfg.max_starts and cfg.max_starts > cfg.starts
             else "")
     alpha = cfg.uplift_rule_for(runner.kind).family_alpha(len(points))
-    line = (f"plan: {mode} arms ({memory}): {cfg.starts} starts x {cfg.windows} window pairs x {len(points)} "
-            f"point(s), windows of {_window_text(cfg, points)}{more}; expected "
+    size = (f"{cfg.starts} starts x window pairs {cfg.windows_text(points)}" if isinstance(cfg.windows, PerPoint)
+            else f"{cfg.starts} starts x {cfg.windows} window pairs x {len(points)} point(s)")
+    line = (f"plan: {mode} arms ({memory}): {size}, windows of {_window_text(cfg, points)}{more}; expected "
             f"{total / 60:.0f} min ({cfg.starts * n_arms} server starts of ~{start_s:.0f} s{_start_text(runner)}"
             + (f", {len(groups)} launches of ~{launch_s:.0f} s" if k > 1 else "") + ", "
             f"{100 * measured / total:.0f} % of it under measured load)")
@@ -173,23 +171,28 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
         return line + "; one start cannot decide (the start-to-start spread is unknown)"
     # what one more start costs: its share of a later launch and of the gap before it, and its warm-ups
     start_cost = (launch_s + gap) / k + len(points) * n_arms * _warm_s(runner)
-    start_sd, window_sd, whose = _plan_spreads(runner.prior_history, points, cfg.windows, window_s)
+    windows = {p: cfg.windows_for(p) for p in points}
+    start_sd, window_sd, w_at, whose = _plan_spreads(runner.prior_history, windows, window_s)
     # the verdict's alpha at the planned starts: with starts to add while undecided (max_starts), the first look
     # spends only its share of the point's alpha (adaptive.start_plan). The committed 7B rig's verdict is a 99.2 %
     # interval, not the 99 % this line said until 2026-11-28 (fifteenth night: "~2.7 %" said, 2.6 % came at 99.2 %)
     look = adaptive.start_plan(cfg, alpha).alpha_at(cfg.starts) or alpha
     try:
         # the first arm alternates start by start: from 6 starts on the verdict fits its effect (one df less)
-        half = expected_halfwidth(start_sd, window_sd, cfg.starts, cfg.windows, look, alternating=True)
-        best = plan_for(start_sd, window_sd, PLAN_TARGET, alpha, start_cost, n_arms * window_took, MAX_PLAN_STARTS,
-                        points=len(points), alternating=True, spent_over=cfg.max_starts)
+        half = expected_halfwidth(start_sd, window_sd, cfg.starts, w_at, look, alternating=True)
+        if isinstance(cfg.windows, PerPoint):  # the rig's pairs per point kept: only the starts are searched
+            best = _plan_starts(start_sd, window_sd, cfg.windows_text(points), w_at, alpha, start_cost,
+                                n_arms * pairs * window_took, len(points), cfg.max_starts)
+        else:
+            best = plan_for(start_sd, window_sd, PLAN_TARGET, alpha, start_cost, n_arms * window_took,
+                            MAX_PLAN_STARTS, points=len(points), alternating=True, spent_over=cfg.max_starts)
     except StatsError:
         return line
     # half-widths are of the on/off ratio (log scale): in uplift points they are (1 + uplift) times that, so a
     # +55 % uplift decided to +-2 % of its ratio is +-3.1 uplift points (2x H100, 2026-11-26)
     level = f"{(1 - 2 * look) * 100:.4g} % CI half-width"
     spreads = f"if window pairs vary by {window_sd * 100:.1f} % and starts by {start_sd * 100:.1f} % ({whose})"
-    lent = _lent_halfwidths(runner.start_priors, points, cfg.starts, cfg.windows, look)
+    lent = _lent_halfwidths(runner.start_priors, windows, cfg.starts, look)
     if lent and len(lent) == len(points):
         # every point borrows: tonight expects the borrowed precision. Night 4 of the 7B rig's chain (2x H200,
         # 2026-11-28) led with "~3.3 %" and "+-2 % would take 14 starts", its own starts' figures, while the
@@ -202,28 +205,43 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
                 + (f", {_per_point(lent)} with the start spread of earlier nights" if lent else "")
                 + f"; +-{PLAN_TARGET * 100:.0f} % would take {best.describe()}")
     return (line + text
-            + _prior_plan_text(runner.start_priors, points, cfg.windows, alpha, start_cost, n_arms * window_took,
+            + _prior_plan_text(runner.start_priors, windows, alpha, start_cost, n_arms * pairs * window_took,
                                cfg.max_starts)
             + _history_text(runner.prior_history, points, runner.start_priors))
 
 
-def _lent_halfwidths(priors: Mapping[str, StartPrior], points: list[str], starts: int, windows: int,
+def _lent_halfwidths(priors: Mapping[str, StartPrior], windows: Mapping[str, int], starts: int,
                      alpha: float) -> dict[str, float]:
     """Per point that borrows a start spread of this design (its window pairs per start), the half-width the
     planned starts are expected to reach with it: the spread of a start mean as earlier nights measured it,
     on their df and tonight's (:func:`expected_halfwidth` with ``prior_df``), the first arm fitted as tonight's
     decision fits it."""
     out: dict[str, float] = {}
-    for p in points:
+    for p, w in windows.items():
         prior = priors.get(p)
-        if prior is None or prior.windows != windows:
+        if prior is None or prior.windows != w:
             continue
         try:
-            out[p] = expected_halfwidth(prior.var ** 0.5, 0.0, starts, windows, alpha, prior_df=prior.df,
+            out[p] = expected_halfwidth(prior.var ** 0.5, 0.0, starts, w, alpha, prior_df=prior.df,
                                         alternating=True)
         except StatsError:
             continue
     return out
+
+
+def _plan_starts(start_sd: float, window_sd: float, windows_text: str, w_at: int, alpha: float,
+                 start_cost: float, start_windows_cost: float, points: int, max_starts: int | None) -> NestedPlan:
+    """The fewest starts that reach +-2 % with the rig's window pairs per point kept (``campaign.windows`` as a
+    table), the spreads those of the point that varies most (``w_at`` its pairs): :func:`plan_for` searches one
+    count of pairs for every point, which would plan away the table the rig chose."""
+    b, h, a_b = 2, math.inf, alpha
+    for b in range(2, MAX_PLAN_STARTS + 1):
+        a_b = look_alpha(alpha, b, max_starts)
+        h = expected_halfwidth(start_sd, window_sd, b, w_at, a_b, alternating=True)
+        if h <= PLAN_TARGET:
+            break
+    return NestedPlan(b, w_at, h, b * (start_cost + start_windows_cost), points, h <= PLAN_TARGET, start_sd,
+                      window_sd, a_b, PLAN_TARGET, windows_text=windows_text)
 
 
 def _per_point(halves: Mapping[str, float]) -> str:
@@ -235,21 +253,25 @@ def pace(runner: ResidentRunner, points: list[str]) -> Pace:
     """The plan line's figures as the progress line's pace: a window (its share of a warm-up included), the first
     launch and a later one, and the launches of the plan; the campaign replaces them with what it measures."""
     cfg = runner.config
-    return Pace(window_s=_window_took(runner, points) + _warm_s(runner) / max(1, cfg.windows),
+    # each server warms once a point and start: its share of a window is points / window pairs a start
+    warm_share = _warm_s(runner) * len(points) / max(1, cfg.window_pairs(points))
+    return Pace(window_s=_window_took(runner, points) + warm_share,
                 launch_s=_start_estimate(runner, 2, cfg.starts_at_once),
                 launches_ahead=len(range(1, cfg.starts + 1, cfg.starts_at_once)),
                 first_launch_s=_start_estimate(runner, 1, cfg.starts_at_once))
 
 
 def _window_took(runner: ResidentRunner, points: Sequence[str]) -> float:
-    """Seconds one window is expected to take, on average over ``points``: its time budget with the slower arm's
-    overrun, else (a window of so many prompts) 10 s on a real server and 1 s on the stand-in, which answers a
-    window's prompts in about that (the README's demo planned "expected 12 min" for a campaign of one minute
-    until 2026-11-27). Every point runs as many windows, so the mean prices the sum."""
-    mean_s = runner.config.window_s_mean(points)
-    if mean_s is not None:
-        return mean_s * PLAN_WINDOW_OVERRUN
-    return 1.0 if _stand_in(runner) else 10.0
+    """Seconds one window is expected to take, on average over the windows of a start at ``points`` (each point
+    weighed by its window pairs, so ``window_pairs(points)`` times this prices a start's windows): its time budget
+    with the slower arm's overrun, else (a window of so many prompts) 10 s on a real server and 1 s on the
+    stand-in, which answers a window's prompts in about that (the README's demo planned "expected 12 min" for a
+    campaign of one minute until 2026-11-27)."""
+    cfg = runner.config
+    if cfg.window_s_mean(points) is None:
+        return 1.0 if _stand_in(runner) else 10.0
+    weighed = math.fsum(cfg.windows_for(p) * (cfg.window_s_for(p) or 0.0) for p in points)
+    return weighed / cfg.window_pairs(points) * PLAN_WINDOW_OVERRUN
 
 
 def _stand_in(runner: ResidentRunner) -> bool:
@@ -263,45 +285,49 @@ def _launches_after(group: list[int], planned: int, at_once: int) -> int:
     return len(range(group[-1] + 1, planned + 1, at_once))
 
 
-def _prior_plan_text(priors: Mapping[str, StartPrior], points: list[str], windows: int, alpha: float,
-                     start_cost: float, window_cost: float, max_starts: int | None) -> str:
+def _prior_plan_text(priors: Mapping[str, StartPrior], windows: Mapping[str, int], alpha: float,
+                     start_cost: float, start_windows_cost: float, max_starts: int | None) -> str:
     """What the start spread from earlier nights changes in the plan: the starts +-2 % needs with it, per
     point that has one (or why it cannot be borrowed: another design's windows per start), each plan at the
-    alpha its first look would spend with the rig's ``max_starts`` kept."""
+    alpha its first look would spend with the rig's ``max_starts`` kept. ``windows``: each point's window pairs
+    per start; ``start_windows_cost``: the seconds of a start's windows, every point's."""
     parts: list[str] = []
-    for p in points:
+    for p, w in windows.items():
         prior = priors.get(p)
         if prior is None:
             continue
-        if prior.windows != windows:
+        if prior.windows != w:
             parts.append(f"{p}: the {prior.describe()} is of {prior.windows} window pairs per start, not this "
-                         f"plan's {windows}: not borrowed")
+                         f"plan's {w}: not borrowed")
             continue
         try:
-            plan = plan_with_prior(prior, PLAN_TARGET, alpha, start_cost, window_cost, MAX_PLAN_STARTS,
-                                   points=len(points), alternating=True, spent_over=max_starts)
+            # plan_with_prior prices a start's windows as points x its pairs x a pair's cost: the share that
+            # makes that product this campaign's own (every point's pairs, each its own count)
+            plan = plan_with_prior(prior, PLAN_TARGET, alpha, start_cost, start_windows_cost / (len(windows) * w),
+                                   MAX_PLAN_STARTS, points=len(windows), alternating=True, spent_over=max_starts)
         except StatsError:
             continue
         parts.append(f"{p}: +-{PLAN_TARGET * 100:.0f} % would take {plan.describe()}")
     return "".join(f"; {x}" for x in parts)
 
 
-def _plan_spreads(history: Mapping[str, SpreadSeen], points: list[str], windows: int,
-                  window_s: float) -> tuple[float, float, str]:
-    """``(start sd, window sd, whose figures)`` the plan assumes: what earlier nights of this design measured
-    here, at the point whose start mean varied most, where every point has them; else the H100 figures
-    (the window sd scaled to this window length).
+def _plan_spreads(history: Mapping[str, SpreadSeen], windows: Mapping[str, int],
+                  window_s: float) -> tuple[float, float, int, str]:
+    """``(start sd, window sd, window pairs, whose figures)`` the plan assumes: what earlier nights of this design
+    measured here, at the point whose start mean varied most (with its window pairs per start), where every point
+    has them; else the H100 figures (the window sd scaled to this window length) at the point of fewest pairs.
 
     Why: the H100 figures (start 1.0 %, window pair 2.0 % at 10 s) sized an H200 night's plan as if its c16
     start spread were 1.0 % when it was 1.3 % (2026-11-27); the nights on this pair say better.
     """
-    got = [(s.start_sd, s.window_sd, s.nights) for p in points if (s := history.get(p)) is not None
-           and s.start_sd is not None and s.window_sd is not None and s.windows == windows]
-    if points and len(got) == len(points):
-        start_sd, window_sd, _ = max(got, key=lambda g: g[0] ** 2 + g[1] ** 2 / windows)
-        nights = min(g[2] for g in got)
-        return start_sd, window_sd, f"measured on {nights} earlier night{'' if nights == 1 else 's'} here"
-    return PLAN_START_SD, PLAN_WINDOW_SD * (PLAN_WINDOW_SD_AT_S / window_s) ** 0.5, "H100 figures"
+    got = [(s.start_sd, s.window_sd, w, s.nights) for p, w in windows.items() if (s := history.get(p)) is not None
+           and s.start_sd is not None and s.window_sd is not None and s.windows == w]
+    if windows and len(got) == len(windows):
+        start_sd, window_sd, w, _ = max(got, key=lambda g: g[0] ** 2 + g[1] ** 2 / g[2])
+        nights = min(g[3] for g in got)
+        return start_sd, window_sd, w, f"measured on {nights} earlier night{'' if nights == 1 else 's'} here"
+    return (PLAN_START_SD, PLAN_WINDOW_SD * (PLAN_WINDOW_SD_AT_S / window_s) ** 0.5, min(windows.values(), default=1),
+            "H100 figures")
 
 
 def _history_text(history: Mapping[str, SpreadSeen], points: list[str], borrowed: Mapping[str, StartPrior]) -> str:
@@ -325,7 +351,7 @@ MAX_PLAN_STARTS = 40
 def _window_text(cfg: CampaignConfig, points: Sequence[str]) -> str:
     """``6.5 s``, ``5 s (c16), 8.5 s (c64)`` or ``8 prompts per concurrency``."""
     w = cfg.window_s
-    if isinstance(w, WindowLengths):
+    if isinstance(w, PerPoint):
         return w.text(points)
     return f"{w:g} s" if w is not None else f"{cfg.prompts_per_concurrency} prompts per concurrency"
 
@@ -470,8 +496,7 @@ def _run_launches(runner: ResidentRunner, rd: RunWriter, result: CampaignResult,
     while True:
         group = launches(start + 1, cfg.starts if start < cfg.starts else last, cfg.starts_at_once)
         start = group[-1]
-        pending.update((a, p, rep_of(s, w, cfg.windows)) for s in group for a in cfg.arms for p in points
-                       for w in range(1, cfg.windows + 1))
+        pending.update(cfg.window_keys(points, group))
         _pace_ahead(runner, _launches_after(group, cfg.starts, cfg.starts_at_once))
         following = launches(start + 1, cfg.starts, cfg.starts_at_once) if start < cfg.starts else None
         began = time.monotonic()
@@ -479,7 +504,7 @@ def _run_launches(runner: ResidentRunner, rd: RunWriter, result: CampaignResult,
         budget.took(began, time.monotonic(), size=len(group))
         if result.errors:
             return
-        result.reps = start * cfg.windows
+        result.reps = start * cfg.window_stride
         if start < cfg.starts:
             continue
         for bad, why in adaptive.screen_starts_campaign(result.rep_data, cfg, runner.kind, points).items():
@@ -488,8 +513,7 @@ def _run_launches(runner: ResidentRunner, rd: RunWriter, result: CampaignResult,
             rerun.add(bad)
             _set_aside_start(runner, rd, result, bad, points, f"screened: {why}", kind="screened")
             result.notes.append(f"start {bad} screened and re-run: {why}")
-            pending.update((a, p, rep_of(bad, w, cfg.windows)) for a in cfg.arms for p in points
-                           for w in range(1, cfg.windows + 1))
+            pending.update(cfg.window_keys(points, [bad]))
             _pace_ahead(runner, 0)
             _start_with_retries(runner, rd, result, [bad], points, pending, rerun=True)
         if result.errors:
@@ -536,7 +560,7 @@ def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignR
     for attempt in range(1, cfg.rep_retries + 2):
         held = ahead.take(group, result) if ahead is not None and attempt == 1 else None
         if attempt == 1 and (rerun or group[-1] > cfg.starts):
-            _count_more(runner, cfg.windows * len(cfg.arms) * len(points) * len(group))
+            _count_more(runner, cfg.window_pairs(points) * len(cfg.arms) * len(group))
         # a retry adds only what its failed attempt had measured: the windows it never reached are the plan's
         # still (until 2026-11-28 a retry added the whole launch, so a launch that failed at its first window left
         # the line 8 windows short of its end: "26/34" on a loaded CI box)
@@ -544,10 +568,10 @@ def _start_with_retries(runner: ResidentRunner, rd: RunWriter, result: CampaignR
         before = _counts(runner)
         for s in group:
             for arm in cfg.arms:
-                for w in range(1, cfg.windows + 1):
+                for w in range(1, cfg.window_stride + 1):
                     # a window's attempts count on over a screened start's re-run and a retry (they name its
                     # set-aside files: counted from 1 again, a re-run's screened window overwrote the start's)
-                    key = (arm, rep_of(s, w, cfg.windows))
+                    key = (arm, rep_of(s, w, cfg.window_stride))
                     runner._attempts[key] = runner._attempts.get(key, 0) + 1
         try:
             _run_start(runner, rd, result, group, points, attempt, pending, held=held, ahead=ahead,
@@ -618,7 +642,7 @@ def start_log(rd: RunWriter, arm: str, point: str, start: int) -> Path:
 def _set_aside_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, start: int,
                      points: list[str], cause: str, *, kind: str) -> None:
     """Every window of ``start`` (both arms, every point) out of the data, its files kept aside with the cause."""
-    w_n = runner.config.windows
+    w_n = runner.config.window_stride
     for arm in runner.config.arms:
         measured = {k: {p: d for p in points if (d := result.rep_data.get((arm, p), {}).pop(k, None)) is not None}
                     for k in (rep_of(start, w, w_n) for w in range(1, w_n + 1))}
@@ -651,7 +675,7 @@ def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, gr
     cfg = runner.config
     mode = cfg.resident_mode(runner.kind) or "resident"
     arms = list(cfg.arms)
-    w_n = cfg.windows
+    w_n = cfg.window_stride
     first_rep = rep_of(group[0], 1, w_n)
     servers = [(a, s) for s in group for a in arms]
     labels = [a if len(group) == 1 else f"{a}@start{s}" for a, s in servers]
@@ -667,7 +691,7 @@ def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, gr
         with runner.progress.waiting(what, first_rep, total * w_n, "waiting for free VRAM"):
             vram_note = wait_vram_free(runner.pair, cfg.vram_free_mib, cfg.vram_free_timeout_s, live=runner.live)
         reader = runner._reader()
-        prompts = backend.prompts_ahead(points, [rep_of(s, w, w_n) for s in group for w in range(1, w_n + 1)])
+        prompts = backend.prompts_ahead({p: cfg.window_reps(p, group) for p in points})
         try:
             idle_rows = runner._idle_rows(reader)
             t0 = time.monotonic()
@@ -692,7 +716,7 @@ def _run_start(runner: ResidentRunner, rd: RunWriter, result: CampaignResult, gr
                         # after the warm-ups, which may run beside it: no window runs beside a server's Python
                         # start-up, and the next launch's began this launch (~22 s forked, ~18 s of GPU work)
                         ahead.settle(result)
-                    for w in range(1, w_n + 1):
+                    for w in range(1, cfg.windows_for(point) + 1):
                         for s in group:
                             for arm in order(arms, s, w):
                                 run.window(point, arm, s, w)
@@ -913,7 +937,7 @@ class _Start:
                                  sized=r.backend.calibrated(point)):
             if (arm, s, point) not in before:
                 signals.checkpoint()
-                r._warm(self.slots[(arm, s)], arm, point, rep_of(s, 1, r.config.windows))
+                r._warm(self.slots[(arm, s)], arm, point, rep_of(s, 1, r.config.window_stride))
                 self.warmed.add((arm, s, point))
 
     def window(self, point: str, arm: str, start: int, w: int) -> None:
@@ -921,7 +945,7 @@ class _Start:
         the rep written at once."""
         r = self.runner
         assert r.progress is not None and isinstance(r.backend, ModelBackend)
-        w_n = r.config.windows
+        w_n = r.config.window_stride
         k = rep_of(start, w, w_n)
         slot = self.slots[(arm, start)]
         signals.checkpoint()
@@ -946,7 +970,7 @@ def _rescreen_windows(run: _Start, point: str, start: int) -> None:
     set aside (kept, ``screened``) and measured again at once, on the same servers."""
     runner, cfg = run.runner, run.runner.config
     for w, why in adaptive.screen_windows_start(run.result.rep_data, cfg, runner.kind, point, start).items():
-        k = rep_of(start, w, cfg.windows)
+        k = rep_of(start, w, cfg.window_stride)
         for arm in cfg.arms:
             old = run.result.rep_data.get((arm, point), {}).pop(k, None)
             runner._set_aside(run.rd, run.result, arm, k, [point], {point: old} if old is not None else {},

@@ -36,7 +36,8 @@ Example (every key optional; the values shown are the defaults unless noted)::
                               # (vLLM sleep mode: the idle arm sleeps) | restart (a server start per rep) | auto
                               # (resident; sleep when the two servers do not fit on the pair, said in the notes)
       starts: 3               # resident/sleep: server starts per arm (the unit of replication)
-      windows: 4              # resident/sleep: window pairs per point within one start, ABBA over windows
+      windows: 4              # resident/sleep: window pairs per point within one start, ABBA over windows;
+                              # per point: {default: 2, 64: 4} (more windows where they spread most)
       window_s: 15            # resident/sleep: seconds of measured load per window (null: prompts_per_concurrency);
                               # per point: {default: 6.5, 64: 8.5} (longer windows where the windows spread most)
       max_starts: null        # resident/sleep adaptive: add starts up to this many while the uplift is inconclusive
@@ -66,8 +67,9 @@ downtraining) and ``exclude_throttled`` whether untrustworthy reps are dropped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Generic, TypeVar
 
 from ..errors import ConfigError
 from ..jsontypes import JSONObject
@@ -76,7 +78,7 @@ from ..schema import as_written, distinct, each, flag, key, load, real, rig_keys
 from ..stats.uplift_rule import RULES, UpliftRule, parse_min_uplift, point_key
 from ..util import format_size
 from ..validate import int_in, join, sequence, size
-from .schedule import MODES, WARMUP_ORDERS
+from .schedule import MODES, WARMUP_ORDERS, rep_of
 
 KINDS = ("auto", "model", "probe")
 RESIDENCY = ("auto", "resident", "sleep", "restart")
@@ -113,7 +115,9 @@ MAX_SIZE = 16 * 1024**3
 DAY_S = 86_400.0
 WEEK_S = 7 * DAY_S
 WINDOW_S_DEFAULT = 15.0  # seconds; also a per-point table's default where it leaves ``default`` out
-WINDOW_S: float | WindowLengths | None = WINDOW_S_DEFAULT  # typed: ``null`` and a table are values of the key too
+WINDOW_S: float | PerPoint[float] | None = WINDOW_S_DEFAULT  # typed: ``null`` and a table are values of the key too
+WINDOWS_DEFAULT = 4  # window pairs per start; also a per-point table's default where it leaves ``default`` out
+WINDOWS: int | PerPoint[int] = WINDOWS_DEFAULT
 
 
 def _int_list(value: object, source: str, path: str) -> tuple[int, ...]:
@@ -130,49 +134,73 @@ def _sizes(value: object, source: str, path: str) -> tuple[int, ...]:
     return sizes
 
 
+V = TypeVar("V", int, float)
+
+
 @dataclass(frozen=True)
-class WindowLengths:
-    """``window_s: {default: 6.5, 64: 8.5}``: seconds of measured load per window, per point.
+class PerPoint(Generic[V]):
+    """A key set per point: ``window_s: {default: 6.5, 64: 8.5}`` (seconds of measured load per window) or
+    ``windows: {default: 2, 64: 4}`` (window pairs per start).
 
     Why: the committed 7B rig's c64 window pairs spread 2.6-4.2 % a night against c16's 1.1-2 %, so c64 sits at the
-    edge of +-2 % with 8 starts while c16 has room. Longer c64 windows and shorter c16 ones buy c64 the precision
-    at about the same wall time (benchmarks/verdict_prior_committed.py table 4c: c64 8.5 s, c16 5 s). Only points
-    that differ from ``default`` are kept, so ``{default: 6.5}`` is the rig of ``window_s: 6.5``."""
+    edge of +-2 % with 8 starts while c16 has room. The measurement is spent where the windows spread most: longer
+    c64 windows (benchmarks/verdict_prior_committed.py table 4c), or more of them (table 4b, 4d). Only points that
+    differ from ``default`` are kept, so ``{default: 6.5}`` is the rig of ``window_s: 6.5``."""
 
-    default: float
-    per_point: tuple[tuple[str, float], ...]  # (point label, seconds), sorted, none equal to default
+    default: V
+    per_point: tuple[tuple[str, V], ...]  # (point label, value), sorted, none equal to default
 
-    def for_point(self, point: str) -> float:
+    def for_point(self, point: str) -> V:
         return dict(self.per_point).get(point, self.default)
 
     def as_json(self) -> JSONObject:
         return {"default": self.default, **dict(self.per_point)}
 
-    def text(self, points: Sequence[str]) -> str:
-        """``5 s (c16), 8.5 s (c64)``."""
-        return ", ".join(f"{self.for_point(p):g} s ({p})" for p in points)
+    def text(self, points: Sequence[str], unit: str = " s") -> str:
+        """``5 s (c16), 8.5 s (c64)``; points of one value together, in the order of their first (``2 (c1, c2,
+        c4), 3 (c8)``)."""
+        groups: dict[V, list[str]] = {}
+        for p in points:
+            groups.setdefault(self.for_point(p), []).append(p)
+        return ", ".join(f"{v:g}{unit} ({', '.join(ps)})" for v, ps in groups.items())
 
 
-def _window_s(value: object, source: str, path: str) -> float | WindowLengths | None:
+def _per_point(value: Mapping[object, object], source: str, path: str, parse: Callable[[object, str, str], V],
+               default: V) -> V | PerPoint[V]:
+    """A table per point with a ``default`` (the key's own default where the table leaves it out); a point key is
+    a concurrency (``64`` or ``c64``), checked against ``concurrency`` once the section is read. A table whose
+    every point equals its default is that one value."""
+    per: dict[str, V] = {}
+    for k, v in value.items():  # not validate.mapping: YAML gives int keys for ``64: 8.5``
+        if k == "default":
+            default = parse(v, source, join(path, k))
+        else:
+            label = point_key(k, "model", source, path)
+            per[label] = parse(v, source, join(path, label))
+    kept = tuple(sorted((p, w) for p, w in per.items() if w != default))
+    return PerPoint(default, kept) if kept else default
+
+
+def _window_s(value: object, source: str, path: str) -> float | PerPoint[float] | None:
     """``window_s``: a number of seconds, ``null`` (windows of ``prompts_per_concurrency``), or a table per point
-    with a ``default`` (the key's default, 15 s, where the table leaves it out); a point key is a concurrency
-    (``64`` or ``c64``), checked against ``concurrency`` once the section is read."""
+    (:func:`_per_point`; the key's default, 15 s, where it leaves ``default`` out)."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
         return _SECONDS(value, source, path)
-    default, per = WINDOW_S_DEFAULT, {}  # the key's default where the table leaves ``default`` out
-    for k, v in value.items():  # not validate.mapping: YAML gives int keys for ``64: 8.5``
-        if k == "default":
-            default = _SECONDS(v, source, join(path, k))
-        else:
-            label = point_key(k, "model", source, path)
-            per[label] = _SECONDS(v, source, join(path, label))
-    kept = tuple(sorted((p, w) for p, w in per.items() if w != default))
-    return WindowLengths(default, kept) if kept else default
+    return _per_point(value, source, path, _SECONDS, WINDOW_S_DEFAULT)
+
+
+def _windows(value: object, source: str, path: str) -> int | PerPoint[int]:
+    """``windows``: window pairs per start, one number or a table per point (:func:`_per_point`; the key's default
+    where it leaves ``default`` out)."""
+    if not isinstance(value, Mapping):
+        return _PAIRS(value, source, path)
+    return _per_point(value, source, path, _PAIRS, WINDOWS_DEFAULT)
 
 
 _SECONDS = real(0.1, DAY_S)
+_PAIRS = whole(1, MAX_WINDOWS)
 
 
 @dataclass(frozen=True)
@@ -214,8 +242,9 @@ class CampaignConfig:
     max_time_s: float | None = key(None, real(0.001, WEEK_S), null=True)
     residency: str = key("auto", word(*RESIDENCY))
     starts: int = key(3, whole(1, MAX_STARTS))
-    windows: int = key(4, whole(1, MAX_WINDOWS))
-    window_s: float | WindowLengths | None = key(
+    windows: int | PerPoint[int] = key(WINDOWS, _windows, accepts="an integer 1 .. 1000, or a table per point "
+                                                                  "`{default: 2, 64: 4}`")
+    window_s: float | PerPoint[float] | None = key(
         WINDOW_S, _window_s, accepts="a number 0.1 .. 86400, null (prompts_per_concurrency), or a table per point "
                                      "`{default: 6.5, 64: 8.5}`")
     max_starts: int | None = key(None, whole(1, MAX_STARTS), null=True)
@@ -247,7 +276,38 @@ class CampaignConfig:
     def window_s_for(self, point: str) -> float | None:
         """Seconds of measured load per window at ``point`` (``None``: windows of ``prompts_per_concurrency``)."""
         w = self.window_s
-        return w.for_point(point) if isinstance(w, WindowLengths) else w
+        return w.for_point(point) if isinstance(w, PerPoint) else w
+
+    def windows_for(self, point: str) -> int:
+        """Window pairs per start at ``point``."""
+        w = self.windows
+        return w.for_point(point) if isinstance(w, PerPoint) else w
+
+    @property
+    def window_stride(self) -> int:
+        """Rep numbers a start takes (``blocks.rep_of``): the most window pairs any point of a model campaign has.
+        A point with fewer leaves the rest of its start's numbers unused, so a rep number still names one window
+        pair of one start at every point."""
+        return max(self.windows_for(p) for p in self.points("model"))
+
+    def window_reps(self, point: str, starts: Iterable[int]) -> list[int]:
+        """The rep numbers of the window pairs the starts ``starts`` measure at ``point``: the point's own count of
+        them, numbered by :attr:`window_stride`, so a point with fewer pairs leaves numbers unused."""
+        stride = self.window_stride
+        return [rep_of(s, w, stride) for s in starts for w in range(1, self.windows_for(point) + 1)]
+
+    def window_keys(self, points: Sequence[str], starts: Sequence[int]) -> set[tuple[str, str, int]]:
+        """``(arm, point, rep)`` of every window the starts ``starts`` measure (:meth:`window_reps`)."""
+        return {(a, p, k) for p in points for k in self.window_reps(p, starts) for a in self.arms}
+
+    def window_pairs(self, points: Sequence[str]) -> int:
+        """Window pairs one start measures over ``points`` (each point its own count)."""
+        return sum(self.windows_for(p) for p in points)
+
+    def windows_text(self, points: Sequence[str]) -> str:
+        """``2`` or ``2 (c16), 4 (c64)``."""
+        w = self.windows
+        return w.text(points, "") if isinstance(w, PerPoint) else str(w)
 
     def window_s_mean(self, points: Sequence[str]) -> float | None:
         """The mean window length over ``points``: what the planner's sums over points need (``None``: prompts)."""
@@ -301,8 +361,9 @@ class CampaignConfig:
     def to_dict(self) -> JSONObject:
         """Every rig-file key but ``min_uplift`` (run.json records the parsed rule under ``uplift.rule``)."""
         out = {k: getattr(self, f.name) for k, f in rig_keys(CampaignConfig).items() if k != "min_uplift"}
-        if isinstance(self.window_s, WindowLengths):
-            out["window_s"] = self.window_s.as_json()
+        for name in ("window_s", "windows"):
+            if isinstance(table := getattr(self, name), PerPoint):
+                out[name] = table.as_json()
         return out
 
 
@@ -348,13 +409,14 @@ def parse_campaign(value: object, source: str, path: str = "campaign") -> Campai
                                                "needed: starts of one launch share its moment, and the launch "
                                                "guard cannot see a launch effect in fewer (starts_at_once at most "
                                                f"{most_at_once(cfg.starts)} for {cfg.starts} starts)")
-    if isinstance(cfg.window_s, WindowLengths):
-        known = cfg.points("model")
-        for p, _ in cfg.window_s.per_point:
-            if p not in known:
-                raise ConfigError(source, join(join(path, "window_s"), p),
-                                  f"no point {p} in concurrency {list(cfg.concurrency)}: a window length per point "
-                                  "names one of the campaign's concurrencies")
+    for name, what in (("window_s", "a window length"), ("windows", "a count of window pairs")):
+        if isinstance(table := getattr(cfg, name), PerPoint):
+            known = cfg.points("model")
+            for p, _ in table.per_point:
+                if p not in known:
+                    raise ConfigError(source, join(join(path, name), p),
+                                      f"no point {p} in concurrency {list(cfg.concurrency)}: {what} per point "
+                                      "names one of the campaign's concurrencies")
     if cfg.uplift_rule == "ci_lower" and cfg.reps < 2:
         raise ConfigError(source, join(path, "reps"), f"uplift_rule ci_lower needs reps >= 2 (a CI needs spread), "
                                                       f"got {cfg.reps}")

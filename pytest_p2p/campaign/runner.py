@@ -109,7 +109,8 @@ class CampaignRunner(Generic[H]):
         if mode is None:
             return describe(slots)
         a, b = cfg.arms[0], cfg.arms[1]
-        return (f"{mode}: {cfg.starts} start(s) of every arm's server; in each, per point, {cfg.windows} window "
+        return (f"{mode}: {cfg.starts} start(s) of every arm's server; in each, per point, "
+                f"{cfg.windows_text(cfg.points(self.kind))} window "
                 f"pair(s) alternating {a} {b} | {b} {a} (the first arm alternating between starts)")
 
     def _check_plan(self) -> list[str]:
@@ -151,8 +152,7 @@ class CampaignRunner(Generic[H]):
         if isinstance(self.backend, ProbeBackend):
             self.backend.out_root = rd.path / "probe_runs"  # raw probe output: per arm and rep
         resident = cfg.resident_mode(self.kind) is not None
-        planned = range(1, cfg.starts * cfg.windows + 1)
-        pending: Pending = ({(a, p, k) for a in cfg.arms for p in points for k in planned}
+        pending: Pending = (cfg.window_keys(points, range(1, cfg.starts + 1))
                             if resident else {(s.arm, p, s.rep) for s in slots for p in points})
         status = "running"
         try:
@@ -169,7 +169,8 @@ class CampaignRunner(Generic[H]):
             # the runner owns the design, so it sets the count of windows (or slots) the line counts down: the
             # glue's count of arm x point x reps undercounted a resident campaign (16 of 60 windows on 2x H100,
             # 2026-11-26: "scenario 16/16 ... ETA 0:00" through its last two starts, 11 minutes)
-            total = (cfg.starts * cfg.windows * len(cfg.arms) if resident else len(slots)) * len(points)
+            total = (cfg.starts * cfg.window_pairs(points) * len(cfg.arms) if resident
+                     else len(slots) * len(points))
             if self.progress is None:
                 self.progress = Progress(label=self.pair_key, total=total)
             self.progress.total = total

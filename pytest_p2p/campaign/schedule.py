@@ -115,3 +115,10 @@ def sequence_label(arms: Sequence[str], start: int) -> str:
     as ``stats.decide_nested(sequences=)`` takes it -- the one spelling the campaign's decision, its aggregate
     interval and the report's re-judgement share (:func:`first_arm` among the uplift's two arms)."""
     return f"{first_arm(arms, start, arms[:2])} first"
+
+
+def rep_of(start: int, window: int, stride: int) -> int:
+    """Rep number of window pair ``window`` (1-based) of start ``start`` (1-based), ``stride`` numbers a start
+    (``CampaignConfig.window_stride``)."""
+    return (start - 1) * stride + window
+

@@ -21,7 +21,7 @@ from pytest_p2p.report import terminal
 from pytest_p2p.report.proof import proof_for_run
 from pytest_p2p.report.summary_files import csv_text, md_text
 from pytest_p2p.report.summary_types import EnergyGroup, Scenario, Stat, Summary, TransportEntry, UpliftEntry, is_stat
-from pytest_p2p.results.layout import AGGREGATE, PLOTS, PROOF
+from pytest_p2p.results.layout import AGGREGATE, PLOTS, PROOF, point_reps
 from pytest_p2p.results.process import writer_state
 from pytest_p2p.results.read import RunReader, optional_object
 from pytest_p2p.util import atomic_write_json, atomic_write_text
@@ -384,6 +384,9 @@ def build_summary(rd: RunReader) -> Summary:
             points.append(point)
     points.sort(key=terminal.point_sort_key)
     _metric, _higher, _rule, excl = _uplift_settings(meta, kind)
+    campaign = meta.get("campaign")
+    expected = (point_reps(n_reps, campaign.get("windows") if isinstance(campaign, Mapping) else None, points)
+                if n_reps is not None else {})
 
     scenarios: list[Scenario] = []
     missing: list[str] = []
@@ -400,11 +403,14 @@ def build_summary(rd: RunReader) -> Summary:
             used = {k: d for k, d in reps.items() if k not in excluded}
             rep_data[(arm, point)] = used
             if n_reps is not None:
-                absent = [k for k in range(1, n_reps + 1) if k not in reps]
-                if len(absent) == n_reps and not aggregate:
-                    missing.append(f"{name}: no rep completed (expected {n_reps})")
+                wanted = expected[point] if point in expected else list(range(1, n_reps + 1))
+                absent = [k for k in wanted if k not in reps]
+                if len(absent) == len(wanted) and not aggregate:
+                    missing.append(f"{name}: no rep completed (expected {len(wanted)})")
                 elif absent and reps:
-                    missing.append(f"{name}: run {', '.join(map(str, absent))} of {n_reps} missing")
+                    # "of 12" where the numbers run 1..12; a point with fewer pairs per start has gaps in them
+                    of = f"of {n_reps} missing" if len(wanted) == n_reps else f"missing ({len(wanted)} expected)"
+                    missing.append(f"{name}: run {', '.join(map(str, absent))} {of}")
             metrics: dict[str, Stat]
             energy: EnergyGroup
             flags: dict[str, list[int]]
@@ -425,7 +431,7 @@ def build_summary(rd: RunReader) -> Summary:
                 transports.setdefault(arm, set()).add(observed)
             scenarios.append({
                 "arm": arm, "point": point, "reps": sorted(reps), "excluded_reps": excluded,
-                "expected_reps": n_reps, "source": source,
+                "expected_reps": len(expected[point]) if point in expected else n_reps, "source": source,
                 "metrics": metrics, "energy": energy, "flags": flags, "transport": observed,
             })
     derived = {m.split(":", 1)[0] for m in missing}

@@ -13,6 +13,7 @@ by one character saw a run without reps. Layout (every key: docs/results.md)::
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TypedDict
@@ -119,3 +120,21 @@ def check_rep(rep: int) -> int:
 def rep_file(rep: int, aside: str = "") -> str:
     """``run_<k>.json``, or ``run_<k>.<aside>.json`` for an attempt set aside (never read as a rep)."""
     return f"run_{check_rep(rep)}.{aside}.json" if aside else f"run_{check_rep(rep)}.json"
+
+
+def point_reps(n_reps: int, windows: object, points: Sequence[str]) -> dict[str, list[int]]:
+    """The rep numbers each point of a campaign of ``n_reps`` reps was to measure, from ``run.json``'s
+    ``campaign.windows``: every number at every point, unless that is a table per point (``{"default": 2, "c64":
+    4}``: window pairs per start). Then a start takes as many numbers as its fullest point has pairs (the
+    campaign's ``CampaignConfig.window_stride``) and a point with fewer measures the first of them in each start,
+    so ``run 3 of 12 missing`` is not said of a number the point never had."""
+    every = list(range(1, n_reps + 1))
+    if not isinstance(windows, Mapping) or not points:
+        return {p: every for p in points}
+    default = windows.get("default")
+    counts = {p: got if isinstance(got := windows.get(p, default), int) and got >= 1 else None for p in points}
+    known = [c for c in counts.values() if c is not None]
+    if len(known) != len(counts):  # a table this reader cannot read: claim nothing missing that may not be
+        return {p: every for p in points}
+    stride = max(known)
+    return {p: [k for k in every if (k - 1) % stride < (counts[p] or stride)] for p in points}

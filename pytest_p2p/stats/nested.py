@@ -833,6 +833,7 @@ class NestedPlan:
     alpha: float
     target: float
     prior: StartPrior | None = None  # the plan borrows this start spread (its design's windows, its df)
+    windows_text: str | None = None  # window pairs per point where they differ (``2 (c16), 4 (c64)``)
 
     def describe(self) -> str:
         """``3 starts x 6 window pairs x 2 points ~ 14 min, expected 98 % CI half-width 1.6 % if ...``."""
@@ -842,8 +843,10 @@ class NestedPlan:
                     f"({self.prior.describe()})")
         else:
             cond = (f"if start sd <= {self.start_sd * 100:.1f} % and window sd <= {self.window_sd * 100:.1f} %")
-        text = (f"{self.starts} starts x {self.windows} window pairs x {self.points} point"
-                f"{'s' if self.points != 1 else ''} ~ {took}, expected {(1 - 2 * self.alpha) * 100:.4g} % CI "
+        size = (f"{self.starts} starts x window pairs {self.windows_text}" if self.windows_text
+                else f"{self.starts} starts x {self.windows} window pairs x {self.points} point"
+                     f"{'s' if self.points != 1 else ''}")
+        text = (f"{size} ~ {took}, expected {(1 - 2 * self.alpha) * 100:.4g} % CI "
                 f"half-width {self.halfwidth * 100:.1f} % of the ratio {cond}")
         if not self.meets_target:
             text += f" (the target {self.target * 100:.1f} % is out of reach within {self.starts} starts)"

@@ -386,6 +386,8 @@ def _design(run_dir: Path) -> tuple[str, int, int]:
     if not isinstance(camp, Mapping) or run.get("kind") != "model" or camp.get("residency") == "restart":
         return "restart", 0, 0
     starts, windows = camp.get("starts"), camp.get("windows")
+    if isinstance(windows, Mapping):  # window pairs per point (``{"default": 2, "c64": 4}``): the most of them
+        windows = max((w for w in windows.values() if isinstance(w, int)), default=None)
     if isinstance(starts, int) and isinstance(windows, int):
         return "resident", starts, starts * windows
     return "restart", 0, 0

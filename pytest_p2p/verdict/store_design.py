@@ -18,9 +18,12 @@ v3 is saved with its starts too. Nothing here imports the campaign stage.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from ..jsontypes import JSONObject, as_float, as_int
+
+V = TypeVar("V", int, float)
 
 #: residencies whose windows nest within server starts (``campaign.config.RESIDENCY`` minus ``restart``)
 NESTED = ("auto", "resident", "sleep")
@@ -45,8 +48,8 @@ def design_key(kind: object, campaign: object, metric: object, direction: object
     design: JSONObject = {"residency": residency, "metric": metric,
                           "direction": direction if isinstance(direction, str) else None}
     if residency in NESTED:
-        window_s = _window_s(campaign.get("window_s"))
-        design.update({"windows": as_int(campaign.get("windows")), "window_s": window_s,
+        window_s = _per_point(campaign.get("window_s"), as_float)
+        design.update({"windows": _per_point(campaign.get("windows"), as_int), "window_s": window_s,
                        "prompts_per_concurrency": as_int(campaign.get("prompts_per_concurrency"))
                        if window_s is None else None})
         at_once = as_int(campaign.get("starts_at_once"))
@@ -55,16 +58,17 @@ def design_key(kind: object, campaign: object, metric: object, direction: object
     return json.dumps(design, sort_keys=True, separators=(",", ":"))
 
 
-def _window_s(value: object) -> float | JSONObject | None:
-    """A window's length as the design states it: seconds, or seconds per point (``{"default": 5.0, "c64": 8.5}``,
-    ``CampaignConfig.to_dict``); :func:`design_key`'s ``sort_keys`` makes a table one text in any order."""
+def _per_point(value: object, convert: Callable[[object], V | None]) -> V | JSONObject | None:
+    """A window's length or count as the design states it: one number, or one per point (``{"default": 5.0,
+    "c64": 8.5}``, ``CampaignConfig.to_dict``); :func:`design_key`'s ``sort_keys`` makes a table one text in any
+    order."""
     if not isinstance(value, Mapping):
-        return as_float(value)
+        return convert(value)
     table: JSONObject = {}
     for k, v in value.items():
-        if (seconds := as_float(v)) is None:
+        if (got := convert(v)) is None:
             return None
-        table[str(k)] = seconds
+        table[str(k)] = got
     return table
 
 
