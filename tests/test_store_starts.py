@@ -23,11 +23,12 @@ import yaml
 from store_pg import PgServer, pg_fixture, store_target_fixture  # noqa: F401 - fixtures
 from synthetic_runs import write_run
 
+from pytest_p2p.campaign.config import parse_campaign
 from pytest_p2p.plugin.session import demo_path
 from pytest_p2p.results.write import RunDir
 from pytest_p2p.verdict import store_postgres
 from pytest_p2p.verdict.store import SCHEMA_VERSION, Store, _v1, _v2
-from pytest_p2p.verdict.store_blocks import BlockQuery, start_blocks
+from pytest_p2p.verdict.store_blocks import BlockQuery, elsewhere, start_blocks
 from pytest_p2p.verdict.store_design import design_key
 
 CAMPAIGN = {"residency": "resident", "starts": 2, "windows": 2, "window_s": 15.0, "prompts_per_concurrency": 8}
@@ -427,6 +428,64 @@ def test_night_4_s_plan_line_leads_with_the_borrowed_precision(tmp_path: Path) -
     assert line.split("; c64: ")[1].split("expected ")[1].startswith("99.1 % CI half-width 1.9 %"), line
 
 
+def _twentieth_design(window_s: object = None, windows: object = None) -> str:
+    """The committed rig's design with its windows changed (the twentieth session's night: 5 s at c16, 8.5 s at
+    c64)."""
+    section = yaml.safe_load(COMMITTED_RIG.read_text())["campaign"]
+    section["window_s"] = {"default": 6.5, 16: 5, 64: 8.5} if window_s is None else window_s
+    if windows is not None:
+        section["windows"] = windows
+    cfg = parse_campaign(section, "rig.yaml")
+    design = design_key("model", cfg.to_dict(), cfg.metric("model"), cfg.direction("model"))
+    assert design is not None
+    return design
+
+
+def test_a_new_design_is_planned_on_the_chain_s_nights_scaled_to_its_windows(tmp_path: Path) -> None:
+    """The twentieth night changed the window lengths per point, and its plan line fell back to the H100 figures
+    with four nights of the same rig in the store. Those nights now size the plan: the start spread as they
+    measured it, the window pair's scaled by sqrt(6.5 s / tonight's length) (c64 3.29 % -> 2.88 % at 8.5 s; that
+    night read 3.05 %). Nothing is lent to the decision: tonight's design still has no night of its own."""
+    from test_campaign_resident import _runner
+
+    from pytest_p2p.campaign.blocks import plan_line
+    from pytest_p2p.stats.nested import SpreadSeen, spread_seen
+
+    q4 = _night_4_query()
+    # another rig file (its windows changed): tonight's digests are not the chain's
+    tonight = dataclasses.replace(q4, design=_twentieth_design(), rig_digest="sha256:tonight",
+                                  rig_file_digest="sha256:tonight-file")
+    seen: dict[str, SpreadSeen] = {}
+    with Store(str(CHAIN_DB_4), create=False) as store:
+        for point, length in (("c16", 5.0), ("c64", 8.5)):
+            q = dataclasses.replace(tonight, point=point)
+            assert start_blocks(store, q) == []  # no night of tonight's design: no prior, no spreads of its own
+            got = elsewhere(store, q)
+            chain = spread_seen(start_blocks(store, dataclasses.replace(q4, point=point)))
+            assert got is not None and chain.window_sd is not None
+            assert (got.nights, got.start_sd) == (4, chain.start_sd)
+            assert got.window_sd == pytest.approx(chain.window_sd * (6.5 / length) ** 0.5, rel=1e-12)
+            assert got.what == f"4 nights of 2 pairs of 6.5 s windows, scaled to {length:g} s"
+            seen[point] = SpreadSeen(0, 0, elsewhere=got)
+        assert round(seen["c64"].elsewhere.window_sd * 100, 2) == 2.88  # type: ignore[union-attr]
+        # the same nights read for another GPU model in the same slots, or tonight's own design: nothing
+        assert elsewhere(store, dataclasses.replace(tonight, point="c64", gpu_models=("NVIDIA H100",) * 2)) is None
+        assert elsewhere(store, dataclasses.replace(q4, point="c64")) is None
+        # more c64 pairs of the same length: the pairs' spread as measured (a count does not scale it)
+        counts = elsewhere(store, dataclasses.replace(tonight, point="c64", design=_twentieth_design(6.5, {
+            "default": 2, 64: 3})))
+        assert counts is not None and counts.what == "4 nights of 2 pairs of 6.5 s windows"
+    section = yaml.safe_load(COMMITTED_RIG.read_text())["campaign"]
+    section["window_s"] = {"default": 6.5, 16: 5, 64: 8.5}
+    runner: Any = _runner(tmp_path, **section)
+    runner.prior_history = seen
+    line = plan_line(runner, ["c16", "c64"])
+    assert ("if window pairs vary by 2.9 % and starts by 0.0 % (measured here on 4 nights of 2 pairs of 6.5 s "
+            "windows, scaled to 8.5 s, of another design)") in line, line
+    runner.prior_history = {"c16": seen["c16"]}  # a point with nothing: the H100 figures, as before
+    assert "(H100 figures)" in plan_line(runner, ["c16", "c64"])
+
+
 # -- the glue --------------------------------------------------------------------------------------
 
 RECORD_ONLY = '''
@@ -559,3 +618,24 @@ def test_three_saved_nights_lend_the_fourth_a_real_prior(demo: Any, pytester: py
     decision = json.loads((Path(str(newest.source_dir)) / "run.json").read_text())["decisions"]["c1"]
     assert decision["start_prior"]["status"] in ("used", "refused"), decision["start_prior"]
     assert decision["start_prior"]["nights"] == 3
+
+
+def test_the_glue_plans_a_changed_design_on_the_nights_of_the_one_before(demo: Any) -> None:
+    """Through the glue: a night of 0.3 s windows saved, then the rig's windows lengthened to 0.6 s (another rig
+    file, another design). The second night's plan is sized on the first's spreads, scaled, and says so; its
+    decision borrows nothing."""
+    run, tmp_path = demo
+    rig_file = tmp_path / "rig.yaml"
+    rig = yaml.safe_load(rig_file.read_text())
+    db = tmp_path / "history.db"
+    plans = []
+    for length in (0.3, 0.6):
+        rig["campaign"].update({"window_s": length})
+        rig_file.write_text(yaml.safe_dump(rig))
+        r, offered = run("--p2p-save-baseline", f"--p2p-db={db}")
+        assert r.ret == 0, r.stdout.str()[-2000:]
+        assert offered == [{}]
+        plans.append([ln for ln in r.stdout.lines if "plan: resident arms" in ln])
+    assert ["(H100 figures)" in ln for ln in plans[0]] == [True], plans[0]
+    assert ["(measured here on 1 night of 2 pairs of 0.3 s windows, scaled to 0.6 s, of another design)" in ln
+            for ln in plans[1]] == [True], plans[1]

@@ -313,19 +313,31 @@ def _prior_plan_text(priors: Mapping[str, StartPrior], windows: Mapping[str, int
 
 def _plan_spreads(history: Mapping[str, SpreadSeen], windows: Mapping[str, int],
                   window_s: float) -> tuple[float, float, int, str]:
-    """``(start sd, window sd, window pairs, whose figures)`` the plan assumes: what earlier nights of this design
-    measured here, at the point whose start mean varied most (with its window pairs per start), where every point
-    has them; else the H100 figures (the window sd scaled to this window length) at the point of fewest pairs.
+    """``(start sd, window sd, window pairs, whose figures)`` the plan assumes: what earlier nights measured here,
+    at the point whose start mean varies most at tonight's window pairs, where every point has them: nights of this
+    design, or where it has none yet, of another design of the rig (:class:`~pytest_p2p.stats.nested.Elsewhere`,
+    the window's spread scaled to tonight's length); else the H100 figures (the window sd scaled to this window
+    length) at the point of fewest pairs.
 
     Why: the H100 figures (start 1.0 %, window pair 2.0 % at 10 s) sized an H200 night's plan as if its c16
-    start spread were 1.0 % when it was 1.3 % (2026-11-27); the nights on this pair say better.
+    start spread were 1.0 % when it was 1.3 % (2026-11-27); the nights on this pair say better, and still do after
+    the rig's windows change (twentieth session: "H100 figures" with four nights of the same rig in the store).
     """
-    got = [(s.start_sd, s.window_sd, w, s.nights) for p, w in windows.items() if (s := history.get(p)) is not None
-           and s.start_sd is not None and s.window_sd is not None and s.windows == w]
+    got: list[tuple[float, float, int, str | None]] = []  # (start sd, window sd, pairs, another design's nights)
+    nights: list[int] = []
+    for p, w in windows.items():
+        s = history.get(p)
+        if s is not None and s.start_sd is not None and s.window_sd is not None and s.windows == w:
+            got.append((s.start_sd, s.window_sd, w, None))
+            nights.append(s.nights)
+        elif s is not None and s.window_sd is None and s.elsewhere is not None:
+            got.append((s.elsewhere.start_sd, s.elsewhere.window_sd, w, s.elsewhere.what))
     if windows and len(got) == len(windows):
-        start_sd, window_sd, w, _ = max(got, key=lambda g: g[0] ** 2 + g[1] ** 2 / g[2])
-        nights = min(g[3] for g in got)
-        return start_sd, window_sd, w, f"measured on {nights} earlier night{'' if nights == 1 else 's'} here"
+        start_sd, window_sd, w, other = max(got, key=lambda g: g[0] ** 2 + g[1] ** 2 / g[2])
+        if other is not None:
+            return start_sd, window_sd, w, f"measured here on {other}, of another design"
+        n = min(nights)
+        return start_sd, window_sd, w, f"measured on {n} earlier night{'' if n == 1 else 's'} here"
     return (PLAN_START_SD, PLAN_WINDOW_SD * (PLAN_WINDOW_SD_AT_S / window_s) ** 0.5, min(windows.values(), default=1),
             "H100 figures")
 

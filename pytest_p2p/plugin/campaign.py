@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import warnings
 from collections.abc import Generator
@@ -429,7 +430,7 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
     from ..verdict.fingerprint import gpu_models, pair_ident
     from ..verdict.store import Store
     from ..verdict.store_base import StoreMissing, redact
-    from ..verdict.store_blocks import BlockQuery, start_blocks
+    from ..verdict.store_blocks import BlockQuery, elsewhere, start_blocks
     from ..verdict.store_design import design_key
 
     target = baseline.db_path.value
@@ -455,17 +456,20 @@ def start_priors(config: pytest.Config, session: P2PSession, pair: tuple[int, in
         history: dict[str, SpreadSeen] = {}
         with Store(target, create=False) as store:
             for point in p.points:
-                nights = start_blocks(store, BlockQuery(rig=session.rig.name, pair_ident=ident, kind=p.kind,
-                                                        point=point, arm_a=cfg.arm_a, arm_b=cfg.arm_b,
-                                                        metric=cfg.metric(p.kind), design=design,
-                                                        simulated=bool(session.simulated), driver=driver,
-                                                        rig_digest=str(session.rig.digest or "") or None,
-                                                        rig_file_digest=str(session.rig.file_digest or "") or None,
-                                                        gpu_models=tuple(models) if models else None))
+                q = BlockQuery(rig=session.rig.name, pair_ident=ident, kind=p.kind, point=point, arm_a=cfg.arm_a,
+                               arm_b=cfg.arm_b, metric=cfg.metric(p.kind), design=design,
+                               simulated=bool(session.simulated), driver=driver,
+                               rig_digest=str(session.rig.digest or "") or None,
+                               rig_file_digest=str(session.rig.file_digest or "") or None,
+                               gpu_models=tuple(models) if models else None)
+                nights = start_blocks(store, q)
                 prior = start_prior(nights, higher_is_better=higher) if nights else None
                 if prior is not None:
                     out[point] = prior
-                history[point] = spread_seen(nights, higher_is_better=higher)
+                seen = spread_seen(nights, higher_is_better=higher)
+                if seen.window_sd is None:  # no night of this design yet: another design's, for the plan
+                    seen = dataclasses.replace(seen, elsewhere=elsewhere(store, q, higher_is_better=higher))
+                history[point] = seen
         return out, history
     except StoreMissing:
         return {}, {}

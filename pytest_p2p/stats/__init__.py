@@ -30,6 +30,7 @@ from .moderate import MODERATE_MIN_REPS, MODERATE_MIN_RUNS, SpreadPrior, spread_
 from .multiplicity import holm_adjust, holm_reject
 from .nested import (
     Components,
+    Elsewhere,
     LaunchCheck,
     NestedModel,
     NestedPlan,
@@ -65,6 +66,6 @@ __all__ = [
     "fits_sequences", "holm_adjust", "holm_reject", "launch_check", "log_ratios", "nested_model", "outliers",
     "outlying_slots", "paired_uplift", "pairs_for", "plan_for", "plan_with_prior", "prior_use", "screen_pairs",
     "screen_starts", "screen_windows", "sequence_fit", "slot_shift", "spread_prior", "spread_seen",
-    "SpreadSeen", "StartPrior", "start_prior", "summarise", "summarize", "t_cdf", "t_quantile", "windows_for",
-    "z_quantile",
+    "Elsewhere", "SpreadSeen", "StartPrior", "start_prior", "summarise", "summarize", "t_cdf", "t_quantile",
+    "windows_for", "z_quantile",
 ]

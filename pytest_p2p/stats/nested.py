@@ -265,6 +265,24 @@ def _night_spreads(past: Sequence[Blocks], higher_is_better: bool) -> dict[int, 
 
 
 @dataclass(frozen=True)
+class Elsewhere:
+    """The spreads earlier nights of *another* design of this rig measured on this pair at one point, the window's
+    scaled to tonight's length (``sqrt(their length / tonight's)``, as the H100 and H200 nights' 6-10 s windows
+    went): for the plan line only, where no night of tonight's design is in the store yet.
+
+    Why: the twentieth session's night changed the window lengths per point, the store held four nights of the same
+    rig at 6.5 s, and its plan line still assumed the H100 figures (window pair 2.0 % at 10 s) for a pair whose c64
+    pairs had spread 3.3 % pooled. A window pair's spread does not depend on how many pairs a start has, and its
+    length scales it; a start's effect depends on neither. No decision borrows it: a start prior needs nights of
+    tonight's own design (``store_design.design_key``)."""
+
+    nights: int
+    start_sd: float
+    window_sd: float  # scaled to tonight's window length at the point
+    what: str  # ``4 nights of 2 pairs of 6.5 s windows, scaled to 8.5 s``
+
+
+@dataclass(frozen=True)
 class SpreadSeen:
     """What the store held of earlier nights of this design at one point, and the two spreads they measured.
 
@@ -279,6 +297,7 @@ class SpreadSeen:
     windows: int | None = None  # window pairs per start of the nights the spreads come from
     start_sd: float | None = None  # a start's effect (log units): pooled method of moments, truncated at 0
     window_sd: float | None = None  # one window pair within a start (log units), pooled
+    elsewhere: Elsewhere | None = None  # another design's nights here, for the plan where this design has none
 
     def describe(self) -> str:
         """``1 earlier night (2 df)`` / ``none``: the plan line's words."""

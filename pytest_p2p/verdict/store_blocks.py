@@ -27,14 +27,17 @@ runs without a prior).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import StoreError
+from ..stats.nested import Elsewhere, spread_seen
 from .fingerprint import gpu_models, same_rig_file
 from .store import Store
+from .store_design import planning_kin, window_at
 
 #: how many earlier nights a prior is learned from at most (a month of nightly runs)
 DEFAULT_NIGHTS = 30
@@ -129,16 +132,23 @@ def night_blocks(a: dict[int, tuple[int, float]], b: dict[int, tuple[int, float]
 def start_blocks(store: Store, q: BlockQuery, *, limit: int = DEFAULT_NIGHTS,
                  exclude: str | None = None) -> list[list[Pairs]]:
     """Per earlier night (oldest first, the newest ``limit``), per start, the window pairs ``(a, b)``."""
+    return [blocks for _, blocks in _nights(store, q, q.design, limit, exclude)]
+
+
+def _nights(store: Store, q: BlockQuery, design: str | None, limit: int,
+            exclude: str | None) -> list[tuple[str, list[Pairs]]]:
+    """``(design, blocks)`` per earlier night of ``design`` (``None``: of any design), oldest first."""
     b = store.backend
     sql = (
-        "SELECT r.run_id, x.vals, x.starts, x.reps, y.vals, y.starts, y.reps, r.fingerprint FROM runs r "
+        "SELECT r.run_id, x.vals, x.starts, x.reps, y.vals, y.starts, y.reps, r.fingerprint, r.design FROM runs r "
         "JOIN results x ON x.run_id = r.run_id AND x.arm = ? AND x.point = ? AND x.metric = ? "
         "JOIN results y ON y.run_id = r.run_id AND y.arm = ? AND y.point = ? AND y.metric = ? "
-        "WHERE r.rig = ? AND r.pair_ident = ? AND r.kind = ? AND r.design = ? AND r.simulated = ? "
+        "WHERE r.rig = ? AND r.pair_ident = ? AND r.kind = ? "
+        + ("AND r.design = ? " if design is not None else "") + "AND r.simulated = ? "
         "AND r.status = 'complete' AND x.starts IS NOT NULL AND y.starts IS NOT NULL "
         f"AND r.run_id {b.null_safe_ne} ? ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?")
     args: Sequence[object] = (q.arm_a, q.point, q.metric, q.arm_b, q.point, q.metric, q.rig, q.pair_ident, q.kind,
-                              q.design, int(q.simulated), exclude, limit)
+                              *((design,) if design is not None else ()), int(q.simulated), exclude, limit)
     with store.backend.guard(f"reading earlier nights' starts of {q.metric} {q.point}"):
         rows = b.query(sql, args)
     nights = []
@@ -147,6 +157,38 @@ def start_blocks(store: Store, q: BlockQuery, *, limit: int = DEFAULT_NIGHTS,
         if not _same_rig(row[7], q):
             continue
         blocks = night_blocks(_by_rep(row[1], row[2], row[3], run_id), _by_rep(row[4], row[5], row[6], run_id))
-        if blocks:
-            nights.append(blocks)
+        if blocks and isinstance(row[8], str):
+            nights.append((row[8], blocks))
     return nights
+
+
+def elsewhere(store: Store, q: BlockQuery, *, higher_is_better: bool = True,
+              limit: int = DEFAULT_NIGHTS) -> Elsewhere | None:
+    """What earlier nights of another design of this rig on this pair measured at ``q.point``, the window pair's
+    spread scaled to tonight's window length (:class:`~pytest_p2p.stats.nested.Elsewhere`: the plan line's, where
+    tonight's design has no night yet); ``None`` where no such night is kept.
+
+    The rig file is another one by construction (its windows changed), so only its digest is let go: the rig's
+    name, the pair, tonight's driver and GPU models still hold. Of the designs kept, the one most nights ran
+    (the newest on a tie) gives both spreads, from :func:`~pytest_p2p.stats.nested.spread_seen`."""
+    tonight_s = window_at(q.design, q.point)[0]
+    if tonight_s is None:
+        return None
+    loose = dataclasses.replace(q, rig_digest=None, rig_file_digest=None)
+    by_design: dict[str, list[list[Pairs]]] = {}
+    for design, blocks in _nights(store, loose, None, limit, None):
+        if planning_kin(design, q.design):
+            by_design.setdefault(design, []).append(blocks)
+    if not by_design:
+        return None
+    order = list(by_design)  # oldest first: a tie goes to the design whose newest night came last
+    design = max(by_design, key=lambda d: (len(by_design[d]), order.index(d)))
+    seen = spread_seen(by_design[design], higher_is_better=higher_is_better)
+    their_s, _ = window_at(design, q.point)
+    if seen.start_sd is None or seen.window_sd is None or their_s is None or seen.windows is None:
+        return None
+    scale = math.sqrt(their_s / tonight_s)
+    n = len(by_design[design])
+    what = (f"{n} night{'' if n == 1 else 's'} of {seen.windows} pair{'' if seen.windows == 1 else 's'} of "
+            f"{their_s:g} s windows" + (f", scaled to {tonight_s:g} s" if their_s != tonight_s else ""))
+    return Elsewhere(n, seen.start_sd, seen.window_sd * scale, what)

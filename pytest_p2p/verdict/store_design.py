@@ -72,6 +72,39 @@ def _per_point(value: object, convert: Callable[[object], V | None]) -> V | JSON
     return table
 
 
+def window_at(design: str, point: str) -> tuple[float | None, int | None]:
+    """``(seconds, window pairs per start)`` of a design's windows at ``point`` (either ``None`` where the design
+    does not say: windows of prompts, a restart design, a key it cannot read)."""
+    try:
+        d = json.loads(design)
+    except ValueError:
+        return None, None
+    if not isinstance(d, Mapping):
+        return None, None
+
+    def at(value: object, convert: Callable[[object], V | None]) -> V | None:
+        if isinstance(value, Mapping):
+            value = value.get(point, value.get("default"))
+        return convert(value)
+
+    return at(d.get("window_s"), as_float), at(d.get("windows"), as_int)
+
+
+def planning_kin(design: str, tonight: str) -> bool:
+    """Whether a stored night of ``design`` can size tonight's plan (:class:`~pytest_p2p.stats.nested.Elsewhere`):
+    every part of the design but the windows' length and count the same (residency, metric and its direction,
+    starts made at once, windows of seconds on both sides), and not tonight's own design."""
+    try:
+        a, b = json.loads(design), json.loads(tonight)
+    except ValueError:
+        return False
+    if not isinstance(a, dict) or not isinstance(b, dict) or design == tonight:
+        return False
+    rest = ("windows", "window_s", "prompts_per_concurrency")
+    same = {k: v for k, v in a.items() if k not in rest} == {k: v for k, v in b.items() if k not in rest}
+    return same and a.get("window_s") is not None and b.get("window_s") is not None
+
+
 def run_design(run: Mapping[str, object]) -> str | None:
     """:func:`design_key` of a ``run.json`` record."""
     uplift = run.get("uplift")
