@@ -226,6 +226,12 @@ def test_the_reader_pairs_by_rep_groups_by_start_and_skips_what_does_not_compare
         assert start_blocks(st, query(pair_ident="other")) == []
         assert start_blocks(st, query(driver="595.71.05")) == nights  # tonight's driver: both nights lent
         assert start_blocks(st, query(driver="600.10.01")) == []  # a driver update starts a new history
+        # the plan's view of another design (other windows of the rig): the 3-pairs design's one night, of 2-pair
+        # starts as saved, and none for a design whose windows are prompts
+        other = elsewhere(st, query())
+        assert other is not None and (other.nights, other.what) == (1, "1 night of 2 pairs of 15 s windows")
+        prompts = design_key("model", {**CAMPAIGN, "window_s": None}, METRIC, "higher")
+        assert prompts is not None and elsewhere(st, query(design=prompts)) is None
 
 
 def test_a_window_that_measured_nothing_is_left_out_not_the_night(tmp_path: Path) -> None:
