@@ -140,8 +140,12 @@ def test_a_launch_s_prompts_are_made_while_its_servers_start(tmp_path: Path,
     later = {d["seed"] for by_rep in res.rep_data.values() for k, d in by_rep.items()
              if k > 2 and d["seed"] % 1_000_000 < 100_000}
     assert later and later <= ahead, (sorted(later - ahead), made)
-    first = {d["seed"] for by_rep in res.rep_data.values() for k, d in by_rep.items() if k <= 2}
-    assert not first & ahead  # the first launch asked its server for the tokenizer: its windows made their own
+    # the first launch asked its server for the tokenizer: its windows made their own. Not a retry of it: on a
+    # loaded GPU machine (14 workers, twenty-first session) its first attempt failed before its c2 windows, and the
+    # second, the tokenizer known by then, made them ahead, as it should
+    first = {d["seed"] for by_rep in res.rep_data.values() for k, d in by_rep.items()
+             if k <= 2 and d["meta"]["attempt"] == 1}
+    assert not first & ahead
 
 
 def test_a_kept_tokenizer_is_asked_strictly(tmp_path: Path) -> None:
