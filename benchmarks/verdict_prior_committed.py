@@ -350,10 +350,10 @@ NIGHT4_S, CYCLE_S, PAIR_S = 826.0, 94.0, {"c16": 14.9, "c64": 18.9}
 
 def design_minutes(b: int, w16: int, w64: int) -> float:
     """Expected wall minutes of ``b`` starts of ``w16`` c16 and ``w64`` c64 window pairs, from night 4's."""
-    return (NIGHT4_S + (b - B0) * CYCLE_S + b * ((w16 - W) * PAIR_S["c16"] + (w64 - W) * PAIR_S["c64"])) / 60
+    return (NIGHT4_S + (b - B0) * CYCLE_S + b * ((w16 - W0) * PAIR_S["c16"] + (w64 - W0) * PAIR_S["c64"])) / 60
 
 
-B0 = B  # the committed design's starts (8): design_minutes prices other designs from its night
+B0, W0 = B, W  # the committed design's starts and pairs (8, 2): design_minutes prices other designs from its night
 
 
 def set_starts(b: int) -> None:

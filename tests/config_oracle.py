@@ -108,6 +108,8 @@ POOL: dict[str, list[object]] = {
     "start_ahead": [True, False, None, "yes", 1],
     # and again (issue 24, the warm-up order of resident arms): default windows everywhere before
     "warmup_order": ["windows", "reverse", "sideways", None, 1],
+    # and again (issue 24, a precision the estimate must reach): default null everywhere before
+    "precision": ["2%", 0.02, "0.1%", None, "80%", "tight", True],
 }
 
 

@@ -32,6 +32,8 @@ Example (every key optional; the values shown are the defaults unless noted)::
       rep_retries: 2          # a rep whose server died (or that completed no request) is re-run this often
       max_reps: null          # adaptive: add interleaved pairs up to this many while the uplift is inconclusive
       max_time_s: null        # adaptive: ... within this slot: a pair or start is added only if it ends inside it
+      precision: null         # adaptive: ... and while a decided point's interval is wider than this (`2%` of the
+                              # on/off ratio): what the uplift is, not only whether it passes
       residency: auto         # model: resident (both arms' servers up at once, GPU memory split) | sleep
                               # (vLLM sleep mode: the idle arm sleeps) | restart (a server start per rep) | auto
                               # (resident; sleep when the two servers do not fit on the pair, said in the notes)
@@ -77,7 +79,7 @@ from ..options import MAX_REPS
 from ..schema import as_written, distinct, each, flag, key, load, real, rig_keys, whole, word
 from ..stats.uplift_rule import RULES, UpliftRule, parse_min_uplift, point_key
 from ..util import format_size
-from ..validate import int_in, join, sequence, size
+from ..validate import int_in, join, percent, sequence, size
 from .schedule import MODES, WARMUP_ORDERS, rep_of
 
 KINDS = ("auto", "model", "probe")
@@ -200,6 +202,14 @@ def _windows(value: object, source: str, path: str) -> int | PerPoint[int]:
 
 
 _SECONDS = real(0.1, DAY_S)
+
+
+def _precision(value: object, source: str, path: str) -> float:
+    """``precision: 2%``: the half-width of the verdict's interval, a fraction of the on/off ratio (0.1 % .. 50 %)."""
+    got = percent(value, source, path)
+    if not 0.001 <= got <= 0.5:
+        raise ConfigError(source, path, f"expected a percentage of the on/off ratio from 0.1% to 50%, got {value!r}")
+    return got
 _PAIRS = whole(1, MAX_WINDOWS)
 
 
@@ -240,6 +250,8 @@ class CampaignConfig:
     rep_retries: int = key(2, whole(0, 10))
     max_reps: int | None = key(None, whole(1, MAX_REPS), null=True)
     max_time_s: float | None = key(None, real(0.001, WEEK_S), null=True)
+    precision: float | None = key(None, _precision, null=True,
+                                  accepts="a percentage of the on/off ratio, 0.1% .. 50% (`2%`), or null")
     residency: str = key("auto", word(*RESIDENCY))
     starts: int = key(3, whole(1, MAX_STARTS))
     windows: int | PerPoint[int] = key(WINDOWS, _windows, accepts="an integer 1 .. 1000, or a table per point "

@@ -291,18 +291,30 @@ class CampaignRunner(Generic[H]):
             reps = list(range(1, result.reps + 1))
             decisions = {p: adaptive.decide(*self._arm_reps(result, p), cfg, self.kind, reps, rule.threshold(p),
                                             alpha) for p in points}
-            more = adaptive.should_add(decisions, cfg, result.reps, alpha)
+            # decided, but not known to the precision the rig asks (the estimate's interval at the point's alpha)
+            halves = {p: adaptive.estimate_halfwidth(*self._arm_reps(result, p), cfg, self.kind, reps, alpha)
+                      for p in points} if cfg.precision else {}
+            wide = adaptive.too_wide(halves, cfg.precision)
+            more = adaptive.should_add(decisions, cfg, result.reps, alpha) or bool(
+                wide and result.reps < max(cfg.reps, cfg.max_reps or cfg.reps))
             stopped = None
             if more and (refused := budget.refuses(time.monotonic())) is not None:
                 stopped = refused
-            elif not more and any(not d.decided for d in decisions.values()):
+            elif not more and (wide or any(not d.decided for d in decisions.values())):
                 stopped = (f"max_reps={cfg.max_reps} reached" if cfg.max_reps and cfg.max_reps > cfg.reps
                            else "fixed design (campaign.max_reps not set)")
             if not more or stopped is not None:
-                result.decisions = {p: adaptive.decision_json(d, stopped=stopped) for p, d in decisions.items()}
+                result.decisions = {p: {**adaptive.decision_json(d, stopped=stopped),
+                                        **adaptive.precision_json(halves.get(p), cfg.precision, alpha)}
+                                    for p, d in decisions.items()}
+                if wide:
+                    result.notes.append(f"precision not reached at {result.reps} pair(s) ({stopped}): "
+                                        + adaptive.wide_text(wide, cfg.precision, alpha))
                 return
             result.reps += 1
-            result.notes.append(f"uplift inconclusive at {result.reps - 1} pair(s): adding pair {result.reps}")
+            why = ("uplift inconclusive" if any(not d.decided for d in decisions.values())
+                   else adaptive.wide_text(wide, cfg.precision, alpha))
+            result.notes.append(f"{why} at {result.reps - 1} pair(s): adding pair {result.reps}")
             began = time.monotonic()
             self._run_block(rd, result, result.reps, points, pending)
             budget.took(began, time.monotonic())
