@@ -69,6 +69,8 @@
 #             length the default; a new design, so its own chain: benchmarks/verdict_prior_committed.py table 4c);
 #             CAMPAIGN_WINDOWS_AT=64:3 sets campaign.windows per point likewise (the rig's count the default;
 #             with CAMPAIGN_STARTS=7: table 4d's 7 starts x 2 / 3 pairs, ~14.4 min, a chain of its own);
+#             CAMPAIGN_PRECISION=2% sets campaign.precision (starts added while an estimate is wider); not part of
+#             the design key, but an edit of the rig file as any other: the chain's prior is not lent to it;
 #             CAMPAIGN_WARMUP_ORDER=reverse sets campaign.warmup_order in the rig it runs (window_noise.py's
 #             "first window vs later" line then says whether the first pair's lower c64 uplift went away)
 # Steps run on the lane's pair ($PAIR, default 0,1).
@@ -178,6 +180,10 @@ step() {
       if [ -n "${CAMPAIGN_WINDOWS_AT:-}" ]; then  # campaign.windows per point, e.g. "64:3" (a new design)
         python3 -c "import sys, yaml; p = sys.argv[1]; r = yaml.safe_load(open(p)); c = r['campaign']; t = {'default': c.get('windows', 4)}; t.update((int(k), int(v)) for k, v in (x.split(':') for x in sys.argv[2].split(','))); c['windows'] = t; yaml.safe_dump(r, open(p, 'w'), sort_keys=False)" \
           $W/rig_campaign2.yaml "$CAMPAIGN_WINDOWS_AT"
+      fi
+      if [ -n "${CAMPAIGN_PRECISION:-}" ]; then  # campaign.precision, e.g. "2%" (starts added up to max_starts)
+        python3 -c "import sys, yaml; p = sys.argv[1]; r = yaml.safe_load(open(p)); r['campaign']['precision'] = sys.argv[2]; yaml.safe_dump(r, open(p, 'w'), sort_keys=False)" \
+          $W/rig_campaign2.yaml "$CAMPAIGN_PRECISION"
       fi
       # an earlier night's store (carried): tonight is judged against it and borrows its start spread
       [ -n "${HISTORY_DB:-}" ] && [ ! -f $W/history.db ] && cp "$P/$HISTORY_DB" $W/history.db
