@@ -20,6 +20,7 @@ from pytest_p2p.campaign import adaptive
 from pytest_p2p.campaign.blocks import plan_line
 from pytest_p2p.campaign.config import parse_campaign
 from pytest_p2p.errors import ConfigError
+from pytest_p2p.report.proof import proof_for_run
 from pytest_p2p.stats import Decision, Outcome
 
 #: tokens slow enough (8 ms) and P2P off twice as slow, so that no load on this box hides the uplift from the
@@ -87,6 +88,18 @@ def test_a_resident_campaign_adds_starts_until_its_intervals_are_narrow_enough(t
     for point in ("c1", "c2"):
         assert decisions[point]["precision"]["met"] is False and decisions[point]["stopped"] == "max_starts=7 reached"
     assert any(n.startswith("precision not reached at 7 start(s) (max_starts=7 reached): ") for n in tight.notes)
+    # said where the verdict is read: the terminal's notes under the results (report.proof)
+    said = [n for n in proof_for_run(tight.run_dir, {}).notes if n.startswith("precision")]
+    assert len(said) == 1 and said[0].startswith("precision (campaign.precision 0.1 % of the ratio at 99 %): c1 +-")
+    assert said[0].count("not met") == 2, said
+
+
+def test_the_precision_note_names_each_point_and_whether_it_was_met() -> None:
+    decisions = {"c16": {"precision": {"target": 0.02, "level": 0.99, "halfwidth": 0.012, "met": True}},
+                 "c64": {"precision": {"target": 0.02, "level": 0.99, "halfwidth": None, "met": False}}}
+    assert adaptive.precision_notes(decisions) == [
+        "precision (campaign.precision 2 % of the ratio at 99 %): c16 +-1.2 % met · c64 unbounded, not met"]
+    assert adaptive.precision_notes({"c16": {"outcome": "pass"}}) == []
 
 
 def test_a_restart_campaign_adds_pairs_for_its_precision_too(tmp_path: Path) -> None:

@@ -408,6 +408,21 @@ def noisy_window_notes(decisions: Mapping[str, Json]) -> list[str]:
     return notes
 
 
+def precision_notes(decisions: Mapping[str, Json]) -> list[str]:
+    """One note where the rig asked a precision (``campaign.precision``): each point's estimate and whether it met
+    it, said where the verdict is read (the decision's ``precision``; nothing where the rig asked none)."""
+    got = [(p, pr) for p, d in decisions.items() if isinstance(d, Mapping) and isinstance(pr := d.get("precision"),
+                                                                                        Mapping)]
+    if not got:
+        return []
+    target, level = as_float(got[0][1].get("target")), as_float(got[0][1].get("level"))
+    parts = [f"{p} +-{h * 100:.1f} % {'met' if pr.get('met') is True else 'not met'}"
+             if (h := as_float(pr.get("halfwidth"))) is not None else f"{p} unbounded, not met" for p, pr in got]
+    asked = f"{target * 100:g} % of the ratio" if target is not None else "?"
+    at = f" at {level * 100:.4g} %" if level is not None else ""
+    return [f"precision (campaign.precision {asked}{at}): " + " · ".join(parts)]
+
+
 def screen_windows_start(rep_data: Mapping[tuple[str, str], Reps], config: CampaignConfig, kind: str, point: str,
                          start: int) -> dict[int, str]:
     """``{window: why}`` for window pairs of one start to measure again: telemetry flags, then windows that sit

@@ -296,9 +296,9 @@ def proof_for_run(run_dir: Path, summary: Mapping[str, object]) -> Proof:
     # a point noisier than the in-run screens were proven at: said where the verdict is read, not only in run.json
     decisions = meta.get("decisions")
     if isinstance(decisions, Mapping):
-        from pytest_p2p.campaign.adaptive import noisy_window_notes
+        from pytest_p2p.campaign.adaptive import noisy_window_notes, precision_notes
 
-        proof.notes += noisy_window_notes(decisions)
+        proof.notes += noisy_window_notes(decisions) + precision_notes(decisions)
     return proof
 
 
