@@ -116,5 +116,7 @@ def test_the_plan_line_plans_for_the_rig_s_precision(tmp_path: Path) -> None:
     line = plan_line(runner, ["c1", "c2"])  # type: ignore[arg-type]
     assert "up to 6 starts while undecided or wider than +-1 % (campaign.precision)" in line, line
     assert "; +-1 % would take " in line, line
+    # planned at the point's whole alpha (99 % for two points), the level the precision is held to at every look
+    assert line.split("; +-1 % would take ")[1].split("expected ")[1].startswith("99 % CI half-width"), line
     plain = plan_line(_runner(_dir(tmp_path, "plain"), starts=3, max_starts=6), ["c1", "c2"])  # type: ignore[arg-type]
     assert "+-2 % would take" in plain and "campaign.precision" not in plain, plain

@@ -175,6 +175,9 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
     windows = {p: cfg.windows_for(p) for p in points}
     start_sd, window_sd, w_at, whose = _plan_spreads(runner.prior_history, windows, window_s)
     target = cfg.precision or PLAN_TARGET  # what the rig asks its intervals to reach, else issue 24's
+    # a precision is held to the estimate at the point's whole alpha at every look (adaptive.estimate_halfwidth),
+    # issue 24's +-2 % to the verdict's interval at its look's share (max_starts spends it over the looks)
+    spent = None if cfg.precision else cfg.max_starts
     # the verdict's alpha at the planned starts: with starts to add while undecided (max_starts), the first look
     # spends only its share of the point's alpha (adaptive.start_plan). The committed 7B rig's verdict is a 99.2 %
     # interval, not the 99 % this line said until 2026-11-28 (fifteenth night: "~2.7 %" said, 2.6 % came at 99.2 %)
@@ -184,10 +187,10 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
         half = expected_halfwidth(start_sd, window_sd, cfg.starts, w_at, look, alternating=True)
         if isinstance(cfg.windows, PerPoint):  # the rig's pairs per point kept: only the starts are searched
             best = _plan_starts(start_sd, window_sd, cfg.windows_text(points), w_at, alpha, start_cost,
-                                n_arms * pairs * window_took, len(points), cfg.max_starts, target)
+                                n_arms * pairs * window_took, len(points), spent, target)
         else:
             best = plan_for(start_sd, window_sd, target, alpha, start_cost, n_arms * window_took,
-                            MAX_PLAN_STARTS, points=len(points), alternating=True, spent_over=cfg.max_starts)
+                            MAX_PLAN_STARTS, points=len(points), alternating=True, spent_over=spent)
     except StatsError:
         return line
     # half-widths are of the on/off ratio (log scale): in uplift points they are (1 + uplift) times that, so a
@@ -208,7 +211,7 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
                 + f"; +-{target * 100:g} % would take {best.describe()}")
     return (line + text
             + _prior_plan_text(runner.start_priors, windows, alpha, start_cost, n_arms * pairs * window_took,
-                               cfg.max_starts, target)
+                               spent, target)
             + _history_text(runner.prior_history, points, runner.start_priors))
 
 
