@@ -189,11 +189,12 @@ def plan(config: CampaignConfig, alpha: float) -> SequentialPlan:
 
 
 def decide(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int], threshold: float,
-           alpha: float) -> Decision:
-    """The uplift decision at one point with the per-look alpha for the pairs measured so far."""
+           alpha: float, *, looks: bool = True) -> Decision:
+    """The uplift decision at one point with the per-look alpha for the pairs measured so far (``looks=False``:
+    at the whole ``alpha``, as :func:`estimate_halfwidth` holds the estimate)."""
     _, av, bv = pairs(a, b, config.metric(kind), kind, reps)
     sp = plan(config, alpha)
-    look = sp.alpha_at(min(max(len(av), sp.min_pairs), sp.max_pairs)) or alpha
+    look = (sp.alpha_at(min(max(len(av), sp.min_pairs), sp.max_pairs)) if looks else alpha) or alpha
     return decide_uplift(av, bv, threshold=threshold, higher_is_better=config.direction(kind) == "higher",
                          alpha=min(look, 0.49), quantity=f"uplift of {config.arm_a} over {config.arm_b}")
 
@@ -223,6 +224,15 @@ def halfwidth(d: Decision) -> float:
     return (math.log1p(d.upper) - math.log1p(d.lower)) / 2
 
 
+def estimate_halfwidths(arm_reps: Mapping[str, tuple[Reps, Reps]], config: CampaignConfig, kind: str,
+                        reps: list[int], alpha: float, priors: Mapping[str, StartPrior]) -> dict[str, float]:
+    """``{point: half-width}`` of :func:`estimate_halfwidth` at each point of ``arm_reps`` (arm A's and arm B's reps
+    there); nothing where the rig asks no precision, so a campaign without one computes nothing more."""
+    if config.precision is None:
+        return {}
+    return {p: estimate_halfwidth(a, b, config, kind, reps, alpha, priors.get(p)) for p, (a, b) in arm_reps.items()}
+
+
 def estimate_halfwidth(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int], alpha: float,
                        prior: StartPrior | None = None) -> float:
     """The half-width ``campaign.precision`` is held to: the point's interval at its whole ``alpha`` (the
@@ -235,14 +245,8 @@ def estimate_halfwidth(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps
     (``benchmarks/verdict_precision.py``). The estimate's level does not move; stopping on its width, a function
     of the spread and not of the estimate, leaves its coverage at its level (the same benchmark)."""
     try:
-        if config.resident_mode(kind) is not None:
-            pb = point_blocks(a, b, config, kind, reps)
-            d = decide_nested(pb.blocks, threshold=0.0, higher_is_better=config.direction(kind) == "higher",
-                              alpha=min(alpha, 0.49), prior=prior, launches=pb.launches, sequences=pb.sequences)
-        else:
-            _, av, bv = pairs(a, b, config.metric(kind), kind, reps)
-            d = decide_uplift(av, bv, threshold=0.0, higher_is_better=config.direction(kind) == "higher",
-                              alpha=min(alpha, 0.49))
+        d = (decide_starts(a, b, config, kind, reps, 0.0, alpha, prior, looks=False)
+             if config.resident_mode(kind) is not None else decide(a, b, config, kind, reps, 0.0, alpha, looks=False))
     except StatsError:
         return math.inf
     return halfwidth(d)
@@ -310,8 +314,9 @@ def start_plan(config: CampaignConfig, alpha: float) -> SequentialPlan:
 
 
 def decide_starts(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: list[int], threshold: float,
-                  alpha: float, prior: StartPrior | None = None) -> Decision:
-    """The uplift decision at one point on the start means (the nested model), at this look's alpha.
+                  alpha: float, prior: StartPrior | None = None, *, looks: bool = True) -> Decision:
+    """The uplift decision at one point on the start means (the nested model), at this look's alpha (``looks=False``:
+    at the whole ``alpha``, as :func:`estimate_halfwidth` holds the estimate).
 
     ``prior``: the spread of a start mean at this point learned from earlier nights of the same
     design (``CampaignRunner.start_priors``); :func:`pytest_p2p.stats.decide_nested` borrows it
@@ -319,7 +324,7 @@ def decide_starts(a: Reps, b: Reps, config: CampaignConfig, kind: str, reps: lis
     """
     pb = point_blocks(a, b, config, kind, reps)
     sp = start_plan(config, alpha)
-    look = sp.alpha_at(min(max(len(pb.blocks), sp.min_pairs), sp.max_pairs)) or alpha
+    look = (sp.alpha_at(min(max(len(pb.blocks), sp.min_pairs), sp.max_pairs)) if looks else alpha) or alpha
     return decide_nested(pb.blocks, threshold=threshold, higher_is_better=config.direction(kind) == "higher",
                          alpha=min(look, 0.49), quantity=f"uplift of {config.arm_a} over {config.arm_b}", prior=prior,
                          launches=pb.launches, sequences=pb.sequences)

@@ -52,7 +52,7 @@ from .. import signals
 from ..errors import P2PError, RepFailed
 from ..jsontypes import as_dict
 from ..stats import SpreadSeen, StartPrior, StatsError, expected_halfwidth, plan_for, plan_with_prior
-from ..stats.nested import MIN_PRIOR_DF, MIN_PRIOR_NIGHTS, NestedPlan, look_alpha
+from ..stats.nested import MIN_PRIOR_DF, MIN_PRIOR_NIGHTS, plan_at_windows
 from . import adaptive
 from .backends import ModelBackend, ServerSlot
 from .config import PerPoint
@@ -186,8 +186,9 @@ def plan_line(runner: ResidentRunner, points: list[str]) -> str:
         # the first arm alternates start by start: from 6 starts on the verdict fits its effect (one df less)
         half = expected_halfwidth(start_sd, window_sd, cfg.starts, w_at, look, alternating=True)
         if isinstance(cfg.windows, PerPoint):  # the rig's pairs per point kept: only the starts are searched
-            best = _plan_starts(start_sd, window_sd, cfg.windows_text(points), w_at, alpha, start_cost,
-                                n_arms * pairs * window_took, len(points), spent, target)
+            best = plan_at_windows(start_sd, window_sd, w_at, target, alpha, start_cost, n_arms * pairs * window_took,
+                                   MAX_PLAN_STARTS, points=len(points), alternating=True, spent_over=spent,
+                                   windows_text=cfg.windows_text(points))
         else:
             best = plan_for(start_sd, window_sd, target, alpha, start_cost, n_arms * window_took,
                             MAX_PLAN_STARTS, points=len(points), alternating=True, spent_over=spent)
@@ -232,22 +233,6 @@ def _lent_halfwidths(priors: Mapping[str, StartPrior], windows: Mapping[str, int
         except StatsError:
             continue
     return out
-
-
-def _plan_starts(start_sd: float, window_sd: float, windows_text: str, w_at: int, alpha: float,
-                 start_cost: float, start_windows_cost: float, points: int, max_starts: int | None,
-                 target: float) -> NestedPlan:
-    """The fewest starts that reach +-2 % with the rig's window pairs per point kept (``campaign.windows`` as a
-    table), the spreads those of the point that varies most (``w_at`` its pairs): :func:`plan_for` searches one
-    count of pairs for every point, which would plan away the table the rig chose."""
-    b, h, a_b = 2, math.inf, alpha
-    for b in range(2, MAX_PLAN_STARTS + 1):
-        a_b = look_alpha(alpha, b, max_starts)
-        h = expected_halfwidth(start_sd, window_sd, b, w_at, a_b, alternating=True)
-        if h <= target:
-            break
-    return NestedPlan(b, w_at, h, b * (start_cost + start_windows_cost), points, h <= target, start_sd,
-                      window_sd, a_b, target, windows_text=windows_text)
 
 
 def _per_point(halves: Mapping[str, float]) -> str:
@@ -543,8 +528,8 @@ def _run_launches(runner: ResidentRunner, rd: RunWriter, result: CampaignResult,
                      for p in points}
         undecided = any(not d.decided for d in decisions.values())
         # decided, but not known to the precision the rig asks (the estimate's interval at the point's alpha)
-        halves = {p: adaptive.estimate_halfwidth(*runner._arm_reps(result, p), cfg, runner.kind, reps, alpha,
-                                                 runner.start_priors.get(p)) for p in points} if cfg.precision else {}
+        halves = adaptive.estimate_halfwidths({p: runner._arm_reps(result, p) for p in points}, cfg, runner.kind,
+                                              reps, alpha, runner.start_priors)
         wide = adaptive.too_wide(halves, cfg.precision)
         stopped = None
         if (undecided or wide) and start < last and (refused := budget.refuses(

@@ -32,8 +32,8 @@ Example (every key optional; the values shown are the defaults unless noted)::
       rep_retries: 2          # a rep whose server died (or that completed no request) is re-run this often
       max_reps: null          # adaptive: add interleaved pairs up to this many while the uplift is inconclusive
       max_time_s: null        # adaptive: ... within this slot: a pair or start is added only if it ends inside it
-      precision: null         # adaptive: ... and while a decided point's interval is wider than this (`2%` of the
-                              # on/off ratio): what the uplift is, not only whether it passes
+      precision: null         # adaptive: ... and while a decided point's estimate is wider than this (`2%` of the
+                              # on/off ratio, at the point's alpha): what the uplift is, not only whether it passes
       residency: auto         # model: resident (both arms' servers up at once, GPU memory split) | sleep
                               # (vLLM sleep mode: the idle arm sleeps) | restart (a server start per rep) | auto
                               # (resident; sleep when the two servers do not fit on the pair, said in the notes)
@@ -202,15 +202,16 @@ def _windows(value: object, source: str, path: str) -> int | PerPoint[int]:
 
 
 _SECONDS = real(0.1, DAY_S)
+_PAIRS = whole(1, MAX_WINDOWS)
 
 
 def _precision(value: object, source: str, path: str) -> float:
-    """``precision: 2%``: the half-width of the verdict's interval, a fraction of the on/off ratio (0.1 % .. 50 %)."""
+    """``precision: 2%``: the half-width the estimate's interval must reach, a fraction of the on/off ratio
+    (0.1 % .. 50 %), at the point's whole alpha (``adaptive.estimate_halfwidth``)."""
     got = percent(value, source, path)
     if not 0.001 <= got <= 0.5:
         raise ConfigError(source, path, f"expected a percentage of the on/off ratio from 0.1% to 50%, got {value!r}")
     return got
-_PAIRS = whole(1, MAX_WINDOWS)
 
 
 @dataclass(frozen=True)
@@ -297,7 +298,7 @@ class CampaignConfig:
 
     @property
     def window_stride(self) -> int:
-        """Rep numbers a start takes (``blocks.rep_of``): the most window pairs any point of a model campaign has.
+        """Rep numbers a start takes (``schedule.rep_of``): the most window pairs any point of a model campaign has.
         A point with fewer leaves the rest of its start's numbers unused, so a rep number still names one window
         pair of one start at every point."""
         return max(self.windows_for(p) for p in self.points("model"))

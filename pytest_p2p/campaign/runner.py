@@ -292,8 +292,8 @@ class CampaignRunner(Generic[H]):
             decisions = {p: adaptive.decide(*self._arm_reps(result, p), cfg, self.kind, reps, rule.threshold(p),
                                             alpha) for p in points}
             # decided, but not known to the precision the rig asks (the estimate's interval at the point's alpha)
-            halves = {p: adaptive.estimate_halfwidth(*self._arm_reps(result, p), cfg, self.kind, reps, alpha)
-                      for p in points} if cfg.precision else {}
+            halves = adaptive.estimate_halfwidths({p: self._arm_reps(result, p) for p in points}, cfg, self.kind,
+                                                  reps, alpha, {})
             wide = adaptive.too_wide(halves, cfg.precision)
             more = adaptive.should_add(decisions, cfg, result.reps, alpha) or bool(
                 wide and result.reps < max(cfg.reps, cfg.max_reps or cfg.reps))

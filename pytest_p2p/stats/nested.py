@@ -942,13 +942,41 @@ def plan_with_prior(prior: StartPrior, target_halfwidth: float, alpha: float, st
         raise StatsError(f"need points >= 1 and 2 <= min_starts <= max_starts, got {points}, {min_starts}, "
                          f"{max_starts}")
     w, sd = prior.windows, math.sqrt(_positive(prior.var, "prior variance"))
-    for b in range(min_starts, max_starts + 1):  # the fewest starts that reach the target, else max_starts
-        a_b = look_alpha(alpha, b, spent_over)
-        h = expected_halfwidth(sd, 0.0, b, w, a_b, prior_df=prior.df, alternating=alternating)
-        if h <= target:
-            break
+    b, h, a_b = _fewest_starts(sd, 0.0, w, target, alpha, min_starts, max_starts, spent_over, prior.df, alternating)
     return NestedPlan(b, w, h, b * (start_cost + points * w * window_cost), points, h <= target, sd, 0.0, a_b,
                       target, prior)
+
+
+def plan_at_windows(start_sd: float, window_sd: float, windows: int, target_halfwidth: float, alpha: float,
+                    start_cost_s: float, start_windows_cost_s: float, max_starts: int, *, points: int = 1,
+                    min_starts: int = 2, alternating: bool = False, spent_over: int | None = None,
+                    windows_text: str | None = None) -> NestedPlan:
+    """The fewest starts whose expected half-width reaches ``target_halfwidth`` with ``windows`` window pairs per
+    start kept, not searched as :func:`plan_for` does: a rig with window pairs per point (``windows_text``, the
+    plan line's ``2 (c16), 3 (c64)``; ``windows`` the pairs of the point the spreads are of) chose them, and one
+    count for every point would plan that choice away. ``start_windows_cost_s``: one start's windows, every
+    point's; ``spent_over``: as :func:`plan_for`'s."""
+    target = _positive(target_halfwidth, "target half-width")
+    if points < 1 or not 2 <= min_starts <= max_starts:
+        raise StatsError(f"need points >= 1 and 2 <= min_starts <= max_starts, got {points}, {min_starts}, "
+                         f"{max_starts}")
+    b, h, a_b = _fewest_starts(start_sd, window_sd, windows, target, alpha, min_starts, max_starts, spent_over, 0.0,
+                               alternating)
+    return NestedPlan(b, windows, h, b * (start_cost_s + start_windows_cost_s), points, h <= target, start_sd,
+                      window_sd, a_b, target, windows_text=windows_text)
+
+
+def _fewest_starts(start_sd: float, window_sd: float, windows: int, target: float, alpha: float, min_starts: int,
+                   max_starts: int, spent_over: int | None, prior_df: float,
+                   alternating: bool) -> tuple[int, float, float]:
+    """``(starts, half-width, look alpha)``: the fewest starts from ``min_starts`` whose expected half-width at
+    their first look's alpha reaches ``target``, else those of ``max_starts``."""
+    for b in range(min_starts, max_starts + 1):
+        a_b = look_alpha(alpha, b, spent_over)
+        h = expected_halfwidth(start_sd, window_sd, b, windows, a_b, prior_df=prior_df, alternating=alternating)
+        if h <= target:
+            break
+    return b, h, a_b
 
 
 # ----------------------------------------------------------------------------- screens

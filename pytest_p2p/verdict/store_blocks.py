@@ -37,7 +37,7 @@ from ..errors import StoreError
 from ..stats.nested import Elsewhere, spread_seen
 from .fingerprint import gpu_models, same_rig_file
 from .store import Store
-from .store_design import planning_kin, window_at
+from .store_design import planning_kin, window_s_at
 
 #: how many earlier nights a prior is learned from at most (a month of nightly runs)
 DEFAULT_NIGHTS = 30
@@ -171,20 +171,20 @@ def elsewhere(store: Store, q: BlockQuery, *, higher_is_better: bool = True,
     The rig file is another one by construction (its windows changed), so only its digest is let go: the rig's
     name, the pair, tonight's driver and GPU models still hold. Of the designs kept, the one most nights ran
     (the newest on a tie) gives both spreads, from :func:`~pytest_p2p.stats.nested.spread_seen`."""
-    tonight_s = window_at(q.design, q.point)[0]
+    tonight_s = window_s_at(q.design, q.point)
     if tonight_s is None:
         return None
     loose = dataclasses.replace(q, rig_digest=None, rig_file_digest=None)
     by_design: dict[str, list[list[Pairs]]] = {}
     for design, blocks in _nights(store, loose, None, limit, None):
-        if planning_kin(design, q.design):
-            by_design.setdefault(design, []).append(blocks)
-    if not by_design:
+        by_design.setdefault(design, []).append(blocks)
+    # newest first (the designs in the order of their first night), so that a tie goes to the newest
+    kin = [d for d in reversed(by_design) if planning_kin(d, q.design)]
+    if not kin:
         return None
-    order = list(by_design)  # oldest first: a tie goes to the design whose newest night came last
-    design = max(by_design, key=lambda d: (len(by_design[d]), order.index(d)))
+    design = max(kin, key=lambda d: len(by_design[d]))
     seen = spread_seen(by_design[design], higher_is_better=higher_is_better)
-    their_s, _ = window_at(design, q.point)
+    their_s = window_s_at(design, q.point)
     if seen.start_sd is None or seen.window_sd is None or their_s is None or seen.windows is None:
         return None
     scale = math.sqrt(their_s / tonight_s)

@@ -72,22 +72,17 @@ def _per_point(value: object, convert: Callable[[object], V | None]) -> V | JSON
     return table
 
 
-def window_at(design: str, point: str) -> tuple[float | None, int | None]:
-    """``(seconds, window pairs per start)`` of a design's windows at ``point`` (either ``None`` where the design
-    does not say: windows of prompts, a restart design, a key it cannot read)."""
+def window_s_at(design: str, point: str) -> float | None:
+    """The seconds of a design's windows at ``point`` (``None`` where the design does not say: windows of prompts,
+    a restart design, a key it cannot read)."""
     try:
         d = json.loads(design)
     except ValueError:
-        return None, None
-    if not isinstance(d, Mapping):
-        return None, None
-
-    def at(value: object, convert: Callable[[object], V | None]) -> V | None:
-        if isinstance(value, Mapping):
-            value = value.get(point, value.get("default"))
-        return convert(value)
-
-    return at(d.get("window_s"), as_float), at(d.get("windows"), as_int)
+        return None
+    value = d.get("window_s") if isinstance(d, Mapping) else None
+    if isinstance(value, Mapping):
+        value = value.get(point, value.get("default"))
+    return as_float(value)
 
 
 def planning_kin(design: str, tonight: str) -> bool:
